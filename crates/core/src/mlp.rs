@@ -1,0 +1,671 @@
+//! The postcard MLP blob: a policy network small enough for a microcontroller, with a
+//! forward pass that needs no allocator.
+//!
+//! A blob is `postcard(MlpBlob)`. Its header says which plan and observation layout the
+//! policy was trained for (the firmware refuses a blob for another plan), the observation
+//! normalisation, and each layer's shape and weight format. `params` holds, little-endian:
+//!
+//! 1. `obs_mean[obs_dim]` and `obs_inv_std[obs_dim]` (f32);
+//! 2. for each layer, its weights, row-major `[outputs][inputs]` (f32, or i8 with one f32
+//!    scale per layer), then its bias (`[outputs]` f32).
+//!
+//! The forward pass computes `x = clip((obs − mean) · inv_std, ±clip)`, then every hidden
+//! layer `act(W x + b)`, then the last layer `W x + b` = the logits, one per phase. The
+//! value head is not in the blob: a controller needs only the action.
+
+use heapless::Vec;
+use serde::{Deserialize, Serialize};
+
+use crate::observation::ObsLayout;
+use crate::sequencer::PhaseMask;
+
+/// First bytes of every blob.
+pub const BLOB_MAGIC: [u8; 4] = *b"GWML";
+/// Current format version.
+pub const BLOB_VERSION: u16 = 1;
+/// Most layers a blob may hold.
+pub const MAX_LAYERS: usize = 8;
+
+/// Hidden-layer activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Activation {
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Rectified linear unit.
+    Relu,
+}
+
+/// How a layer's weights are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WeightFormat {
+    /// f32, little-endian.
+    F32,
+    /// i8, symmetric: weight = `q · scale`.
+    Int8 {
+        /// The layer's scale.
+        scale: f32,
+    },
+}
+
+/// One dense layer's shape and weight format.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayerDesc {
+    /// Input width.
+    pub inputs: u16,
+    /// Output width.
+    pub outputs: u16,
+    /// How its weights are stored.
+    pub weights: WeightFormat,
+}
+
+impl LayerDesc {
+    /// Bytes this layer takes in `params`.
+    pub const fn param_bytes(&self) -> usize {
+        let n = self.inputs as usize * self.outputs as usize;
+        let w = match self.weights {
+            WeightFormat::F32 => 4 * n,
+            WeightFormat::Int8 { .. } => n,
+        };
+        w + 4 * self.outputs as usize
+    }
+}
+
+/// A parsed blob, borrowing its parameters from the bytes it was read from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MlpBlob<'a> {
+    /// [`BLOB_MAGIC`].
+    pub magic: [u8; 4],
+    /// [`BLOB_VERSION`].
+    pub version: u16,
+    /// [`PhasePlan::hash`](crate::plan::PhasePlan::hash) of the plan it was trained for.
+    pub plan_hash: u64,
+    /// The observation layout it expects.
+    pub obs_layout: ObsLayout,
+    /// Version of the policy (bumped by every fine-tune).
+    pub policy_version: u32,
+    /// Hidden-layer activation.
+    pub activation: Activation,
+    /// Normalised observations are clipped to ±this.
+    pub obs_clip: f32,
+    /// The layers, input to output.
+    pub layers: Vec<LayerDesc, MAX_LAYERS>,
+    /// Parameters (see the module docs).
+    #[serde(borrow)]
+    pub params: &'a [u8],
+}
+
+/// Why a blob was refused or a forward pass could not run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BlobError {
+    /// postcard could not decode the bytes (truncated or not a blob).
+    #[error("blob is not valid postcard (truncated or corrupt)")]
+    Decode,
+    /// Wrong magic.
+    #[error("blob magic is not GWML")]
+    Magic,
+    /// A version this build cannot read.
+    #[error("blob format version {0} is not supported (expected {BLOB_VERSION})")]
+    Version(u16),
+    /// No layers.
+    #[error("blob has no layers")]
+    NoLayers,
+    /// Layer widths do not chain.
+    #[error("layer {layer}: takes {inputs} inputs but receives {expected}")]
+    LayerChain {
+        /// The layer.
+        layer: usize,
+        /// Its input width.
+        inputs: usize,
+        /// What the previous layer (or the observation) provides.
+        expected: usize,
+    },
+    /// The last layer's outputs are not one per phase.
+    #[error("last layer has {outputs} outputs, the layout has {n_phases} phases")]
+    OutputWidth {
+        /// Outputs of the last layer.
+        outputs: usize,
+        /// Phases in the layout.
+        n_phases: usize,
+    },
+    /// `params` has the wrong length for the layers.
+    #[error("parameter block is {got} bytes, layers need {expected}")]
+    ParamsLength {
+        /// Bytes the header implies.
+        expected: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// A parameter or scale is NaN or infinite.
+    #[error("parameter at byte {offset} is not finite")]
+    NonFinite {
+        /// Byte offset in `params`.
+        offset: usize,
+    },
+    /// Input, scratch or output buffer of the wrong size.
+    #[error("{buffer} buffer holds {got} floats, needs {expected}")]
+    Buffer {
+        /// Which buffer.
+        buffer: &'static str,
+        /// Needed.
+        expected: usize,
+        /// Given.
+        got: usize,
+    },
+    /// The encode buffer is too small.
+    #[error("encode buffer too small")]
+    EncodeBuffer,
+}
+
+fn f32_at(bytes: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes([
+        bytes[4 * i],
+        bytes[4 * i + 1],
+        bytes[4 * i + 2],
+        bytes[4 * i + 3],
+    ])
+}
+
+impl<'a> MlpBlob<'a> {
+    /// Decodes and validates a blob. All shape and finiteness checks happen here, once, so
+    /// the forward pass cannot fail on a blob that parsed.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, BlobError> {
+        let blob: MlpBlob<'a> = postcard::from_bytes(bytes).map_err(|_| BlobError::Decode)?;
+        blob.validate()?;
+        Ok(blob)
+    }
+
+    /// Checks magic, version, layer chain, output width, parameter length and finiteness.
+    pub fn validate(&self) -> Result<(), BlobError> {
+        if self.magic != BLOB_MAGIC {
+            return Err(BlobError::Magic);
+        }
+        if self.version != BLOB_VERSION {
+            return Err(BlobError::Version(self.version));
+        }
+        if self.layers.is_empty() {
+            return Err(BlobError::NoLayers);
+        }
+        let mut width = self.obs_layout.dim();
+        for (i, l) in self.layers.iter().enumerate() {
+            if l.inputs as usize != width {
+                return Err(BlobError::LayerChain {
+                    layer: i,
+                    inputs: l.inputs as usize,
+                    expected: width,
+                });
+            }
+            width = l.outputs as usize;
+        }
+        let n_phases = self.obs_layout.n_phases as usize;
+        if width != n_phases {
+            return Err(BlobError::OutputWidth {
+                outputs: width,
+                n_phases,
+            });
+        }
+        let expected = self.params_len();
+        if self.params.len() != expected {
+            return Err(BlobError::ParamsLength {
+                expected,
+                got: self.params.len(),
+            });
+        }
+        // Every f32 must be finite; i8 weights always are.
+        let dim = self.obs_layout.dim();
+        let check = |start: usize, count: usize| -> Result<(), BlobError> {
+            for k in 0..count {
+                if !f32_at(&self.params[start..], k).is_finite() {
+                    return Err(BlobError::NonFinite {
+                        offset: start + 4 * k,
+                    });
+                }
+            }
+            Ok(())
+        };
+        check(0, 2 * dim)?;
+        let mut off = 8 * dim;
+        for l in &self.layers {
+            let n = l.inputs as usize * l.outputs as usize;
+            match l.weights {
+                WeightFormat::F32 => {
+                    check(off, n)?;
+                    off += 4 * n;
+                }
+                WeightFormat::Int8 { scale } => {
+                    if !scale.is_finite() {
+                        return Err(BlobError::NonFinite { offset: off });
+                    }
+                    off += n;
+                }
+            }
+            check(off, l.outputs as usize)?;
+            off += 4 * l.outputs as usize;
+        }
+        if !self.obs_clip.is_finite() || self.obs_clip <= 0.0 {
+            return Err(BlobError::NonFinite { offset: 0 });
+        }
+        Ok(())
+    }
+
+    /// Bytes the header's layers imply for `params`.
+    pub fn params_len(&self) -> usize {
+        8 * self.obs_layout.dim()
+            + self
+                .layers
+                .iter()
+                .map(LayerDesc::param_bytes)
+                .sum::<usize>()
+    }
+
+    /// Widest layer output: each of the two scratch halves must hold this many floats.
+    pub fn max_width(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| l.outputs as usize)
+            .chain(core::iter::once(self.obs_layout.dim()))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Encodes into `buf`, returning the used prefix.
+    pub fn encode_into<'b>(&self, buf: &'b mut [u8]) -> Result<&'b mut [u8], BlobError> {
+        postcard::to_slice(self, buf).map_err(|_| BlobError::EncodeBuffer)
+    }
+
+    /// Runs the network: `obs` (`obs_dim`) → `logits` (`n_phases`). `scratch` must hold
+    /// `2 · max_width()` floats.
+    pub fn forward(
+        &self,
+        obs: &[f32],
+        scratch: &mut [f32],
+        logits: &mut [f32],
+    ) -> Result<(), BlobError> {
+        let dim = self.obs_layout.dim();
+        let width = self.max_width();
+        let n_out = self.obs_layout.n_phases as usize;
+        if obs.len() != dim {
+            return Err(BlobError::Buffer {
+                buffer: "observation",
+                expected: dim,
+                got: obs.len(),
+            });
+        }
+        if scratch.len() < 2 * width {
+            return Err(BlobError::Buffer {
+                buffer: "scratch",
+                expected: 2 * width,
+                got: scratch.len(),
+            });
+        }
+        if logits.len() != n_out {
+            return Err(BlobError::Buffer {
+                buffer: "logits",
+                expected: n_out,
+                got: logits.len(),
+            });
+        }
+        let (a, b) = scratch.split_at_mut(width);
+        let p = self.params;
+        for (i, &o) in obs.iter().enumerate() {
+            let x = (o - f32_at(p, i)) * f32_at(p, dim + i);
+            a[i] = x.clamp(-self.obs_clip, self.obs_clip);
+        }
+        let mut off = 8 * dim;
+        let (mut cur, mut next) = (a, b);
+        let last = self.layers.len() - 1;
+        for (li, l) in self.layers.iter().enumerate() {
+            let (n_in, n_o) = (l.inputs as usize, l.outputs as usize);
+            let wbytes = match l.weights {
+                WeightFormat::F32 => 4 * n_in * n_o,
+                WeightFormat::Int8 { .. } => n_in * n_o,
+            };
+            let (w, rest) = p[off..].split_at(wbytes);
+            let bias = &rest[..4 * n_o];
+            let x = &cur[..n_in];
+            for (j, y) in next[..n_o].iter_mut().enumerate() {
+                let acc = match l.weights {
+                    WeightFormat::F32 => dot_f32(&w[4 * j * n_in..4 * (j + 1) * n_in], x),
+                    WeightFormat::Int8 { scale } => dot_i8(&w[j * n_in..(j + 1) * n_in], x) * scale,
+                };
+                let z = acc + f32_at(bias, j);
+                *y = if li == last {
+                    z
+                } else {
+                    match self.activation {
+                        Activation::Tanh => libm::tanhf(z),
+                        Activation::Relu => z.max(0.0),
+                    }
+                };
+            }
+            off += wbytes + 4 * n_o;
+            core::mem::swap(&mut cur, &mut next);
+        }
+        logits.copy_from_slice(&cur[..n_out]);
+        Ok(())
+    }
+}
+
+/// Dot product of little-endian f32 weights with `x`.
+fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
+    dot(x, |i| f32_at(w, i))
+}
+
+/// Dot product of i8 weights with `x` (the caller applies the layer's scale).
+fn dot_i8(w: &[u8], x: &[f32]) -> f32 {
+    dot(x, |i| (w[i] as i8) as f32)
+}
+
+/// Four independent accumulators so the add chains overlap (the MCU has an FPU pipeline,
+/// the host has several), and a fixed summation order so results are reproducible.
+#[inline(always)]
+fn dot(x: &[f32], weight: impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [0.0f32; 4];
+    let mut chunks = x.chunks_exact(4);
+    let mut base = 0;
+    for c in &mut chunks {
+        for (k, (a, &xv)) in acc.iter_mut().zip(c).enumerate() {
+            *a += weight(base + k) * xv;
+        }
+        base += 4;
+    }
+    for (k, &xv) in chunks.remainder().iter().enumerate() {
+        acc[0] += weight(base + k) * xv;
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+/// The allowed phase with the largest logit (lowest index on ties); `None` if the mask
+/// allows no phase among the logits.
+pub fn masked_argmax(logits: &[f32], mask: PhaseMask) -> Option<u8> {
+    let mut best: Option<(u8, f32)> = None;
+    for (i, &z) in logits.iter().enumerate().take(crate::plan::MAX_PHASES) {
+        if !mask.allows(crate::plan::PhaseId(i as u8)) {
+            continue;
+        }
+        // A NaN logit never wins; the runtime's watchdog treats NaN outputs as a fault anyway.
+        match best {
+            _ if z.is_nan() => {}
+            Some((_, b)) if z <= b => {}
+            _ => best = Some((i as u8, z)),
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// `log softmax(logits)[action]` over the allowed phases only (masked logits count as
+/// −∞); `None` if the action is not allowed.
+pub fn masked_log_prob(logits: &[f32], mask: PhaseMask, action: u8) -> Option<f32> {
+    let allowed = |i: usize| mask.allows(crate::plan::PhaseId(i as u8));
+    if !allowed(action as usize) || action as usize >= logits.len() {
+        return None;
+    }
+    let max = logits
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| allowed(*i))
+        .map(|(_, &z)| z)
+        .fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| allowed(*i))
+        .map(|(_, &z)| libm::expf(z - max))
+        .sum();
+    Some(logits[action as usize] - max - libm::logf(sum))
+}
+
+#[cfg(feature = "alloc")]
+pub use owned::{DenseLayer, OwnedMlp};
+
+#[cfg(feature = "alloc")]
+mod owned {
+    //! Host-side construction of blobs (training and export), behind the `alloc` feature.
+    extern crate alloc;
+    use alloc::vec::Vec as AVec;
+
+    use super::*;
+
+    /// One dense layer with f32 weights, row-major `[outputs][inputs]`.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct DenseLayer {
+        /// Input width.
+        pub inputs: usize,
+        /// Output width.
+        pub outputs: usize,
+        /// `outputs · inputs` weights, row-major.
+        pub weights: AVec<f32>,
+        /// `outputs` biases.
+        pub bias: AVec<f32>,
+    }
+
+    /// A policy network held in f32, from which blobs are written.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct OwnedMlp {
+        /// Plan fingerprint.
+        pub plan_hash: u64,
+        /// Observation layout.
+        pub obs_layout: ObsLayout,
+        /// Policy version.
+        pub policy_version: u32,
+        /// Hidden activation.
+        pub activation: Activation,
+        /// Clip of normalised observations.
+        pub obs_clip: f32,
+        /// Per-feature mean.
+        pub obs_mean: AVec<f32>,
+        /// Per-feature 1/std.
+        pub obs_inv_std: AVec<f32>,
+        /// Layers, input to output.
+        pub layers: AVec<DenseLayer>,
+    }
+
+    impl OwnedMlp {
+        /// Encodes as a blob; `int8` quantises every layer's weights symmetrically with one
+        /// scale per layer (`max |w| / 127`), biases stay f32.
+        pub fn to_blob(&self, int8: bool) -> Result<AVec<u8>, BlobError> {
+            let mut params = AVec::new();
+            for v in self.obs_mean.iter().chain(&self.obs_inv_std) {
+                params.extend_from_slice(&v.to_le_bytes());
+            }
+            let mut descs: Vec<LayerDesc, MAX_LAYERS> = Vec::new();
+            for l in &self.layers {
+                let weights = if int8 {
+                    let max = l.weights.iter().fold(0.0f32, |m, w| m.max(w.abs()));
+                    let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+                    for w in &l.weights {
+                        let q = libm::roundf(w / scale).clamp(-127.0, 127.0) as i8;
+                        params.push(q as u8);
+                    }
+                    WeightFormat::Int8 { scale }
+                } else {
+                    for w in &l.weights {
+                        params.extend_from_slice(&w.to_le_bytes());
+                    }
+                    WeightFormat::F32
+                };
+                for b in &l.bias {
+                    params.extend_from_slice(&b.to_le_bytes());
+                }
+                descs
+                    .push(LayerDesc {
+                        inputs: l.inputs as u16,
+                        outputs: l.outputs as u16,
+                        weights,
+                    })
+                    .map_err(|_| BlobError::EncodeBuffer)?;
+            }
+            let blob = MlpBlob {
+                magic: BLOB_MAGIC,
+                version: BLOB_VERSION,
+                plan_hash: self.plan_hash,
+                obs_layout: self.obs_layout,
+                policy_version: self.policy_version,
+                activation: self.activation,
+                obs_clip: self.obs_clip,
+                layers: descs,
+                params: &params,
+            };
+            blob.validate()?;
+            let mut out = alloc::vec![0u8; params.len() + 256];
+            let used = blob.encode_into(&mut out)?.len();
+            out.truncate(used);
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(all(test, feature = "alloc"))]
+mod tests {
+    extern crate alloc;
+    use alloc::vec;
+    use alloc::vec::Vec as AVec;
+
+    use super::*;
+
+    fn toy() -> OwnedMlp {
+        let layout = ObsLayout {
+            n_lanes: 1,
+            n_phases: 2,
+        }; // dim 7
+        let dim = layout.dim();
+        let hidden = 3;
+        let w1: AVec<f32> = (0..hidden * dim)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 10.0)
+            .collect();
+        let w2: AVec<f32> = (0..2 * hidden).map(|i| (i as f32 - 2.5) / 4.0).collect();
+        OwnedMlp {
+            plan_hash: 42,
+            obs_layout: layout,
+            policy_version: 1,
+            activation: Activation::Tanh,
+            obs_clip: 5.0,
+            obs_mean: vec![0.1; dim],
+            obs_inv_std: vec![2.0; dim],
+            layers: vec![
+                DenseLayer {
+                    inputs: dim,
+                    outputs: hidden,
+                    weights: w1,
+                    bias: vec![0.1, -0.2, 0.0],
+                },
+                DenseLayer {
+                    inputs: hidden,
+                    outputs: 2,
+                    weights: w2,
+                    bias: vec![0.05, -0.05],
+                },
+            ],
+        }
+    }
+
+    /// Straightforward reference forward pass in f64.
+    fn reference(m: &OwnedMlp, obs: &[f32]) -> AVec<f64> {
+        let mut x: AVec<f64> = obs
+            .iter()
+            .zip(&m.obs_mean)
+            .zip(&m.obs_inv_std)
+            .map(|((&o, &mu), &s)| (((o - mu) * s) as f64).clamp(-5.0, 5.0))
+            .collect();
+        for (i, l) in m.layers.iter().enumerate() {
+            let hidden = i + 1 < m.layers.len();
+            let y: AVec<f64> = (0..l.outputs)
+                .map(|j| {
+                    let row = &l.weights[j * l.inputs..(j + 1) * l.inputs];
+                    let acc = l.bias[j] as f64
+                        + row
+                            .iter()
+                            .zip(&x)
+                            .map(|(&w, &xv)| w as f64 * xv)
+                            .sum::<f64>();
+                    if hidden {
+                        acc.tanh()
+                    } else {
+                        acc
+                    }
+                })
+                .collect();
+            x = y;
+        }
+        x
+    }
+
+    #[test]
+    fn forward_matches_reference_and_round_trips() {
+        let m = toy();
+        let bytes = m.to_blob(false).unwrap();
+        let blob = MlpBlob::parse(&bytes).unwrap();
+        assert_eq!(blob.plan_hash, 42);
+        let obs = [0.3, 0.9, 1.0, 0.0, 0.0, 1.0, 0.25];
+        let mut scratch = [0.0; 14];
+        let mut logits = [0.0; 2];
+        blob.forward(&obs, &mut scratch, &mut logits).unwrap();
+        let r = reference(&m, &obs);
+        for (a, b) in logits.iter().zip(&r) {
+            assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        let q = m.to_blob(true).unwrap();
+        assert!(q.len() < bytes.len());
+        let qb = MlpBlob::parse(&q).unwrap();
+        let mut ql = [0.0; 2];
+        qb.forward(&obs, &mut scratch, &mut ql).unwrap();
+        for (a, b) in ql.iter().zip(&logits) {
+            assert!((a - b).abs() < 0.05, "int8 {a} vs f32 {b}");
+        }
+    }
+
+    #[test]
+    fn corrupt_blobs_are_refused() {
+        let bytes = toy().to_blob(false).unwrap();
+        assert_eq!(
+            MlpBlob::parse(&bytes[..bytes.len() - 1]),
+            Err(BlobError::Decode)
+        );
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        assert_eq!(MlpBlob::parse(&bad), Err(BlobError::Magic));
+        // A NaN weight: overwrite the last bias with NaN.
+        let mut nan = bytes.clone();
+        let n = nan.len();
+        nan[n - 4..].copy_from_slice(&f32::NAN.to_le_bytes());
+        assert!(matches!(
+            MlpBlob::parse(&nan),
+            Err(BlobError::NonFinite { .. })
+        ));
+        let mut m = toy();
+        m.layers[1].outputs = 3;
+        m.layers[1].weights.extend([0.0; 3]);
+        m.layers[1].bias.push(0.0);
+        assert_eq!(
+            m.to_blob(false),
+            Err(BlobError::OutputWidth {
+                outputs: 3,
+                n_phases: 2
+            })
+        );
+        let blob_bytes = toy().to_blob(false).unwrap();
+        let blob = MlpBlob::parse(&blob_bytes).unwrap();
+        let mut scratch = [0.0; 14];
+        let mut logits = [0.0; 2];
+        assert!(matches!(
+            blob.forward(&[0.0; 3], &mut scratch, &mut logits),
+            Err(BlobError::Buffer {
+                buffer: "observation",
+                expected: 7,
+                got: 3
+            })
+        ));
+    }
+
+    #[test]
+    fn masked_helpers() {
+        let z = [1.0, 3.0, 2.0, f32::NAN];
+        assert_eq!(masked_argmax(&z, PhaseMask(0b1111)), Some(1));
+        assert_eq!(masked_argmax(&z, PhaseMask(0b0101)), Some(2));
+        assert_eq!(masked_argmax(&z, PhaseMask(0b1000)), None);
+        assert_eq!(masked_argmax(&z, PhaseMask(0)), None);
+        let lp = masked_log_prob(&z[..3], PhaseMask(0b011), 1).unwrap();
+        let expect = 3.0 - (1.0f32.exp() + 3.0f32.exp()).ln();
+        assert!((lp - expect).abs() < 1e-6);
+        assert_eq!(masked_log_prob(&z[..3], PhaseMask(0b011), 2), None);
+    }
+}

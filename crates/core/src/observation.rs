@@ -1,0 +1,266 @@
+//! The observation layout shared by the simulators, the runtime and the firmware.
+//!
+//! For one signal with `L` incoming lanes and `P` phases the observation is `2L + P + 3`
+//! floats, in this order:
+//!
+//! | offset | size | meaning | range |
+//! |---|---|---|---|
+//! | 0 | L | density of each incoming lane: vehicles / lane storage | 0..=1.5 |
+//! | L | L | queue of each incoming lane: halted vehicles / lane storage | 0..=1.5 |
+//! | 2L | P | one-hot of the target phase (green now, or being changed to) | 0 or 1 |
+//! | 2L+P | 1 | 1 during a change (yellow or all-red) | 0 or 1 |
+//! | 2L+P+1 | 1 | 1 once the current green has served min green | 0 or 1 |
+//! | 2L+P+2 | 1 | time in the current green / its max green (0 during a change) | 0..=1 |
+//!
+//! Lane fractions may exceed 1 a little (short vehicles pack tighter than the storage
+//! estimate), never 1.5: a reading outside `0..=1.5`, or not finite, is refused, because
+//! it can only come from a faulty detector.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sequencer::{Interval, Sequencer};
+
+/// Layout version; bump when the table above changes.
+pub const OBS_LAYOUT_VERSION: u16 = 1;
+/// Largest lane fraction accepted from a detector.
+pub const MAX_LANE_FRACTION: f32 = 1.5;
+
+/// One incoming lane's detector reading, as fractions of the lane's storage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaneReading {
+    /// Vehicles on the lane / vehicles the lane can store.
+    pub density: f32,
+    /// Halted vehicles on the lane / vehicles the lane can store.
+    pub queue: f32,
+}
+
+impl LaneReading {
+    /// A reading from vehicle counts and the lane's storage in vehicles.
+    pub fn from_counts(vehicles: f32, halted: f32, storage_veh: f32) -> Self {
+        LaneReading {
+            density: vehicles / storage_veh,
+            queue: halted / storage_veh,
+        }
+    }
+}
+
+/// Which field of a lane reading was bad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneField {
+    /// The density.
+    Density,
+    /// The queue.
+    Queue,
+}
+
+impl core::fmt::Display for LaneField {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            LaneField::Density => "density",
+            LaneField::Queue => "queue",
+        })
+    }
+}
+
+/// Why an observation could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+pub enum ObsError {
+    /// Readings for the wrong number of lanes.
+    #[error("expected readings for {expected} lanes, got {got}")]
+    LaneCount {
+        /// Lanes in the layout.
+        expected: usize,
+        /// Readings given.
+        got: usize,
+    },
+    /// Output buffer of the wrong size.
+    #[error("observation buffer holds {got} floats, layout needs {expected}")]
+    BufferSize {
+        /// The layout's dimension.
+        expected: usize,
+        /// The buffer's length.
+        got: usize,
+    },
+    /// The sequencer's plan has a different phase count from the layout.
+    #[error("layout has {expected} phases, the signal's plan has {got}")]
+    PhaseCount {
+        /// Phases in the layout.
+        expected: usize,
+        /// Phases in the plan.
+        got: usize,
+    },
+    /// A reading that no working detector can produce.
+    #[error("lane {lane}: {field} reading {value} is not a finite value in 0..=1.5")]
+    ImpossibleReading {
+        /// The lane index.
+        lane: usize,
+        /// Which field.
+        field: LaneField,
+        /// The value read.
+        value: f32,
+    },
+}
+
+/// The shape of one signal's observation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ObsLayout {
+    /// Incoming lanes observed.
+    pub n_lanes: u16,
+    /// Phases of the plan (one-hot width, and the policy's action count).
+    pub n_phases: u8,
+}
+
+impl ObsLayout {
+    /// Number of floats in an observation.
+    pub const fn dim(&self) -> usize {
+        2 * self.n_lanes as usize + self.n_phases as usize + 3
+    }
+
+    /// Offset of the phase one-hot.
+    pub const fn phase_offset(&self) -> usize {
+        2 * self.n_lanes as usize
+    }
+
+    /// Writes the observation for `lanes` and the sequencer's state into `out`.
+    pub fn write(
+        &self,
+        lanes: &[LaneReading],
+        seq: &Sequencer,
+        out: &mut [f32],
+    ) -> Result<(), ObsError> {
+        let l = self.n_lanes as usize;
+        let p = self.n_phases as usize;
+        if lanes.len() != l {
+            return Err(ObsError::LaneCount {
+                expected: l,
+                got: lanes.len(),
+            });
+        }
+        if out.len() != self.dim() {
+            return Err(ObsError::BufferSize {
+                expected: self.dim(),
+                got: out.len(),
+            });
+        }
+        if seq.plan().n_phases() != p {
+            return Err(ObsError::PhaseCount {
+                expected: p,
+                got: seq.plan().n_phases(),
+            });
+        }
+        for (lane, r) in lanes.iter().enumerate() {
+            for (field, value) in [(LaneField::Density, r.density), (LaneField::Queue, r.queue)] {
+                if !(value.is_finite() && (0.0..=MAX_LANE_FRACTION).contains(&value)) {
+                    return Err(ObsError::ImpossibleReading { lane, field, value });
+                }
+            }
+            out[lane] = r.density;
+            out[l + lane] = r.queue;
+        }
+        let one_hot = &mut out[2 * l..2 * l + p];
+        one_hot.fill(0.0);
+        one_hot[seq.interval().target().0 as usize] = 1.0;
+        let flags = &mut out[2 * l + p..];
+        match seq.interval() {
+            Interval::Green { phase } => {
+                let max = seq.plan().phases()[phase.0 as usize].timing.max_green;
+                flags[0] = 0.0;
+                flags[1] = if seq.min_green_served() { 1.0 } else { 0.0 };
+                flags[2] = (seq.in_interval().0 as f32 / max.0 as f32).min(1.0);
+            }
+            _ => {
+                flags[0] = 1.0;
+                flags[1] = 0.0;
+                flags[2] = 0.0;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{PhaseId, PhasePlan, PhaseTiming};
+    use crate::units::Millis;
+
+    fn seq() -> Sequencer {
+        let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)).unwrap();
+        Sequencer::new(plan, PhaseId(1)).unwrap()
+    }
+
+    #[test]
+    fn layout_matches_table() {
+        let layout = ObsLayout {
+            n_lanes: 2,
+            n_phases: 4,
+        };
+        assert_eq!(layout.dim(), 11);
+        let mut s = seq();
+        s.tick(Millis::from_secs(10));
+        let lanes = [
+            LaneReading {
+                density: 0.5,
+                queue: 0.25,
+            },
+            LaneReading::from_counts(3.0, 1.0, 10.0),
+        ];
+        let mut out = [9.0; 11];
+        layout.write(&lanes, &s, &mut out).unwrap();
+        assert_eq!(
+            out,
+            [0.5, 0.3, 0.25, 0.1, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.25]
+        );
+        s.request(3);
+        layout.write(&lanes, &s, &mut out).unwrap();
+        assert_eq!(&out[4..], &[0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn impossible_readings_name_the_lane() {
+        let layout = ObsLayout {
+            n_lanes: 2,
+            n_phases: 4,
+        };
+        let s = seq();
+        let mut out = [0.0; 11];
+        let bad = [
+            LaneReading::default(),
+            LaneReading {
+                density: 0.1,
+                queue: f32::NAN,
+            },
+        ];
+        let err = layout.write(&bad, &s, &mut out).unwrap_err();
+        assert!(matches!(
+            err,
+            ObsError::ImpossibleReading {
+                lane: 1,
+                field: LaneField::Queue,
+                ..
+            }
+        ));
+        let neg = [
+            LaneReading {
+                density: -0.1,
+                queue: 0.0,
+            },
+            LaneReading::default(),
+        ];
+        assert!(layout.write(&neg, &s, &mut out).is_err());
+        assert_eq!(
+            layout.write(&bad[..1], &s, &mut out),
+            Err(ObsError::LaneCount {
+                expected: 2,
+                got: 1
+            })
+        );
+        assert_eq!(
+            layout.write(&neg, &s, &mut out[..3]),
+            Err(ObsError::BufferSize {
+                expected: 11,
+                got: 3
+            })
+        );
+    }
+}

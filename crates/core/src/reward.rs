@@ -1,0 +1,62 @@
+//! Reward definitions, per signal and per decision interval.
+//!
+//! Scales are fixed so that typical per-decision rewards are of order 1, which keeps PPO's
+//! value targets well conditioned without per-run reward normalisation.
+
+use serde::{Deserialize, Serialize};
+
+/// What the simulator measures at one signal at a decision point.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RewardInputs {
+    /// Accumulated waiting time (s) of the vehicles now on the incoming lanes.
+    pub total_wait_s: f32,
+    /// Halted vehicles on the incoming lanes.
+    pub queue_veh: f32,
+    /// Vehicles on incoming lanes minus vehicles on outgoing lanes.
+    pub pressure_veh: f32,
+}
+
+/// Which reward a signal is trained on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RewardKind {
+    /// Decrease in accumulated waiting time since the last decision, per 100 s.
+    #[default]
+    WaitDelta,
+    /// Minus the number of halted vehicles, per 10 vehicles.
+    Queue,
+    /// Minus the absolute pressure, per 10 vehicles.
+    Pressure,
+}
+
+impl RewardKind {
+    /// The reward for the interval that moved the signal from `prev` to `now`.
+    pub fn reward(self, prev: &RewardInputs, now: &RewardInputs) -> f32 {
+        match self {
+            RewardKind::WaitDelta => (prev.total_wait_s - now.total_wait_s) / 100.0,
+            RewardKind::Queue => -now.queue_veh / 10.0,
+            RewardKind::Pressure => -libm::fabsf(now.pressure_veh) / 10.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewards() {
+        let a = RewardInputs {
+            total_wait_s: 300.0,
+            queue_veh: 5.0,
+            pressure_veh: 4.0,
+        };
+        let b = RewardInputs {
+            total_wait_s: 250.0,
+            queue_veh: 8.0,
+            pressure_veh: -6.0,
+        };
+        assert_eq!(RewardKind::WaitDelta.reward(&a, &b), 0.5);
+        assert_eq!(RewardKind::Queue.reward(&a, &b), -0.8);
+        assert_eq!(RewardKind::Pressure.reward(&a, &b), -0.6);
+    }
+}

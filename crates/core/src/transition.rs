@@ -1,0 +1,101 @@
+//! The transition record logged on controllers and used for fine-tuning.
+
+use heapless::Vec;
+use serde::{Deserialize, Serialize};
+
+/// Largest observation a [`Transition`] holds by default.
+pub const MAX_OBS_DIM: usize = 96;
+
+/// Who chose the phase that was actually served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ActionSource {
+    /// The policy's request was served as asked.
+    #[default]
+    Policy,
+    /// The supervisor (sequencer) served something else (min/max green, clearance).
+    Supervisor,
+    /// The fallback plan acted (the policy was not consulted or not trusted).
+    Fallback,
+}
+
+/// One decision of one signal: `(s, a, r, s', log π(a|s))` plus what the off-policy
+/// learner needs to treat it correctly.
+///
+/// `OBS` is the capacity of the observation vectors; the wire format (postcard) does not
+/// depend on it, so a firmware with `Transition<32>` and a host with the default produce and
+/// read the same bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Transition<const OBS: usize = MAX_OBS_DIM> {
+    /// Milliseconds since the controller's epoch (the log says which).
+    pub timestamp_ms: u64,
+    /// Which signal of the controller.
+    pub signal: u16,
+    /// Observation before the action.
+    pub obs: Vec<f32, OBS>,
+    /// The phase the policy requested (meaningless if `source` is `Fallback`).
+    pub requested: u8,
+    /// The phase actually served next.
+    pub action: u8,
+    /// `log π(requested | obs)` under the acting policy (0 when the fallback acted).
+    pub log_prob: f32,
+    /// Reward for the interval that followed.
+    pub reward: f32,
+    /// Observation after the interval.
+    pub next_obs: Vec<f32, OBS>,
+    /// Whether the episode (or log session) ended here.
+    pub done: bool,
+    /// Version of the policy that acted.
+    pub policy_version: u32,
+    /// Who chose the served phase.
+    pub source: ActionSource,
+}
+
+impl<const OBS: usize> Transition<OBS> {
+    /// Whether this record is a sample of the acting policy (served as the policy asked).
+    /// Only such records may enter importance ratios; the others are still valid
+    /// experience for a Q-critic.
+    pub fn is_policy_sample(&self) -> bool {
+        self.source == ActionSource::Policy && self.requested == self.action
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample<const N: usize>() -> Transition<N> {
+        Transition {
+            timestamp_ms: 123_456_789,
+            signal: 3,
+            obs: Vec::from_slice(&[0.1, 0.2, 1.0]).unwrap(),
+            requested: 2,
+            action: 1,
+            log_prob: -0.7,
+            reward: -1.25,
+            next_obs: Vec::from_slice(&[0.3, 0.2, 0.0]).unwrap(),
+            done: false,
+            policy_version: 7,
+            source: ActionSource::Supervisor,
+        }
+    }
+
+    #[test]
+    fn postcard_round_trip_across_capacities() {
+        let t: Transition = sample();
+        let mut buf = [0u8; 128];
+        let used = postcard::to_slice(&t, &mut buf).unwrap();
+        let back: Transition = postcard::from_bytes(used).unwrap();
+        assert_eq!(back, t);
+        let small: Transition<4> = postcard::from_bytes(used).unwrap();
+        assert_eq!(small.obs.as_slice(), t.obs.as_slice());
+        assert!(!back.is_policy_sample());
+    }
+
+    #[test]
+    fn too_long_observation_is_an_error_not_a_panic() {
+        let t: Transition = sample();
+        let bytes = postcard::to_allocvec(&t).unwrap();
+        assert!(postcard::from_bytes::<Transition<2>>(&bytes).is_err());
+        assert!(postcard::from_bytes::<Transition>(&bytes[..bytes.len() - 3]).is_err());
+    }
+}

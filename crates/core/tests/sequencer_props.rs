@@ -1,0 +1,401 @@
+//! Property tests of the safety sequencer.
+//!
+//! An independent monitor (like a cabinet's malfunction management unit) watches every
+//! stretch of constant display the sequencer reports and checks, on every tick:
+//!
+//! 1. no two conflicting movements are ever non-red together;
+//! 2. a movement never goes from green straight to red, nor from yellow back to green;
+//! 3. every yellow lasts exactly the ending phase's yellow, every all-red exactly its all-red;
+//! 4. a movement turns green only when no conflicting movement was green just before
+//!    (a foe's clearance ends before it starts);
+//! 5. intervals follow Green → Yellow → AllRed → Green (AllRed omitted only when it is 0 s);
+//! 6. every completed green lasts at least min green, and no green ever exceeds max green;
+//! 7. the segments of a tick add up to the tick, and the action mask is honest: a request
+//!    inside the mask is never overridden.
+//!
+//! Plans are random (random movements on four arms, conflicts from geometry, phases as
+//! random maximal conflict-free sets, random timing); requests are random, adversarial
+//! (always switch, never switch, out-of-range phases, requests during clearance, bursts
+//! every millisecond) and tick sizes random from 1 ms to a minute.
+
+use greenwave_core::plan::{MAX_MOVEMENTS, MAX_PHASES};
+use greenwave_core::sequencer::Segment;
+use greenwave_core::{
+    ConflictMatrix, Interval, Millis, Movement, MovementId, MovementSet, Phase, PhaseId, PhasePlan,
+    PhaseTiming, Sequencer, Signal, Turn,
+};
+use proptest::prelude::*;
+
+/// The independent monitor.
+struct Monitor {
+    plan: PhasePlan,
+    prev_signal: [Signal; MAX_MOVEMENTS],
+    yellow_since_ms: [u64; MAX_MOVEMENTS],
+    interval: Option<Interval>,
+    interval_ms: u64,
+    now_ms: u64,
+    ticks: u64,
+}
+
+impl Monitor {
+    fn new(seq: &Sequencer) -> Self {
+        let frame = seq.frame();
+        let mut prev_signal = [Signal::Red; MAX_MOVEMENTS];
+        for (i, s) in prev_signal
+            .iter_mut()
+            .enumerate()
+            .take(seq.plan().movements().len())
+        {
+            *s = frame.signal(MovementId(i as u8));
+        }
+        Monitor {
+            plan: seq.plan().clone(),
+            prev_signal,
+            yellow_since_ms: [0; MAX_MOVEMENTS],
+            interval: Some(seq.interval()),
+            interval_ms: 0,
+            now_ms: 0,
+            ticks: 0,
+        }
+    }
+
+    fn timing(&self, p: PhaseId) -> PhaseTiming {
+        self.plan.phases()[p.0 as usize].timing
+    }
+
+    fn check_interval_end(&self, ended: Interval, next: Interval) -> Result<(), String> {
+        let d = self.interval_ms;
+        match (ended, next) {
+            (Interval::Green { phase }, Interval::Yellow { from, .. }) if from == phase => {
+                let t = self.timing(phase);
+                if d < t.min_green.0 as u64 {
+                    return Err(format!(
+                        "green of phase {} lasted {d} ms < min green",
+                        phase.0
+                    ));
+                }
+            }
+            (Interval::Yellow { from, to }, Interval::AllRed { from: f2, to: t2 })
+                if (from, to) == (f2, t2) =>
+            {
+                if d != self.timing(from).yellow.0 as u64 {
+                    return Err(format!("yellow after phase {} lasted {d} ms", from.0));
+                }
+            }
+            (Interval::Yellow { from, to }, Interval::Green { phase }) if phase == to => {
+                if d != self.timing(from).yellow.0 as u64 {
+                    return Err(format!("yellow after phase {} lasted {d} ms", from.0));
+                }
+                if self.timing(from).all_red.0 != 0 {
+                    return Err(format!("all-red after phase {} skipped", from.0));
+                }
+            }
+            (Interval::AllRed { from, to }, Interval::Green { phase }) if phase == to => {
+                if d != self.timing(from).all_red.0 as u64 {
+                    return Err(format!("all-red after phase {} lasted {d} ms", from.0));
+                }
+            }
+            (a, b) => return Err(format!("illegal interval order {a:?} -> {b:?}")),
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, seg: &Segment) -> Result<(), String> {
+        let n = self.plan.movements().len();
+        let frame = seg.frame;
+        // Interval bookkeeping.
+        if self.interval != Some(seg.interval) {
+            if let Some(prev) = self.interval {
+                self.check_interval_end(prev, seg.interval)?;
+            }
+            self.interval = Some(seg.interval);
+            self.interval_ms = 0;
+        }
+        // 1. No conflicting non-red pair.
+        let non_red = frame.non_red();
+        for m in non_red.iter() {
+            let clash = self.plan.conflicts().foes(m).and(non_red);
+            if !clash.is_empty() {
+                return Err(format!(
+                    "conflicting movements {} and {:?} non-red",
+                    m.0, clash
+                ));
+            }
+        }
+        if frame.green.and(frame.yellow) != MovementSet::EMPTY {
+            return Err("a movement is green and yellow at once".into());
+        }
+        // 2 and 4: per-movement transitions, against the previous display as a whole.
+        let before_all = self.prev_signal;
+        for i in 0..n {
+            let m = MovementId(i as u8);
+            let (before, now) = (self.prev_signal[i], frame.signal(m));
+            match (before, now) {
+                (Signal::Green, Signal::Red) => return Err(format!("movement {i}: green -> red")),
+                (Signal::Yellow, Signal::Green) => {
+                    return Err(format!("movement {i}: yellow -> green"))
+                }
+                (Signal::Green, Signal::Yellow) => self.yellow_since_ms[i] = self.now_ms,
+                (Signal::Red, Signal::Green) => {
+                    let foes = self.plan.conflicts().foes(m);
+                    // A foe may end its yellow at this very instant (0 s all-red), but it
+                    // must not have been green: every foe went through its yellow first.
+                    for f in foes.iter() {
+                        if before_all[f.0 as usize] == Signal::Green {
+                            return Err(format!("movement {i} green right after foe {}", f.0));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.prev_signal[i] = now;
+        }
+        // 6. Max green, checked as time accumulates.
+        self.interval_ms += seg.duration.0 as u64;
+        self.now_ms += seg.duration.0 as u64;
+        if let Interval::Green { phase } = seg.interval {
+            if self.interval_ms > self.timing(phase).max_green.0 as u64 {
+                return Err(format!("green of phase {} exceeded max green", phase.0));
+            }
+        }
+        if let Interval::Yellow { from, .. } = seg.interval {
+            if self.interval_ms > self.timing(from).yellow.0 as u64 {
+                return Err(format!("yellow after phase {} too long", from.0));
+            }
+        }
+        Ok(())
+    }
+
+    /// Advances the sequencer by `dt` under watch.
+    fn tick(&mut self, seq: &mut Sequencer, dt: Millis) -> Result<(), String> {
+        let mut total = 0u64;
+        let mut err = Ok(());
+        seq.advance(dt, |seg| {
+            total += seg.duration.0 as u64;
+            if err.is_ok() {
+                err = self.observe(seg);
+            }
+        });
+        err?;
+        if total != dt.0 as u64 {
+            return Err(format!("segments sum to {total} ms, tick was {} ms", dt.0));
+        }
+        self.ticks += 1;
+        Ok(())
+    }
+}
+
+/// Random plan: 2..=12 random movements on four arms (no duplicates), geometric conflicts,
+/// phases built greedily as conflict-free sets covering every movement, random timing.
+fn arb_plan() -> impl Strategy<Value = PhasePlan> {
+    let turn = prop_oneof![
+        Just(Turn::Left),
+        Just(Turn::Through),
+        Just(Turn::Right),
+        Just(Turn::UTurn),
+        Just(Turn::Pedestrian)
+    ];
+    let timing = (
+        1u32..20_000,
+        1u32..60_000,
+        3000u32..=6000,
+        0u32..=6000,
+        any::<bool>(),
+    )
+        .prop_map(|(min, extra, yellow, all_red, whole)| {
+            // Whole seconds half of the time: the usual case, with boundaries that line up.
+            let r = |x: u32| if whole { (x / 1000).max(1) * 1000 } else { x };
+            let min_green = r(min.max(1000));
+            PhaseTiming {
+                min_green: Millis(min_green),
+                max_green: Millis(min_green + r(extra)),
+                yellow: Millis(r(yellow)),
+                all_red: Millis(if whole {
+                    (all_red / 1000) * 1000
+                } else {
+                    all_red
+                }),
+                pedestrian: None,
+            }
+        });
+    (
+        proptest::collection::vec((0u8..4, turn), 2..=12),
+        proptest::collection::vec(timing, MAX_PHASES),
+        any::<u64>(),
+    )
+        .prop_filter_map("need two phases", |(raw, timings, order_seed)| {
+            let mut movements: Vec<Movement> = Vec::new();
+            for (a, t) in raw {
+                let m = Movement::new(a, t);
+                if !movements.contains(&m) {
+                    movements.push(m);
+                }
+            }
+            let conflicts = ConflictMatrix::four_arm(&movements);
+            // Greedy cover, starting from a seed-dependent rotation so phases overlap.
+            let n = movements.len();
+            let mut phases: Vec<MovementSet> = Vec::new();
+            for start in 0..n {
+                let mut set = MovementSet::EMPTY;
+                for k in 0..n {
+                    let i = (start + k + order_seed as usize) % n;
+                    let m = MovementId(i as u8);
+                    if conflicts.foes(m).and(set).is_empty() {
+                        set.insert(m);
+                    }
+                }
+                if !phases.contains(&set) {
+                    phases.push(set);
+                }
+            }
+            phases.truncate(MAX_PHASES);
+            if phases.len() < 2 {
+                return None;
+            }
+            let phases: Vec<Phase> = phases
+                .into_iter()
+                .zip(timings)
+                .map(|(movements, timing)| Phase { movements, timing })
+                .collect();
+            Some(PhasePlan::new(&movements, conflicts, &phases).expect("generated plan is valid"))
+        })
+}
+
+/// One step of a scenario: request (or not), then tick.
+#[derive(Clone, Debug)]
+enum Step {
+    Request(u8, u32),
+    Tick(u32),
+}
+
+fn arb_steps() -> impl Strategy<Value = Vec<Step>> {
+    let dt = prop_oneof![
+        1u32..=5,
+        100u32..=1000,
+        1000u32..=10_000,
+        10_000u32..=60_000
+    ];
+    let step = prop_oneof![
+        4 => (0u8..=17, dt.clone()).prop_map(|(p, d)| Step::Request(p, d)),
+        1 => dt.prop_map(Step::Tick),
+    ];
+    proptest::collection::vec(step, 1..400)
+}
+
+fn run(plan: PhasePlan, steps: &[Step]) -> Result<u64, String> {
+    let mut seq = Sequencer::new(plan, PhaseId(0)).unwrap();
+    let mut mon = Monitor::new(&seq);
+    for s in steps {
+        match *s {
+            Step::Request(p, dt) => {
+                let mask = seq.action_mask();
+                let r = seq.request(p);
+                if (p as usize) < MAX_PHASES && mask.allows(PhaseId(p)) && r.overridden.is_some() {
+                    return Err(format!(
+                        "request {p} inside mask {mask:?} overridden: {r:?}"
+                    ));
+                }
+                mon.tick(&mut seq, Millis(dt))?;
+            }
+            Step::Tick(dt) => mon.tick(&mut seq, Millis(dt))?,
+        }
+    }
+    Ok(mon.ticks)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_requests_never_break_an_invariant(plan in arb_plan(), steps in arb_steps()) {
+        run(plan, &steps).map_err(TestCaseError::fail)?;
+    }
+
+    /// Adversary: always asks for a different phase, every millisecond.
+    #[test]
+    fn switch_every_millisecond(plan in arb_plan(), ticks in 1usize..20_000) {
+        let n = plan.n_phases() as u8;
+        let steps: Vec<Step> = (0..ticks).map(|i| Step::Request((i as u8) % n, 1)).collect();
+        run(plan, &steps).map_err(TestCaseError::fail)?;
+    }
+
+    /// Adversary: always asks to keep the current green, so max green must force changes.
+    #[test]
+    fn never_switching_still_cycles(plan in arb_plan(), dt in 1u32..5000) {
+        let mut seq = Sequencer::new(plan.clone(), PhaseId(0)).unwrap();
+        let mut mon = Monitor::new(&seq);
+        let mut greens = 0;
+        let mut last = seq.interval();
+        for _ in 0..2000 {
+            let target = seq.interval().target().0;
+            seq.request(target);
+            mon.tick(&mut seq, Millis(dt)).map_err(TestCaseError::fail)?;
+            if seq.interval() != last && matches!(seq.interval(), Interval::Green { .. }) {
+                greens += 1;
+            }
+            last = seq.interval();
+        }
+        let longest = plan.phases().iter().map(|p| {
+            p.timing.max_green.0 + p.timing.yellow.0 + p.timing.all_red.0
+        }).max().unwrap() as u64;
+        // 2000 ticks of dt: at least one change per longest cycle step.
+        prop_assert!(greens as u64 >= ((2000 * dt as u64) / longest).saturating_sub(1));
+    }
+}
+
+/// Deterministic PRNG for the long run (no dependency needed for a 10^7-step soak).
+struct SplitMix(u64);
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// 10^7 monitored ticks on the standard plan and a random plan, adversarial requests.
+/// Ignored by default (it takes seconds in release, minutes in debug); `.ci/run` runs it
+/// with `cargo test --release -p greenwave-core -- --ignored`.
+#[test]
+#[ignore]
+fn long_run_ten_million_ticks() {
+    let plans = [
+        PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 4, 2)).unwrap(),
+        PhasePlan::four_arm_protected_left(PhaseTiming {
+            min_green: Millis(1500),
+            max_green: Millis(7300),
+            yellow: Millis(3100),
+            all_red: Millis(0),
+            pedestrian: None,
+        })
+        .unwrap(),
+    ];
+    let mut rng = SplitMix(2026);
+    let mut total = 0u64;
+    for plan in plans {
+        let n = plan.n_phases() as u64;
+        let mut seq = Sequencer::new(plan, PhaseId(0)).unwrap();
+        let mut mon = Monitor::new(&seq);
+        for _ in 0..5_000_000 {
+            let r = rng.next();
+            if r % 3 != 0 {
+                seq.request(((r >> 8) % (n + 2)) as u8);
+            }
+            let dt = match (r >> 16) % 4 {
+                0 => 1 + (r >> 24) % 10,
+                1 => 100,
+                2 => 1000,
+                _ => 1 + (r >> 24) % 20_000,
+            };
+            mon.tick(&mut seq, Millis(dt as u32)).unwrap();
+        }
+        total += mon.ticks;
+    }
+    assert_eq!(total, 10_000_000);
+}
