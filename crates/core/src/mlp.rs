@@ -345,31 +345,38 @@ impl<'a> MlpBlob<'a> {
     }
 }
 
-/// Dot product of little-endian f32 weights with `x`.
+/// Dot product of little-endian f32 weights with `x`. Weights are decoded four bytes at a
+/// time from exact chunks (no per-byte bounds checks; unaligned loads are fine on the
+/// Cortex-M4 and on hosts), with four accumulators so the add chains overlap and a fixed
+/// summation order so results are reproducible.
 fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
-    dot(x, |i| f32_at(w, i))
+    let mut acc = [0.0f32; 4];
+    let mut wc = w.chunks_exact(16);
+    let mut xc = x.chunks_exact(4);
+    for (wq, xq) in (&mut wc).zip(&mut xc) {
+        for k in 0..4 {
+            let b = &wq[4 * k..4 * k + 4];
+            acc[k] += f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * xq[k];
+        }
+    }
+    for (b, &xv) in wc.remainder().chunks_exact(4).zip(xc.remainder()) {
+        acc[0] += f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * xv;
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
 }
 
 /// Dot product of i8 weights with `x` (the caller applies the layer's scale).
 fn dot_i8(w: &[u8], x: &[f32]) -> f32 {
-    dot(x, |i| (w[i] as i8) as f32)
-}
-
-/// Four independent accumulators so the add chains overlap (the MCU has an FPU pipeline,
-/// the host has several), and a fixed summation order so results are reproducible.
-#[inline(always)]
-fn dot(x: &[f32], weight: impl Fn(usize) -> f32) -> f32 {
     let mut acc = [0.0f32; 4];
-    let mut chunks = x.chunks_exact(4);
-    let mut base = 0;
-    for c in &mut chunks {
-        for (k, (a, &xv)) in acc.iter_mut().zip(c).enumerate() {
-            *a += weight(base + k) * xv;
+    let mut wc = w.chunks_exact(4);
+    let mut xc = x.chunks_exact(4);
+    for (wq, xq) in (&mut wc).zip(&mut xc) {
+        for k in 0..4 {
+            acc[k] += (wq[k] as i8) as f32 * xq[k];
         }
-        base += 4;
     }
-    for (k, &xv) in chunks.remainder().iter().enumerate() {
-        acc[0] += weight(base + k) * xv;
+    for (&q, &xv) in wc.remainder().iter().zip(xc.remainder()) {
+        acc[0] += (q as i8) as f32 * xv;
     }
     (acc[0] + acc[1]) + (acc[2] + acc[3])
 }

@@ -121,6 +121,27 @@ impl ObsLayout {
         2 * self.n_lanes as usize
     }
 
+    /// The action mask implied by an observation of this layout: during a change or before
+    /// min green only the target phase, otherwise every phase. This is exactly
+    /// [`Sequencer::action_mask`] at the moment the observation was taken, so logged
+    /// observations carry their mask with them. `None` if `obs` has the wrong size or no
+    /// target phase is marked.
+    pub fn mask_from_obs(&self, obs: &[f32]) -> Option<crate::sequencer::PhaseMask> {
+        if obs.len() != self.dim() {
+            return None;
+        }
+        let p = self.n_phases as usize;
+        let off = self.phase_offset();
+        let target = obs[off..off + p].iter().position(|&x| x > 0.5)?;
+        let in_change = obs[off + p] > 0.5;
+        let min_green_served = obs[off + p + 1] > 0.5;
+        Some(if !in_change && min_green_served {
+            crate::sequencer::PhaseMask(((1u32 << p) - 1) as u16)
+        } else {
+            crate::sequencer::PhaseMask(1 << target)
+        })
+    }
+
     /// Writes the observation for `lanes` and the sequencer's state into `out`.
     pub fn write(
         &self,
@@ -211,9 +232,15 @@ mod tests {
             out,
             [0.5, 0.3, 0.25, 0.1, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.25]
         );
+        assert_eq!(layout.mask_from_obs(&out), Some(s.action_mask()));
         s.request(3);
         layout.write(&lanes, &s, &mut out).unwrap();
         assert_eq!(&out[4..], &[0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
+        assert_eq!(layout.mask_from_obs(&out), Some(s.action_mask()));
+        let fresh = seq();
+        layout.write(&lanes, &fresh, &mut out).unwrap();
+        assert_eq!(layout.mask_from_obs(&out), Some(fresh.action_mask()));
+        assert_eq!(layout.mask_from_obs(&out[..3]), None);
     }
 
     #[test]

@@ -368,8 +368,10 @@ impl Sequencer {
         }
     }
 
-    /// Time until the next interval change if no request comes.
-    fn to_boundary(&self) -> Millis {
+    /// Time until the next interval change if no request comes (zero if one is due now).
+    /// A controller that updates its outputs only on polls can stop a tick here, so every
+    /// interval begins exactly on a poll.
+    pub fn time_to_boundary(&self) -> Millis {
         let end = match self.interval {
             Interval::Green { phase } => {
                 let t = self.timing(phase);
@@ -391,7 +393,7 @@ impl Sequencer {
         let mut left = dt;
         self.settle();
         while left > Millis::ZERO {
-            let step = left.min(self.to_boundary());
+            let step = left.min(self.time_to_boundary());
             on_segment(&Segment {
                 interval: self.interval,
                 frame: self.frame(),
