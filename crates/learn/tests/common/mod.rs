@@ -1,0 +1,68 @@
+//! Fixtures shared by the ONNX tests.
+#![allow(dead_code)]
+
+use candle_core::Device;
+use greenwave_core::{ObsLayout, PhasePlan, PhaseTiming};
+use greenwave_learn::{ActorCritic, Manifest, ObsNormalization, PolicyWeights, Provenance};
+
+pub fn policy() -> (PolicyWeights, Manifest) {
+    let layout = ObsLayout {
+        n_lanes: 12,
+        n_phases: 4,
+    };
+    let net = ActorCritic::new(layout, &[64, 64], 42, &Device::Cpu).unwrap();
+    let d = layout.dim();
+    let norm = ObsNormalization {
+        mean: (0..d).map(|i| 0.01 * i as f32).collect(),
+        inv_std: (0..d).map(|i| 0.5 + 0.05 * i as f32).collect(),
+        clip: 5.0,
+    };
+    // Make the actor head non-trivial (its init gain is 0.01).
+    let mut w = net.to_weights(norm).unwrap();
+    for (i, x) in w.actor.last_mut().unwrap().weights.iter_mut().enumerate() {
+        *x += ((i * 13 % 7) as f32 - 3.0) * 0.1;
+    }
+    let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)).unwrap();
+    let manifest = Manifest::new(&plan, layout, 5.0, vec![64, 64], Provenance::default());
+    (w, manifest)
+}
+
+pub fn observations(n: usize, d: usize) -> Vec<f32> {
+    (0..n * d)
+        .map(|i| ((i * 7919 % 1000) as f32) / 500.0 - 0.5)
+        .collect()
+}
+
+pub fn candle_outputs(w: &PolicyWeights, obs: &[f32], n: usize) -> (Vec<f32>, Vec<f32>) {
+    let d = w.obs_dim();
+    let net = ActorCritic::from_weights(w, &Device::Cpu).unwrap();
+    let mut x = vec![0.0; n * d];
+    for (o, r) in x.chunks_mut(d).zip(obs.chunks(d)) {
+        w.norm.apply(r, o);
+    }
+    let t = candle_core::Tensor::from_vec(x, (n, d), &Device::Cpu).unwrap();
+    let logits = net
+        .actor
+        .forward(&t)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let value = net
+        .critic
+        .forward(&t)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    (logits, value)
+}
+
+pub fn assert_close(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= 1e-5, "{what}[{i}]: {x} vs {y}");
+    }
+}
