@@ -1,0 +1,110 @@
+//! Vehicle-actuated control: gap-out / max-out on detector calls.
+
+use greenwave_core::PhaseId;
+
+use super::{decide_switchable, Controller, FixedTime};
+use crate::env::Env;
+use crate::scenario::Scenario;
+
+/// How much longer than its Webster green a phase may be extended (the usual setting of
+/// max green in actuated timing plans: 1.25 to 1.5 times the fixed-time green).
+pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
+
+/// Actuated control.
+///
+/// The green phase is extended while a vehicle of one of its movements is in the
+/// detector zone, or left it less than `passage_s` ago. It ends when the gap is longer
+/// (gap-out) or its max green is reached (max-out). The next phase is the first one after
+/// it, in plan order, with a call on a movement it does not already serve; with no call
+/// anywhere the green rests. Decisions come once per decision interval, so a gap-out
+/// takes effect at the next decision point.
+#[derive(Clone, Debug)]
+pub struct Actuated {
+    /// Largest gap (s) since the detector zone emptied that still extends the green.
+    pub passage_s: f32,
+    /// Max green (s) per signal and phase; a signal or phase missing here uses its plan's
+    /// max green (which the sequencer enforces in any case).
+    pub max_green_s: Vec<Vec<f64>>,
+}
+
+impl Default for Actuated {
+    /// Passage 1 s, max green from the plans.
+    fn default() -> Self {
+        Actuated {
+            passage_s: 1.0,
+            max_green_s: Vec::new(),
+        }
+    }
+}
+
+impl Actuated {
+    /// Actuated control for `scenario`: max green of each phase 1.5 times its Webster green
+    /// for the scenario's demand (phases Webster leaves out keep their plan's max green).
+    pub fn for_scenario(scenario: &Scenario) -> Self {
+        let webster = FixedTime::webster(scenario);
+        let max_green_s = webster
+            .plans()
+            .iter()
+            .zip(scenario.plans())
+            .map(|(fixed, plan)| {
+                let mut max: Vec<f64> = plan
+                    .phases()
+                    .iter()
+                    .map(|p| p.timing.max_green.0 as f64 / 1000.0)
+                    .collect();
+                for stage in &fixed.stages {
+                    if let Some(m) = max.get_mut(stage.phase as usize) {
+                        *m = m.min(stage.green_s * MAX_GREEN_OVER_WEBSTER);
+                    }
+                }
+                max
+            })
+            .collect();
+        Actuated {
+            max_green_s,
+            ..Actuated::default()
+        }
+    }
+}
+
+impl Controller for Actuated {
+    fn name(&self) -> &'static str {
+        "actuated"
+    }
+
+    fn reset(&mut self, _env: &dyn Env) {}
+
+    fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
+        decide_switchable(env, |i, seq, phase, detectors| {
+            let plan = seq.plan();
+            let green = plan.phases()[phase.0 as usize].movements;
+            let elapsed_s = seq.in_interval().0 as f64 / 1000.0;
+            let max_out = self
+                .max_green_s
+                .get(i)
+                .and_then(|phases| phases.get(phase.0 as usize))
+                .is_some_and(|&max| elapsed_s + 1e-3 >= max);
+            let gap_out = !green
+                .iter()
+                .filter_map(|m| detectors.get(m.0 as usize))
+                .any(|d| d.gap_s < self.passage_s);
+            if !max_out && !gap_out {
+                return phase.0;
+            }
+            let n = plan.n_phases();
+            let mask = env.action_mask(i);
+            (1..n)
+                .map(|k| (phase.0 as usize + k) % n)
+                .find(|&q| {
+                    mask.allows(PhaseId(q as u8))
+                        && plan.phases()[q]
+                            .movements
+                            .minus(green)
+                            .iter()
+                            .filter_map(|m| detectors.get(m.0 as usize))
+                            .any(|d| d.call || d.queue_veh > 0.0)
+                })
+                .map_or(phase.0, |q| q as u8)
+        })
+    }
+}

@@ -1,0 +1,180 @@
+//! Fixed-time control with Webster's optimal cycle and green splits.
+
+use greenwave_core::{Interval, PhasePlan};
+
+use super::Controller;
+use crate::env::Env;
+use crate::scenario::{FlowModel, LaneGroupDemand, Scenario};
+
+/// Shortest and longest cycle Webster's method may choose.
+const CYCLE_RANGE_S: (f64, f64) = (30.0, 150.0);
+/// Above this total critical flow ratio the junction is treated as oversaturated and
+/// gets the longest cycle.
+const MAX_FLOW_RATIO: f64 = 0.9;
+
+/// One stage of a fixed cycle: a phase and its displayed green.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stage {
+    /// The phase.
+    pub phase: u8,
+    /// Its displayed green.
+    pub green_s: f64,
+}
+
+/// The fixed cycle of one signal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FixedTimePlan {
+    /// Stages in cycle order.
+    pub stages: Vec<Stage>,
+    /// Cycle length including clearances.
+    pub cycle_s: f64,
+}
+
+/// Fixed-time control: every signal runs its cycle, stage after stage.
+#[derive(Clone, Debug)]
+pub struct FixedTime {
+    plans: Vec<FixedTimePlan>,
+    stage: Vec<usize>,
+}
+
+impl FixedTime {
+    /// A controller running `plans` (one per signal, in signal order).
+    pub fn new(plans: Vec<FixedTimePlan>) -> Self {
+        let stage = vec![0; plans.len()];
+        FixedTime { plans, stage }
+    }
+
+    /// Webster-optimal plans for every signal of `scenario`, from the mean flows of its
+    /// active demand over the episode.
+    pub fn webster(scenario: &Scenario) -> Self {
+        let flow = scenario.flow_model();
+        let plans = scenario
+            .plans()
+            .into_iter()
+            .zip(scenario.lane_group_demand())
+            .map(|(plan, groups)| {
+                webster_plan(plan, &groups, &flow, scenario.decision_interval_s())
+            })
+            .collect();
+        FixedTime::new(plans)
+    }
+
+    /// The plans, one per signal.
+    pub fn plans(&self) -> &[FixedTimePlan] {
+        &self.plans
+    }
+}
+
+/// Webster's optimal cycle `C0 = (1.5 L + 5) / (1 − Y)` and greens in proportion to each
+/// phase's critical flow ratio `y = flow / (lanes · saturation flow)`, for one signal.
+///
+/// `L` adds up each phase's lost time (start-up lost time plus the unused part of yellow
+/// and all-red). Phases that carry no demand are left out of the cycle (all of them are
+/// kept when none carries any). Greens are rounded to whole decision intervals, since
+/// the controller can only switch at decision points, and kept within min/max green.
+pub fn webster_plan(
+    plan: &PhasePlan,
+    groups: &[LaneGroupDemand],
+    flow: &FlowModel,
+    decision_interval_s: u32,
+) -> FixedTimePlan {
+    let s = flow.saturation_flow_veh_per_hour_per_lane;
+    let ratios: Vec<f64> = plan
+        .phases()
+        .iter()
+        .map(|phase| {
+            groups
+                .iter()
+                .filter(|g| !g.movements.and(phase.movements).is_empty())
+                .map(|g| g.flow_veh_per_hour / (g.lanes as f64 * s))
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    let mut served: Vec<usize> = (0..ratios.len()).filter(|&p| ratios[p] > 0.0).collect();
+    if served.is_empty() {
+        served = (0..ratios.len()).collect();
+    }
+    let lost_s = |p: usize| {
+        let t = plan.phases()[p].timing;
+        let clearance = (t.yellow.0 + t.all_red.0) as f64 / 1000.0;
+        flow.startup_lost_time_s + (clearance - flow.yellow_used_s).max(0.0)
+    };
+    let total_lost_s: f64 = served.iter().map(|&p| lost_s(p)).sum();
+    let y_total: f64 = served.iter().map(|&p| ratios[p]).sum();
+    let cycle_s = if y_total >= MAX_FLOW_RATIO {
+        CYCLE_RANGE_S.1
+    } else {
+        ((1.5 * total_lost_s + 5.0) / (1.0 - y_total)).clamp(CYCLE_RANGE_S.0, CYCLE_RANGE_S.1)
+    };
+    let effective_green_s = (cycle_s - total_lost_s).max(0.0);
+    let dt = decision_interval_s.max(1) as f64;
+    let stages: Vec<Stage> = served
+        .iter()
+        .map(|&p| {
+            let t = plan.phases()[p].timing;
+            let share = if y_total > 0.0 {
+                ratios[p] / y_total
+            } else {
+                1.0 / served.len() as f64
+            };
+            // Displayed green = effective green − yellow used + start-up lost time.
+            let g = effective_green_s * share - flow.yellow_used_s + flow.startup_lost_time_s;
+            let min_s = (t.min_green.0 as f64 / 1000.0 / dt).ceil() * dt;
+            let max_s = t.max_green.0 as f64 / 1000.0;
+            let green_s = ((g / dt).round() * dt).max(min_s).min(max_s);
+            Stage {
+                phase: p as u8,
+                green_s,
+            }
+        })
+        .collect();
+    let cycle_s = stages
+        .iter()
+        .map(|st| {
+            let t = plan.phases()[st.phase as usize].timing;
+            st.green_s + (t.yellow.0 + t.all_red.0) as f64 / 1000.0
+        })
+        .sum();
+    FixedTimePlan { stages, cycle_s }
+}
+
+impl Controller for FixedTime {
+    fn name(&self) -> &'static str {
+        "fixed-time"
+    }
+
+    fn reset(&mut self, env: &dyn Env) {
+        self.stage = vec![0; env.signals().len()];
+    }
+
+    fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
+        (0..env.signals().len())
+            .map(|i| {
+                let seq = env.sequencer(i);
+                let Some(plan) = self.plans.get(i).filter(|p| !p.stages.is_empty()) else {
+                    // No plan for this signal: keep whatever it is doing.
+                    return seq.interval().target().0;
+                };
+                // During a change only its target is honoured.
+                let phase = match seq.interval() {
+                    Interval::Green { phase } => phase,
+                    change => return change.target().0,
+                };
+                let stage = &mut self.stage[i];
+                if plan.stages[*stage].phase != phase.0 {
+                    // Out of step (the episode's first phase, or a max-green change):
+                    // follow the sequencer if this phase is a stage, else move on.
+                    match plan.stages.iter().position(|st| st.phase == phase.0) {
+                        Some(k) => *stage = k,
+                        None => return plan.stages[*stage].phase,
+                    }
+                }
+                let elapsed_s = seq.in_interval().0 as f64 / 1000.0;
+                if elapsed_s + 1e-3 >= plan.stages[*stage].green_s {
+                    *stage = (*stage + 1) % plan.stages.len();
+                }
+                plan.stages[*stage].phase
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,205 @@
+use greenwave_core::{Interval, MovementSet, PhaseId, PhasePlan};
+
+use super::*;
+use crate::scenario::{FlowModel, LaneGroupDemand};
+use crate::test_support::approach;
+use crate::EmbeddedEnv;
+
+fn flow_model() -> FlowModel {
+    FlowModel {
+        saturation_flow_veh_per_hour_per_lane: 1800.0,
+        startup_lost_time_s: 2.0,
+        yellow_used_s: 2.0,
+    }
+}
+
+fn two_phase_plan() -> PhasePlan {
+    approach(0.0, 100.0, 0, 60.0).plans()[0].clone()
+}
+
+/// `(phase, displayed green)` of every green that ended while `controller` drove `env`
+/// for `seconds` (seen at decision points, worked back from the sequencer's state).
+fn greens(env: &mut EmbeddedEnv, controller: &mut dyn Controller, seconds: f64) -> Vec<(u8, f64)> {
+    let mut out = Vec::new();
+    let mut current: Option<(u8, f64)> = None;
+    while env.now_s() < seconds {
+        let actions = controller.decide(env);
+        env.step(&actions).unwrap();
+        let seq = env.sequencer(0);
+        let since_s = env.now_s() - seq.in_interval().0 as f64 / 1e3;
+        let green_now = seq.green_phase().map(|p| (p.0, since_s));
+        if let Some((p, start)) = current {
+            if green_now != Some((p, start)) {
+                let t = seq.plan().phases()[p as usize].timing;
+                let (yellow_s, all_red_s) = (t.yellow.0 as f64 / 1e3, t.all_red.0 as f64 / 1e3);
+                let ended_s = match seq.interval() {
+                    Interval::Yellow { .. } => since_s,
+                    Interval::AllRed { .. } => since_s - yellow_s,
+                    Interval::Green { .. } => since_s - yellow_s - all_red_s,
+                };
+                out.push((p, ended_s - start));
+            }
+        }
+        current = green_now;
+    }
+    out
+}
+
+#[test]
+fn names_round_trip() {
+    for kind in ControllerKind::ALL {
+        assert_eq!(kind.name().parse::<ControllerKind>(), Ok(kind));
+        assert_eq!(kind.to_string(), kind.name());
+    }
+    let err = "smart".parse::<ControllerKind>().unwrap_err();
+    assert!(err
+        .to_string()
+        .contains("fixed-time, actuated, max-pressure"));
+}
+
+#[test]
+fn webster_plan_matches_the_hand_computation() {
+    // y = 600/1800 = 1/3 and 300/1800 = 1/6, Y = 1/2; lost time per phase
+    // 2 + (3 + 2 - 2) = 5 s, L = 10 s; C0 = (1.5·10 + 5) / (1 - 1/2) = 40 s; effective
+    // greens 30·(2/3) = 20 s and 10 s; displayed green = effective - 2 + 2.
+    let groups = [
+        LaneGroupDemand {
+            movements: MovementSet::from_ids(&[0]),
+            lanes: 1,
+            flow_veh_per_hour: 600.0,
+        },
+        LaneGroupDemand {
+            movements: MovementSet::from_ids(&[1]),
+            lanes: 1,
+            flow_veh_per_hour: 300.0,
+        },
+    ];
+    let plan = webster_plan(&two_phase_plan(), &groups, &flow_model(), 5);
+    assert_eq!(
+        plan.stages,
+        vec![
+            Stage {
+                phase: 0,
+                green_s: 20.0
+            },
+            Stage {
+                phase: 1,
+                green_s: 10.0
+            }
+        ]
+    );
+    assert_eq!(plan.cycle_s, 40.0);
+    // An unloaded phase is left out; oversaturation gets the longest cycle.
+    let only_north = webster_plan(&two_phase_plan(), &groups[..1], &flow_model(), 5);
+    assert_eq!(only_north.stages.len(), 1);
+    let heavy = [LaneGroupDemand {
+        flow_veh_per_hour: 1700.0,
+        ..groups[0].clone()
+    }];
+    let plan = webster_plan(&two_phase_plan(), &heavy, &flow_model(), 5);
+    // 150 s cycle but the phase's max green (60 s) caps the green.
+    assert_eq!(plan.stages[0].green_s, 60.0);
+}
+
+#[test]
+fn webster_for_single_4way_serves_the_heavy_direction_longest() {
+    let s = crate::load("single-4way").unwrap();
+    let ft = FixedTime::webster(&s);
+    let stages = &ft.plans()[0].stages;
+    assert_eq!(stages.len(), 4);
+    assert!(stages[0].green_s > stages[2].green_s, "{stages:?}");
+    assert!(stages
+        .iter()
+        .all(|st| st.green_s >= 10.0 && st.green_s % 5.0 == 0.0));
+    let shifted = FixedTime::webster(&s.with_demand("shifted").unwrap());
+    let st = &shifted.plans()[0].stages;
+    assert!(st[2].green_s > st[0].green_s, "{st:?}");
+}
+
+#[test]
+fn fixed_time_runs_its_cycle() {
+    let s = approach(300.0, 500.0, 0, 60.0);
+    let mut env = EmbeddedEnv::from_scenario(&s, 1);
+    let mut ft = FixedTime::new(vec![FixedTimePlan {
+        stages: vec![
+            Stage {
+                phase: 0,
+                green_s: 20.0,
+            },
+            Stage {
+                phase: 1,
+                green_s: 10.0,
+            },
+        ],
+        cycle_s: 40.0,
+    }]);
+    ft.reset(&env);
+    let g = greens(&mut env, &mut ft, 400.0);
+    assert!(g.len() >= 18);
+    for (k, (phase, green_s)) in g.iter().enumerate() {
+        assert_eq!(*phase, (k % 2) as u8);
+        assert_eq!(*green_s, if k % 2 == 0 { 20.0 } else { 10.0 });
+    }
+}
+
+#[test]
+fn actuated_rests_without_calls_and_serves_calls() {
+    // Max green far away: only the controller decides.
+    let s = approach(0.0, 500.0, 0, 1000.0);
+    let mut env = EmbeddedEnv::from_scenario(&s, 1);
+    let mut act = Actuated::default();
+    act.reset(&env);
+    assert!(
+        greens(&mut env, &mut act, 120.0).is_empty(),
+        "rests in green"
+    );
+    // Traffic on the north approach only: the green stays there.
+    let s = approach(600.0, 500.0, 1, 1000.0);
+    let mut env = EmbeddedEnv::from_scenario(&s, 1);
+    let g = greens(&mut env, &mut act, 600.0);
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(g[0].0, 1);
+    assert_eq!(env.sequencer(0).green_phase(), Some(PhaseId(0)));
+}
+
+#[test]
+fn actuated_gaps_out_and_maxes_out() {
+    let s = crate::load("single-4way").unwrap();
+    let mut env = EmbeddedEnv::from_scenario(&s, 3);
+    let mut act = Actuated::for_scenario(&s);
+    let max: Vec<f64> = act.max_green_s[0].clone();
+    let g = greens(&mut env, &mut act, 3600.0);
+    assert!(g.len() > 40);
+    // Never beyond its max green (rounded up to a decision point).
+    for (phase, green_s) in &g {
+        assert!(*green_s <= max[*phase as usize] + 5.0, "{phase}: {green_s}");
+    }
+    // Some greens gap out well before max.
+    assert!(g.iter().any(|(p, gs)| *gs + 5.0 < max[*p as usize]));
+}
+
+#[test]
+fn max_pressure_serves_the_longer_queue() {
+    // 900 veh/h from the north, nothing from the east: once min green is over on the
+    // east phase, max-pressure switches to the north and keeps it.
+    let s = approach(900.0, 500.0, 1, 1000.0);
+    let mut env = EmbeddedEnv::from_scenario(&s, 1);
+    let mut mp = MaxPressure;
+    let g = greens(&mut env, &mut mp, 600.0);
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert_eq!(g[0].0, 1);
+    assert_eq!(env.sequencer(0).green_phase(), Some(PhaseId(0)));
+}
+
+#[test]
+fn run_episode_resets_and_runs_to_the_end() {
+    let s = crate::load("arterial-3").unwrap();
+    let mut env = EmbeddedEnv::from_scenario(&s, 0);
+    for kind in ControllerKind::ALL {
+        let mut c = kind.build(&s);
+        assert_eq!(c.name(), kind.name());
+        let m = run_episode(&mut env, c.as_mut(), 7, 600.0).unwrap();
+        assert_eq!(m.sim_seconds, 600.0);
+        assert!(m.throughput_veh > 50, "{kind}: {m:?}");
+    }
+}

@@ -1,0 +1,142 @@
+//! The environment interface shared by the embedded simulator and the SUMO backend.
+//!
+//! One `Env` is one road network with one or more signals. Each decision interval the
+//! learner (or a controller) gives one requested phase per signal; the environment hands the
+//! requests to each signal's [`Sequencer`] (so yellow and all-red are real in simulation
+//! too), simulates `decision_interval` seconds, and returns one reward per signal.
+
+use greenwave_core::{ObsLayout, PhaseMask, PhasePlan, Response, RewardKind, Sequencer};
+use serde::{Deserialize, Serialize};
+
+/// What a signal is: its name, plan and observation layout.
+#[derive(Clone, Debug)]
+pub struct SignalSpec {
+    /// Name (scenario node id or SUMO traffic-light id).
+    pub id: String,
+    /// The phase plan the sequencer enforces.
+    pub plan: PhasePlan,
+    /// The observation layout of this signal.
+    pub layout: ObsLayout,
+}
+
+/// Per-movement detector view of one signal, for the classic controllers.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MovementDetector {
+    /// Vehicles halted (queued) for this movement.
+    pub queue_veh: f32,
+    /// Vehicles on the movement's incoming lanes (moving or not).
+    pub upstream_veh: f32,
+    /// Vehicles on the movement's outgoing (downstream) lanes.
+    pub downstream_veh: f32,
+    /// Storage of the downstream lanes, in vehicles.
+    pub downstream_storage_veh: f32,
+    /// Seconds since a vehicle last passed this movement's stop-line detector
+    /// (gap for actuated control); large when none has.
+    pub gap_s: f32,
+    /// Whether a vehicle is waiting at or approaching the stop line (a detector call).
+    pub call: bool,
+}
+
+/// Metrics of an episode so far. The same definitions on every backend; delay counts the
+/// time vehicles waited to enter the network (backlog), so blocking entry never looks good.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeMetrics {
+    /// Mean delay per vehicle (s): travel time minus free-flow time, plus time waiting to
+    /// enter; vehicles still inside or never inserted count with their delay so far.
+    pub mean_delay_s: f64,
+    /// Mean stopped (halted) time per vehicle (s).
+    pub mean_wait_s: f64,
+    /// Mean travel time of vehicles that completed their trip (s).
+    pub mean_travel_time_s: f64,
+    /// Vehicles that completed their trip.
+    pub throughput_veh: u64,
+    /// Vehicles that arrived but could not enter the network yet (at episode end).
+    pub backlog_veh: u64,
+    /// Mean over decision points of the total queue (halted vehicles), all signals.
+    pub mean_queue_veh: f64,
+    /// Simulated seconds.
+    pub sim_seconds: f64,
+    /// Wall-clock seconds spent simulating.
+    pub wall_seconds: f64,
+}
+
+/// What one decision interval produced.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepOutcome {
+    /// One reward per signal.
+    pub rewards: Vec<f32>,
+    /// The sequencer's answer to each signal's request.
+    pub responses: Vec<Response>,
+    /// The episode reached its time limit (a truncation: bootstrap from the next state).
+    pub done: bool,
+}
+
+/// Errors an environment reports. Backends add their own variants' detail in the message.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// `step` got the wrong number of actions.
+    #[error("expected {expected} actions (one per signal), got {got}")]
+    ActionCount {
+        /// Signals.
+        expected: usize,
+        /// Actions given.
+        got: usize,
+    },
+    /// A signal index out of range.
+    #[error("signal {signal} does not exist ({count} signals)")]
+    UnknownSignal {
+        /// The index.
+        signal: usize,
+        /// Signals.
+        count: usize,
+    },
+    /// Building an observation failed (impossible reading, wrong buffer size).
+    #[error("signal {signal}: {source}")]
+    Observation {
+        /// The signal.
+        signal: usize,
+        /// What went wrong.
+        source: greenwave_core::ObsError,
+    },
+    /// The backend failed (SUMO died, malformed reply, ...).
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// A traffic simulation controlled one decision interval at a time.
+pub trait Env {
+    /// The signals, in the order actions and rewards use.
+    fn signals(&self) -> &[SignalSpec];
+
+    /// Seconds simulated per `step`.
+    fn decision_interval_s(&self) -> f64;
+
+    /// The reward signals are scored on.
+    fn reward_kind(&self) -> RewardKind;
+
+    /// Starts a new episode; the same seed gives the same episode.
+    fn reset(&mut self, seed: u64) -> Result<(), EnvError>;
+
+    /// Writes signal `signal`'s observation (its layout's `dim()` floats) into `out`.
+    fn observe(&self, signal: usize, out: &mut [f32]) -> Result<(), EnvError>;
+
+    /// The sequencer of signal `signal` (its state, and its action mask for the policy).
+    fn sequencer(&self, signal: usize) -> &Sequencer;
+
+    /// Which phases signal `signal` may request now.
+    fn action_mask(&self, signal: usize) -> PhaseMask {
+        self.sequencer(signal).action_mask()
+    }
+
+    /// Per-movement detector view of signal `signal` (indexed like its plan's movements).
+    fn detectors(&self, signal: usize) -> Vec<MovementDetector>;
+
+    /// Simulated seconds since reset.
+    fn now_s(&self) -> f64;
+
+    /// Applies one requested phase per signal and simulates one decision interval.
+    fn step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError>;
+
+    /// Metrics of the episode so far.
+    fn metrics(&self) -> EpisodeMetrics;
+}

@@ -1,0 +1,808 @@
+//! [`SumoEnv`]: greenwave's [`Env`] over a SUMO child process.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use greenwave_core::observation::MAX_LANE_FRACTION;
+use greenwave_core::{
+    LaneReading, Millis, ObsLayout, PhaseId, RewardInputs, RewardKind, Sequencer,
+};
+
+use super::model::{build_models, TlsModel};
+use super::net::NetFile;
+use super::process::{SumoProcess, WorkDir};
+use super::readings::{ReadMode, ReadPlan, Slot, LOOP_PREFIX};
+use super::traci::{cmd, var, Message, Reply, TraciError, Value};
+use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
+use crate::env::{Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome};
+use crate::GAP_NONE_S;
+
+/// Road space one queued vehicle takes (m): SUMO's default car, 5 m long with a 2.5 m gap.
+pub const VEHICLE_SPACING_M: f64 = 7.5;
+
+/// How far before the stop line the loops sit (m).
+const LOOP_SETBACK_M: f64 = 1.0;
+
+/// Per-lane readings, refreshed from the subscriptions after each step.
+#[derive(Clone, Debug, Default)]
+struct Lanes {
+    ids: Vec<String>,
+    index: HashMap<String, usize>,
+    storage_veh: Vec<f32>,
+    /// Incoming lanes of some signal: they carry a loop and a waiting-time subscription.
+    observed: Vec<bool>,
+    vehicles: Vec<f32>,
+    halting: Vec<f32>,
+    waiting_s: Vec<f32>,
+    since_detection_s: Vec<f32>,
+}
+
+impl Lanes {
+    fn add(&mut self, id: &str, storage_veh: f32, observed: bool) -> usize {
+        if let Some(&i) = self.index.get(id) {
+            self.observed[i] |= observed;
+            return i;
+        }
+        let i = self.ids.len();
+        self.ids.push(id.to_string());
+        self.index.insert(id.to_string(), i);
+        self.storage_veh.push(storage_veh);
+        self.observed.push(observed);
+        i
+    }
+
+    fn reset_readings(&mut self) {
+        let n = self.ids.len();
+        for v in [
+            &mut self.vehicles,
+            &mut self.halting,
+            &mut self.waiting_s,
+            &mut self.since_detection_s,
+        ] {
+            v.clear();
+            v.resize(n, 0.0);
+        }
+    }
+
+    fn sum(&self, lanes: &[usize], of: &[f32]) -> f32 {
+        lanes.iter().map(|&l| of[l]).sum()
+    }
+}
+
+/// One signal's lanes as indices into [`Lanes`].
+#[derive(Clone, Debug)]
+struct SignalLanes {
+    incoming: Vec<usize>,
+    outgoing: Vec<usize>,
+    movement_in: Vec<Vec<usize>>,
+    movement_out: Vec<Vec<usize>>,
+}
+
+/// greenwave's [`Env`] over SUMO: every traffic light of the network is a signal driven by
+/// its own [`Sequencer`], which sets SUMO's state (`setRedYellowGreenState`) on every
+/// display change; SUMO's static programs are not used (see
+/// [`run_static_program`](SumoEnv::run_static_program) for that).
+///
+/// * Observations: per signal, its incoming lanes' vehicle count and halting count over the
+///   lane's storage (`length / 7.5 m`), in greenwave-core's [`ObsLayout`].
+/// * Rewards from [`RewardInputs`]: the summed waiting time of the vehicles on the incoming
+///   lanes (SUMO's lane waiting time), halting vehicles, and incoming minus outgoing
+///   vehicles (pressure).
+/// * Detectors ([`Env::detectors`]): per movement, halting vehicles (queue) and vehicles on
+///   its incoming lanes (upstream; a lane shared by two movements counts for both), on its
+///   outgoing lanes (downstream) with their storage; `gap_s` from an induction loop the
+///   backend places 1 m before each incoming lane's stop line (SUMO's
+///   `timeSinceDetection`, the lowest over the movement's lanes); `call` when any vehicle
+///   is on an incoming lane.
+/// * One decision interval costs one round trip: a `setRedYellowGreenState` +
+///   `simulationStep(t)` message per display change, sent together, with every reading
+///   coming back through subscriptions.
+pub struct SumoEnv {
+    cfg: SumoConfig,
+    binary: PathBuf,
+    models: Vec<TlsModel>,
+    specs: Vec<SignalSpec>,
+    seqs: Vec<Sequencer>,
+    lanes: Lanes,
+    signal_lanes: Vec<SignalLanes>,
+    reads: ReadPlan,
+    sim: Option<SumoProcess>,
+    /// Last state string sent per signal (empty: none yet, SUMO runs its program).
+    sent: Vec<String>,
+    now_ms: u64,
+    episode_ms: u64,
+    interval_ms: u32,
+    seed: u64,
+    prev_inputs: Vec<RewardInputs>,
+    queue_sum: f64,
+    queue_samples: u64,
+    metrics: EpisodeMetrics,
+    wall: Duration,
+    finished: bool,
+}
+
+impl SumoEnv {
+    /// Reads the network, builds every traffic light's plan, and starts SUMO for the first
+    /// episode (seed `cfg.seed`).
+    pub fn new(cfg: SumoConfig) -> Result<Self, SumoError> {
+        cfg.validate()?;
+        let binary = find_sumo_binary(cfg.sumo_binary.as_deref())?;
+        let net = NetFile::read(&cfg.net)?;
+        let models = build_models(&net, cfg.timing)?;
+
+        let mut lanes = Lanes::default();
+        let storage = |id: &str| {
+            let len = net.lanes.get(id).map(|l| l.length_m).unwrap_or(0.0);
+            (len / VEHICLE_SPACING_M).max(1.0) as f32
+        };
+        let mut signal_lanes = Vec::with_capacity(models.len());
+        for m in &models {
+            let mut add = |ids: &[String], observed: bool| -> Vec<usize> {
+                ids.iter()
+                    .map(|id| lanes.add(id, storage(id), observed))
+                    .collect()
+            };
+            signal_lanes.push(SignalLanes {
+                incoming: add(&m.in_lanes, true),
+                outgoing: add(&m.out_lanes, false),
+                movement_in: m.movement_in_lanes.iter().map(|l| add(l, true)).collect(),
+                movement_out: m.movement_out_lanes.iter().map(|l| add(l, false)).collect(),
+            });
+        }
+        lanes.reset_readings();
+        let mut specs = Vec::with_capacity(models.len());
+        for m in &models {
+            let n_lanes = u16::try_from(m.in_lanes.len()).map_err(|_| SumoError::Tls {
+                tls: m.id.clone(),
+                message: format!("{} incoming lanes", m.in_lanes.len()),
+            })?;
+            specs.push(SignalSpec {
+                id: m.id.clone(),
+                plan: m.plan.clone(),
+                layout: ObsLayout {
+                    n_lanes,
+                    n_phases: m.plan.n_phases() as u8,
+                },
+            });
+        }
+        let interval_ms = (cfg.decision_interval_s * 1000.0).round() as u32;
+        let episode_ms = (cfg.seconds * 1000.0).round() as u64;
+        let seqs = new_sequencers(&models)?;
+        let n = models.len();
+        let reads = ReadPlan::new(
+            lanes
+                .ids
+                .iter()
+                .map(String::as_str)
+                .zip(lanes.observed.iter().copied()),
+        );
+        let mut env = SumoEnv {
+            seed: cfg.seed,
+            cfg,
+            binary,
+            models,
+            specs,
+            seqs,
+            lanes,
+            signal_lanes,
+            reads,
+            sim: None,
+            sent: vec![String::new(); n],
+            now_ms: 0,
+            episode_ms,
+            interval_ms,
+            prev_inputs: vec![RewardInputs::default(); n],
+            queue_sum: 0.0,
+            queue_samples: 0,
+            metrics: EpisodeMetrics::default(),
+            wall: Duration::ZERO,
+            finished: false,
+        };
+        env.start(env.seed)?;
+        Ok(env)
+    }
+
+    /// The models (plans, links, lanes) of the signals, in signal order.
+    pub fn models(&self) -> &[TlsModel] {
+        &self.models
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SumoConfig {
+        &self.cfg
+    }
+
+    /// SUMO's process id while an episode runs (for monitoring, and for tests that kill it).
+    pub fn sumo_pid(&self) -> Option<u32> {
+        self.sim.as_ref().map(|s| s.pid())
+    }
+
+    /// SUMO's version string from the handshake.
+    pub fn sumo_version(&self) -> Option<&str> {
+        self.sim.as_ref().map(|s| s.version.as_str())
+    }
+
+    /// Asks SUMO for signal `signal`'s current red/yellow/green state string (one round
+    /// trip; for checks and debugging, not for control).
+    pub fn sumo_state(&mut self, signal: usize) -> Result<String, SumoError> {
+        let id = self
+            .models
+            .get(signal)
+            .map(|m| m.id.clone())
+            .ok_or_else(|| SumoError::Config(format!("no signal {signal}")))?;
+        let mut m = Message::new();
+        m.get(cmd::GET_TL, var::TL_RED_YELLOW_GREEN_STATE, &id);
+        match self.sim_mut()?.call(&m, "reading a signal state")?.pop() {
+            Some(Reply::Value(Value::Str(s))) => Ok(s),
+            other => Err(SumoError::Traci {
+                context: "reading a signal state".into(),
+                source: TraciError::Protocol(format!("unexpected reply {other:?}")),
+            }),
+        }
+    }
+
+    /// Whether the episode has ended (SUMO closed, metrics final).
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    fn sumo_args(&self, seed: u64, work: &WorkDir) -> Result<Vec<OsString>, SumoError> {
+        let loops = work.file("greenwave-loops.add.xml");
+        let mut xml = String::from("<additional>\n");
+        for (i, id) in self.lanes.ids.iter().enumerate() {
+            if !self.lanes.observed[i] {
+                continue;
+            }
+            xml.push_str(&format!(
+                "  <inductionLoop id=\"{}\" lane=\"{}\" pos=\"-{LOOP_SETBACK_M}\" \
+                 period=\"86400\" file=\"NUL\" friendlyPos=\"true\"/>\n",
+                quick_xml::escape::escape(format!("{LOOP_PREFIX}{id}")),
+                quick_xml::escape::escape(id.as_str()),
+            ));
+        }
+        xml.push_str("</additional>\n");
+        std::fs::write(&loops, xml).map_err(|source| SumoError::Io {
+            what: format!("writing {}", loops.display()),
+            source,
+        })?;
+        let join = |ps: &mut dyn Iterator<Item = &PathBuf>| -> OsString {
+            let mut s = OsString::new();
+            for (i, p) in ps.enumerate() {
+                if i > 0 {
+                    s.push(",");
+                }
+                s.push(p.as_os_str());
+            }
+            s
+        };
+        let end_s = self.cfg.begin_s
+            + self.episode_steps() as f64 * self.interval_ms as f64 / 1000.0
+            + self.cfg.step_length_s;
+        let mut args: Vec<OsString> = vec![
+            "--net-file".into(),
+            self.cfg.net.clone().into(),
+            "--route-files".into(),
+            join(&mut self.cfg.routes.iter()),
+            "--additional-files".into(),
+            join(&mut self.cfg.additional.iter().chain(std::iter::once(&loops))),
+            "--begin".into(),
+            fmt_s(self.cfg.begin_s).into(),
+            // One step past the last decision, so SUMO is still there to be closed.
+            "--end".into(),
+            fmt_s(end_s).into(),
+            "--step-length".into(),
+            fmt_s(self.cfg.step_length_s).into(),
+            // SUMO's seed is a 31-bit int.
+            "--seed".into(),
+            (seed % (1 << 31)).to_string().into(),
+            "--tripinfo-output".into(),
+            work.file("tripinfo.xml").into(),
+            "--tripinfo-output.write-unfinished".into(),
+            "--no-step-log".into(),
+            "--duration-log.disable".into(),
+        ];
+        args.extend(self.cfg.extra_args.iter().map(OsString::from));
+        Ok(args)
+    }
+
+    fn episode_steps(&self) -> u64 {
+        self.episode_ms.div_ceil(self.interval_ms as u64).max(1)
+    }
+
+    /// Starts SUMO for a new episode: subscriptions, sanity checks, first readings.
+    fn start(&mut self, seed: u64) -> Result<(), SumoError> {
+        let t0 = Instant::now();
+        self.sim = None; // stops the previous SUMO first
+        let work = WorkDir::new()?;
+        let args = self.sumo_args(seed, &work)?;
+        let mut sim = SumoProcess::start(
+            &self.binary,
+            &args,
+            work,
+            Duration::from_secs_f64(self.cfg.startup_timeout_s),
+            Duration::from_secs_f64(self.cfg.reply_timeout_s),
+        )?;
+        let mut checks = Message::new();
+        for model in &self.models {
+            checks.get(cmd::GET_TL, var::TL_RED_YELLOW_GREEN_STATE, &model.id);
+        }
+        let subscribing = self.cfg.read_mode == ReadMode::Subscriptions;
+        let second = if subscribing {
+            self.reads.subscribe_message()
+        } else {
+            self.reads.get_message().clone()
+        };
+        let mut replies = sim.exchange(&[checks, second], "checking signals, first readings")?;
+        let readings = replies.pop().unwrap_or_default();
+        let states = replies.pop().unwrap_or_default();
+        for (model, r) in self.models.iter().zip(&states) {
+            let n = match r {
+                Reply::Value(Value::Str(state)) => state.len(),
+                other => {
+                    return Err(SumoError::Traci {
+                        context: format!("reading the state of {}", model.id),
+                        source: TraciError::Protocol(format!("unexpected reply {other:?}")),
+                    })
+                }
+            };
+            if n != model.n_links() {
+                return Err(SumoError::Tls {
+                    tls: model.id.clone(),
+                    message: format!(
+                        "SUMO reports {n} links, the net file {} (was the program replaced \
+                         by an additional file?)",
+                        model.n_links()
+                    ),
+                });
+            }
+        }
+        self.lanes.reset_readings();
+        if subscribing {
+            let subs: Vec<_> = readings
+                .into_iter()
+                .filter_map(|r| match r {
+                    Reply::Subscribed(s) => Some(s),
+                    _ => None,
+                })
+                .collect();
+            self.store_subscriptions(&subs)?;
+        } else {
+            self.store_gets(&readings)?;
+        }
+        self.sim = Some(sim);
+        self.seqs = new_sequencers(&self.models)?;
+        for s in &mut self.sent {
+            s.clear();
+        }
+        self.now_ms = 0;
+        self.seed = seed;
+        self.queue_sum = 0.0;
+        self.queue_samples = 0;
+        self.metrics = EpisodeMetrics::default();
+        self.finished = false;
+        self.prev_inputs = (0..self.models.len())
+            .map(|s| self.reward_inputs(s))
+            .collect();
+        self.wall = t0.elapsed();
+        Ok(())
+    }
+
+    /// Stores one reading; returns SUMO's clock when that is what it was.
+    fn store(lanes: &mut Lanes, slot: Slot, x: f64) -> Option<f64> {
+        match slot {
+            Slot::Vehicles(i) => lanes.vehicles[i] = x as f32,
+            Slot::Halting(i) => lanes.halting[i] = x as f32,
+            Slot::Waiting(i) => lanes.waiting_s[i] = x as f32,
+            Slot::SinceDetection(i) => lanes.since_detection_s[i] = x as f32,
+            Slot::Time => return Some(x),
+        }
+        None
+    }
+
+    fn store_subscriptions(
+        &mut self,
+        subs: &[super::traci::SubscriptionResult],
+    ) -> Result<Option<f64>, SumoError> {
+        let mut time = None;
+        let lanes = &mut self.lanes;
+        self.reads
+            .apply_subscriptions(subs, |slot, x| {
+                time = Self::store(lanes, slot, x).or(time);
+            })
+            .map_err(malformed)?;
+        Ok(time)
+    }
+
+    fn store_gets(&mut self, replies: &[Reply]) -> Result<Option<f64>, SumoError> {
+        let mut time = None;
+        let lanes = &mut self.lanes;
+        self.reads
+            .apply_gets(replies, |slot, x| {
+                time = Self::store(lanes, slot, x).or(time);
+            })
+            .map_err(malformed)?;
+        Ok(time)
+    }
+
+    fn reward_inputs(&self, signal: usize) -> RewardInputs {
+        let sl = &self.signal_lanes[signal];
+        let l = &self.lanes;
+        RewardInputs {
+            total_wait_s: l.sum(&sl.incoming, &l.waiting_s),
+            queue_veh: l.sum(&sl.incoming, &l.halting),
+            pressure_veh: l.sum(&sl.incoming, &l.vehicles) - l.sum(&sl.outgoing, &l.vehicles),
+        }
+    }
+
+    fn sample_queue(&mut self) {
+        let q: f32 = (0..self.models.len())
+            .map(|s| {
+                self.lanes
+                    .sum(&self.signal_lanes[s].incoming, &self.lanes.halting)
+            })
+            .sum();
+        self.queue_sum += q as f64;
+        self.queue_samples += 1;
+    }
+
+    fn sim_mut(&mut self) -> Result<&mut SumoProcess, SumoError> {
+        if self.finished {
+            return Err(SumoError::NotConnected(
+                "the episode is over; call reset for a new one".into(),
+            ));
+        }
+        self.sim.as_mut().ok_or_else(|| {
+            SumoError::NotConnected("SUMO stopped after an earlier error; call reset".into())
+        })
+    }
+
+    /// Sends `messages` (the last one a simulation step) followed by the reads, stores
+    /// the readings, and checks SUMO reached `target_s`. Any failure stops SUMO: its state
+    /// is unknown then, so the episode must be reset.
+    fn run_steps(&mut self, mut messages: Vec<Message>, target_s: f64) -> Result<(), SumoError> {
+        let r = self.try_run_steps(&mut messages, target_s);
+        if r.is_err() {
+            self.sim = None;
+        }
+        r
+    }
+
+    fn try_run_steps(
+        &mut self,
+        messages: &mut Vec<Message>,
+        target_s: f64,
+    ) -> Result<(), SumoError> {
+        let subscribing = self.cfg.read_mode == ReadMode::Subscriptions;
+        if !subscribing {
+            messages.push(self.reads.get_message().clone());
+        }
+        let mut replies = self
+            .sim_mut()?
+            .exchange(messages, "simulating a decision interval")?;
+        let time = if subscribing {
+            match replies.pop().and_then(|mut r| r.pop()) {
+                Some(Reply::Step(subs)) => self.store_subscriptions(&subs)?,
+                other => return Err(malformed(format!("expected step results, got {other:?}"))),
+            }
+        } else {
+            let reads = replies.pop().unwrap_or_default();
+            self.store_gets(&reads)?
+        };
+        match time {
+            Some(t) if (t - target_s).abs() < 1e-6 => Ok(()),
+            other => Err(malformed(format!(
+                "SUMO reports time {other:?} after stepping to {target_s} s"
+            ))),
+        }
+    }
+
+    fn abs_time_s(&self, offset_ms: u64) -> f64 {
+        self.cfg.begin_s + (self.now_ms + offset_ms) as f64 / 1000.0
+    }
+
+    /// After the last step: asks SUMO for the vehicles never inserted, closes it (SUMO then
+    /// writes tripinfo, unfinished vehicles included) and computes the final metrics.
+    fn finish(&mut self) -> Result<(), SumoError> {
+        let mut sim = self
+            .sim
+            .take()
+            .ok_or_else(|| SumoError::NotConnected("SUMO stopped after an earlier error".into()))?;
+        let mut m = Message::new();
+        m.get(cmd::GET_SIM, var::SIM_PENDING_VEHICLES, "");
+        let pending = match sim.call(&m, "listing vehicles never inserted")?.pop() {
+            Some(Reply::Value(Value::StrList(ids))) => ids,
+            other => {
+                return Err(SumoError::Traci {
+                    context: "listing vehicles never inserted".into(),
+                    source: TraciError::Protocol(format!("unexpected reply {other:?}")),
+                })
+            }
+        };
+        let mut waits = Vec::with_capacity(pending.len());
+        if !pending.is_empty() {
+            let mut m = Message::new();
+            for id in &pending {
+                m.get(cmd::GET_VEHICLE, var::VEHICLE_DEPART_DELAY, id);
+            }
+            for r in sim.call(&m, "reading waits of vehicles never inserted")? {
+                if let Reply::Value(v) = r {
+                    // Vehicles loaded ahead of their departure report a negative delay.
+                    if let Some(w) = v.as_f64().filter(|w| *w >= 0.0) {
+                        waits.push(w);
+                    }
+                }
+            }
+        }
+        let work = sim.close()?;
+        let trips = tripinfo::summarize(&work.file("tripinfo.xml"), &waits)?;
+        self.metrics = EpisodeMetrics {
+            mean_delay_s: trips.mean_delay_s,
+            mean_wait_s: trips.mean_wait_s,
+            mean_travel_time_s: trips.mean_travel_time_s,
+            throughput_veh: trips.throughput_veh,
+            backlog_veh: trips.backlog_veh,
+            mean_queue_veh: self.mean_queue(),
+            sim_seconds: self.now_ms as f64 / 1000.0,
+            wall_seconds: self.wall.as_secs_f64(),
+        };
+        self.finished = true;
+        Ok(())
+    }
+
+    fn mean_queue(&self) -> f64 {
+        if self.queue_samples == 0 {
+            0.0
+        } else {
+            self.queue_sum / self.queue_samples as f64
+        }
+    }
+
+    /// Runs a whole episode under the network's own static programs (greenwave sets no
+    /// state), sampling queues every decision interval, and returns its metrics. This is
+    /// what `--controller fixed-time` means on SUMO. Restarts SUMO first (same seed) if the
+    /// current episode has already been stepped.
+    pub fn run_static_program(&mut self) -> Result<EpisodeMetrics, SumoError> {
+        if self.now_ms > 0 || self.finished || self.sim.is_none() {
+            self.start(self.seed)?;
+        }
+        let t0 = Instant::now();
+        let wall0 = self.wall;
+        self.sample_queue();
+        while self.now_ms < self.episode_ms {
+            let target = self.abs_time_s(self.interval_ms as u64);
+            let mut m = Message::new();
+            m.simulation_step(target);
+            self.run_steps(vec![m], target)?;
+            self.now_ms += self.interval_ms as u64;
+            self.sample_queue();
+        }
+        self.wall = wall0 + t0.elapsed();
+        self.finish()?;
+        self.wall = wall0 + t0.elapsed();
+        self.metrics.wall_seconds = self.wall.as_secs_f64();
+        Ok(self.metrics.clone())
+    }
+
+    fn try_step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError> {
+        let n = self.models.len();
+        if actions.len() != n {
+            return Err(EnvError::ActionCount {
+                expected: n,
+                got: actions.len(),
+            });
+        }
+        self.sim_mut()?;
+        let t0 = Instant::now();
+        if self.now_ms == 0 && self.queue_samples == 0 {
+            self.sample_queue();
+        }
+        let responses: Vec<_> = self
+            .seqs
+            .iter_mut()
+            .zip(actions)
+            .map(|(s, &a)| s.request(a))
+            .collect();
+        // Every display change of every signal in this interval, as (offset ms, signal,
+        // state). Each offset with a change gets a message setting the changed states,
+        // then a message stepping to the next offset. They are separate messages because
+        // SUMO ignores commands after a simulation step in the same message and drops the
+        // replies of those before it; sent back to back they still cost one round trip.
+        let dt = Millis(self.interval_ms);
+        let mut changes: Vec<(u32, usize, String)> = Vec::new();
+        for (s, (seq, model)) in self.seqs.iter_mut().zip(&self.models).enumerate() {
+            let mut offset = 0u32;
+            seq.advance(dt, |seg| {
+                changes.push((offset, s, model.state(seg.interval, seg.frame)));
+                offset += seg.duration.0;
+            });
+        }
+        changes.sort_by_key(|c| c.0);
+        let mut messages: Vec<Message> = Vec::new();
+        let mut i = 0;
+        while i < changes.len() {
+            let offset = changes[i].0;
+            let mut m = Message::new();
+            while i < changes.len() && changes[i].0 == offset {
+                let (_, s, state) = &changes[i];
+                if self.sent[*s] != *state {
+                    m.set_tl_state(&self.models[*s].id, state);
+                    self.sent[*s].clone_from(state);
+                }
+                i += 1;
+            }
+            if m.is_empty() {
+                continue; // nothing changed here: the previous step runs on through
+            }
+            if offset > 0 {
+                let mut step = Message::new();
+                step.simulation_step(self.abs_time_s(offset as u64));
+                messages.push(step);
+            }
+            messages.push(m);
+        }
+        let target = self.abs_time_s(self.interval_ms as u64);
+        let mut step = Message::new();
+        step.simulation_step(target);
+        messages.push(step);
+        self.run_steps(messages, target)?;
+        self.now_ms += self.interval_ms as u64;
+        self.sample_queue();
+        let rewards = (0..n)
+            .map(|s| {
+                let now = self.reward_inputs(s);
+                let r = self.cfg.reward.reward(&self.prev_inputs[s], &now);
+                self.prev_inputs[s] = now;
+                r
+            })
+            .collect();
+        let done = self.now_ms >= self.episode_ms;
+        self.wall += t0.elapsed();
+        if done {
+            let t1 = Instant::now();
+            self.finish()?;
+            self.wall += t1.elapsed();
+            self.metrics.wall_seconds = self.wall.as_secs_f64();
+        }
+        Ok(StepOutcome {
+            rewards,
+            responses,
+            done,
+        })
+    }
+}
+
+fn new_sequencers(models: &[TlsModel]) -> Result<Vec<Sequencer>, SumoError> {
+    models
+        .iter()
+        .map(|m| {
+            Sequencer::new(m.plan.clone(), PhaseId(0)).map_err(|e| SumoError::Tls {
+                tls: m.id.clone(),
+                message: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// A reply that does not make sense where it came.
+fn malformed(message: String) -> SumoError {
+    SumoError::Traci {
+        context: "reading SUMO's replies".into(),
+        source: TraciError::Protocol(message),
+    }
+}
+
+/// Seconds as SUMO reads them, without float noise for whole milliseconds.
+fn fmt_s(s: f64) -> String {
+    format!("{:.3}", s)
+}
+
+impl Env for SumoEnv {
+    fn signals(&self) -> &[SignalSpec] {
+        &self.specs
+    }
+
+    fn decision_interval_s(&self) -> f64 {
+        self.interval_ms as f64 / 1000.0
+    }
+
+    fn reward_kind(&self) -> RewardKind {
+        self.cfg.reward
+    }
+
+    fn reset(&mut self, seed: u64) -> Result<(), EnvError> {
+        // A SUMO just started with this seed and not stepped yet is already that episode.
+        let fresh = self.sim.is_some()
+            && !self.finished
+            && self.now_ms == 0
+            && self.queue_samples == 0
+            && self.seed == seed;
+        if fresh {
+            return Ok(());
+        }
+        self.start(seed).map_err(EnvError::from)
+    }
+
+    fn observe(&self, signal: usize, out: &mut [f32]) -> Result<(), EnvError> {
+        let count = self.specs.len();
+        let spec = self
+            .specs
+            .get(signal)
+            .ok_or(EnvError::UnknownSignal { signal, count })?;
+        let l = &self.lanes;
+        let readings: Vec<LaneReading> = self.signal_lanes[signal]
+            .incoming
+            .iter()
+            .map(|&i| {
+                let r = LaneReading::from_counts(l.vehicles[i], l.halting[i], l.storage_veh[i]);
+                // Short vehicles can pack a lane past the 7.5 m-per-car storage estimate;
+                // that is real traffic, not a faulty detector, so it saturates.
+                LaneReading {
+                    density: r.density.min(MAX_LANE_FRACTION),
+                    queue: r.queue.min(MAX_LANE_FRACTION),
+                }
+            })
+            .collect();
+        spec.layout
+            .write(&readings, &self.seqs[signal], out)
+            .map_err(|source| EnvError::Observation { signal, source })
+    }
+
+    fn sequencer(&self, signal: usize) -> &Sequencer {
+        &self.seqs[signal]
+    }
+
+    fn detectors(&self, signal: usize) -> Vec<MovementDetector> {
+        let Some(sl) = self.signal_lanes.get(signal) else {
+            return Vec::new();
+        };
+        let l = &self.lanes;
+        sl.movement_in
+            .iter()
+            .zip(&sl.movement_out)
+            .map(|(ins, outs)| {
+                let upstream = l.sum(ins, &l.vehicles);
+                MovementDetector {
+                    queue_veh: l.sum(ins, &l.halting),
+                    upstream_veh: upstream,
+                    downstream_veh: l.sum(outs, &l.vehicles),
+                    downstream_storage_veh: l.sum(outs, &l.storage_veh),
+                    gap_s: ins
+                        .iter()
+                        .map(|&i| l.since_detection_s[i])
+                        .fold(f32::INFINITY, f32::min)
+                        .min(GAP_NONE_S),
+                    call: upstream > 0.0,
+                }
+            })
+            .collect()
+    }
+
+    fn now_s(&self) -> f64 {
+        self.now_ms as f64 / 1000.0
+    }
+
+    fn step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError> {
+        self.try_step(actions)
+    }
+
+    fn metrics(&self) -> EpisodeMetrics {
+        if self.finished {
+            return self.metrics.clone();
+        }
+        // Trip-based figures come from SUMO's tripinfo, written when the episode ends.
+        EpisodeMetrics {
+            mean_queue_veh: self.mean_queue(),
+            sim_seconds: self.now_ms as f64 / 1000.0,
+            wall_seconds: self.wall.as_secs_f64(),
+            ..EpisodeMetrics::default()
+        }
+    }
+}
+
+/// Runs one episode of `cfg` under the network's own static programs and returns its
+/// metrics (what `--controller fixed-time` means on SUMO).
+pub fn run_static_program(cfg: SumoConfig) -> Result<EpisodeMetrics, SumoError> {
+    SumoEnv::new(cfg)?.run_static_program()
+}

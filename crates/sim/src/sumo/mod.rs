@@ -1,0 +1,368 @@
+//! The SUMO backend: greenwave's [`Env`](crate::Env) over a `sumo` child process driven
+//! through TraCI (feature `sumo`).
+//!
+//! * [`traci`]: a small std-only TraCI client (binary protocol over TCP, batched messages,
+//!   a timeout on every read).
+//! * [`net`]: reads a `.net.xml` (traffic lights, their controlled links, static programs,
+//!   junction foes, lanes) with quick-xml.
+//! * [`model`]: turns each traffic light into a greenwave [`PhasePlan`](greenwave_core::PhasePlan)
+//!   and maps sequencer displays back to SUMO state strings.
+//! * [`tripinfo`]: episode metrics from SUMO's own tripinfo output.
+//! * [`SumoEnv`]: the environment, and [`run_static_program`] for the network's own program.
+//!
+//! SUMO is found through [`SumoConfig::sumo_binary`], then `$SUMO_HOME/bin/sumo`, then
+//! `PATH`; the reference is `pip install eclipse-sumo==1.28.0`.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use greenwave_core::{PhaseTiming, RewardKind};
+
+use crate::env::EnvError;
+
+mod env;
+pub mod model;
+pub mod net;
+mod process;
+mod readings;
+pub mod traci;
+pub mod tripinfo;
+mod xml;
+
+pub use env::{run_static_program, SumoEnv};
+pub use model::TlsModel;
+pub use net::NetFile;
+pub use readings::ReadMode;
+
+/// Oldest TraCI API level accepted (SUMO 1.28 speaks 22; every command used here is older).
+pub const MIN_TRACI_API: i32 = 20;
+
+/// How to install SUMO, quoted in errors.
+pub const INSTALL_HINT: &str = "install it with `pip install eclipse-sumo==1.28.0` and set \
+SUMO_HOME to the package folder (e.g. SUMO_HOME=<venv>/lib/python3.11/site-packages/sumo), \
+or put a `sumo` binary on PATH";
+
+/// Everything that can go wrong in the SUMO backend. Each message names the file, traffic
+/// light or command at fault, and SUMO's own last log lines where it has any.
+#[derive(Debug, thiserror::Error)]
+pub enum SumoError {
+    /// No `sumo` binary was found.
+    #[error("SUMO binary not found (looked at: {looked}); {hint}", hint = INSTALL_HINT)]
+    NotFound {
+        /// The places looked at.
+        looked: String,
+    },
+    /// The binary exists but could not be started.
+    #[error("cannot start SUMO {binary:?}: {source}")]
+    Spawn {
+        /// The binary.
+        binary: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// SUMO exited (or was killed) while greenwave needed it.
+    #[error("SUMO exited ({status}) while {context}; its log ends with:\n{log_tail}")]
+    Died {
+        /// Exit status as the OS reports it.
+        status: String,
+        /// What greenwave was doing.
+        context: String,
+        /// The last lines SUMO printed.
+        log_tail: String,
+    },
+    /// SUMO did not accept the TraCI connection in time.
+    #[error("SUMO did not accept a TraCI connection on port {port} within {waited_s:.1} s; its log ends with:\n{log_tail}")]
+    ConnectTimeout {
+        /// The port.
+        port: u16,
+        /// Seconds waited.
+        waited_s: f64,
+        /// The last lines SUMO printed.
+        log_tail: String,
+    },
+    /// Talking to SUMO failed (timeout, malformed reply, refused command).
+    #[error("{context}: {source}")]
+    Traci {
+        /// What greenwave was doing.
+        context: String,
+        /// The protocol-level error.
+        source: traci::TraciError,
+    },
+    /// The connection was closed after an earlier error or the episode's end.
+    #[error("no SUMO connection: {0}")]
+    NotConnected(String),
+    /// SUMO's TraCI API is too old.
+    #[error("SUMO speaks TraCI API {got} ({version}); greenwave needs API >= {min}")]
+    Version {
+        /// The API level SUMO reported.
+        got: i32,
+        /// SUMO's version string.
+        version: String,
+        /// The oldest accepted.
+        min: i32,
+    },
+    /// A network file that cannot be read or used.
+    #[error("{path}: {message}")]
+    Net {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A network without traffic lights.
+    #[error("{path}: the network has no traffic lights; the SUMO backend controls traffic-light junctions (build the net with junction type traffic_light or --tls.guess)")]
+    NoTrafficLights {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A traffic light greenwave cannot control as it is.
+    #[error("traffic light {tls}: {message}")]
+    Tls {
+        /// The traffic light id.
+        tls: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The phase plan derived from a traffic light was refused.
+    #[error("traffic light {tls}: derived phase plan refused: {source}")]
+    Plan {
+        /// The traffic light id.
+        tls: String,
+        /// Why.
+        source: greenwave_core::PlanError,
+    },
+    /// A tripinfo file that cannot be read.
+    #[error("{path}: {message}")]
+    Tripinfo {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A configuration value that cannot work.
+    #[error("invalid SUMO configuration: {0}")]
+    Config(String),
+    /// A local file operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl From<SumoError> for EnvError {
+    fn from(e: SumoError) -> Self {
+        EnvError::Backend(e.to_string())
+    }
+}
+
+/// How to run an episode on SUMO.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SumoConfig {
+    /// The network (`.net.xml`); traffic lights, their static programs and the junction
+    /// conflicts are read from it.
+    pub net: PathBuf,
+    /// Route or trip files (`.rou.xml`).
+    pub routes: Vec<PathBuf>,
+    /// Further SUMO additional files (detectors, vehicle types, ...).
+    pub additional: Vec<PathBuf>,
+    /// Simulation time the episode starts at (SUMO `--begin`), in seconds.
+    pub begin_s: f64,
+    /// Episode length in simulated seconds; the episode ends at the first decision point
+    /// at or after it.
+    pub seconds: f64,
+    /// Seed of the first episode (SUMO `--seed`; `reset` takes its own).
+    pub seed: u64,
+    /// Simulated seconds per decision (`Env::step`).
+    pub decision_interval_s: f64,
+    /// SUMO's step length (`--step-length`); every interval must be a multiple of it.
+    pub step_length_s: f64,
+    /// Timing of every derived phase (min/max green, yellow, all-red).
+    pub timing: PhaseTiming,
+    /// The reward signals are scored on.
+    pub reward: RewardKind,
+    /// An explicit `sumo` binary; otherwise `$SUMO_HOME/bin/sumo`, then `PATH`.
+    pub sumo_binary: Option<PathBuf>,
+    /// Longest wait for any one TraCI reply, in seconds (a reply to a step includes the
+    /// time SUMO takes to simulate it).
+    pub reply_timeout_s: f64,
+    /// Longest wait for SUMO to load the network and accept the connection, in seconds.
+    pub startup_timeout_s: f64,
+    /// Extra command-line options passed to SUMO as they are.
+    pub extra_args: Vec<String>,
+    /// How readings travel from SUMO (batched getters or subscriptions).
+    pub read_mode: ReadMode,
+}
+
+impl SumoConfig {
+    /// Defaults for `net` and `routes`: a 3600 s episode from time 0, 5 s decisions, 1 s
+    /// SUMO steps, min green 5 s, max green 60 s, yellow 3 s, all-red 2 s, seed 0.
+    pub fn new(net: impl Into<PathBuf>, routes: impl Into<PathBuf>) -> Self {
+        SumoConfig {
+            net: net.into(),
+            routes: vec![routes.into()],
+            additional: Vec::new(),
+            begin_s: 0.0,
+            seconds: 3600.0,
+            seed: 0,
+            decision_interval_s: 5.0,
+            step_length_s: 1.0,
+            timing: PhaseTiming::from_secs(5, 60, 3, 2),
+            reward: RewardKind::default(),
+            sumo_binary: None,
+            reply_timeout_s: 60.0,
+            startup_timeout_s: 60.0,
+            extra_args: Vec::new(),
+            read_mode: ReadMode::default(),
+        }
+    }
+
+    /// Checks the values that SUMO would otherwise reject late or that would desynchronise
+    /// greenwave's sequencer from SUMO's clock.
+    pub fn validate(&self) -> Result<(), SumoError> {
+        let bad = |m: String| Err(SumoError::Config(m));
+        for (name, v) in [
+            ("begin_s", self.begin_s),
+            ("seconds", self.seconds),
+            ("decision_interval_s", self.decision_interval_s),
+            ("step_length_s", self.step_length_s),
+            ("reply_timeout_s", self.reply_timeout_s),
+            ("startup_timeout_s", self.startup_timeout_s),
+        ] {
+            if !v.is_finite() || v < 0.0 || (v == 0.0 && name != "begin_s") {
+                return bad(format!("{name} = {v} must be a positive number of seconds"));
+            }
+        }
+        let step_ms = (self.step_length_s * 1000.0).round();
+        if step_ms < 1.0 || (self.step_length_s * 1000.0 - step_ms).abs() > 1e-6 {
+            return bad(format!(
+                "step_length_s = {} must be a whole number of milliseconds",
+                self.step_length_s
+            ));
+        }
+        let multiple = |name: &str, ms: f64| -> Result<(), SumoError> {
+            if (ms / step_ms - (ms / step_ms).round()).abs() > 1e-9 {
+                return bad(format!(
+                    "{name} = {} s is not a multiple of the SUMO step length {} s: the \
+                     sequencer's display changes must fall on SUMO steps",
+                    ms / 1000.0,
+                    self.step_length_s
+                ));
+            }
+            Ok(())
+        };
+        multiple("decision_interval_s", self.decision_interval_s * 1000.0)?;
+        let t = self.timing;
+        multiple("min green", t.min_green.0 as f64)?;
+        multiple("max green", t.max_green.0 as f64)?;
+        multiple("yellow", t.yellow.0 as f64)?;
+        multiple("all-red", t.all_red.0 as f64)?;
+        for (what, p) in std::iter::once(("network", &self.net))
+            .chain(self.routes.iter().map(|r| ("route file", r)))
+            .chain(self.additional.iter().map(|a| ("additional file", a)))
+        {
+            if !p.is_file() {
+                return bad(format!("{what} {} does not exist", p.display()));
+            }
+        }
+        if self.routes.is_empty() {
+            return bad("no route file given".into());
+        }
+        Ok(())
+    }
+}
+
+/// Finds the `sumo` binary: `explicit` if given (it must exist), else
+/// `$SUMO_HOME/bin/sumo`, else the first `sumo` on `PATH`.
+pub fn find_sumo_binary(explicit: Option<&Path>) -> Result<PathBuf, SumoError> {
+    find_sumo_binary_in(
+        explicit,
+        std::env::var_os("SUMO_HOME").as_deref(),
+        std::env::var_os("PATH").as_deref(),
+    )
+}
+
+/// [`find_sumo_binary`] with the environment given explicitly (testable without touching
+/// the process environment).
+pub fn find_sumo_binary_in(
+    explicit: Option<&Path>,
+    sumo_home: Option<&OsStr>,
+    path: Option<&OsStr>,
+) -> Result<PathBuf, SumoError> {
+    let exe = format!("sumo{}", std::env::consts::EXE_SUFFIX);
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(SumoError::NotFound {
+                looked: p.display().to_string(),
+            })
+        };
+    }
+    let mut looked = Vec::new();
+    if let Some(home) = sumo_home.filter(|h| !h.is_empty()) {
+        let p = Path::new(home).join("bin").join(&exe);
+        if p.is_file() {
+            return Ok(p);
+        }
+        looked.push(format!("{} (from SUMO_HOME)", p.display()));
+    } else {
+        looked.push("$SUMO_HOME/bin (SUMO_HOME not set)".into());
+    }
+    if let Some(path) = path {
+        for dir in std::env::split_paths(path) {
+            let p = dir.join(&exe);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+        looked.push("every PATH entry".into());
+    }
+    Err(SumoError::NotFound {
+        looked: looked.join(", "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binary_says_how_to_install() {
+        let err = find_sumo_binary_in(
+            None,
+            Some(OsStr::new("/nonexistent/sumo-home")),
+            Some(OsStr::new("/nonexistent/bin")),
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("pip install eclipse-sumo==1.28.0"), "{msg}");
+        assert!(msg.contains("/nonexistent/sumo-home/bin/sumo"), "{msg}");
+        let err = find_sumo_binary_in(Some(Path::new("/no/such/sumo")), None, None).unwrap_err();
+        assert!(err.to_string().contains("/no/such/sumo"));
+    }
+
+    #[test]
+    fn config_refuses_intervals_off_the_sumo_step() {
+        let dir = env!("CARGO_MANIFEST_DIR");
+        let mut cfg = SumoConfig::new(
+            format!("{dir}/fixtures/sumo/single.net.xml"),
+            format!("{dir}/fixtures/sumo/single.rou.xml"),
+        );
+        cfg.validate().unwrap();
+        cfg.decision_interval_s = 2.5;
+        assert!(cfg.validate().unwrap_err().to_string().contains("multiple"));
+        cfg.decision_interval_s = 5.0;
+        cfg.seconds = f64::NAN;
+        assert!(cfg.validate().is_err());
+        cfg.seconds = 60.0;
+        cfg.routes = vec!["/no/such.rou.xml".into()];
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("/no/such.rou.xml"));
+    }
+}

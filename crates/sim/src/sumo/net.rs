@@ -1,0 +1,318 @@
+//! Reading a SUMO network (`.net.xml`): what the backend needs to control its traffic
+//! lights generically.
+//!
+//! Read: every lane's length and shape end (for storage and approach bearings), edge
+//! functions (normal, internal, crossing), the first program (`<tlLogic>`) of each traffic
+//! light, every `<connection>` (which traffic light and link index controls it, its
+//! direction, its internal lane), and each junction's `<request foes=...>` conflict rows
+//! with the internal lanes (`intLanes`) they are indexed by.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use super::xml::{scan, Node};
+use super::SumoError;
+
+/// One lane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetLane {
+    /// Length (m).
+    pub length_m: f64,
+    /// Travel direction at the lane's end (last shape segment, not normalised), if the
+    /// lane has a shape.
+    pub end_direction: Option<(f64, f64)>,
+}
+
+/// One edge's role.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NetEdge {
+    /// `""` for a normal road, else SUMO's `function` (`internal`, `crossing`, ...).
+    pub function: String,
+    /// For a pedestrian crossing: the road edges it crosses.
+    pub crossing_edges: Vec<String>,
+}
+
+/// A traffic light's static program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlLogic {
+    /// Traffic light id.
+    pub id: String,
+    /// Program id.
+    pub program_id: String,
+    /// Phases: `(duration s, state string)`.
+    pub phases: Vec<(f64, String)>,
+}
+
+/// One `<connection>`: a link from a lane to a lane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetConnection {
+    /// Incoming edge.
+    pub from: String,
+    /// Outgoing edge.
+    pub to: String,
+    /// Lane index on `from`.
+    pub from_lane: u32,
+    /// Lane index on `to`.
+    pub to_lane: u32,
+    /// First internal lane crossed, if the net has internal links.
+    pub via: Option<String>,
+    /// Controlling traffic light.
+    pub tl: Option<String>,
+    /// Index in the traffic light's state string.
+    pub link_index: Option<usize>,
+    /// SUMO direction: `s`, `l`, `L`, `r`, `R`, `t`, ...
+    pub dir: String,
+}
+
+impl NetConnection {
+    /// The incoming lane's id (SUMO lane ids are `<edge>_<index>`).
+    pub fn from_lane_id(&self) -> String {
+        format!("{}_{}", self.from, self.from_lane)
+    }
+
+    /// The outgoing lane's id.
+    pub fn to_lane_id(&self) -> String {
+        format!("{}_{}", self.to, self.to_lane)
+    }
+}
+
+/// A junction's conflict table.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NetJunction {
+    /// Junction type (`traffic_light`, `priority`, `internal`, ...).
+    pub kind: String,
+    /// Internal lanes, indexed like the request rows.
+    pub int_lanes: Vec<String>,
+    /// `foes[i][j]`: request `i` conflicts with request `j`.
+    pub foes: Vec<Vec<bool>>,
+}
+
+/// The parts of a `.net.xml` the backend uses.
+#[derive(Clone, Debug, Default)]
+pub struct NetFile {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Lanes by id.
+    pub lanes: HashMap<String, NetLane>,
+    /// Edges by id.
+    pub edges: HashMap<String, NetEdge>,
+    /// Traffic-light programs, first program of each light, in file order.
+    pub tl_logics: Vec<TlLogic>,
+    /// All connections, in file order.
+    pub connections: Vec<NetConnection>,
+    /// Junctions by id.
+    pub junctions: HashMap<String, NetJunction>,
+}
+
+impl NetFile {
+    /// Reads `path`. Errors name the file and the element at fault.
+    pub fn read(path: &Path) -> Result<Self, SumoError> {
+        let err = |message: String| SumoError::Net {
+            path: path.to_path_buf(),
+            message,
+        };
+        let file = File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
+        let mut net = NetFile::parse(BufReader::new(file)).map_err(err)?;
+        net.path = path.to_path_buf();
+        Ok(net)
+    }
+
+    /// Parses a network from XML text (for tests and in-memory nets).
+    pub fn parse(input: impl std::io::BufRead) -> Result<Self, String> {
+        let mut net = NetFile::default();
+        let mut edge: Option<String> = None;
+        // Index into tl_logics of the program being read; None for a light's 2nd program.
+        let mut tl: Option<usize> = None;
+        let mut junction: Option<String> = None;
+        let mut saw_net = false;
+        scan(input, |node| {
+            match node {
+                Node::Open { name, attrs, empty } => match name {
+                    "net" => saw_net = true,
+                    "edge" => {
+                        let id = attrs.need(name, "id")?.to_string();
+                        net.edges.insert(
+                            id.clone(),
+                            NetEdge {
+                                function: attrs.get("function").unwrap_or("").to_string(),
+                                crossing_edges: attrs
+                                    .get("crossingEdges")
+                                    .unwrap_or("")
+                                    .split_whitespace()
+                                    .map(str::to_string)
+                                    .collect(),
+                            },
+                        );
+                        edge = (!empty).then_some(id);
+                    }
+                    "lane" if edge.is_some() => {
+                        let id = attrs.need(name, "id")?.to_string();
+                        let length_m = attrs
+                            .num(name, "length")?
+                            .ok_or_else(|| format!("<lane id=\"{id}\"> without length"))?;
+                        if length_m <= 0.0 {
+                            return Err(format!("<lane id=\"{id}\"> has length {length_m}"));
+                        }
+                        let end_direction = attrs.get("shape").and_then(shape_end_direction);
+                        net.lanes.insert(
+                            id,
+                            NetLane {
+                                length_m,
+                                end_direction,
+                            },
+                        );
+                    }
+                    "tlLogic" => {
+                        let id = attrs.need(name, "id")?.to_string();
+                        if net.tl_logics.iter().any(|t| t.id == id) {
+                            tl = None;
+                        } else {
+                            net.tl_logics.push(TlLogic {
+                                id,
+                                program_id: attrs.get("programID").unwrap_or("").to_string(),
+                                phases: Vec::new(),
+                            });
+                            tl = (!empty).then_some(net.tl_logics.len() - 1);
+                        }
+                    }
+                    "phase" => {
+                        if let Some(i) = tl {
+                            let state = attrs.need(name, "state")?.to_string();
+                            let duration = attrs.num(name, "duration")?.unwrap_or(0.0);
+                            net.tl_logics[i].phases.push((duration, state));
+                        }
+                    }
+                    "junction" => {
+                        let id = attrs.need(name, "id")?.to_string();
+                        let j = NetJunction {
+                            kind: attrs.get("type").unwrap_or("").to_string(),
+                            int_lanes: attrs
+                                .get("intLanes")
+                                .unwrap_or("")
+                                .split_whitespace()
+                                .map(str::to_string)
+                                .collect(),
+                            foes: Vec::new(),
+                        };
+                        net.junctions.insert(id.clone(), j);
+                        junction = (!empty).then_some(id);
+                    }
+                    "request" => {
+                        let Some(jid) = &junction else { return Ok(()) };
+                        let index = attrs.num(name, "index")?.unwrap_or(-1.0);
+                        let foes = attrs.need(name, "foes")?;
+                        let j = net.junctions.get_mut(jid).expect("inserted on open");
+                        if index < 0.0 || index.fract() != 0.0 || index as usize != j.foes.len() {
+                            return Err(format!(
+                                "junction {jid}: <request index=\"{index}\"> out of order"
+                            ));
+                        }
+                        // Bit j of a foes string is its j-th character from the right.
+                        let row = foes.bytes().rev().map(|c| c == b'1').collect();
+                        j.foes.push(row);
+                    }
+                    "connection" => {
+                        let need = |k: &str| attrs.need(name, k).map(str::to_string);
+                        let lane = |k: &str| -> Result<u32, String> {
+                            let v = attrs
+                                .num(name, k)?
+                                .ok_or_else(|| format!("<connection> without attribute {k}"))?;
+                            if v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
+                                return Err(format!("<connection {k}=\"{v}\">: not a lane index"));
+                            }
+                            Ok(v as u32)
+                        };
+                        let link_index = match attrs.num(name, "linkIndex")? {
+                            None => None,
+                            Some(v) if v >= 0.0 && v.fract() == 0.0 && v < 1e6 => Some(v as usize),
+                            Some(v) => {
+                                return Err(format!("<connection linkIndex=\"{v}\">: bad index"))
+                            }
+                        };
+                        net.connections.push(NetConnection {
+                            from: need("from")?,
+                            to: need("to")?,
+                            from_lane: lane("fromLane")?,
+                            to_lane: lane("toLane")?,
+                            via: attrs.get("via").map(str::to_string),
+                            tl: attrs.get("tl").map(str::to_string),
+                            link_index,
+                            dir: attrs.get("dir").unwrap_or("s").to_string(),
+                        });
+                    }
+                    _ => {}
+                },
+                Node::Close { name } => match name {
+                    "edge" => edge = None,
+                    "tlLogic" => tl = None,
+                    "junction" => junction = None,
+                    _ => {}
+                },
+            }
+            Ok(())
+        })?;
+        if !saw_net {
+            return Err("not a SUMO network (no <net> element)".into());
+        }
+        Ok(net)
+    }
+}
+
+/// Direction of the last segment of a SUMO shape (`"x,y x,y ..."`).
+fn shape_end_direction(shape: &str) -> Option<(f64, f64)> {
+    let mut pts = shape.split_whitespace().filter_map(|p| {
+        let mut it = p.split(',');
+        let x = it.next()?.parse::<f64>().ok()?;
+        let y = it.next()?.parse::<f64>().ok()?;
+        Some((x, y))
+    });
+    let mut prev = pts.next()?;
+    let mut last = pts.next()?;
+    for p in pts {
+        prev = last;
+        last = p;
+    }
+    let d = (last.0 - prev.0, last.1 - prev.1);
+    (d.0.is_finite() && d.1.is_finite() && (d.0 != 0.0 || d.1 != 0.0)).then_some(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_non_networks_and_bad_values() {
+        assert!(NetFile::parse("<routes/>".as_bytes())
+            .unwrap_err()
+            .contains("not a SUMO network"));
+        let bad = r#"<net><edge id="a"><lane id="a_0" length="-3"/></edge></net>"#;
+        assert!(NetFile::parse(bad.as_bytes())
+            .unwrap_err()
+            .contains("length -3"));
+        let bad = r#"<net><connection from="a" to="b" fromLane="x" toLane="0"/></net>"#;
+        assert!(NetFile::parse(bad.as_bytes()).is_err());
+        assert!(NetFile::parse("<net><edge".as_bytes()).is_err());
+        let err = NetFile::read(Path::new("/no/such.net.xml")).unwrap_err();
+        assert!(err.to_string().contains("/no/such.net.xml"));
+    }
+
+    #[test]
+    fn reads_foes_right_to_left() {
+        let xml = r#"<net><junction id="J" type="traffic_light" intLanes=":J_0_0 :J_1_0">
+            <request index="0" response="00" foes="10" cont="0"/>
+            <request index="1" response="00" foes="01" cont="0"/>
+        </junction></net>"#;
+        let net = NetFile::parse(xml.as_bytes()).unwrap();
+        let j = &net.junctions["J"];
+        assert_eq!(j.foes, vec![vec![false, true], vec![true, false]]);
+        assert_eq!(j.int_lanes, vec![":J_0_0", ":J_1_0"]);
+    }
+
+    #[test]
+    fn shape_direction() {
+        assert_eq!(shape_end_direction("0,0 0,5 3,5"), Some((3.0, 0.0)));
+        assert_eq!(shape_end_direction("1,1"), None);
+    }
+}

@@ -1,0 +1,317 @@
+//! The `sumo` child process: start it on a free port, connect, and make sure it never
+//! outlives its owner.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::traci::{Message, Reply, Traci, TraciError};
+use super::{SumoError, MIN_TRACI_API};
+
+/// A private scratch folder (SUMO's log, tripinfo and generated additional files),
+/// removed on drop.
+pub(crate) struct WorkDir {
+    path: PathBuf,
+}
+
+impl WorkDir {
+    pub(crate) fn new() -> Result<Self, SumoError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path =
+            std::env::temp_dir().join(format!("greenwave-sumo-{}-{n}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).map_err(|source| SumoError::Io {
+            what: format!("creating {}", path.display()),
+            source,
+        })?;
+        Ok(WorkDir { path })
+    }
+
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The last `max_bytes` of a log file, trimmed to whole lines.
+fn log_tail(path: &Path, max_bytes: usize) -> String {
+    let Ok(bytes) = std::fs::read(path) else {
+        return "(no log)".into();
+    };
+    let start = bytes.len().saturating_sub(max_bytes);
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let text = if start > 0 {
+        text.split_once('\n').map(|x| x.1).unwrap_or(&text)
+    } else {
+        &text
+    };
+    let t = text.trim();
+    if t.is_empty() {
+        "(empty)".into()
+    } else {
+        t.to_string()
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return format!("killed by signal {sig}");
+        }
+    }
+    status.to_string()
+}
+
+/// A running `sumo` with a TraCI connection.
+pub(crate) struct SumoProcess {
+    child: Child,
+    traci: Option<Traci>,
+    log: PathBuf,
+    work: Option<WorkDir>,
+    reply_timeout: Duration,
+    /// SUMO's version string from the handshake.
+    pub(crate) version: String,
+}
+
+impl SumoProcess {
+    /// Starts `binary` with `args` plus `--remote-port`, connects, and checks the TraCI
+    /// API version. `work` receives SUMO's log and is kept alive as long as SUMO runs.
+    pub(crate) fn start(
+        binary: &Path,
+        args: &[OsString],
+        work: WorkDir,
+        startup_timeout: Duration,
+        reply_timeout: Duration,
+    ) -> Result<Self, SumoError> {
+        // Ask the OS for a free port; the tiny window before SUMO binds it is harmless on
+        // a workstation (a clash shows up as SUMO exiting with a bind error in its log).
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map_err(|source| SumoError::Io {
+                what: "finding a free TCP port".into(),
+                source,
+            })?
+            .port();
+        let log = work.file("sumo.log");
+        let out = File::create(&log).map_err(|source| SumoError::Io {
+            what: format!("creating {}", log.display()),
+            source,
+        })?;
+        let err = out.try_clone().map_err(|source| SumoError::Io {
+            what: "duplicating the log handle".into(),
+            source,
+        })?;
+        // SUMO's output goes to a file, never a pipe: a full pipe would block SUMO.
+        let child = Command::new(binary)
+            .args(args)
+            .arg("--remote-port")
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|source| SumoError::Spawn {
+                binary: binary.to_path_buf(),
+                source,
+            })?;
+        let mut p = SumoProcess {
+            child,
+            traci: None,
+            log,
+            work: Some(work),
+            reply_timeout,
+            version: String::new(),
+        };
+        let stream = p.connect(port, startup_timeout)?;
+        p.traci = Some(
+            Traci::new(stream, reply_timeout).map_err(|source| SumoError::Traci {
+                context: "configuring the TraCI socket".into(),
+                source,
+            })?,
+        );
+        let mut m = Message::new();
+        m.get_version();
+        let r = p.call(&m, "handshake (getVersion)")?;
+        let Some(Reply::Version(api, version)) = r.into_iter().next() else {
+            return Err(p.fail(
+                "handshake (getVersion)",
+                TraciError::Protocol("no version in the reply".into()),
+            ));
+        };
+        if api < MIN_TRACI_API {
+            return Err(SumoError::Version {
+                got: api,
+                version,
+                min: MIN_TRACI_API,
+            });
+        }
+        p.version = version;
+        Ok(p)
+    }
+
+    fn connect(&mut self, port: u16, timeout: Duration) -> Result<TcpStream, SumoError> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let start = Instant::now();
+        loop {
+            if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(250)) {
+                return Ok(s);
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(SumoError::Died {
+                    status: describe(status),
+                    context: "loading the simulation".into(),
+                    log_tail: log_tail(&self.log, 3000),
+                });
+            }
+            if start.elapsed() >= timeout {
+                return Err(SumoError::ConnectTimeout {
+                    port,
+                    waited_s: start.elapsed().as_secs_f64(),
+                    log_tail: log_tail(&self.log, 3000),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Turns a TraCI failure into the most useful error: if SUMO has died, say so with its
+    /// log; either way the connection is dropped and SUMO stopped, as its state is unknown.
+    fn fail(&mut self, context: &str, source: TraciError) -> SumoError {
+        // A dying SUMO closes the socket slightly before the OS reports its exit; give it
+        // a moment on a lost connection. Check before dropping our end: SUMO exits when
+        // its client goes away, which would pass for a crash.
+        let grace = if matches!(source, TraciError::Io(_)) {
+            500
+        } else {
+            0
+        };
+        let deadline = Instant::now() + Duration::from_millis(grace);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => break None,
+            }
+        };
+        self.traci = None;
+        match status {
+            Some(s) => SumoError::Died {
+                status: describe(s),
+                context: context.to_string(),
+                log_tail: log_tail(&self.log, 3000),
+            },
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                SumoError::Traci {
+                    context: context.to_string(),
+                    source,
+                }
+            }
+        }
+    }
+
+    /// Sends `messages` pipelined and returns their replies (see [`Traci::exchange`]).
+    pub(crate) fn exchange(
+        &mut self,
+        messages: &[Message],
+        context: &str,
+    ) -> Result<Vec<Vec<Reply>>, SumoError> {
+        let traci = self.traci.as_mut().ok_or_else(|| {
+            SumoError::NotConnected(format!("{context}: the connection closed earlier"))
+        })?;
+        match traci.exchange(messages) {
+            Ok(r) => Ok(r),
+            Err(e) => Err(self.fail(context, e)),
+        }
+    }
+
+    /// Sends one message and returns its replies.
+    pub(crate) fn call(
+        &mut self,
+        message: &Message,
+        context: &str,
+    ) -> Result<Vec<Reply>, SumoError> {
+        let mut r = self.exchange(std::slice::from_ref(message), context)?;
+        Ok(r.pop().unwrap_or_default())
+    }
+
+    /// Closes the connection and waits for SUMO to write its outputs and exit. Returns the
+    /// scratch folder, which holds those outputs.
+    pub(crate) fn close(mut self) -> Result<WorkDir, SumoError> {
+        let mut m = Message::new();
+        m.close();
+        self.call(&m, "closing the simulation")?;
+        self.traci = None;
+        let deadline = Instant::now() + self.reply_timeout;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) if status.success() => break,
+                Ok(Some(status)) => {
+                    return Err(SumoError::Died {
+                        status: describe(status),
+                        context: "writing its outputs after close".into(),
+                        log_tail: log_tail(&self.log, 3000),
+                    })
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                _ => {
+                    return Err(SumoError::Traci {
+                        context: "waiting for SUMO to exit after close".into(),
+                        source: TraciError::Timeout {
+                            timeout_s: self.reply_timeout.as_secs_f64(),
+                        },
+                    })
+                }
+            }
+        }
+        Ok(self.work.take().expect("work dir lives until close"))
+    }
+}
+
+impl Drop for SumoProcess {
+    fn drop(&mut self) {
+        // Polite first (SUMO exits when its client says close), then certain.
+        if let Some(mut t) = self.traci.take() {
+            let _ = t.set_timeout(Duration::from_millis(500));
+            let mut m = Message::new();
+            m.close();
+            let _ = t.call(&m);
+            let deadline = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}

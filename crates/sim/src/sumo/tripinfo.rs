@@ -1,0 +1,139 @@
+//! Episode metrics from SUMO's tripinfo output (`--tripinfo-output`, with
+//! `--tripinfo-output.write-unfinished` so vehicles still driving at the end are listed).
+//!
+//! Definitions, the same as the embedded simulator's [`EpisodeMetrics`](crate::EpisodeMetrics):
+//!
+//! * every vehicle whose departure time has come counts once: inserted vehicles (finished
+//!   or still driving) from their `<tripinfo>`, vehicles never inserted from the list of
+//!   pending vehicles SUMO gives at the episode's end, with the time they have waited;
+//! * delay = `timeLoss + departDelay` (time lost against free flow, plus time waiting to
+//!   enter); a vehicle never inserted is delayed by all the time it has waited;
+//! * wait = `waitingTime` (time stopped in the network); a vehicle never inserted has
+//!   not stopped in the network yet and counts with 0, as in the embedded simulator;
+//! * travel time = `duration` of finished trips; throughput = finished trips; backlog =
+//!   vehicles never inserted.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+use super::xml::{scan, Node};
+use super::SumoError;
+
+/// What the tripinfo file and the pending list add up to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TripSummary {
+    /// Vehicles counted (inserted + never inserted).
+    pub vehicles: u64,
+    /// Mean delay per vehicle (s).
+    pub mean_delay_s: f64,
+    /// Mean wait per vehicle (s).
+    pub mean_wait_s: f64,
+    /// Mean travel time of finished trips (s).
+    pub mean_travel_time_s: f64,
+    /// Finished trips.
+    pub throughput_veh: u64,
+    /// Vehicles never inserted.
+    pub backlog_veh: u64,
+}
+
+/// Reads the tripinfo file at `path` and combines it with `pending_wait_s`, the time each
+/// never-inserted vehicle has waited so far.
+pub fn summarize(path: &Path, pending_wait_s: &[f64]) -> Result<TripSummary, SumoError> {
+    let err = |message: String| SumoError::Tripinfo {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
+    summarize_from(BufReader::new(file), pending_wait_s).map_err(err)
+}
+
+/// [`summarize`] over XML text.
+pub fn summarize_from(
+    input: impl std::io::BufRead,
+    pending_wait_s: &[f64],
+) -> Result<TripSummary, String> {
+    let (mut n, mut delay, mut wait) = (0u64, 0.0f64, 0.0f64);
+    let (mut finished, mut travel) = (0u64, 0.0f64);
+    let mut saw_root = false;
+    scan(input, |node| {
+        let Node::Open { name, attrs, .. } = node else {
+            return Ok(());
+        };
+        match name {
+            "tripinfos" => saw_root = true,
+            "tripinfo" => {
+                let num = |k: &str| -> Result<f64, String> {
+                    attrs.num(name, k)?.ok_or_else(|| {
+                        let id = attrs.get("id").unwrap_or("?");
+                        format!("<tripinfo id=\"{id}\"> without {k}")
+                    })
+                };
+                let depart_delay = num("departDelay")?.max(0.0);
+                delay += num("timeLoss")?.max(0.0) + depart_delay;
+                wait += num("waitingTime")?.max(0.0);
+                n += 1;
+                // Unfinished vehicles are written with arrival -1 and vaporized="end".
+                let arrived =
+                    num("arrival")? >= 0.0 && attrs.get("vaporized").is_none_or(|v| v.is_empty());
+                if arrived {
+                    finished += 1;
+                    travel += num("duration")?.max(0.0);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    if !saw_root {
+        return Err("not a tripinfo file (no <tripinfos> element)".into());
+    }
+    let pending: f64 = pending_wait_s.iter().map(|w| w.max(0.0)).sum();
+    let total = n + pending_wait_s.len() as u64;
+    let mean = |sum: f64, count: u64| if count == 0 { 0.0 } else { sum / count as f64 };
+    Ok(TripSummary {
+        vehicles: total,
+        mean_delay_s: mean(delay + pending, total),
+        mean_wait_s: mean(wait, total),
+        mean_travel_time_s: mean(travel, finished),
+        throughput_veh: finished,
+        backlog_veh: pending_wait_s.len() as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const XML: &str = r#"<?xml version="1.0"?>
+<tripinfos>
+  <tripinfo id="a" depart="3.00" departDelay="1.00" arrival="40.00" duration="37.00"
+            waitingTime="5.00" timeLoss="9.00" vaporized=""/>
+  <tripinfo id="b" depart="10.00" departDelay="0.00" arrival="-1.00" duration="50.00"
+            waitingTime="20.00" timeLoss="30.00" vaporized="end"/>
+</tripinfos>"#;
+
+    #[test]
+    fn combines_trips_and_pending_vehicles() {
+        let s = summarize_from(XML.as_bytes(), &[12.0]).unwrap();
+        assert_eq!(s.vehicles, 3);
+        assert_eq!(s.throughput_veh, 1);
+        assert_eq!(s.backlog_veh, 1);
+        assert!((s.mean_delay_s - (10.0 + 30.0 + 12.0) / 3.0).abs() < 1e-12);
+        assert!((s.mean_wait_s - (5.0 + 20.0) / 3.0).abs() < 1e-12);
+        assert!((s.mean_travel_time_s - 37.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bad_files_are_errors() {
+        assert!(summarize_from("<routes/>".as_bytes(), &[]).is_err());
+        let missing = "<tripinfos><tripinfo id=\"x\" depart=\"1\"/></tripinfos>";
+        let err = summarize_from(missing.as_bytes(), &[]).unwrap_err();
+        assert!(err.contains("<tripinfo id=\"x\"> without"), "{err}");
+        let err = summarize(Path::new("/no/such/tripinfo.xml"), &[]).unwrap_err();
+        assert!(err.to_string().contains("/no/such/tripinfo.xml"));
+        // Empty but valid: no vehicles, zero means.
+        let s = summarize_from("<tripinfos/>".as_bytes(), &[]).unwrap();
+        assert_eq!(s, TripSummary::default());
+    }
+}

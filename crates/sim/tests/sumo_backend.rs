@@ -1,0 +1,302 @@
+//! The SUMO backend against real SUMO (feature `sumo`; needs `sumo` via SUMO_HOME or PATH:
+//! `pip install eclipse-sumo==1.28.0`, SUMO_HOME=<venv>/lib/python3.11/site-packages/sumo).
+//! Plan-building tests read the fixtures only and need no SUMO.
+#![cfg(feature = "sumo")]
+
+use std::path::PathBuf;
+
+use greenwave_core::{MovementId, Turn};
+use greenwave_sim::sumo::model::build_models;
+use greenwave_sim::sumo::{run_static_program, NetFile, ReadMode, SumoConfig, SumoEnv, SumoError};
+use greenwave_sim::Env;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/sumo")
+        .join(name)
+}
+
+fn config(net: &str, seconds: f64) -> SumoConfig {
+    let mut cfg = SumoConfig::new(
+        fixture(&format!("{net}.net.xml")),
+        fixture(&format!("{net}.rou.xml")),
+    );
+    cfg.seconds = seconds;
+    cfg.seed = 7;
+    cfg.reply_timeout_s = 30.0;
+    cfg
+}
+
+/// Longest queue first, once min green allows: enough to exercise every path.
+fn greedy(env: &SumoEnv, signal: usize) -> u8 {
+    let det = env.detectors(signal);
+    let plan = &env.signals()[signal].plan;
+    let mask = env.action_mask(signal);
+    (0..plan.n_phases() as u8)
+        .filter(|&p| mask.allows(greenwave_core::PhaseId(p)))
+        .max_by(|&a, &b| {
+            let q = |p: u8| -> f32 {
+                plan.phases()[p as usize]
+                    .movements
+                    .iter()
+                    .map(|m| det[m.0 as usize].queue_veh)
+                    .sum()
+            };
+            q(a).total_cmp(&q(b))
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn single_intersection_plan_from_the_net() {
+    let net = NetFile::read(&fixture("single.net.xml")).unwrap();
+    let timing = SumoConfig::new("", "").timing;
+    let models = build_models(&net, timing).unwrap();
+    assert_eq!(models.len(), 1);
+    let m = &models[0];
+    assert_eq!(m.id, "A0");
+    assert_eq!(m.n_links(), 16);
+    assert!(m.conflicts_from_junction);
+    // Approaches clockwise from north.
+    assert_eq!(m.approaches, ["top0A0", "right0A0", "bottom0A0", "left0A0"]);
+    // Left, through (both lanes), right from each of the four arms.
+    let plan = &m.plan;
+    assert_eq!(plan.movements().len(), 12);
+    assert_eq!(plan.n_phases(), 2);
+    assert_eq!(m.static_phases, [0, 2]);
+    let id = |arm: u8, turn: Turn| {
+        MovementId(
+            plan.movements()
+                .iter()
+                .position(|mv| mv.approach == arm && mv.turn == turn)
+                .unwrap() as u8,
+        )
+    };
+    let c = plan.conflicts();
+    // Perpendicular throughs conflict; the static program's permissive left does not.
+    assert!(c.conflicts(id(0, Turn::Through), id(1, Turn::Through)));
+    assert!(c.conflicts(id(0, Turn::Left), id(3, Turn::Through)));
+    assert!(!c.conflicts(id(0, Turn::Left), id(2, Turn::Through)));
+    assert!(!c.conflicts(id(0, Turn::Through), id(2, Turn::Through)));
+    // Phase 0 serves north-south, phase 1 east-west.
+    let p0 = plan.phases()[0].movements;
+    assert!(p0.contains(id(0, Turn::Through)) && p0.contains(id(2, Turn::Left)));
+    assert!(!p0.contains(id(1, Turn::Through)));
+    assert_eq!(m.in_lanes.len(), 8);
+    assert_eq!(m.in_lanes[0], "top0A0_0");
+    assert_eq!(
+        m.movement_in_lanes[id(0, Turn::Through).0 as usize].len(),
+        2
+    );
+    // Display: phase 0 green shows the program's own G/g.
+    let seq = greenwave_core::Sequencer::new(plan.clone(), greenwave_core::PhaseId(0)).unwrap();
+    assert_eq!(seq_state(m, &seq), "GGGgrrrrGGGgrrrr");
+}
+
+fn seq_state(m: &greenwave_sim::sumo::TlsModel, seq: &greenwave_core::Sequencer) -> String {
+    m.state(seq.interval(), seq.frame())
+}
+
+#[test]
+fn grid_plans_and_change_display() {
+    let net = NetFile::read(&fixture("grid2x2.net.xml")).unwrap();
+    let models = build_models(&net, SumoConfig::new("", "").timing).unwrap();
+    let ids: Vec<_> = models.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["A0", "A1", "B0", "B1"]);
+    for m in &models {
+        assert_eq!(m.plan.n_phases(), 2, "{}", m.id);
+        assert_eq!(m.in_lanes.len(), 8, "{}", m.id);
+        // Yellow then all-red on a change, every link accounted for.
+        let mut seq =
+            greenwave_core::Sequencer::new(m.plan.clone(), greenwave_core::PhaseId(0)).unwrap();
+        seq.tick(greenwave_core::Millis::from_secs(6));
+        seq.request(1);
+        let yellow = seq_state(m, &seq);
+        assert_eq!(yellow, "yyyyrrrryyyyrrrr", "{}", m.id);
+        seq.tick(greenwave_core::Millis::from_secs(3));
+        assert_eq!(seq_state(m, &seq), "r".repeat(16));
+        seq.tick(greenwave_core::Millis::from_secs(2));
+        assert_eq!(seq_state(m, &seq), "rrrrGGGgrrrrGGGg");
+    }
+}
+
+#[test]
+fn net_without_traffic_lights_is_refused() {
+    let mut cfg = config("single", 60.0);
+    cfg.net = fixture("notls.net.xml");
+    let err = SumoEnv::new(cfg).err().expect("no traffic lights");
+    assert!(matches!(err, SumoError::NoTrafficLights { .. }), "{err}");
+    assert!(err.to_string().contains("notls.net.xml"), "{err}");
+}
+
+#[test]
+fn missing_binary_says_how_to_install() {
+    let mut cfg = config("single", 60.0);
+    cfg.sumo_binary = Some("/nonexistent/sumo-home/bin/sumo".into());
+    let err = SumoEnv::new(cfg).err().expect("no binary");
+    let msg = err.to_string();
+    assert!(matches!(err, SumoError::NotFound { .. }), "{msg}");
+    assert!(msg.contains("pip install eclipse-sumo==1.28.0"), "{msg}");
+    assert!(msg.contains("SUMO_HOME"), "{msg}");
+}
+
+#[test]
+fn short_episode_on_the_single_intersection() {
+    let mut env = SumoEnv::new(config("single", 120.0)).unwrap();
+    assert!(env.sumo_version().unwrap().contains("SUMO"));
+    assert_eq!(env.signals().len(), 1);
+    let dim = env.signals()[0].layout.dim();
+    assert_eq!(dim, 2 * 8 + 2 + 3);
+    let mut obs = vec![0.0; dim];
+    let mut steps = 0;
+    loop {
+        env.observe(0, &mut obs).unwrap();
+        assert!(obs.iter().all(|x| x.is_finite()));
+        let a = greedy(&env, 0);
+        let out = env.step(&[a]).unwrap();
+        assert_eq!(out.rewards.len(), 1);
+        steps += 1;
+        if out.done {
+            break;
+        }
+        assert!(steps < 100, "episode never ended");
+    }
+    assert_eq!(steps, 24);
+    assert!(env.finished());
+    let m = env.metrics();
+    assert_eq!(m.sim_seconds, 120.0);
+    assert!(m.throughput_veh > 10, "{m:?}");
+    assert!(m.mean_delay_s > 0.0 && m.mean_travel_time_s > 0.0, "{m:?}");
+    assert!(m.wall_seconds > 0.0);
+    // The episode is over: stepping again is an error, not a hang; reset starts anew.
+    assert!(env.step(&[0]).is_err());
+    env.reset(8).unwrap();
+    assert_eq!(env.now_s(), 0.0);
+    env.step(&[0]).unwrap();
+}
+
+#[test]
+fn sumo_shows_the_sequencer_yellow_and_all_red() {
+    let mut cfg = config("single", 60.0);
+    cfg.decision_interval_s = 1.0;
+    let mut env = SumoEnv::new(cfg).unwrap();
+    // Before any step SUMO still runs its own program.
+    for _ in 0..5 {
+        env.step(&[0]).unwrap();
+    }
+    assert_eq!(env.sumo_state(0).unwrap(), "GGGgrrrrGGGgrrrr");
+    env.step(&[1]).unwrap(); // min green (5 s) served: the change starts now
+    assert_eq!(env.sumo_state(0).unwrap(), "yyyyrrrryyyyrrrr");
+    env.step(&[1]).unwrap();
+    env.step(&[1]).unwrap();
+    env.step(&[1]).unwrap(); // 3 s yellow done
+    assert_eq!(env.sumo_state(0).unwrap(), "rrrrrrrrrrrrrrrr");
+    env.step(&[1]).unwrap();
+    env.step(&[1]).unwrap(); // 2 s all-red done
+    assert_eq!(env.sumo_state(0).unwrap(), "rrrrGGGgrrrrGGGg");
+}
+
+#[test]
+fn getters_and_subscriptions_read_the_same() {
+    let cfg = config("single", 60.0);
+    let mut subscribed = cfg.clone();
+    subscribed.read_mode = ReadMode::Subscriptions;
+    let mut a = SumoEnv::new(cfg).unwrap();
+    let mut b = SumoEnv::new(subscribed).unwrap();
+    let dim = a.signals()[0].layout.dim();
+    let (mut oa, mut ob) = (vec![0.0; dim], vec![0.0; dim]);
+    for k in 0..12u8 {
+        let action = [(k / 4) % 2];
+        let (ra, rb) = (a.step(&action).unwrap(), b.step(&action).unwrap());
+        assert_eq!(ra, rb);
+        assert_eq!(a.detectors(0), b.detectors(0));
+        a.observe(0, &mut oa).unwrap();
+        b.observe(0, &mut ob).unwrap();
+        assert_eq!(oa, ob);
+    }
+    assert!(a.detectors(0).iter().any(|d| d.upstream_veh > 0.0));
+    let no_wall = |env: &SumoEnv| greenwave_sim::EpisodeMetrics {
+        wall_seconds: 0.0,
+        ..env.metrics()
+    };
+    assert!(a.finished());
+    assert_eq!(no_wall(&a), no_wall(&b));
+}
+
+#[test]
+fn grid_episode_with_four_signals() {
+    let mut env = SumoEnv::new(config("grid2x2", 60.0)).unwrap();
+    assert_eq!(env.signals().len(), 4);
+    loop {
+        let actions: Vec<u8> = (0..4).map(|s| greedy(&env, s)).collect();
+        for s in 0..4 {
+            let mut obs = vec![0.0; env.signals()[s].layout.dim()];
+            env.observe(s, &mut obs).unwrap();
+            assert_eq!(
+                env.detectors(s).len(),
+                env.signals()[s].plan.movements().len()
+            );
+        }
+        if env.step(&actions).unwrap().done {
+            break;
+        }
+    }
+    assert!(env.metrics().throughput_veh > 0);
+}
+
+#[test]
+fn the_classic_controllers_drive_sumo() {
+    use greenwave_sim::controllers::{Actuated, MaxPressure};
+    let controllers: [Box<dyn greenwave_sim::Controller>; 2] =
+        [Box::new(MaxPressure), Box::new(Actuated::default())];
+    for mut c in controllers {
+        let mut env = SumoEnv::new(config("single", 180.0)).unwrap();
+        let m = greenwave_sim::run_episode(&mut env, c.as_mut(), 3, 180.0).unwrap();
+        assert!(env.finished(), "{}", c.name());
+        assert!(
+            m.throughput_veh > 20 && m.mean_delay_s > 0.0,
+            "{}: {m:?}",
+            c.name()
+        );
+    }
+}
+
+#[test]
+fn static_program_is_deterministic_per_seed() {
+    let a = run_static_program(config("single", 300.0)).unwrap();
+    let b = run_static_program(config("single", 300.0)).unwrap();
+    assert_eq!(a.mean_delay_s, b.mean_delay_s);
+    assert_eq!(a.throughput_veh, b.throughput_veh);
+    assert!(a.throughput_veh > 50, "{a:?}");
+    assert!(a.mean_queue_veh > 0.0, "{a:?}");
+    assert_eq!(a.sim_seconds, 300.0);
+}
+
+#[test]
+fn killed_sumo_is_a_clear_error_not_a_hang() {
+    let mut env = SumoEnv::new(config("single", 600.0)).unwrap();
+    env.step(&[0]).unwrap();
+    let pid = env.sumo_pid().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let err = env.step(&[0]).unwrap_err().to_string();
+    assert!(err.contains("SUMO exited"), "{err}");
+    assert!(err.contains("signal 9"), "{err}");
+    // Later calls fail fast too, and reset recovers.
+    assert!(env.step(&[0]).is_err());
+    env.reset(1).unwrap();
+    env.step(&[0]).unwrap();
+}
+
+#[test]
+fn sumo_refusing_to_start_shows_its_log() {
+    let mut cfg = config("single", 60.0);
+    cfg.extra_args = vec!["--no-such-option".into()];
+    let err = SumoEnv::new(cfg).err().expect("SUMO refuses the option");
+    let msg = err.to_string();
+    assert!(matches!(err, SumoError::Died { .. }), "{msg}");
+    assert!(msg.contains("no-such-option"), "{msg}");
+}
