@@ -1,0 +1,9 @@
+//! # greenwave-tools
+//!
+//! The workstation side of greenwave, as a library behind the `greenwave` binary:
+//! training runs, export, evaluation.
+
+pub mod eval_cmd;
+pub mod export_cmd;
+pub mod policy_controller;
+pub mod train;

@@ -1,0 +1,54 @@
+//! `greenwave`: the workstation command of greenwave.
+//!
+//! Each subcommand lives in its own module with its `clap` arguments and a `run`
+//! function; add one by adding a module, a variant to [`Command`] and a match arm.
+
+mod sim_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Reinforcement-learning traffic-signal control, workstation side.
+#[derive(Debug, Parser)]
+#[command(name = "greenwave", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Simulate a scenario under a classic controller (or all of them) and print metrics.
+    Sim(sim_cmd::SimArgs),
+    /// Train a PPO policy on a scenario.
+    Train(greenwave_tools::train::cli::TrainArgs),
+    /// Export a trained run as ONNX (+ firmware blobs and manifest).
+    Export(greenwave_tools::export_cmd::ExportArgs),
+    /// Evaluate a policy next to fixed-time, actuated and max-pressure.
+    Eval(greenwave_tools::eval_cmd::EvalArgs),
+}
+
+fn main() -> ExitCode {
+    // candle's CPU kernels use rayon; on a 2-core machine its worker threads contend with the
+    // rollout threads and make small-matrix PPO updates slower (see BENCHMARKS.md), so one
+    // thread is the default unless the user chose otherwise.
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Sim(args) => sim_cmd::run(args),
+        Command::Train(args) => greenwave_tools::train::cli::run(args),
+        Command::Export(args) => greenwave_tools::export_cmd::run(args),
+        Command::Eval(args) => greenwave_tools::eval_cmd::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the whole context chain: what we were doing, then why it failed.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

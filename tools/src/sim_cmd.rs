@@ -1,0 +1,177 @@
+//! `greenwave sim`: run the embedded simulator under the classic controllers.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use greenwave_sim::{run_episode, scenario, ControllerKind, EmbeddedEnv, EpisodeMetrics, Scenario};
+use serde::Serialize;
+
+/// Arguments of `greenwave sim`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Built-in scenario (single-4way, arterial-3, grid-4x4) or path to a TOML scenario file.
+    #[arg(long, default_value = "single-4way")]
+    pub scenario: String,
+    /// Demand set of the scenario, e.g. `shifted` for single-4way (default: the scenario's).
+    #[arg(long)]
+    pub demand: Option<String>,
+    /// Controller to run; `all` runs each on the same arrivals and prints them side by side.
+    #[arg(long, value_enum, default_value_t = ControllerChoice::All)]
+    pub controller: ControllerChoice,
+    /// Seconds to simulate (default: the scenario's episode length).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub seconds: Option<u32>,
+    /// Random seed (the same seed gives the same arrivals to every controller).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Print the scenario in the TOML file format and exit (a start for your own).
+    #[arg(long)]
+    pub print_scenario: bool,
+}
+
+/// `--controller` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ControllerChoice {
+    /// Webster-optimal fixed cycle.
+    FixedTime,
+    /// Gap-out / max-out actuated control.
+    Actuated,
+    /// Max-pressure.
+    MaxPressure,
+    /// All three, side by side.
+    All,
+}
+
+impl ControllerChoice {
+    fn kinds(self) -> Vec<ControllerKind> {
+        match self {
+            ControllerChoice::FixedTime => vec![ControllerKind::FixedTime],
+            ControllerChoice::Actuated => vec![ControllerKind::Actuated],
+            ControllerChoice::MaxPressure => vec![ControllerKind::MaxPressure],
+            ControllerChoice::All => ControllerKind::ALL.to_vec(),
+        }
+    }
+}
+
+/// One controller's result.
+#[derive(Debug, Serialize)]
+struct ControllerRun {
+    controller: &'static str,
+    #[serde(flatten)]
+    metrics: EpisodeMetrics,
+}
+
+/// The JSON printed for one controller.
+#[derive(Debug, Serialize)]
+struct SingleReport<'a> {
+    scenario: &'a str,
+    demand: &'a str,
+    seed: u64,
+    #[serde(flatten)]
+    run: &'a ControllerRun,
+}
+
+/// The JSON printed for `--controller all`.
+#[derive(Debug, Serialize)]
+struct CompareReport<'a> {
+    scenario: &'a str,
+    demand: &'a str,
+    seed: u64,
+    controllers: &'a [ControllerRun],
+}
+
+/// Runs `greenwave sim`.
+pub fn run(args: &SimArgs) -> Result<()> {
+    let scenario = resolve_scenario(args)?;
+    let mut out = std::io::stdout().lock();
+    if args.print_scenario {
+        out.write_all(scenario.to_toml_string().as_bytes())?;
+        return Ok(());
+    }
+    let seconds = args.seconds.unwrap_or(scenario.episode_s()) as f64;
+    let mut env = EmbeddedEnv::from_scenario(&scenario, args.seed);
+    let runs = args
+        .controller
+        .kinds()
+        .into_iter()
+        .map(|kind| {
+            let mut controller = kind.build(&scenario);
+            let metrics = run_episode(&mut env, controller.as_mut(), args.seed, seconds)
+                .with_context(|| format!("simulating {} under {kind}", scenario.name()))?;
+            Ok(ControllerRun {
+                controller: kind.name(),
+                metrics,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let demand = scenario.demand().name.as_str();
+    if args.json {
+        let json = match runs.as_slice() {
+            [one] => serde_json::to_string_pretty(&SingleReport {
+                scenario: scenario.name(),
+                demand,
+                seed: args.seed,
+                run: one,
+            }),
+            all => serde_json::to_string_pretty(&CompareReport {
+                scenario: scenario.name(),
+                demand,
+                seed: args.seed,
+                controllers: all,
+            }),
+        }?;
+        writeln!(out, "{json}")?;
+    } else {
+        write!(out, "{}", table(&scenario, args.seed, &runs))?;
+    }
+    Ok(())
+}
+
+fn resolve_scenario(args: &SimArgs) -> Result<Scenario> {
+    let scenario = scenario::load(&args.scenario)
+        .with_context(|| format!("loading scenario `{}`", args.scenario))?;
+    match &args.demand {
+        None => Ok(scenario),
+        Some(name) => scenario
+            .with_demand(name)
+            .with_context(|| format!("choosing demand `{name}`")),
+    }
+}
+
+/// The side-by-side table.
+fn table(scenario: &Scenario, seed: u64, runs: &[ControllerRun]) -> String {
+    let mut s = format!(
+        "scenario {} (demand {}), seed {seed}\n\n",
+        scenario.name(),
+        scenario.demand().name
+    );
+    s.push_str(
+        "controller    delay s  wait s  travel s  throughput veh  backlog veh  queue veh  \
+         sim s   sim-s/wall-s\n",
+    );
+    for r in runs {
+        let m = &r.metrics;
+        let speed = if m.wall_seconds > 0.0 {
+            m.sim_seconds / m.wall_seconds
+        } else {
+            f64::INFINITY
+        };
+        s.push_str(&format!(
+            "{:<12} {:>8.1} {:>7.1} {:>9.1} {:>15} {:>12} {:>10.1} {:>6.0} {:>14.0}\n",
+            r.controller,
+            m.mean_delay_s,
+            m.mean_wait_s,
+            m.mean_travel_time_s,
+            m.throughput_veh,
+            m.backlog_veh,
+            m.mean_queue_veh,
+            m.sim_seconds,
+            speed
+        ));
+    }
+    s
+}

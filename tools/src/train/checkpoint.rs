@@ -1,0 +1,375 @@
+//! The run folder: `run.json` and `scenario.toml` (what was trained, for export),
+//! `policy.safetensors` + `policy.json` (latest weights and normalisation),
+//! `checkpoint.safetensors` + `checkpoint.json` (everything `--resume` needs), and
+//! `metrics.csv`. Files are written to a temporary name and renamed, so an interrupted
+//! run never leaves a half-written checkpoint.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{Device, Tensor};
+use greenwave_core::ObsLayout;
+use greenwave_learn::nets::MlpNet;
+use greenwave_learn::{ActorCritic, Adam, ObsNormalization, PolicyWeights, RunningObsStats};
+use greenwave_sim::Scenario;
+use serde::{Deserialize, Serialize};
+
+use super::{IterationRow, Learner, Replay, TrainConfig, OBS_CLIP};
+
+/// `run.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The configuration.
+    pub config: TrainConfig,
+    /// Scenario name.
+    pub scenario_name: String,
+    /// Observation layout.
+    pub obs_layout: ObsLayout,
+    /// Seconds per decision.
+    pub decision_interval_s: u32,
+    /// Git revision of the trainer.
+    pub git_rev: String,
+}
+
+/// `policy.json`: the latest policy's normalisation and progress.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PolicyInfo {
+    /// Iterations done.
+    pub iteration: u64,
+    /// Decisions done.
+    pub env_steps: u64,
+    /// Observation statistics.
+    pub stats: Stats,
+}
+
+/// Serialisable observation statistics.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Stats {
+    /// Mean.
+    pub mean: Vec<f64>,
+    /// Variance.
+    pub var: Vec<f64>,
+    /// Count.
+    pub count: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct CheckpointInfo {
+    policy: PolicyInfo,
+    slot_episodes: Vec<u64>,
+    adam_t: u64,
+    q_adam_t: Option<u64>,
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    candle_core::safetensors::save(tensors, &tmp)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn put_net(map: &mut HashMap<String, Tensor>, prefix: &str, net: &MlpNet) {
+    for (i, v) in net.vars().iter().enumerate() {
+        map.insert(format!("{prefix}.{i}"), v.as_tensor().clone());
+    }
+}
+
+fn put_adam(map: &mut HashMap<String, Tensor>, prefix: &str, opt: &Adam) {
+    for (i, (m, v)) in opt.m.iter().zip(&opt.v).enumerate() {
+        map.insert(format!("{prefix}.m.{i}"), m.clone());
+        map.insert(format!("{prefix}.v.{i}"), v.clone());
+    }
+}
+
+fn take<'a>(map: &'a HashMap<String, Tensor>, key: &str, file: &Path) -> Result<&'a Tensor> {
+    map.get(key)
+        .with_context(|| format!("{}: tensor '{key}' is missing", file.display()))
+}
+
+fn load_net(map: &HashMap<String, Tensor>, prefix: &str, net: &MlpNet, file: &Path) -> Result<()> {
+    for (i, v) in net.vars().iter().enumerate() {
+        let t = take(map, &format!("{prefix}.{i}"), file)?;
+        if t.dims() != v.dims() {
+            bail!(
+                "{}: '{prefix}.{i}' has shape {:?}, the network needs {:?}",
+                file.display(),
+                t.dims(),
+                v.dims()
+            );
+        }
+        v.set(t)?;
+    }
+    Ok(())
+}
+
+fn load_adam(
+    map: &HashMap<String, Tensor>,
+    prefix: &str,
+    opt: &mut Adam,
+    t: u64,
+    file: &Path,
+) -> Result<()> {
+    for i in 0..opt.m.len() {
+        opt.m[i] = take(map, &format!("{prefix}.m.{i}"), file)?.clone();
+        opt.v[i] = take(map, &format!("{prefix}.v.{i}"), file)?.clone();
+    }
+    opt.t = t;
+    Ok(())
+}
+
+fn stats_of(s: &RunningObsStats) -> Stats {
+    Stats {
+        mean: s.mean.clone(),
+        var: s.var.clone(),
+        count: s.count,
+    }
+}
+
+/// Writes `run.json` and `scenario.toml`.
+pub fn write_run_info(
+    out: &Path,
+    cfg: &TrainConfig,
+    sc: &Scenario,
+    layout: ObsLayout,
+    git_rev: &str,
+) -> Result<()> {
+    let info = RunInfo {
+        config: cfg.clone(),
+        scenario_name: sc.name().to_string(),
+        obs_layout: layout,
+        decision_interval_s: sc.decision_interval_s(),
+        git_rev: git_rev.to_string(),
+    };
+    write_atomic(
+        &out.join("run.json"),
+        serde_json::to_string_pretty(&info)?.as_bytes(),
+    )?;
+    write_atomic(&out.join("scenario.toml"), sc.to_toml_string().as_bytes())
+}
+
+/// Saves the policy, and (when `resumable`) the full checkpoint.
+pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
+    let mut map = HashMap::new();
+    put_net(&mut map, "actor", &l.net.actor);
+    put_net(&mut map, "critic", &l.net.critic);
+    let policy = PolicyInfo {
+        iteration: l.iteration,
+        env_steps: l.env_steps,
+        stats: stats_of(&l.stats),
+    };
+    save_tensors(&out.join("policy.safetensors"), &map)?;
+    write_atomic(
+        &out.join("policy.json"),
+        serde_json::to_string_pretty(&policy)?.as_bytes(),
+    )?;
+    if !resumable {
+        return Ok(());
+    }
+    put_adam(&mut map, "adam", &l.opt);
+    if let Some((q, qopt)) = &l.q {
+        put_net(&mut map, "q", &q.net);
+        put_adam(&mut map, "qadam", qopt);
+    }
+    let dev = Device::Cpu;
+    let r = &l.replay;
+    let n = r.actions.len();
+    if let (Some(d), Some(a)) = (r.obs.len().checked_div(n), r.masks.len().checked_div(n)) {
+        map.insert(
+            "replay.obs".into(),
+            Tensor::from_slice(&r.obs, (n, d), &dev)?,
+        );
+        map.insert(
+            "replay.next_obs".into(),
+            Tensor::from_slice(&r.next_obs, (n, d), &dev)?,
+        );
+        map.insert(
+            "replay.masks".into(),
+            Tensor::from_slice(&r.masks, (n, a), &dev)?,
+        );
+        map.insert(
+            "replay.next_masks".into(),
+            Tensor::from_slice(&r.next_masks, (n, a), &dev)?,
+        );
+        map.insert(
+            "replay.actions".into(),
+            Tensor::from_slice(&r.actions, n, &dev)?,
+        );
+        map.insert(
+            "replay.rewards".into(),
+            Tensor::from_slice(&r.rewards, n, &dev)?,
+        );
+    }
+    let info = CheckpointInfo {
+        policy,
+        slot_episodes: l.slot_episodes.clone(),
+        adam_t: l.opt.t,
+        q_adam_t: l.q.as_ref().map(|(_, o)| o.t),
+    };
+    save_tensors(&out.join("checkpoint.safetensors"), &map)?;
+    write_atomic(
+        &out.join("checkpoint.json"),
+        serde_json::to_string_pretty(&info)?.as_bytes(),
+    )
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn load_tensors(path: &Path) -> Result<HashMap<String, Tensor>> {
+    candle_core::safetensors::load(path, &Device::Cpu)
+        .with_context(|| format!("reading {}", path.display()))
+}
+
+/// Loads the latest checkpoint of `out` for `cfg`.
+pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner> {
+    let info_path = out.join("checkpoint.json");
+    if !info_path.exists() {
+        bail!(
+            "{} has no checkpoint to resume from (checkpoint.json is missing)",
+            out.display()
+        );
+    }
+    let run: RunInfo = read_json(&out.join("run.json"))?;
+    if run.config.algo != cfg.algo
+        || run.config.hidden != cfg.hidden
+        || run.config.seed != cfg.seed
+        || run.config.n_envs != cfg.n_envs
+    {
+        bail!(
+            "{} was trained with algo {:?}, hidden {:?}, seed {}, {} envs; resume with the same settings",
+            out.display(),
+            run.config.algo,
+            run.config.hidden,
+            run.config.seed,
+            run.config.n_envs
+        );
+    }
+    let info: CheckpointInfo = read_json(&info_path)?;
+    let file = out.join("checkpoint.safetensors");
+    let map = load_tensors(&file)?;
+    let mut l = Learner::fresh(cfg, layout)?;
+    load_net(&map, "actor", &l.net.actor, &file)?;
+    load_net(&map, "critic", &l.net.critic, &file)?;
+    load_adam(&map, "adam", &mut l.opt, info.adam_t, &file)?;
+    if let Some((q, qopt)) = l.q.as_mut() {
+        load_net(&map, "q", &q.net, &file)?;
+        load_adam(&map, "qadam", qopt, info.q_adam_t.unwrap_or(0), &file)?;
+    }
+    if let Some(obs) = map.get("replay.obs") {
+        let flat =
+            |k: &str| -> Result<Tensor> { take(&map, k, &file)?.flatten_all().map_err(Into::into) };
+        l.replay = Replay {
+            obs: obs.flatten_all()?.to_vec1()?,
+            next_obs: flat("replay.next_obs")?.to_vec1()?,
+            masks: flat("replay.masks")?.to_vec1()?,
+            next_masks: flat("replay.next_masks")?.to_vec1()?,
+            actions: flat("replay.actions")?.to_vec1()?,
+            rewards: flat("replay.rewards")?.to_vec1()?,
+        };
+    }
+    l.stats = RunningObsStats {
+        mean: info.policy.stats.mean,
+        var: info.policy.stats.var,
+        count: info.policy.stats.count,
+    };
+    l.iteration = info.policy.iteration;
+    l.env_steps = info.policy.env_steps;
+    l.slot_episodes = info.slot_episodes;
+    Ok(l)
+}
+
+/// The latest policy of a run folder, as plain weights, with the run's info.
+pub fn load_policy(run: &Path) -> Result<(PolicyWeights, RunInfo, PolicyInfo)> {
+    let info: RunInfo = read_json(&run.join("run.json"))?;
+    let pinfo: PolicyInfo = read_json(&run.join("policy.json"))?;
+    let file = run.join("policy.safetensors");
+    let map = load_tensors(&file)?;
+    let net = ActorCritic::new(info.obs_layout, &info.config.hidden, 0, &Device::Cpu)?;
+    load_net(&map, "actor", &net.actor, &file)?;
+    load_net(&map, "critic", &net.critic, &file)?;
+    let stats = RunningObsStats {
+        mean: pinfo.stats.mean.clone(),
+        var: pinfo.stats.var.clone(),
+        count: pinfo.stats.count,
+    };
+    let norm: ObsNormalization = stats.normalization(OBS_CLIP);
+    Ok((net.to_weights(norm)?, info, pinfo))
+}
+
+const CSV_HEADER: &str = "iteration,env_steps,wall_s,steps_per_s,episodes,episode_delay_s,episode_return,learning_rate,policy_loss,value_loss,entropy,approx_kl,clip_frac";
+
+/// Opens `metrics.csv`: fresh, or (on resume) keeping only rows up to `iteration`.
+pub fn open_csv(path: &Path, resume: bool, iteration: u64) -> Result<BufWriter<File>> {
+    let mut kept = Vec::new();
+    if resume && path.exists() {
+        for line in BufReader::new(File::open(path)?).lines().skip(1) {
+            let line = line?;
+            let it: u64 = line
+                .split(',')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(u64::MAX);
+            if it <= iteration {
+                kept.push(line);
+            }
+        }
+    }
+    let mut w =
+        BufWriter::new(File::create(path).with_context(|| format!("creating {}", path.display()))?);
+    writeln!(w, "{CSV_HEADER}")?;
+    for l in kept {
+        writeln!(w, "{l}")?;
+    }
+    Ok(w)
+}
+
+/// Appends one row (and flushes, so the file is useful while training runs).
+pub fn write_csv_row(w: &mut BufWriter<File>, r: &IterationRow) -> Result<()> {
+    writeln!(
+        w,
+        "{},{},{:.3},{:.1},{},{:.4},{:.4},{:.6e},{:.6},{:.6},{:.6},{:.6},{:.6}",
+        r.iteration,
+        r.env_steps,
+        r.wall_s,
+        r.steps_per_s,
+        r.episodes,
+        r.episode_delay_s,
+        r.episode_return,
+        r.learning_rate,
+        r.policy_loss,
+        r.value_loss,
+        r.entropy,
+        r.approx_kl,
+        r.clip_frac
+    )?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads `metrics.csv` back (for plots).
+pub fn read_csv(path: &Path) -> Result<Vec<Vec<f64>>> {
+    let mut rows = Vec::new();
+    for (i, line) in BufReader::new(File::open(path)?)
+        .lines()
+        .enumerate()
+        .skip(1)
+    {
+        let line = line?;
+        let row: Result<Vec<f64>, _> = line.split(',').map(|s| s.parse::<f64>()).collect();
+        rows.push(row.with_context(|| format!("{}: line {}", path.display(), i + 1))?);
+    }
+    Ok(rows)
+}

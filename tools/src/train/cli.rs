@@ -1,0 +1,99 @@
+//! `greenwave train` arguments.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use super::{train, Algo, TrainConfig};
+
+/// Arguments of `greenwave train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Built-in scenario (single-4way, arterial-3, grid-4x4) or a TOML scenario file.
+    #[arg(long, default_value = "single-4way")]
+    pub scenario: String,
+    /// Demand set of the scenario (e.g. `shifted`).
+    #[arg(long)]
+    pub demand: Option<String>,
+    /// Simulator backend (only the embedded simulator trains today).
+    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
+    pub backend: Backend,
+    /// Learning algorithm.
+    #[arg(long, value_enum, default_value_t = Algo::Ppo)]
+    pub algo: Algo,
+    /// Agent decisions to train for (all environments and signals together).
+    #[arg(long, default_value_t = 300_000)]
+    pub steps: u64,
+    /// Seed: the same seed gives the same policy on CPU.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Run folder (checkpoints, metrics.csv, plots).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Continue the run in `--out` from its last checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+    /// Parallel environments.
+    #[arg(long, default_value_t = 8)]
+    pub envs: usize,
+    /// Decisions per environment per iteration.
+    #[arg(long, default_value_t = 180)]
+    pub rollout_steps: usize,
+    /// Rollout worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Hidden layer widths of actor and critic.
+    #[arg(long, value_delimiter = ',', default_value = "64,64")]
+    pub hidden: Vec<usize>,
+    /// Initial learning rate (annealed linearly to 0).
+    #[arg(long)]
+    pub learning_rate: Option<f64>,
+    /// Stop early once approx-KL exceeds this (PPO).
+    #[arg(long)]
+    pub target_kl: Option<f32>,
+    /// Episode length override (s).
+    #[arg(long)]
+    pub episode_seconds: Option<u32>,
+    /// Stop after this many iterations (resume later with `--resume`).
+    #[arg(long)]
+    pub stop_after_iterations: Option<u64>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `--backend` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// The embedded mesoscopic simulator.
+    Embedded,
+}
+
+/// Runs `greenwave train`.
+pub fn run(args: &TrainArgs) -> Result<()> {
+    let mut cfg = TrainConfig::new(&args.scenario, args.algo, args.steps, args.seed);
+    cfg.demand = args.demand.clone();
+    cfg.n_envs = args.envs;
+    cfg.rollout_steps = args.rollout_steps;
+    cfg.threads = args.threads;
+    cfg.hidden = args.hidden.clone();
+    cfg.episode_s = args.episode_seconds;
+    cfg.stop_after_iterations = args.stop_after_iterations;
+    if let Some(lr) = args.learning_rate {
+        cfg.ppo.learning_rate = lr;
+        cfg.offpolicy.learning_rate = lr;
+    }
+    cfg.ppo.target_kl = args.target_kl;
+    cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
+    let s = train(&cfg, &args.out, args.resume, !args.quiet)?;
+    println!(
+        "trained {} decisions in {} iterations, {:.1} s ({:.0} decisions/s); recent episode delay {:.2} s",
+        s.env_steps, s.iterations, s.wall_s, s.steps_per_s, s.recent_episode_delay_s
+    );
+    println!(
+        "run folder: {} (metrics.csv, training.png, losses.png, policy.safetensors)",
+        args.out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,552 @@
+//! `greenwave train`: PPO (on-policy) or off-policy Q-critic PPO on a scenario, with a
+//! progress bar, a metrics CSV, PNG plots, checkpoints and `--resume`.
+//!
+//! Determinism: every random stream is derived from the seed and the iteration number
+//! (rollout sampling per worker thread, minibatch shuffling, episode seeds per env slot),
+//! so a run is reproducible on CPU for a given seed whatever the thread timing, and a run
+//! resumed from a checkpoint continues exactly as the uninterrupted run would have.
+//! Checkpoints are written at iteration ends where every environment has just finished an
+//! episode (all slots share the episode length), so no simulator state needs saving.
+
+pub mod checkpoint;
+pub mod cli;
+pub mod plots;
+pub mod rollout;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use candle_core::Device;
+use greenwave_core::ObsLayout;
+use greenwave_learn::gae::{gae, Trajectory};
+use greenwave_learn::offpolicy::{self, OffPolicyConfig, QCritic, ReplayBatch};
+use greenwave_learn::ppo::{self, PpoBatch, PpoConfig};
+use greenwave_learn::{ActorCritic, Adam, RunningObsStats};
+use greenwave_sim::{EmbeddedEnv, Env, Scenario};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use rollout::{collect_parallel, episode_seed, AgentTrajectory, EnvSlot};
+
+/// Normalised observations are clipped to ±this.
+pub const OBS_CLIP: f32 = 10.0;
+
+/// Which learning algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algo {
+    /// On-policy PPO with GAE.
+    Ppo,
+    /// Off-policy PPO with a Q-critic over a replay buffer.
+    OffpolicyPpo,
+}
+
+impl Algo {
+    /// Name as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Ppo => "ppo",
+            Algo::OffpolicyPpo => "offpolicy-ppo",
+        }
+    }
+}
+
+/// Everything a training run needs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Scenario name or file.
+    pub scenario: String,
+    /// Algorithm.
+    pub algo: Algo,
+    /// Agent decisions to train for (summed over envs and signals).
+    pub total_steps: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Parallel environments.
+    pub n_envs: usize,
+    /// Decisions per environment per iteration.
+    pub rollout_steps: usize,
+    /// Hidden widths of actor and critic.
+    pub hidden: Vec<usize>,
+    /// Rollout worker threads.
+    pub threads: usize,
+    /// On-policy PPO settings.
+    pub ppo: PpoConfig,
+    /// Off-policy PPO settings.
+    pub offpolicy: OffPolicyConfig,
+    /// Replay capacity (decisions) for off-policy PPO.
+    pub replay_capacity: usize,
+    /// Override of the scenario's episode length (s).
+    pub episode_s: Option<u32>,
+    /// Demand set of the scenario (e.g. `shifted`), if not its default.
+    #[serde(default)]
+    pub demand: Option<String>,
+    /// The command line, for provenance.
+    pub command: String,
+    /// Stop after this many iterations in total, as if interrupted (resume later with the
+    /// same settings; the learning-rate schedule follows `total_steps`).
+    #[serde(default)]
+    pub stop_after_iterations: Option<u64>,
+}
+
+impl TrainConfig {
+    /// Defaults suited to `single-4way` on 2 cores.
+    pub fn new(scenario: &str, algo: Algo, total_steps: u64, seed: u64) -> Self {
+        TrainConfig {
+            scenario: scenario.into(),
+            algo,
+            total_steps,
+            seed,
+            n_envs: 8,
+            rollout_steps: 180,
+            hidden: vec![64, 64],
+            threads: 2,
+            ppo: PpoConfig::default(),
+            offpolicy: OffPolicyConfig {
+                epochs: 4,
+                learning_rate: 3e-4,
+                ..Default::default()
+            },
+            replay_capacity: 20_000,
+            episode_s: None,
+            demand: None,
+            command: String::new(),
+            stop_after_iterations: None,
+        }
+    }
+}
+
+/// One row of `metrics.csv`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct IterationRow {
+    /// Iteration (1-based).
+    pub iteration: u64,
+    /// Decisions so far.
+    pub env_steps: u64,
+    /// Wall seconds since the run (or resume) started.
+    pub wall_s: f64,
+    /// Decisions per wall second over this iteration (rollout + update).
+    pub steps_per_s: f64,
+    /// Episodes finished in this iteration.
+    pub episodes: usize,
+    /// Mean delay of those episodes (s), NaN if none.
+    pub episode_delay_s: f64,
+    /// Mean return of those episodes, NaN if none.
+    pub episode_return: f64,
+    /// Learning rate used.
+    pub learning_rate: f64,
+    /// Policy loss (PPO) or minus the clipped objective (off-policy).
+    pub policy_loss: f32,
+    /// Value loss (PPO) or critic loss (off-policy).
+    pub value_loss: f32,
+    /// Mean entropy (PPO; NaN off-policy).
+    pub entropy: f32,
+    /// Approx-KL (PPO) or KL to the pre-update policy (off-policy).
+    pub approx_kl: f32,
+    /// Clip fraction (PPO; NaN off-policy).
+    pub clip_frac: f32,
+}
+
+/// What a finished run reports.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainSummary {
+    /// Decisions trained on.
+    pub env_steps: u64,
+    /// Iterations.
+    pub iterations: u64,
+    /// Wall seconds of this invocation.
+    pub wall_s: f64,
+    /// Decisions per second over this invocation.
+    pub steps_per_s: f64,
+    /// Mean delay of the episodes finished in the last iterations.
+    pub recent_episode_delay_s: f64,
+}
+
+/// Loads the scenario a config names, with its episode-length override.
+pub fn scenario_of(cfg: &TrainConfig) -> Result<Scenario> {
+    let mut sc = greenwave_sim::load(&cfg.scenario)
+        .with_context(|| format!("loading scenario '{}'", cfg.scenario))?;
+    if let Some(d) = &cfg.demand {
+        sc = sc.with_demand(d)?;
+    }
+    if let Some(s) = cfg.episode_s {
+        sc = sc.with_episode_s(s)?;
+    }
+    Ok(sc)
+}
+
+/// The one observation layout shared by all signals (parameter sharing needs it).
+pub fn shared_layout(env: &dyn Env) -> Result<ObsLayout> {
+    let specs = env.signals();
+    let Some(first) = specs.first() else {
+        bail!("scenario has no signals")
+    };
+    for s in specs {
+        if s.layout != first.layout {
+            bail!(
+                "signals '{}' and '{}' have different observation layouts ({:?} vs {:?}); one shared policy needs one layout",
+                first.id, s.id, first.layout, s.layout
+            );
+        }
+    }
+    Ok(first.layout)
+}
+
+fn git_rev() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        f64::NAN
+    } else {
+        s / n as f64
+    }
+}
+
+fn ppo_batch(trajs: &[AgentTrajectory], layout: ObsLayout, cfg: &PpoConfig) -> PpoBatch {
+    let mut b = PpoBatch {
+        obs_dim: layout.dim(),
+        n_actions: layout.n_phases as usize,
+        ..Default::default()
+    };
+    for t in trajs {
+        let terminated = vec![false; t.rewards.len()];
+        let (adv, ret) = gae(
+            Trajectory {
+                rewards: &t.rewards,
+                values: &t.values,
+                next_values: &t.next_values,
+                terminated: &terminated,
+                episode_end: &t.episode_end,
+            },
+            cfg.gamma,
+            cfg.gae_lambda,
+        );
+        b.obs.extend_from_slice(&t.obs);
+        b.masks.extend_from_slice(&t.masks);
+        b.actions.extend_from_slice(&t.actions);
+        b.old_log_probs.extend_from_slice(&t.log_probs);
+        b.old_values.extend_from_slice(&t.values);
+        b.advantages.extend(adv);
+        b.returns.extend(ret);
+    }
+    b
+}
+
+/// Raw replay records kept for off-policy PPO (normalised afresh at each update).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Replay {
+    /// Raw `s`.
+    pub obs: Vec<f32>,
+    /// Raw `s'`.
+    pub next_obs: Vec<f32>,
+    /// Masks at `s`.
+    pub masks: Vec<u8>,
+    /// Masks at `s'`.
+    pub next_masks: Vec<u8>,
+    /// Served actions.
+    pub actions: Vec<u32>,
+    /// Rewards.
+    pub rewards: Vec<f32>,
+}
+
+impl Replay {
+    fn push(&mut self, t: &AgentTrajectory) {
+        self.obs.extend_from_slice(&t.raw_obs);
+        self.next_obs.extend_from_slice(&t.raw_next_obs);
+        self.masks.extend_from_slice(&t.masks);
+        self.next_masks.extend_from_slice(&t.next_masks);
+        self.actions.extend_from_slice(&t.actions);
+        self.rewards.extend_from_slice(&t.rewards);
+    }
+
+    fn truncate_front(&mut self, capacity: usize, d: usize, a: usize) {
+        let n = self.actions.len();
+        if n <= capacity {
+            return;
+        }
+        let drop = n - capacity;
+        self.obs.drain(..drop * d);
+        self.next_obs.drain(..drop * d);
+        self.masks.drain(..drop * a);
+        self.next_masks.drain(..drop * a);
+        self.actions.drain(..drop);
+        self.rewards.drain(..drop);
+    }
+
+    fn normalized(
+        &self,
+        norm: &greenwave_learn::ObsNormalization,
+        d: usize,
+        a: usize,
+    ) -> ReplayBatch {
+        let apply = |raw: &[f32]| -> Vec<f32> {
+            let mut out = vec![0.0; raw.len()];
+            for (o, r) in out.chunks_mut(d).zip(raw.chunks(d)) {
+                norm.apply(r, o);
+            }
+            out
+        };
+        ReplayBatch {
+            obs_dim: d,
+            n_actions: a,
+            obs: apply(&self.obs),
+            masks: self.masks.clone(),
+            actions: self.actions.clone(),
+            rewards: self.rewards.clone(),
+            next_obs: apply(&self.next_obs),
+            next_masks: self.next_masks.clone(),
+        }
+    }
+}
+
+/// Learner state: what a checkpoint holds.
+pub struct Learner {
+    /// Actor and critic.
+    pub net: ActorCritic,
+    /// Their optimiser.
+    pub opt: Adam,
+    /// Q-critic (off-policy only).
+    pub q: Option<(QCritic, Adam)>,
+    /// Observation statistics.
+    pub stats: RunningObsStats,
+    /// Iterations done.
+    pub iteration: u64,
+    /// Decisions done.
+    pub env_steps: u64,
+    /// Episodes started per env slot.
+    pub slot_episodes: Vec<u64>,
+    /// Replay (off-policy only).
+    pub replay: Replay,
+}
+
+impl Learner {
+    fn fresh(cfg: &TrainConfig, layout: ObsLayout) -> Result<Self> {
+        let dev = Device::Cpu;
+        let net = ActorCritic::new(layout, &cfg.hidden, cfg.seed, &dev)?;
+        let opt = Adam::new(net.vars(), 1e-5)?;
+        let q = match cfg.algo {
+            Algo::Ppo => None,
+            Algo::OffpolicyPpo => {
+                let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x51);
+                let q = QCritic::new(
+                    layout.dim(),
+                    layout.n_phases as usize,
+                    &cfg.hidden,
+                    &mut rng,
+                    &dev,
+                )?;
+                let qopt = Adam::new(q.net.vars(), 1e-5)?;
+                Some((q, qopt))
+            }
+        };
+        Ok(Learner {
+            net,
+            opt,
+            q,
+            stats: RunningObsStats::new(layout.dim()),
+            iteration: 0,
+            env_steps: 0,
+            slot_episodes: vec![0; cfg.n_envs],
+            replay: Replay::default(),
+        })
+    }
+}
+
+/// Decisions per episode of the scenario.
+fn episode_decisions(sc: &Scenario) -> u64 {
+    (sc.episode_s() / sc.decision_interval_s().max(1)) as u64
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Runs (or resumes) training into `out`.
+pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Result<TrainSummary> {
+    if cfg.n_envs == 0 || cfg.rollout_steps == 0 || cfg.total_steps == 0 {
+        bail!("--envs, --rollout-steps and --steps must all be at least 1");
+    }
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("creating run folder {}", out.display()))?;
+    let scenario = scenario_of(cfg)?;
+    let mut slots: Vec<EnvSlot<EmbeddedEnv>> = (0..cfg.n_envs)
+        .map(|i| EnvSlot {
+            env: EmbeddedEnv::from_scenario(&scenario, episode_seed(cfg.seed, i, 0)),
+            index: i,
+            episodes: 0,
+            running_return: 0.0,
+        })
+        .collect();
+    let layout = shared_layout(&slots[0].env)?;
+    let (d, a) = (layout.dim(), layout.n_phases as usize);
+
+    let mut learner = if resume {
+        let l = checkpoint::load(out, cfg, layout).context("resuming")?;
+        eprintln!(
+            "resuming {} at iteration {}, {} decisions",
+            out.display(),
+            l.iteration,
+            l.env_steps
+        );
+        l
+    } else {
+        Learner::fresh(cfg, layout)?
+    };
+    for (slot, &eps) in slots.iter_mut().zip(&learner.slot_episodes) {
+        slot.episodes = eps;
+        slot.env.reset(episode_seed(cfg.seed, slot.index, eps))?;
+    }
+    checkpoint::write_run_info(out, cfg, &scenario, layout, &git_rev())?;
+
+    let per_iter = (cfg.n_envs * cfg.rollout_steps * slots[0].env.signals().len()) as u64;
+    let iterations_total = cfg.total_steps.div_ceil(per_iter);
+    let ep = episode_decisions(&scenario).max(1);
+    let t = cfg.rollout_steps as u64;
+    let checkpoint_every = (t * ep / gcd(t, ep)) / t;
+
+    let csv_path = out.join("metrics.csv");
+    let mut csv = checkpoint::open_csv(&csv_path, resume, learner.iteration)?;
+    let bar = plots::progress_bar(progress, iterations_total, learner.iteration);
+    let start = Instant::now();
+    let start_steps = learner.env_steps;
+    let mut recent_delay = Vec::new();
+
+    let stop_at = cfg
+        .stop_after_iterations
+        .map_or(iterations_total, |s| s.min(iterations_total));
+    while learner.iteration < stop_at {
+        let it_start = Instant::now();
+        let it = learner.iteration;
+        let frac_left = 1.0 - it as f64 / iterations_total as f64;
+        let norm = learner.stats.normalization(OBS_CLIP);
+        let weights = learner.net.to_weights(norm.clone())?;
+        let (trajs, finished) = collect_parallel(
+            &mut slots,
+            &weights,
+            cfg.rollout_steps,
+            cfg.seed,
+            it,
+            cfg.threads,
+        )?;
+        let steps: u64 = trajs.iter().map(|t| t.actions.len() as u64).sum();
+        let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed ^ it.wrapping_mul(0x9e37_79b9));
+        let mut row = IterationRow {
+            iteration: it + 1,
+            ..Default::default()
+        };
+        match cfg.algo {
+            Algo::Ppo => {
+                let lr = if cfg.ppo.anneal_lr {
+                    cfg.ppo.learning_rate * frac_left
+                } else {
+                    cfg.ppo.learning_rate
+                };
+                let batch = ppo_batch(&trajs, layout, &cfg.ppo);
+                let st = ppo::update(
+                    &learner.net,
+                    &mut learner.opt,
+                    &batch,
+                    &cfg.ppo,
+                    lr,
+                    &mut rng,
+                )?;
+                row.learning_rate = lr;
+                row.policy_loss = st.policy_loss;
+                row.value_loss = st.value_loss;
+                row.entropy = st.entropy;
+                row.approx_kl = st.approx_kl;
+                row.clip_frac = st.clip_frac;
+            }
+            Algo::OffpolicyPpo => {
+                for tr in &trajs {
+                    learner.replay.push(tr);
+                }
+                learner.replay.truncate_front(cfg.replay_capacity, d, a);
+                let data = learner.replay.normalized(&norm, d, a);
+                let (q, qopt) = learner.q.as_mut().expect("off-policy learner has a critic");
+                let q_loss = offpolicy::fit_critic(
+                    q,
+                    qopt,
+                    &learner.net.actor,
+                    &data,
+                    &cfg.offpolicy,
+                    &mut rng,
+                )?;
+                let mut opc = cfg.offpolicy.clone();
+                opc.learning_rate *= frac_left;
+                let st = offpolicy::update_policy(
+                    &learner.net.actor,
+                    &mut learner.opt,
+                    q,
+                    &data,
+                    &opc,
+                    &mut rng,
+                )?;
+                row.learning_rate = opc.learning_rate;
+                row.policy_loss = -st.objective;
+                row.value_loss = q_loss;
+                row.entropy = f32::NAN;
+                row.approx_kl = st.kl;
+                row.clip_frac = f32::NAN;
+            }
+        }
+        // Statistics move after the update: the update used the ones the rollout used.
+        for tr in &trajs {
+            learner.stats.update(&tr.raw_obs);
+        }
+        learner.iteration += 1;
+        learner.env_steps += steps;
+        for (e, slot) in learner.slot_episodes.iter_mut().zip(&slots) {
+            *e = slot.episodes;
+        }
+        row.env_steps = learner.env_steps;
+        row.wall_s = start.elapsed().as_secs_f64();
+        row.steps_per_s = steps as f64 / it_start.elapsed().as_secs_f64();
+        row.episodes = finished.len();
+        row.episode_delay_s = mean(finished.iter().map(|f| f.metrics.mean_delay_s));
+        row.episode_return = mean(finished.iter().map(|f| f.episode_return));
+        if !finished.is_empty() {
+            recent_delay.push(row.episode_delay_s);
+        }
+        checkpoint::write_csv_row(&mut csv, &row)?;
+        plots::update_bar(&bar, &row);
+        if learner.iteration % checkpoint_every == 0 || learner.iteration == stop_at {
+            checkpoint::save(out, &learner, learner.iteration % checkpoint_every == 0)?;
+        }
+    }
+    bar.finish_and_clear();
+    csv.flush()?;
+    drop(csv);
+    plots::write_plots(&csv_path, out).context("writing plots")?;
+    let wall_s = start.elapsed().as_secs_f64();
+    let trained = learner.env_steps - start_steps;
+    let k = recent_delay.len().min(3);
+    Ok(TrainSummary {
+        env_steps: learner.env_steps,
+        iterations: learner.iteration,
+        wall_s,
+        steps_per_s: trained as f64 / wall_s.max(1e-9),
+        recent_episode_delay_s: mean(recent_delay[recent_delay.len() - k..].iter().copied()),
+    })
+}
+
+/// Default run folder for a name: `runs/NAME`.
+pub fn run_dir(name: &str) -> PathBuf {
+    PathBuf::from("runs").join(name)
+}

@@ -1,0 +1,139 @@
+//! The `greenwave` binary, run as a user would.
+
+use std::process::{Command, Output};
+
+fn greenwave(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_greenwave"))
+        .args(args)
+        .output()
+        .expect("the greenwave binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn sim_json_has_the_promised_fields() {
+    let o = greenwave(&[
+        "sim",
+        "--scenario",
+        "single-4way",
+        "--controller",
+        "max-pressure",
+        "--seconds",
+        "600",
+        "--seed",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    for key in [
+        "mean_delay_s",
+        "mean_wait_s",
+        "mean_travel_time_s",
+        "throughput_veh",
+        "backlog_veh",
+        "sim_seconds",
+        "wall_seconds",
+    ] {
+        assert!(v.get(key).is_some_and(|x| x.is_number()), "{key} in {v}");
+    }
+    assert_eq!(v["sim_seconds"], 600.0);
+    assert_eq!(v["controller"], "max-pressure");
+    assert_eq!(v["scenario"], "single-4way");
+    assert_eq!(v["seed"], 3);
+}
+
+#[test]
+fn sim_compares_all_controllers_side_by_side() {
+    let o = greenwave(&["sim", "--scenario", "single-4way", "--seconds", "300"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    for name in ["fixed-time", "actuated", "max-pressure"] {
+        assert!(table.contains(name), "{table}");
+    }
+    let o = greenwave(&[
+        "sim",
+        "--scenario",
+        "single-4way",
+        "--demand",
+        "shifted",
+        "--controller",
+        "all",
+        "--seconds",
+        "300",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["demand"], "shifted");
+    let runs = v["controllers"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert!(runs.iter().all(|r| r["mean_delay_s"].is_number()));
+}
+
+#[test]
+fn sim_is_deterministic_per_seed() {
+    let run = || {
+        let o = greenwave(&[
+            "sim",
+            "--scenario",
+            "arterial-3",
+            "--controller",
+            "actuated",
+            "--seconds",
+            "300",
+            "--json",
+        ]);
+        let mut v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["wall_seconds"] = 0.into();
+        v
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn sim_reports_bad_input_with_context() {
+    let o = greenwave(&["sim", "--scenario", "nowhere-4way"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("loading scenario `nowhere-4way`") && err.contains("single-4way"),
+        "{err}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("greenwave-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("broken.toml");
+    std::fs::write(
+        &path,
+        "name = \"broken\"\n\n[[links]]\nid = \"a\"\nlength_m = -5\n",
+    )
+    .unwrap();
+    let o = greenwave(&["sim", "--scenario", path.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("broken.toml"), "{err}");
+
+    let o = greenwave(&["sim", "--demand", "evening"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("evening"), "{}", stderr(&o));
+
+    let o = greenwave(&["sim", "--controller", "smart"]);
+    assert!(!o.status.success());
+}
+
+#[test]
+fn sim_prints_the_scenario_file() {
+    let o = greenwave(&["sim", "--scenario", "grid-4x4", "--print-scenario"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("name = \"grid-4x4\"") && text.contains("[[signals]]"));
+}
