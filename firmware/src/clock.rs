@@ -1,0 +1,62 @@
+//! The monotonic millisecond tick source.
+
+/// A free-running millisecond counter (a SysTick or timer counter on an MCU).
+///
+/// The value wraps at `u32::MAX` (after 49.7 days); the controller only ever takes wrapping
+/// differences of consecutive readings, so the wrap is harmless as long as it is polled at
+/// least once every 49 days. It must never run backwards.
+pub trait MonotonicClock {
+    /// Milliseconds since an arbitrary origin, wrapping.
+    fn now_ms(&mut self) -> u32;
+}
+
+impl<T: MonotonicClock + ?Sized> MonotonicClock for &mut T {
+    fn now_ms(&mut self) -> u32 {
+        (**self).now_ms()
+    }
+}
+
+/// Extends a wrapping 32-bit millisecond counter to a 64-bit uptime.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Uptime {
+    last_raw_ms: u32,
+    uptime_ms: u64,
+}
+
+impl Uptime {
+    /// Starts counting from the reading `raw_ms` (uptime 0).
+    pub const fn starting_at(raw_ms: u32) -> Self {
+        Uptime {
+            last_raw_ms: raw_ms,
+            uptime_ms: 0,
+        }
+    }
+
+    /// Takes a new reading; returns the milliseconds elapsed since the previous one.
+    pub fn update(&mut self, raw_ms: u32) -> u32 {
+        let elapsed_ms = raw_ms.wrapping_sub(self.last_raw_ms);
+        self.last_raw_ms = raw_ms;
+        self.uptime_ms += elapsed_ms as u64;
+        elapsed_ms
+    }
+
+    /// Milliseconds since the first reading.
+    pub const fn uptime_ms(&self) -> u64 {
+        self.uptime_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_is_counted_forward() {
+        let mut u = Uptime::starting_at(u32::MAX - 5);
+        assert_eq!(u.update(4), 10);
+        assert_eq!(u.uptime_ms(), 10);
+        assert_eq!(u.update(4), 0);
+        assert_eq!(u.update(1004), 1000);
+        assert_eq!(u.uptime_ms(), 1010);
+    }
+}

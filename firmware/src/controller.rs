@@ -1,0 +1,619 @@
+//! The controller loop: detectors → observation → policy (or fixed time) → sequencer →
+//! lamp outputs → readback → conflict monitor.
+//!
+//! Call [`Controller::poll`] often (every 10–100 ms). Each poll:
+//!
+//! 1. reads the clock and samples every loop detector;
+//! 2. in flash, drives the red flash and stops there;
+//! 3. advances the sequencer by the elapsed time, *stopping at the next interval boundary*:
+//!    a new interval therefore always starts at a poll instant, so no interval is ever shown
+//!    shorter than the plan says (the time cut off at a boundary is counted as clock slip;
+//!    it is zero when the poll period divides every timing);
+//! 4. every decision interval: closes the detector interval, builds the observation, asks the
+//!    policy (masked argmax) or the fixed-time program, requests the phase from the
+//!    sequencer, and writes the previous decision's transition into the ring;
+//! 5. drives the lamp outputs, reads the lamp-sense inputs back and lets the monitor check
+//!    them; a latched fault switches to flash until [`Controller::reset_from_flash`].
+
+use embedded_hal::digital::{InputPin, OutputPin};
+use embedded_io::Write;
+use greenwave_core::plan::MAX_PHASES;
+use greenwave_core::sequencer::SequencerError;
+use greenwave_core::{
+    ActionSource, Interval, LaneReading, Millis, MovementId, MovementSet, ObsLayout, PhaseId,
+    PhasePlan, RewardInputs, RewardKind, Sequencer,
+};
+
+use crate::board::{BoardConfig, BoardPins};
+use crate::clock::{MonotonicClock, Uptime};
+use crate::detectors::{Lane, LaneEstimate};
+use crate::fixed_time::{FixedTimeError, FixedTimeProgram};
+use crate::frames::{DrainError, TransitionRing};
+use crate::heads::{LampSense, Lamps, SignalHead};
+use crate::monitor::{CardError, ConflictMonitor, FaultKind, MonitorCard, MonitorFault};
+use crate::policy::{FallbackReason, Policy, SCRATCH_FLOATS};
+use crate::{FieldTransition, OBS_CAPACITY};
+
+/// Transitions the ring holds by default: one minute of 5 s decisions.
+pub const DEFAULT_RING_CAPACITY: usize = 12;
+
+/// The reward logged with each transition: the queue estimate is what loop detectors
+/// measure (waiting times are not observable in the field).
+pub const FIELD_REWARD: RewardKind = RewardKind::Queue;
+
+/// What the controller is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Steady all-red before the first green (power-up, or after a reset from flash).
+    StartupAllRed,
+    /// Normal operation under the sequencer.
+    Running,
+    /// All red flashing after a monitor fault, until an explicit reset.
+    Flash,
+}
+
+/// One decision, as reported by [`Controller::poll`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    /// The phase requested (by the policy, or by the fixed-time program).
+    pub requested: u8,
+    /// The phase green now or next, as the sequencer decided.
+    pub served: u8,
+    /// Who chose it.
+    pub source: ActionSource,
+    /// `log π(requested | obs)` (0 when the fixed-time program chose).
+    pub log_prob: f32,
+}
+
+/// What one poll did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PollReport {
+    /// Controller uptime, ms.
+    pub uptime_ms: u64,
+    /// Mode after the poll.
+    pub mode: Mode,
+    /// The decision taken in this poll, if one was due.
+    pub decision: Option<Decision>,
+    /// The latched fault, if in flash.
+    pub fault: Option<MonitorFault>,
+}
+
+/// Why a controller could not be built. Each names what is wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControllerError {
+    /// The board has a different number of signal groups than the plan has movements.
+    #[error("board has {groups} signal groups, the plan has {movements} movements")]
+    SignalGroupCount {
+        /// Signal groups wired.
+        groups: usize,
+        /// Movements in the plan.
+        movements: usize,
+    },
+    /// The observation does not fit the logged transition.
+    #[error("observation of {dim} floats exceeds the firmware's capacity of {capacity}")]
+    ObservationTooLarge {
+        /// The layout's dimension.
+        dim: usize,
+        /// [`OBS_CAPACITY`].
+        capacity: usize,
+    },
+    /// A lane feeds no movement, or a movement the plan does not have.
+    #[error("lane {lane} feeds movements {movements:#x}, not a non-empty subset of the plan's")]
+    LaneMovements {
+        /// The lane.
+        lane: usize,
+        /// Its movement set.
+        movements: u32,
+    },
+    /// A lane with no storage.
+    #[error("lane {lane} has a storage of 0 vehicles")]
+    LaneStorage {
+        /// The lane.
+        lane: usize,
+    },
+    /// A board timing that must be positive is zero.
+    #[error("board setting {field} must be above 0 ms")]
+    BoardTiming {
+        /// The field.
+        field: &'static str,
+    },
+    /// The fixed-time program does not fit the plan.
+    #[error("fixed-time program: {0}")]
+    FixedTime(FixedTimeError),
+    /// The monitor card refuses the plan.
+    #[error("monitor card: {0}")]
+    MonitorCard(CardError),
+    /// The sequencer refused the plan.
+    #[error("sequencer: {0}")]
+    Sequencer(SequencerError),
+}
+
+/// The signal controller for one intersection: `G` signal groups (one per movement of the
+/// plan), `L` lanes, a ring of `R` transitions. The policy blob is borrowed for `'b` (in
+/// firmware: `'static`, from flash).
+pub struct Controller<
+    'b,
+    O,
+    S,
+    D,
+    C,
+    const G: usize,
+    const L: usize,
+    const R: usize = DEFAULT_RING_CAPACITY,
+> {
+    board: BoardConfig<L>,
+    heads: [SignalHead<O>; G],
+    sense: [LampSense<S>; G],
+    lanes: [Lane<D>; L],
+    clock: C,
+    uptime: Uptime,
+    seq: Sequencer,
+    layout: ObsLayout,
+    policy: Result<Policy<'b>, FallbackReason>,
+    fixed: FixedTimeProgram,
+    monitor: ConflictMonitor,
+    mode: Mode,
+    mode_since_ms: u64,
+    next_decision_ms: u64,
+    clock_slip_ms: u64,
+    commanded: [Lamps; G],
+    sensed: [Lamps; G],
+    lane_estimates: [LaneEstimate; L],
+    obs: [f32; OBS_CAPACITY],
+    scratch: [f32; SCRATCH_FLOATS],
+    pending: Option<FieldTransition>,
+    ring: TransitionRing<R>,
+}
+
+impl<'b, O, S, D, C, const G: usize, const L: usize, const R: usize>
+    Controller<'b, O, S, D, C, G, L, R>
+where
+    O: OutputPin,
+    S: InputPin,
+    D: InputPin,
+    C: MonotonicClock,
+{
+    /// Builds a controller and checks everything that can be checked before the first poll:
+    /// signal groups against movements, lanes, board timing, the fixed-time program and the
+    /// monitor card against the plan. The policy blob is *not* a reason to refuse: a missing,
+    /// corrupt or mismatched blob selects the fixed-time program (see
+    /// [`policy_status`](Self::policy_status)).
+    pub fn new(
+        plan: PhasePlan,
+        board: BoardConfig<L>,
+        pins: BoardPins<O, S, D, G, L>,
+        card: MonitorCard,
+        fixed: FixedTimeProgram,
+        blob: Option<&'b [u8]>,
+        mut clock: C,
+    ) -> Result<Self, ControllerError> {
+        let movements = plan.movements().len();
+        if movements != G {
+            return Err(ControllerError::SignalGroupCount {
+                groups: G,
+                movements,
+            });
+        }
+        let layout = ObsLayout {
+            n_lanes: L as u16,
+            n_phases: plan.n_phases() as u8,
+        };
+        if layout.dim() > OBS_CAPACITY {
+            return Err(ControllerError::ObservationTooLarge {
+                dim: layout.dim(),
+                capacity: OBS_CAPACITY,
+            });
+        }
+        let all = MovementSet(if G >= 32 { u32::MAX } else { (1u32 << G) - 1 });
+        for (lane, cfg) in board.lanes.iter().enumerate() {
+            if cfg.movements.is_empty() || !cfg.movements.minus(all).is_empty() {
+                return Err(ControllerError::LaneMovements {
+                    lane,
+                    movements: cfg.movements.0,
+                });
+            }
+            if cfg.storage_veh == 0 {
+                return Err(ControllerError::LaneStorage { lane });
+            }
+        }
+        for (field, v) in [
+            ("decision_interval_ms", board.decision_interval_ms),
+            ("flash_half_period_ms", board.flash_half_period_ms),
+        ] {
+            if v == 0 {
+                return Err(ControllerError::BoardTiming { field });
+            }
+        }
+        fixed
+            .check_plan(&plan)
+            .map_err(ControllerError::FixedTime)?;
+        card.check_plan(&plan)
+            .map_err(ControllerError::MonitorCard)?;
+        let policy = Policy::load(blob, plan.hash(), layout);
+        let seq = Sequencer::new(plan, PhaseId(0)).map_err(ControllerError::Sequencer)?;
+        let mut lane_index = 0;
+        let lanes = pins.loops.map(|p| {
+            let lane = Lane::new(p, board.lanes[lane_index]);
+            lane_index += 1;
+            lane
+        });
+        Ok(Controller {
+            board,
+            heads: pins.lamp_outputs.map(SignalHead::new),
+            sense: pins.lamp_sense.map(LampSense::new),
+            lanes,
+            uptime: Uptime::starting_at(clock.now_ms()),
+            clock,
+            seq,
+            layout,
+            policy,
+            fixed,
+            monitor: ConflictMonitor::new(card),
+            mode: Mode::StartupAllRed,
+            mode_since_ms: 0,
+            next_decision_ms: 0,
+            clock_slip_ms: 0,
+            commanded: [Lamps::RED; G],
+            sensed: [Lamps::RED; G],
+            lane_estimates: [LaneEstimate::default(); L],
+            obs: [0.0; OBS_CAPACITY],
+            scratch: [0.0; SCRATCH_FLOATS],
+            pending: None,
+            ring: TransitionRing::new(),
+        })
+    }
+
+    /// One pass of the loop (see the module docs).
+    pub fn poll(&mut self) -> PollReport {
+        let elapsed_ms = self.uptime.update(self.clock.now_ms());
+        let now = self.uptime.uptime_ms();
+        for lane in &mut self.lanes {
+            lane.sample(now, &self.board);
+        }
+        let mut decision = None;
+        match self.mode {
+            Mode::Flash => {
+                self.drive_flash(now);
+                return self.report(now, None);
+            }
+            Mode::StartupAllRed => {
+                let held = now.saturating_sub(self.mode_since_ms);
+                if held >= self.board.startup_all_red_ms as u64 {
+                    self.mode = Mode::Running;
+                    self.mode_since_ms = now;
+                    self.next_decision_ms = now;
+                    // Detector counts from before the first green are not part of any decision.
+                    for lane in &mut self.lanes {
+                        lane.close_interval(now, false, &self.board);
+                    }
+                }
+            }
+            Mode::Running => self.advance_sequencer(elapsed_ms),
+        }
+        if self.mode == Mode::Running && now >= self.next_decision_ms {
+            decision = Some(self.decide(now));
+            let interval = self.board.decision_interval_ms as u64;
+            self.next_decision_ms += interval;
+            if self.next_decision_ms <= now {
+                // The loop stalled for more than a decision interval: do not catch up in a burst.
+                self.next_decision_ms = now + interval;
+            }
+        }
+        let mut want = [Lamps::RED; G];
+        if self.mode == Mode::Running {
+            let frame = self.seq.frame();
+            for (g, lamps) in want.iter_mut().enumerate() {
+                *lamps = Lamps::for_movement(&frame, MovementId(g as u8));
+            }
+        }
+        self.display(now, &want);
+        self.report(now, decision)
+    }
+
+    fn report(&self, now: u64, decision: Option<Decision>) -> PollReport {
+        PollReport {
+            uptime_ms: now,
+            mode: self.mode,
+            decision,
+            fault: self.monitor.latched(),
+        }
+    }
+
+    /// Advances the sequencer by up to `elapsed_ms`, stopping at the next interval boundary.
+    fn advance_sequencer(&mut self, elapsed_ms: u32) {
+        // Carry out any change already due (e.g. a held request whose min green was reached).
+        self.seq.advance(Millis::ZERO, |_| {});
+        let left = self.ms_to_boundary();
+        let step = if left == 0 {
+            elapsed_ms
+        } else {
+            elapsed_ms.min(left)
+        };
+        self.clock_slip_ms += (elapsed_ms - step) as u64;
+        self.seq.advance(Millis(step), |_| {});
+        if self.policy.is_err() {
+            self.serve_fixed_time();
+        }
+    }
+
+    /// Milliseconds until the current interval ends if nothing is requested (0 if due now),
+    /// or until the fixed-time split ends when the fallback is driving.
+    fn ms_to_boundary(&self) -> u32 {
+        let left = self.seq.time_to_boundary().0;
+        match self.seq.interval() {
+            Interval::Green { phase } if self.policy.is_err() => {
+                let split_left = self
+                    .fixed
+                    .green_split_ms(phase)
+                    .saturating_sub(self.seq.in_interval().0);
+                left.min(split_left)
+            }
+            _ => left,
+        }
+    }
+
+    /// Fixed-time operation: request the next phase once the current split is served.
+    fn serve_fixed_time(&mut self) {
+        if let Interval::Green { phase } = self.seq.interval() {
+            let wanted = self.fixed.wanted(&self.seq);
+            if wanted != phase {
+                self.seq.request(wanted.0);
+            }
+        }
+    }
+
+    /// Closes the detector interval, writes the observation into `self.obs` and returns the
+    /// reward for the interval that ended and whether the observation can be trusted.
+    fn observe(&mut self, now: u64) -> (f32, bool) {
+        let frame = self.seq.frame();
+        let mut readings = [LaneReading::default(); L];
+        let mut halted_veh = 0u32;
+        let mut trusted = true;
+        for ((lane, est), reading) in self
+            .lanes
+            .iter_mut()
+            .zip(self.lane_estimates.iter_mut())
+            .zip(readings.iter_mut())
+        {
+            let lane_green = !lane.config().movements.and(frame.green).is_empty();
+            *est = lane.close_interval(now, lane_green, &self.board);
+            *reading = est.reading;
+            halted_veh += est.halted_veh as u32;
+            trusted &= !est.detector_fault;
+        }
+        let dim = self.layout.dim();
+        trusted &= self
+            .layout
+            .write(&readings, &self.seq, &mut self.obs[..dim])
+            .is_ok();
+        let now_inputs = RewardInputs {
+            queue_veh: halted_veh as f32,
+            ..RewardInputs::default()
+        };
+        let reward = FIELD_REWARD.reward(&RewardInputs::default(), &now_inputs);
+        (reward, trusted)
+    }
+
+    /// Completes the pending transition with the current observation and stores it.
+    fn finish_pending(&mut self, reward: f32, done: bool) {
+        if let Some(mut t) = self.pending.take() {
+            if self.seq.max_green_forced() && t.source == ActionSource::Policy {
+                t.source = ActionSource::Supervisor;
+                t.action = self.seq.interval().target().0;
+            }
+            t.reward = reward;
+            t.done = done;
+            t.next_obs = self.obs_vec();
+            self.ring.push(t);
+        }
+    }
+
+    fn obs_vec(&self) -> heapless::Vec<f32, OBS_CAPACITY> {
+        let mut v = heapless::Vec::new();
+        // Cannot fail: the layout's dimension was checked against the capacity.
+        let _ = v.extend_from_slice(&self.obs[..self.layout.dim()]);
+        v
+    }
+
+    fn decide(&mut self, now: u64) -> Decision {
+        let (reward, trusted) = self.observe(now);
+        self.finish_pending(reward, false);
+        let mask = self.seq.action_mask();
+        let dim = self.layout.dim();
+        let choice = match &self.policy {
+            Ok(policy) if trusted => policy
+                .decide(&self.obs[..dim], mask, &mut self.scratch)
+                .ok()
+                .map(|c| (c, policy.version())),
+            _ => None,
+        };
+        let version = self.policy.as_ref().map(Policy::version).unwrap_or(0);
+        let (requested, log_prob, from_policy) = match choice {
+            Some((c, _)) => (c.phase, c.log_prob, true),
+            None => (self.fixed.wanted(&self.seq).0, 0.0, false),
+        };
+        let response = self.seq.request(requested);
+        let source = match (from_policy, response.overridden) {
+            (false, _) => ActionSource::Fallback,
+            (true, None) => ActionSource::Policy,
+            (true, Some(_)) => ActionSource::Supervisor,
+        };
+        let served = response.next_green.0;
+        self.pending = Some(FieldTransition {
+            timestamp_ms: now,
+            signal: self.board.signal_id,
+            obs: self.obs_vec(),
+            requested,
+            action: served,
+            log_prob,
+            reward: 0.0,
+            next_obs: heapless::Vec::new(),
+            done: false,
+            policy_version: version,
+            source,
+        });
+        Decision {
+            requested,
+            served,
+            source,
+            log_prob,
+        }
+    }
+
+    /// Drives `want`, reads the lamps back and lets the monitor judge them.
+    fn display(&mut self, now: u64, want: &[Lamps; G]) {
+        let polarity = self.board.lamp_polarity;
+        let failed_output = self
+            .heads
+            .iter_mut()
+            .zip(want)
+            .enumerate()
+            .find_map(|(g, (head, &lamps))| head.drive(lamps, polarity).err().map(|f| (g, f)));
+        self.commanded = *want;
+        if let Some((g, f)) = failed_output {
+            let kind = FaultKind::LampOutputFailed {
+                channel: g as u8,
+                lamp: f.lamp,
+            };
+            return self.trip(kind, now);
+        }
+        let polarity = self.board.sense_polarity;
+        for (g, sense) in self.sense.iter_mut().enumerate() {
+            match sense.read(polarity) {
+                Ok(lamps) => self.sensed[g] = lamps,
+                Err(f) => {
+                    let kind = FaultKind::LampSenseFailed {
+                        channel: g as u8,
+                        lamp: f.lamp,
+                    };
+                    return self.trip(kind, now);
+                }
+            }
+        }
+        if self.monitor.check(now, &self.sensed).is_some() {
+            self.enter_flash(now);
+        }
+    }
+
+    fn trip(&mut self, kind: FaultKind, now: u64) {
+        self.monitor.trip(kind, now);
+        self.enter_flash(now);
+    }
+
+    fn enter_flash(&mut self, now: u64) {
+        if self.mode != Mode::Flash {
+            if self.pending.is_some() {
+                let (reward, _) = self.observe(now);
+                self.finish_pending(reward, true);
+            }
+            self.mode = Mode::Flash;
+            self.mode_since_ms = now;
+        }
+        self.drive_flash(now);
+    }
+
+    /// All red flashing: red lamps on for one half period, off for the next; yellow and
+    /// green off throughout. Output errors are ignored here: flash is already the last resort.
+    fn drive_flash(&mut self, now: u64) {
+        let half = self.board.flash_half_period_ms.max(1) as u64;
+        let lit = (now.saturating_sub(self.mode_since_ms) / half) % 2 == 0;
+        let lamps = if lit { Lamps::RED } else { Lamps::DARK };
+        let polarity = self.board.lamp_polarity;
+        for head in &mut self.heads {
+            let _ = head.drive(lamps, polarity);
+        }
+        self.commanded = [lamps; G];
+    }
+
+    /// The technician's reset: clears a latched fault and restarts with the start-up all-red
+    /// and the plan's first phase. Does nothing unless in flash. Wire it to a cabinet input;
+    /// never call it from policy output. If the fault persists, the monitor latches again.
+    pub fn reset_from_flash(&mut self) {
+        if self.mode != Mode::Flash {
+            return;
+        }
+        if let Ok(seq) = Sequencer::new(self.seq.plan().clone(), PhaseId(0)) {
+            self.seq = seq;
+        }
+        self.monitor.reset();
+        self.mode = Mode::StartupAllRed;
+        self.mode_since_ms = self.uptime.uptime_ms();
+    }
+
+    /// Writes up to `max_frames` waiting transitions to `w` as frames (see [`crate::frames`]).
+    pub fn drain_transitions<W: Write>(
+        &mut self,
+        w: &mut W,
+        max_frames: usize,
+    ) -> Result<usize, DrainError> {
+        self.ring.drain(w, max_frames)
+    }
+
+    /// Current mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The latched monitor fault, if any.
+    pub fn fault(&self) -> Option<MonitorFault> {
+        self.monitor.latched()
+    }
+
+    /// The acting policy's version, or why the fixed-time program runs instead.
+    pub fn policy_status(&self) -> Result<u32, FallbackReason> {
+        self.policy.as_ref().map(Policy::version).map_err(|e| *e)
+    }
+
+    /// The sequencer.
+    pub fn sequencer(&self) -> &Sequencer {
+        &self.seq
+    }
+
+    /// The observation layout.
+    pub fn layout(&self) -> ObsLayout {
+        self.layout
+    }
+
+    /// Lamps commanded in the last poll, per signal group.
+    pub fn commanded_lamps(&self) -> &[Lamps; G] {
+        &self.commanded
+    }
+
+    /// Lamps sensed in the last poll, per signal group.
+    pub fn sensed_lamps(&self) -> &[Lamps; G] {
+        &self.sensed
+    }
+
+    /// Each lane's estimate at the last decision (counts and occupancy of its loops).
+    pub fn lane_estimates(&self) -> &[LaneEstimate; L] {
+        &self.lane_estimates
+    }
+
+    /// The last observation built.
+    pub fn observation(&self) -> &[f32] {
+        &self.obs[..self.layout.dim()]
+    }
+
+    /// Transitions waiting to be collected.
+    pub fn transitions_waiting(&self) -> usize {
+        self.ring.len()
+    }
+
+    /// Transitions dropped because nobody collected them in time.
+    pub fn transitions_dropped(&self) -> u32 {
+        self.ring.dropped()
+    }
+
+    /// Time cut off at interval boundaries so intervals start on poll instants, ms.
+    pub fn clock_slip_ms(&self) -> u64 {
+        self.clock_slip_ms
+    }
+
+    /// Controller uptime at the last poll, ms.
+    pub fn uptime_ms(&self) -> u64 {
+        self.uptime.uptime_ms()
+    }
+
+    /// Most phases a plan may have (the width of the logits buffer).
+    pub const MAX_PHASES: usize = MAX_PHASES;
+}

@@ -1,0 +1,557 @@
+//! The conflict monitor: an independent check of what the signal heads actually show, like
+//! a cabinet's malfunction management unit (MMU).
+//!
+//! It shares no logic with the [`Sequencer`](greenwave_core::Sequencer): it is programmed
+//! with a [`MonitorCard`] (which channels conflict, each channel's minimum yellow), reads
+//! the lamp-sense inputs after every tick's output writes, and latches a fault on:
+//!
+//! * two conflicting channels showing green or yellow together;
+//! * a channel with more than one lamp lit, or with no lamp lit (red lamp failure);
+//! * a channel going from green straight to red (skipped yellow);
+//! * a yellow shorter than the channel's minimum yellow;
+//! * a channel going from yellow back to green.
+//!
+//! The first three must persist for the card's `persistence_ms` (lamp-sense latency); the
+//! sequence rules act on the first reading. Once latched, the fault stays until
+//! [`ConflictMonitor::reset`], which only a technician's reset input may call — never a
+//! policy output. Rules act on *clean* readings (exactly one lamp lit); transient double or
+//! dark readings are judged by the persistence rule alone.
+
+use greenwave_core::plan::MAX_MOVEMENTS;
+use greenwave_core::PhasePlan;
+
+use crate::heads::{Lamp, Lamps};
+
+/// The monitor's programming: which channels may never be non-red together, and each
+/// channel's minimum yellow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MonitorCard {
+    channels: u8,
+    foes: [u32; MAX_MOVEMENTS],
+    min_yellow_ms: [u32; MAX_MOVEMENTS],
+    persistence_ms: u32,
+}
+
+/// Why a monitor card was refused, or refused a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CardError {
+    /// More channels than supported, or a conflict naming a channel not on the card.
+    #[error("channel {channel} is outside the card's {channels} channels")]
+    ChannelOutOfRange {
+        /// The channel named.
+        channel: u8,
+        /// Channels on the card.
+        channels: u8,
+    },
+    /// A channel conflicting with itself.
+    #[error("channel {channel} is listed as conflicting with itself")]
+    SelfConflict {
+        /// The channel.
+        channel: u8,
+    },
+    /// The plan drives a different number of signal groups.
+    #[error("card has {card} channels, the plan has {plan} movements")]
+    ChannelCount {
+        /// Channels on the card.
+        card: u8,
+        /// Movements in the plan.
+        plan: usize,
+    },
+    /// A phase of the plan shows two channels green that the card says conflict.
+    #[error("phase {phase} shows channels {a} and {b} together, which the card forbids")]
+    PhaseConflicts {
+        /// The phase.
+        phase: u8,
+        /// One channel.
+        a: u8,
+        /// The other.
+        b: u8,
+    },
+    /// A phase's yellow is shorter than the card's minimum for one of its channels.
+    #[error("phase {phase} yellow {yellow_ms} ms is below channel {channel}'s minimum {min_yellow_ms} ms")]
+    YellowBelowCard {
+        /// The phase.
+        phase: u8,
+        /// The channel.
+        channel: u8,
+        /// The phase's yellow.
+        yellow_ms: u32,
+        /// The card's minimum.
+        min_yellow_ms: u32,
+    },
+}
+
+impl MonitorCard {
+    /// A card from explicit conflicting channel pairs and per-channel minimum yellows (as a
+    /// traffic engineer programs an MMU, independently of the controller's plan).
+    pub fn new(
+        conflicts: &[(u8, u8)],
+        min_yellow_ms: &[u32],
+        persistence_ms: u32,
+    ) -> Result<Self, CardError> {
+        let channels = min_yellow_ms.len();
+        if channels > MAX_MOVEMENTS {
+            return Err(CardError::ChannelOutOfRange {
+                channel: channels as u8,
+                channels: MAX_MOVEMENTS as u8,
+            });
+        }
+        let n = channels as u8;
+        let mut card = MonitorCard {
+            channels: n,
+            foes: [0; MAX_MOVEMENTS],
+            min_yellow_ms: [0; MAX_MOVEMENTS],
+            persistence_ms,
+        };
+        card.min_yellow_ms[..channels].copy_from_slice(min_yellow_ms);
+        for &(a, b) in conflicts {
+            for c in [a, b] {
+                if c >= n {
+                    return Err(CardError::ChannelOutOfRange {
+                        channel: c,
+                        channels: n,
+                    });
+                }
+            }
+            if a == b {
+                return Err(CardError::SelfConflict { channel: a });
+            }
+            card.foes[a as usize] |= 1 << b;
+            card.foes[b as usize] |= 1 << a;
+        }
+        Ok(card)
+    }
+
+    /// The card a plan implies: its conflict matrix, and for each channel the shortest yellow
+    /// of the phases that serve it.
+    pub fn from_plan(plan: &PhasePlan, persistence_ms: u32) -> Self {
+        let n = plan.movements().len().min(MAX_MOVEMENTS);
+        let shortest_yellow = plan
+            .phases()
+            .iter()
+            .map(|p| p.timing.yellow.0)
+            .min()
+            .unwrap_or(0);
+        let mut card = MonitorCard {
+            channels: n as u8,
+            foes: [0; MAX_MOVEMENTS],
+            min_yellow_ms: [0; MAX_MOVEMENTS],
+            persistence_ms,
+        };
+        for ch in 0..n {
+            let m = greenwave_core::MovementId(ch as u8);
+            card.foes[ch] = plan.conflicts().foes(m).0;
+            card.min_yellow_ms[ch] = plan
+                .phases()
+                .iter()
+                .filter(|p| p.movements.contains(m))
+                .map(|p| p.timing.yellow.0)
+                .min()
+                .unwrap_or(shortest_yellow);
+        }
+        card
+    }
+
+    /// Checks that the plan can run under this card: same channel count, no phase showing
+    /// two conflicting channels, no phase yellow below a served channel's minimum.
+    pub fn check_plan(&self, plan: &PhasePlan) -> Result<(), CardError> {
+        if plan.movements().len() != self.channels as usize {
+            return Err(CardError::ChannelCount {
+                card: self.channels,
+                plan: plan.movements().len(),
+            });
+        }
+        for (p, phase) in plan.phases().iter().enumerate() {
+            let set = phase.movements.0;
+            for a in 0..self.channels {
+                if set & (1 << a) == 0 {
+                    continue;
+                }
+                let clash = self.foes[a as usize] & set;
+                if clash != 0 {
+                    return Err(CardError::PhaseConflicts {
+                        phase: p as u8,
+                        a,
+                        b: clash.trailing_zeros() as u8,
+                    });
+                }
+                let min = self.min_yellow_ms[a as usize];
+                if phase.timing.yellow.0 < min {
+                    return Err(CardError::YellowBelowCard {
+                        phase: p as u8,
+                        channel: a,
+                        yellow_ms: phase.timing.yellow.0,
+                        min_yellow_ms: min,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of channels.
+    pub fn channels(&self) -> u8 {
+        self.channels
+    }
+
+    /// Minimum yellow of `channel`, ms.
+    pub fn min_yellow_ms(&self, channel: u8) -> u32 {
+        self.min_yellow_ms
+            .get(channel as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// What the monitor found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum FaultKind {
+    /// Two conflicting channels showed green or yellow together.
+    #[error("conflict: channels {a} and {b} not red together")]
+    Conflict {
+        /// One channel.
+        a: u8,
+        /// The other.
+        b: u8,
+    },
+    /// More than one lamp lit on a channel.
+    #[error("channel {channel}: more than one lamp lit")]
+    MultipleIndications {
+        /// The channel.
+        channel: u8,
+    },
+    /// No lamp lit on a channel (red lamp failure).
+    #[error("channel {channel}: no lamp lit")]
+    NoIndication {
+        /// The channel.
+        channel: u8,
+    },
+    /// Green went straight to red.
+    #[error("channel {channel}: green to red without yellow")]
+    SkippedYellow {
+        /// The channel.
+        channel: u8,
+    },
+    /// A yellow shorter than the channel's minimum.
+    #[error("channel {channel}: yellow shown {shown_ms} ms, minimum {required_ms} ms")]
+    ShortYellow {
+        /// The channel.
+        channel: u8,
+        /// How long the yellow was seen.
+        shown_ms: u32,
+        /// The card's minimum.
+        required_ms: u32,
+    },
+    /// Yellow went back to green.
+    #[error("channel {channel}: yellow to green")]
+    YellowToGreen {
+        /// The channel.
+        channel: u8,
+    },
+    /// The readback did not cover every channel.
+    #[error("readback covers {read} channels, the card has {channels}")]
+    ReadbackIncomplete {
+        /// Channels read.
+        read: u8,
+        /// Channels on the card.
+        channels: u8,
+    },
+    /// A lamp output could not be written (reported by the controller).
+    #[error("channel {channel}: {lamp} lamp output failed")]
+    LampOutputFailed {
+        /// The channel.
+        channel: u8,
+        /// The lamp.
+        lamp: Lamp,
+    },
+    /// A lamp-sense input could not be read (reported by the controller): the monitor is
+    /// blind, which is itself a fault.
+    #[error("channel {channel}: {lamp} lamp sense failed")]
+    LampSenseFailed {
+        /// The channel.
+        channel: u8,
+        /// The lamp.
+        lamp: Lamp,
+    },
+}
+
+/// A latched fault and when it latched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MonitorFault {
+    /// What was found.
+    pub kind: FaultKind,
+    /// Controller uptime when it latched, ms.
+    pub at_ms: u64,
+}
+
+/// The single lamp a channel showed on its last clean reading, and since when (low 32 bits
+/// of the uptime: only differences of a few seconds are ever taken).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CleanIndication {
+    lamp: Lamp,
+    since_ms: u32,
+}
+
+/// The monitor. See the module docs for its rules.
+#[derive(Clone, Debug)]
+pub struct ConflictMonitor {
+    card: MonitorCard,
+    last_clean: [Option<CleanIndication>; MAX_MOVEMENTS],
+    anomaly_since_ms: Option<u64>,
+    latched: Option<MonitorFault>,
+}
+
+impl ConflictMonitor {
+    /// A monitor programmed with `card`, with no history.
+    pub fn new(card: MonitorCard) -> Self {
+        ConflictMonitor {
+            card,
+            last_clean: [None; MAX_MOVEMENTS],
+            anomaly_since_ms: None,
+            latched: None,
+        }
+    }
+
+    /// Its card.
+    pub fn card(&self) -> &MonitorCard {
+        &self.card
+    }
+
+    /// The latched fault, if any.
+    pub fn latched(&self) -> Option<MonitorFault> {
+        self.latched
+    }
+
+    /// Latches `kind` at `now_ms` unless a fault is already latched (the first one is kept).
+    pub fn trip(&mut self, kind: FaultKind, now_ms: u64) -> MonitorFault {
+        *self.latched.get_or_insert(MonitorFault {
+            kind,
+            at_ms: now_ms,
+        })
+    }
+
+    /// Clears the latch and all history. Only a technician's reset may call this.
+    pub fn reset(&mut self) {
+        *self = ConflictMonitor::new(self.card);
+    }
+
+    /// Checks one readback of every channel, taken at `now_ms` after the outputs were
+    /// written. Returns the latched fault, if any (new or old).
+    pub fn check(&mut self, now_ms: u64, sensed: &[Lamps]) -> Option<MonitorFault> {
+        if self.latched.is_some() {
+            return self.latched;
+        }
+        let n = self.card.channels as usize;
+        if sensed.len() != n {
+            let kind = FaultKind::ReadbackIncomplete {
+                read: sensed.len().min(u8::MAX as usize) as u8,
+                channels: self.card.channels,
+            };
+            return Some(self.trip(kind, now_ms));
+        }
+        match self.persistent_anomaly(sensed) {
+            Some(kind) => {
+                let since = *self.anomaly_since_ms.get_or_insert(now_ms);
+                if now_ms.saturating_sub(since) >= self.card.persistence_ms as u64 {
+                    return Some(self.trip(kind, now_ms));
+                }
+            }
+            None => self.anomaly_since_ms = None,
+        }
+        for (ch, lamps) in sensed.iter().enumerate() {
+            if lamps.lit() != 1 {
+                continue;
+            }
+            let lamp = if lamps.red {
+                Lamp::Red
+            } else if lamps.yellow {
+                Lamp::Yellow
+            } else {
+                Lamp::Green
+            };
+            let channel = ch as u8;
+            if let Some(prev) = self.last_clean[ch] {
+                let fault = match (prev.lamp, lamp) {
+                    (Lamp::Green, Lamp::Red) => Some(FaultKind::SkippedYellow { channel }),
+                    (Lamp::Yellow, Lamp::Green) => Some(FaultKind::YellowToGreen { channel }),
+                    (Lamp::Yellow, Lamp::Red) => {
+                        let shown_ms = (now_ms as u32).wrapping_sub(prev.since_ms);
+                        let required_ms = self.card.min_yellow_ms[ch];
+                        (shown_ms < required_ms).then_some(FaultKind::ShortYellow {
+                            channel,
+                            shown_ms,
+                            required_ms,
+                        })
+                    }
+                    _ => None,
+                };
+                if let Some(kind) = fault {
+                    return Some(self.trip(kind, now_ms));
+                }
+                if prev.lamp == lamp {
+                    continue;
+                }
+            }
+            self.last_clean[ch] = Some(CleanIndication {
+                lamp,
+                since_ms: now_ms as u32,
+            });
+        }
+        None
+    }
+
+    /// The first conflict, double indication or dark channel in `sensed`.
+    fn persistent_anomaly(&self, sensed: &[Lamps]) -> Option<FaultKind> {
+        let mut non_red = 0u32;
+        for (ch, l) in sensed.iter().enumerate() {
+            if l.green || l.yellow {
+                non_red |= 1 << ch;
+            }
+        }
+        for (ch, &foes) in self.card.foes.iter().enumerate().take(sensed.len()) {
+            if non_red & (1 << ch) != 0 && foes & non_red != 0 {
+                return Some(FaultKind::Conflict {
+                    a: ch as u8,
+                    b: (foes & non_red).trailing_zeros() as u8,
+                });
+            }
+        }
+        sensed.iter().enumerate().find_map(|(ch, l)| match l.lit() {
+            0 => Some(FaultKind::NoIndication { channel: ch as u8 }),
+            1 => None,
+            _ => Some(FaultKind::MultipleIndications { channel: ch as u8 }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three channels: 0 and 1 conflict, 2 is compatible with both. Min yellow 3 s.
+    fn monitor(persistence_ms: u32) -> ConflictMonitor {
+        ConflictMonitor::new(MonitorCard::new(&[(0, 1)], &[3000; 3], persistence_ms).unwrap())
+    }
+
+    const R: Lamps = Lamps::RED;
+    const Y: Lamps = Lamps::YELLOW;
+    const G: Lamps = Lamps::GREEN;
+
+    #[test]
+    fn a_correct_change_passes() {
+        let mut m = monitor(0);
+        assert_eq!(m.check(0, &[G, R, G]), None);
+        assert_eq!(m.check(1000, &[Y, R, G]), None);
+        assert_eq!(m.check(4000, &[R, R, G]), None);
+        assert_eq!(m.check(6000, &[R, G, G]), None);
+    }
+
+    #[test]
+    fn short_yellow_latches_until_reset() {
+        let mut m = monitor(0);
+        m.check(0, &[G, R, R]);
+        m.check(1000, &[Y, R, R]);
+        let f = m.check(3999, &[R, R, R]).unwrap();
+        assert_eq!(
+            f.kind,
+            FaultKind::ShortYellow {
+                channel: 0,
+                shown_ms: 2999,
+                required_ms: 3000
+            }
+        );
+        assert_eq!(f.at_ms, 3999);
+        // Latched: a clean display later does not clear it.
+        assert_eq!(m.check(10_000, &[R, R, R]), Some(f));
+        m.reset();
+        assert_eq!(m.check(11_000, &[R, R, R]), None);
+    }
+
+    #[test]
+    fn skipped_yellow_and_yellow_to_green() {
+        let mut m = monitor(0);
+        m.check(0, &[G, R, R]);
+        assert_eq!(
+            m.check(10, &[R, R, R]).unwrap().kind,
+            FaultKind::SkippedYellow { channel: 0 }
+        );
+        let mut m = monitor(0);
+        m.check(0, &[Y, R, R]);
+        assert_eq!(
+            m.check(10, &[G, R, R]).unwrap().kind,
+            FaultKind::YellowToGreen { channel: 0 }
+        );
+    }
+
+    #[test]
+    fn conflicts_and_lamp_faults_need_to_persist() {
+        let both = Lamps {
+            red: true,
+            green: true,
+            yellow: false,
+        };
+        let mut m = monitor(200);
+        assert_eq!(m.check(0, &[both, R, R]), None);
+        assert_eq!(m.check(150, &[R, R, R]), None, "cleared before 200 ms");
+        assert_eq!(m.check(200, &[G, G, R]), None);
+        assert_eq!(m.check(300, &[G, G, R]), None);
+        let f = m.check(400, &[G, G, R]).unwrap();
+        assert_eq!(f.kind, FaultKind::Conflict { a: 0, b: 1 });
+        let mut m = monitor(0);
+        assert_eq!(
+            m.check(0, &[R, both, R]).unwrap().kind,
+            FaultKind::MultipleIndications { channel: 1 }
+        );
+        let mut m = monitor(0);
+        assert_eq!(
+            m.check(0, &[R, R, Lamps::DARK]).unwrap().kind,
+            FaultKind::NoIndication { channel: 2 }
+        );
+        let mut m = monitor(0);
+        assert!(matches!(
+            m.check(0, &[R, R]).unwrap().kind,
+            FaultKind::ReadbackIncomplete {
+                read: 2,
+                channels: 3
+            }
+        ));
+    }
+
+    #[test]
+    fn compatible_channels_may_overlap() {
+        let mut m = monitor(0);
+        assert_eq!(m.check(0, &[G, R, G]), None);
+        assert_eq!(m.check(100, &[G, R, Y]), None);
+    }
+
+    #[test]
+    fn card_checks_the_plan() {
+        use greenwave_core::{PhasePlan, PhaseTiming};
+        let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 30, 3, 2)).unwrap();
+        let card = MonitorCard::from_plan(&plan, 0);
+        assert_eq!(card.check_plan(&plan), Ok(()));
+        assert_eq!(card.min_yellow_ms(4), 3000);
+        // A card that forbids N-S through with S-N through refuses phase 0.
+        let strict = MonitorCard::new(&[(1, 7)], &[3000; 12], 0).unwrap();
+        assert_eq!(
+            strict.check_plan(&plan),
+            Err(CardError::PhaseConflicts {
+                phase: 0,
+                a: 1,
+                b: 7
+            })
+        );
+        let long = MonitorCard::new(&[], &[4000; 12], 0).unwrap();
+        assert!(matches!(
+            long.check_plan(&plan),
+            Err(CardError::YellowBelowCard { phase: 0, .. })
+        ));
+        assert_eq!(
+            MonitorCard::new(&[(0, 5)], &[3000; 3], 0),
+            Err(CardError::ChannelOutOfRange {
+                channel: 5,
+                channels: 3
+            })
+        );
+    }
+}

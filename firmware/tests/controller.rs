@@ -1,0 +1,297 @@
+//! The controller loop on a simulated field: full signal cycles (fixed time and policy),
+//! the transitions it logs, and the fallback when the blob cannot be trusted.
+
+mod common;
+
+use common::synthetic::synthetic_mlp;
+use common::*;
+use greenwave_core::mlp::{masked_log_prob, BlobError, MlpBlob};
+use greenwave_core::{ActionSource, ObsLayout, PhaseMask};
+use greenwave_firmware::policy::MAX_LAYER_WIDTH;
+use greenwave_firmware::{FallbackReason, Lamps, Mode};
+
+fn layout() -> ObsLayout {
+    ObsLayout {
+        n_lanes: 12,
+        n_phases: 4,
+    }
+}
+
+fn policy_blob(int8: bool) -> Vec<u8> {
+    synthetic_mlp(plan().hash(), layout(), 64, 7)
+        .to_blob(int8)
+        .unwrap()
+}
+
+/// Order and timing of every change, in fixed time: start-up all-red, then each phase
+/// green for its split, 3 s yellow, 2 s all-red, phases in order.
+#[test]
+fn fixed_time_cycles_have_full_yellow_and_all_red() {
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, None);
+    assert_eq!(ctl.policy_status(), Err(FallbackReason::NoBlob));
+    let mut run = Run::default();
+    run_for(&mut ctl, &field, None, 300_000, &mut || 10, &mut run);
+    assert_eq!(ctl.mode(), Mode::Running);
+    let yellows = check_timeline(&plan(), &run.timeline, 10);
+    // One cycle: 12 + 6 + 12 + 6 s of green + 4 × 5 s of change = 56 s.
+    assert!(yellows >= 5 * 4, "{yellows} yellows");
+    // Exact times for group 1 (N through, phase 0): green at 3 s (after start-up all-red),
+    // yellow at 15 s, red at 18 s, green again after one 56 s cycle.
+    let g1: Vec<(u32, Lamps)> = run
+        .timeline
+        .of(1)
+        .iter()
+        .map(|c| (c.at_ms, c.lamps))
+        .collect();
+    assert_eq!(
+        &g1[..5],
+        &[
+            (10, Lamps::RED),
+            (3000, Lamps::GREEN),
+            (15_000, Lamps::YELLOW),
+            (18_000, Lamps::RED),
+            (59_000, Lamps::GREEN),
+        ]
+    );
+    // Group 0 (N left, phase 1) follows phase 0's all-red.
+    let g0 = run.timeline.of(0);
+    assert_eq!((g0[1].at_ms, g0[1].lamps), (20_000, Lamps::GREEN));
+    assert_eq!((g0[2].at_ms, g0[2].lamps), (26_000, Lamps::YELLOW));
+    assert_eq!(ctl.clock_slip_ms(), 0, "10 ms polls divide every timing");
+    assert!(run
+        .decisions
+        .iter()
+        .all(|(_, d)| d.source == ActionSource::Fallback));
+}
+
+/// Polls at irregular intervals (1–37 ms): intervals start on poll instants, so no
+/// yellow is ever shown short, and the monitor never trips.
+#[test]
+fn jittery_polls_never_shorten_a_yellow() {
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, None);
+    let mut rng = Rng(99);
+    let mut run = Run::default();
+    run_for(
+        &mut ctl,
+        &field,
+        None,
+        400_000,
+        &mut || 1 + rng.below(37) as u32,
+        &mut run,
+    );
+    assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+    let yellows = check_timeline(&plan(), &run.timeline, 37);
+    assert!(yellows > 20);
+    assert!(ctl.clock_slip_ms() > 0);
+}
+
+/// Policy mode with traffic: decisions every 5 s, transitions framed over serial, decoded
+/// by the host reader, each consistent with the next.
+#[test]
+fn policy_cycles_and_logged_transitions() {
+    for int8 in [false, true] {
+        let bytes = policy_blob(int8);
+        let field = Shared::default();
+        let mut ctl = cabinet(&field, Some(&bytes));
+        assert_eq!(ctl.policy_status(), Ok(1));
+        let mut traffic = Traffic::new(12, 0.08, 3);
+        let mut run = Run::default();
+        run_for(
+            &mut ctl,
+            &field,
+            Some(&mut traffic),
+            600_000,
+            &mut || 10,
+            &mut run,
+        );
+        assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+        check_timeline(&plan(), &run.timeline, 10);
+        // Decisions at 3 s, 8 s, ...: one every 5 s after the start-up all-red.
+        assert_eq!(run.decisions.len(), 120);
+        assert!(run.decisions.windows(2).all(|w| w[1].0 - w[0].0 == 5000));
+        let changes = run.timeline.of(1).len();
+        assert!(
+            changes > 6,
+            "the policy switches phases ({changes} changes of group 1)"
+        );
+        let ts = run.transitions();
+        assert_eq!(ts.len(), 119, "every decision but the last is complete");
+        assert_eq!(ctl.transitions_dropped(), 0);
+        let blob = MlpBlob::parse(&bytes).unwrap();
+        let mut scratch = [0.0f32; 2 * MAX_LAYER_WIDTH];
+        let mut logits = [0.0f32; 4];
+        for (k, t) in ts.iter().enumerate() {
+            assert_eq!(t.obs.len(), 31);
+            assert_eq!(t.signal, 1);
+            assert_eq!(t.policy_version, 1);
+            assert_eq!(t.timestamp_ms, run.decisions[k].0);
+            assert!(t.reward <= 0.0 && t.reward.is_finite());
+            assert!(matches!(
+                t.source,
+                ActionSource::Policy | ActionSource::Supervisor
+            ));
+            if let Some(next) = ts.get(k + 1) {
+                assert_eq!(t.next_obs, next.obs, "s' of one record is s of the next");
+            }
+            // The logged log-prob is the blob's, under the mask the observation implies.
+            blob.forward(&t.obs, &mut scratch, &mut logits).unwrap();
+            let min_green_served = t.obs[29] == 1.0;
+            let mask = if min_green_served {
+                PhaseMask(0b1111)
+            } else {
+                PhaseMask(1 << t.obs[24..28].iter().position(|&x| x == 1.0).unwrap())
+            };
+            let lp = masked_log_prob(&logits, mask, t.requested).unwrap();
+            assert!((lp - t.log_prob).abs() < 1e-6, "{lp} vs {}", t.log_prob);
+        }
+        // Queues build up on red lanes: some record shows a queue.
+        assert!(ts.iter().any(|t| t.obs[12..24].iter().any(|&q| q > 0.0)));
+        let counted: u32 = ctl
+            .lane_estimates()
+            .iter()
+            .map(|e| e.entry.count as u32)
+            .sum();
+        assert!(
+            counted < 12 * 5,
+            "per-interval counts are plausible: {counted}"
+        );
+    }
+}
+
+/// A missing, corrupt, foreign or too-large blob selects the fixed-time program, with the
+/// reason named; the controller still cycles.
+#[test]
+fn untrusted_blobs_fall_back_to_fixed_time() {
+    let good = policy_blob(false);
+    let mut corrupt = good.clone();
+    corrupt.truncate(good.len() - 3);
+    let foreign = synthetic_mlp(plan().hash() ^ 1, layout(), 64, 7)
+        .to_blob(false)
+        .unwrap();
+    let other_layout = ObsLayout {
+        n_lanes: 8,
+        n_phases: 4,
+    };
+    let wrong_layout = synthetic_mlp(plan().hash(), other_layout, 64, 7)
+        .to_blob(false)
+        .unwrap();
+    let too_wide = synthetic_mlp(plan().hash(), layout(), 128, 7)
+        .to_blob(true)
+        .unwrap();
+    let cases: [(&[u8], FallbackReason); 4] = [
+        (&corrupt, FallbackReason::Corrupt(BlobError::Decode)),
+        (
+            &foreign,
+            FallbackReason::PlanMismatch {
+                blob_plan_hash: plan().hash() ^ 1,
+                plan_hash: plan().hash(),
+            },
+        ),
+        (
+            &wrong_layout,
+            FallbackReason::LayoutMismatch {
+                blob_lanes: 8,
+                blob_phases: 4,
+                lanes: 12,
+                phases: 4,
+            },
+        ),
+        (
+            &too_wide,
+            FallbackReason::TooWide {
+                width: 128,
+                max: 64,
+            },
+        ),
+    ];
+    for (bytes, reason) in cases {
+        let field = Shared::default();
+        let mut ctl = cabinet(&field, Some(bytes));
+        assert_eq!(ctl.policy_status(), Err(reason));
+        let mut run = Run::default();
+        run_for(&mut ctl, &field, None, 120_000, &mut || 100, &mut run);
+        assert!(check_timeline(&plan(), &run.timeline, 100) >= 8);
+        assert!(run
+            .transitions()
+            .iter()
+            .all(|t| t.source == ActionSource::Fallback && t.log_prob == 0.0));
+    }
+    let msg = format!(
+        "{}",
+        FallbackReason::PlanMismatch {
+            blob_plan_hash: 1,
+            plan_hash: 2
+        }
+    );
+    assert_eq!(
+        msg,
+        "policy blob is for plan 0x0000000000000001, this controller runs plan 0x0000000000000002"
+    );
+}
+
+/// Static RAM: the controller with zero-sized pins (as most MCU HAL pin types are) and its
+/// transition ring fit the 8 kB budget.
+#[test]
+fn controller_fits_the_static_ram_budget() {
+    let size = std::mem::size_of::<Cabinet>();
+    let pins =
+        12 * 3 * std::mem::size_of::<LampOut>() + (12 * 3 + 24) * std::mem::size_of::<FieldIn>();
+    let without_pins = size - pins;
+    println!("controller: {size} bytes with the test pins, {without_pins} bytes of state");
+    assert!(without_pins <= 8192, "{without_pins} bytes");
+}
+
+/// Bad configuration is refused before the first poll, naming what is wrong.
+#[test]
+fn bad_configuration_is_refused_with_the_field_named() {
+    use greenwave_firmware::monitor::CardError;
+    use greenwave_firmware::{Controller, ControllerError, FixedTimeProgram, MonitorCard};
+    let build = |board: greenwave_firmware::BoardConfig<12>, card: MonitorCard| {
+        let field = Shared::default();
+        let plan = plan();
+        let fixed = FixedTimeProgram::midpoint(&plan);
+        Controller::<_, _, _, _, 12, 12>::new(
+            plan,
+            board,
+            field_pins(&field),
+            card,
+            fixed,
+            None,
+            FieldClock(field.clone()),
+        )
+        .err()
+    };
+    let card = MonitorCard::from_plan(&plan(), 250);
+    let mut b = board();
+    b.lanes[3].storage_veh = 0;
+    assert_eq!(
+        build(b, card),
+        Some(ControllerError::LaneStorage { lane: 3 })
+    );
+    let mut b = board();
+    b.lanes[5].movements = greenwave_core::MovementSet::from_ids(&[12]);
+    assert_eq!(
+        build(b, card),
+        Some(ControllerError::LaneMovements {
+            lane: 5,
+            movements: 1 << 12
+        })
+    );
+    let mut b = board();
+    b.decision_interval_ms = 0;
+    let err = build(b, card).unwrap();
+    assert_eq!(
+        format!("{err}"),
+        "board setting decision_interval_ms must be above 0 ms"
+    );
+    let long_yellow = MonitorCard::new(&[], &[4000; 12], 250).unwrap();
+    assert!(matches!(
+        build(board(), long_yellow),
+        Some(ControllerError::MonitorCard(CardError::YellowBelowCard {
+            phase: 0,
+            ..
+        }))
+    ));
+}

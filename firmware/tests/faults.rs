@@ -1,0 +1,183 @@
+//! Fault injection on the simulated field: the monitor latches flash (all red flashing) on
+//! a stuck-on green, a short yellow, a conflict or a failed output, and only an explicit
+//! reset clears it.
+
+mod common;
+
+use common::synthetic::synthetic_mlp;
+use common::*;
+use greenwave_core::{ActionSource, ObsLayout};
+use greenwave_firmware::heads::Lamp;
+use greenwave_firmware::{FaultKind, Lamps, Mode};
+
+fn advance(ctl: &mut Cabinet, field: &Shared, ms: u32, run: &mut Run) {
+    run_for(ctl, field, None, ms, &mut || 10, run);
+}
+
+/// Checks the flash pattern for `ms`: every yellow and green off, every red on for 500 ms
+/// and off for 500 ms, starting lit when the fault latched.
+fn assert_flashing(ctl: &mut Cabinet, field: &Shared, latched_at_ms: u64, ms: u32) {
+    let mut run = Run::default();
+    let end = field.borrow().now_ms + ms;
+    while field.borrow().now_ms < end {
+        field.borrow_mut().now_ms += 10;
+        let report = ctl.poll();
+        assert_eq!(report.mode, Mode::Flash);
+        assert!(report.decision.is_none(), "no decision in flash");
+        let f = field.borrow();
+        let lit = ((report.uptime_ms - latched_at_ms) / 500) % 2 == 0;
+        for g in 0..12 {
+            let want = if lit { Lamps::RED } else { Lamps::DARK };
+            assert_eq!(f.driven_lamps(g), want, "group {g} at {} ms", f.now_ms);
+        }
+        drop(f);
+        run.reports += 1;
+    }
+}
+
+#[test]
+fn stuck_on_green_latches_flash_until_reset() {
+    let bytes = synthetic_mlp(
+        plan().hash(),
+        ObsLayout {
+            n_lanes: 12,
+            n_phases: 4,
+        },
+        64,
+        7,
+    )
+    .to_blob(false)
+    .unwrap();
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, Some(&bytes));
+    let mut run = Run::default();
+    // Phase 0 is green from 3 s; the policy holds it at least to min green (8 s).
+    advance(&mut ctl, &field, 6000, &mut run);
+    assert_eq!(ctl.mode(), Mode::Running);
+    // Group 1's green load switch welds shut: its green lamp stays lit whatever is driven.
+    field
+        .borrow_mut()
+        .sense_faults
+        .insert((1, 2), SenseFault::Stuck(true));
+    advance(&mut ctl, &field, 60_000, &mut run);
+    let fault = ctl.fault().expect("latched");
+    // The first change away from phase 0 shows yellow and green together on group 1;
+    // the monitor latches after the 250 ms persistence.
+    assert!(
+        matches!(
+            fault.kind,
+            FaultKind::MultipleIndications { channel: 1 } | FaultKind::Conflict { .. }
+        ),
+        "{fault:?}"
+    );
+    assert_eq!(ctl.mode(), Mode::Flash);
+    // The policy keeps no say: minutes later, still flashing, no decisions.
+    assert_flashing(&mut ctl, &field, fault.at_ms, 120_000);
+    assert_eq!(ctl.fault(), Some(fault));
+    // The last transition before the fault closes the episode.
+    let ts = run.transitions();
+    assert!(ts.last().unwrap().done);
+    assert!(ts[..ts.len() - 1].iter().all(|t| !t.done));
+    // Reset with the fault still there: start-up all-red shows red + green on group 1 → flash.
+    ctl.reset_from_flash();
+    assert_eq!(ctl.mode(), Mode::StartupAllRed);
+    advance(&mut ctl, &field, 1000, &mut run);
+    assert_eq!(ctl.mode(), Mode::Flash);
+    assert_eq!(
+        ctl.fault().unwrap().kind,
+        FaultKind::MultipleIndications { channel: 1 }
+    );
+    // Repaired and reset: back to normal cycling.
+    field.borrow_mut().sense_faults.clear();
+    ctl.reset_from_flash();
+    let mut after = Run::default();
+    advance(&mut ctl, &field, 120_000, &mut after);
+    assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+    assert!(check_timeline(&plan(), &after.timeline, 10) > 4);
+}
+
+#[test]
+fn short_yellow_latches_flash() {
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, None);
+    // Group 1's load switch turns its yellow into red after 1 s.
+    field.borrow_mut().yellow_cut = Some((1, 1000));
+    let mut run = Run::default();
+    advance(&mut ctl, &field, 30_000, &mut run);
+    let fault = ctl.fault().expect("latched");
+    // Phase 0 green 3–15 s (12 s split), yellow from 15 s, cut at 16 s.
+    assert_eq!(
+        fault.kind,
+        FaultKind::ShortYellow {
+            channel: 1,
+            shown_ms: 1000,
+            required_ms: 3000
+        }
+    );
+    assert_eq!(fault.at_ms, 16_000);
+    assert_flashing(&mut ctl, &field, fault.at_ms, 5000);
+    assert!(run
+        .transitions()
+        .iter()
+        .all(|t| t.source == ActionSource::Fallback));
+}
+
+#[test]
+fn conflicting_green_latches_after_persistence() {
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, None);
+    let mut run = Run::default();
+    advance(&mut ctl, &field, 5000, &mut run);
+    // Group 4 (east through) shows green in the field while group 1 (north through) is green.
+    {
+        let mut f = field.borrow_mut();
+        f.sense_faults.insert((4, 0), SenseFault::Stuck(false));
+        f.sense_faults.insert((4, 2), SenseFault::Stuck(true));
+    }
+    advance(&mut ctl, &field, 1000, &mut run);
+    let fault = ctl.fault().expect("latched");
+    assert_eq!(fault.kind, FaultKind::Conflict { a: 1, b: 4 });
+    assert_eq!(fault.at_ms, 5010 + 250, "after the 250 ms persistence");
+}
+
+#[test]
+fn failed_lamp_output_latches_flash() {
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, None);
+    let mut run = Run::default();
+    advance(&mut ctl, &field, 10_000, &mut run);
+    field.borrow_mut().failing_outputs.push((1, 2));
+    advance(&mut ctl, &field, 10_000, &mut run);
+    let fault = ctl.fault().expect("latched");
+    assert_eq!(
+        fault.kind,
+        FaultKind::LampOutputFailed {
+            channel: 1,
+            lamp: Lamp::Green
+        }
+    );
+    assert_eq!(fault.at_ms, 15_000, "when phase 0's green had to go off");
+    assert_eq!(
+        format!("{}", fault.kind),
+        "channel 1: green lamp output failed"
+    );
+}
+
+/// Group 7 (south through) is green; its red lamp sense sticks on: red and green together.
+#[test]
+fn zero_persistence_latches_on_the_first_reading() {
+    let field = Shared::default();
+    let mut board = board();
+    board.fault_persistence_ms = 0;
+    let mut ctl = cabinet_with(&field, None, board);
+    let mut run = Run::default();
+    advance(&mut ctl, &field, 5000, &mut run);
+    field
+        .borrow_mut()
+        .sense_faults
+        .insert((7, 0), SenseFault::Stuck(true));
+    advance(&mut ctl, &field, 100, &mut run);
+    let fault = ctl.fault().expect("latched");
+    assert_eq!(fault.kind, FaultKind::MultipleIndications { channel: 7 });
+    assert_eq!(fault.at_ms, 5010);
+}
