@@ -1,6 +1,8 @@
-//! `greenwave sim`: run the embedded simulator under the classic controllers.
+//! `greenwave sim`: run the embedded simulator (or SUMO, `--backend sumo`) under the
+//! classic controllers.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -31,6 +33,28 @@ pub struct SimArgs {
     /// Print the scenario in the TOML file format and exit (a start for your own).
     #[arg(long)]
     pub print_scenario: bool,
+    /// Simulator: the embedded one, or SUMO over TraCI (needs `--net`, `--routes`, a build
+    /// with feature `sumo` and SUMO installed: `pip install eclipse-sumo==1.28.0`, SUMO_HOME).
+    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
+    pub backend: Backend,
+    /// SUMO network (`.net.xml`), with `--backend sumo`.
+    #[arg(long, required_if_eq("backend", "sumo"))]
+    pub net: Option<PathBuf>,
+    /// SUMO routes (`.rou.xml`), with `--backend sumo`.
+    #[arg(long, required_if_eq("backend", "sumo"))]
+    pub routes: Option<PathBuf>,
+    /// SUMO time the episode starts at (s), with `--backend sumo`.
+    #[arg(long, default_value_t = 0.0)]
+    pub begin: f64,
+}
+
+/// `--backend` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// greenwave's embedded simulator (`--scenario`).
+    Embedded,
+    /// SUMO (`--net`, `--routes`); `fixed-time` is then the network's own static program.
+    Sumo,
 }
 
 /// `--controller` values.
@@ -86,9 +110,12 @@ struct CompareReport<'a> {
 
 /// Runs `greenwave sim`.
 pub fn run(args: &SimArgs) -> Result<()> {
+    if args.backend == Backend::Sumo {
+        return run_sumo(args);
+    }
     let scenario = resolve_scenario(args)?;
-    let mut out = std::io::stdout().lock();
     if args.print_scenario {
+        let mut out = std::io::stdout().lock();
         out.write_all(scenario.to_toml_string().as_bytes())?;
         return Ok(());
     }
@@ -109,16 +136,29 @@ pub fn run(args: &SimArgs) -> Result<()> {
         })
         .collect::<Result<Vec<_>>>()?;
     let demand = scenario.demand().name.as_str();
+    let title = format!("scenario {} (demand {demand})", scenario.name());
+    print_runs(scenario.name(), demand, &title, args, &runs)
+}
+
+/// Prints `runs` as JSON or as the side-by-side table.
+fn print_runs(
+    scenario: &str,
+    demand: &str,
+    title: &str,
+    args: &SimArgs,
+    runs: &[ControllerRun],
+) -> Result<()> {
+    let mut out = std::io::stdout().lock();
     if args.json {
-        let json = match runs.as_slice() {
+        let json = match runs {
             [one] => serde_json::to_string_pretty(&SingleReport {
-                scenario: scenario.name(),
+                scenario,
                 demand,
                 seed: args.seed,
                 run: one,
             }),
             all => serde_json::to_string_pretty(&CompareReport {
-                scenario: scenario.name(),
+                scenario,
                 demand,
                 seed: args.seed,
                 controllers: all,
@@ -126,9 +166,66 @@ pub fn run(args: &SimArgs) -> Result<()> {
         }?;
         writeln!(out, "{json}")?;
     } else {
-        write!(out, "{}", table(&scenario, args.seed, &runs))?;
+        write!(out, "{}", table(title, args.seed, runs))?;
     }
     Ok(())
+}
+
+/// `--backend sumo`: every controller on SUMO; `fixed-time` runs the network's own static
+/// programs. JSON fields as for the embedded simulator, `scenario`/`demand` being the net
+/// and route files.
+#[cfg(feature = "sumo")]
+fn run_sumo(args: &SimArgs) -> Result<()> {
+    use greenwave_sim::controllers::{Actuated, MaxPressure};
+    use greenwave_sim::sumo::{SumoConfig, SumoEnv};
+
+    let (Some(net), Some(routes)) = (&args.net, &args.routes) else {
+        anyhow::bail!("--backend sumo needs --net and --routes");
+    };
+    let mut cfg = SumoConfig::new(net, routes);
+    cfg.begin_s = args.begin;
+    cfg.seed = args.seed;
+    if let Some(s) = args.seconds {
+        cfg.seconds = s as f64;
+    }
+    let seconds = cfg.seconds;
+    let runs = args
+        .controller
+        .kinds()
+        .into_iter()
+        .map(|kind| {
+            let what = || format!("simulating {} on SUMO under {kind}", net.display());
+            let metrics = match kind {
+                ControllerKind::FixedTime => {
+                    greenwave_sim::sumo::run_static_program(cfg.clone()).with_context(what)?
+                }
+                ControllerKind::Actuated | ControllerKind::MaxPressure => {
+                    let mut controller: Box<dyn greenwave_sim::Controller> = match kind {
+                        ControllerKind::Actuated => Box::new(Actuated::default()),
+                        _ => Box::new(MaxPressure),
+                    };
+                    let mut env = SumoEnv::new(cfg.clone()).with_context(what)?;
+                    run_episode(&mut env, controller.as_mut(), args.seed, seconds)
+                        .with_context(what)?
+                }
+            };
+            Ok(ControllerRun {
+                controller: kind.name(),
+                metrics,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (net, routes) = (net.display().to_string(), routes.display().to_string());
+    let title = format!("SUMO net {net} (routes {routes})");
+    print_runs(&net, &routes, &title, args, &runs)
+}
+
+#[cfg(not(feature = "sumo"))]
+fn run_sumo(_args: &SimArgs) -> Result<()> {
+    anyhow::bail!(
+        "this greenwave was built without SUMO support; rebuild with \
+         `cargo build --release -p greenwave-tools --features sumo`"
+    )
 }
 
 fn resolve_scenario(args: &SimArgs) -> Result<Scenario> {
@@ -143,12 +240,8 @@ fn resolve_scenario(args: &SimArgs) -> Result<Scenario> {
 }
 
 /// The side-by-side table.
-fn table(scenario: &Scenario, seed: u64, runs: &[ControllerRun]) -> String {
-    let mut s = format!(
-        "scenario {} (demand {}), seed {seed}\n\n",
-        scenario.name(),
-        scenario.demand().name
-    );
+fn table(title: &str, seed: u64, runs: &[ControllerRun]) -> String {
+    let mut s = format!("{title}, seed {seed}\n\n");
     s.push_str(
         "controller    delay s  wait s  travel s  throughput veh  backlog veh  queue veh  \
          sim s   sim-s/wall-s\n",

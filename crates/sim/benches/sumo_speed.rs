@@ -6,10 +6,14 @@
 //!   every decision interval and reading the detectors: the pure TraCI overhead),
 //! * greenwave's backend with the max-pressure and actuated controllers (the sequencer
 //!   driving SUMO's signals),
+//! * `sumo -c` alone again, replaying max-pressure's signal states as a static program
+//!   (`SumoEnv::write_replay_programs`): the same traffic as the max-pressure run, so the
+//!   two times compare the backend with SUMO alone doing exactly the same simulation,
 //!
-//! and prints one JSON document: each run's episode metrics and simulated seconds per
-//! wall second (median and best of `--repeat` runs; SUMO's start-up and shut-down included
-//! everywhere), and the backend's overhead over SUMO alone (best against best).
+//! and prints one JSON document: each run's episode metrics, simulated seconds per wall
+//! second (median and best of `--repeat` runs; SUMO's start-up and shut-down included
+//! everywhere), CPU seconds per simulated hour (greenwave + SUMO, Linux `/proc`), and the
+//! backend's overhead over SUMO alone on the same traffic (wall: best against best; CPU).
 //!
 //! ```text
 //! SUMO_HOME=... cargo bench -p greenwave-sim --features sumo --bench sumo_speed -- \
@@ -60,13 +64,38 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// CPU seconds used so far by this process and its waited-for children (SUMO), from
+/// `/proc/self/stat` (Linux; clock ticks of 1/100 s). CPU time, unlike wall time, hardly
+/// moves when other work shares the machine; NaN where `/proc` is missing.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    // Fields after the command name: state is field 3; utime..cstime are fields 14..17.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return f64::NAN;
+    };
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if f.len() == 4 {
+        f.iter().sum::<f64>() / 100.0
+    } else {
+        f64::NAN
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-/// Runs `once` `repeat` times; reports the last run's metrics and the speed of the median
-/// and of the fastest run (the fastest is the least disturbed by other work on the box).
+/// Runs `once` `repeat` times; reports the last run's metrics, the wall-clock speed of the
+/// median and of the fastest run (the least disturbed by other work on the box), and the
+/// CPU seconds (greenwave + SUMO) per simulated hour, averaged over the runs.
 fn run(
     what: &str,
     repeat: usize,
@@ -75,21 +104,25 @@ fn run(
 ) -> Result<Value, String> {
     let mut speeds = Vec::new();
     let mut last = EpisodeMetrics::default();
+    let cpu0 = cpu_seconds();
     for _ in 0..repeat {
         let m = once().map_err(|e| format!("{what}: {e}"))?;
         speeds.push(seconds / m.wall_seconds);
         last = m;
     }
+    let cpu_per_sim_hour = (cpu_seconds() - cpu0) / repeat as f64 * 3600.0 / seconds;
     let best = speeds.iter().copied().fold(0.0, f64::max);
     let med = median(speeds);
     eprintln!(
-        "  {what:<14} delay {:6.1} s  throughput {:5}  backlog {:3}  sim-s/wall-s median {:6.0} best {:6.0}",
-        last.mean_delay_s, last.throughput_veh, last.backlog_veh, med, best
+        "  {what:<14} delay {:5.1} s  throughput {:5}  backlog {:3}  sim-s/wall-s median {:6.0} \
+         best {:6.0}  CPU s per sim-hour {:5.3}",
+        last.mean_delay_s, last.throughput_veh, last.backlog_veh, med, best, cpu_per_sim_hour
     );
     Ok(json!({
         "metrics": last,
         "sim_s_per_wall_s_median": med,
         "sim_s_per_wall_s_best": best,
+        "cpu_s_per_sim_hour": cpu_per_sim_hour,
     }))
 }
 
@@ -118,16 +151,20 @@ fn real_main() -> Result<(), String> {
         cfg.seconds = args.seconds;
         cfg.seed = args.seed;
 
-        let bare = run("sumo -c alone", args.repeat, args.seconds, || {
+        // `sumo -c` alone, optionally with extra additional files (a replayed program).
+        let sumo_alone = |additional: Option<&PathBuf>| -> Result<EpisodeMetrics, String> {
             let t = Instant::now();
-            let status = Command::new(&sumo)
-                .arg("-c")
+            let mut cmd = Command::new(&sumo);
+            cmd.arg("-c")
                 .arg(dir.join(format!("{name}.sumocfg")))
                 .args(["--end", &args.seconds.to_string()])
                 .args(["--seed", &args.seed.to_string()])
-                .stdout(Stdio::null())
-                .status()
-                .map_err(|e| e.to_string())?;
+                .stdout(Stdio::null());
+            if let Some(a) = additional {
+                // The replayed program wraps after the episode without a yellow: SUMO warns.
+                cmd.arg("--additional-files").arg(a).arg("--no-warnings");
+            }
+            let status = cmd.status().map_err(|e| e.to_string())?;
             if !status.success() {
                 return Err(format!("sumo exited with {status}"));
             }
@@ -136,6 +173,9 @@ fn real_main() -> Result<(), String> {
                 wall_seconds: t.elapsed().as_secs_f64(),
                 ..EpisodeMetrics::default()
             })
+        };
+        let bare = run("sumo -c alone", args.repeat, args.seconds, || {
+            sumo_alone(None)
         })?;
         let static_program = run("static program", args.repeat, args.seconds, || {
             let t = Instant::now();
@@ -145,6 +185,11 @@ fn real_main() -> Result<(), String> {
             m.wall_seconds = t.elapsed().as_secs_f64();
             Ok(m)
         })?;
+        // The signal states of each controlled run, as a program `sumo -c` can replay.
+        let replay = std::env::temp_dir().join(format!(
+            "greenwave-sumo-bench-{}-{name}.add.xml",
+            std::process::id()
+        ));
         let controlled = |what: &str, make: fn() -> Box<dyn Controller>| {
             run(what, args.repeat, args.seconds, || {
                 let t = Instant::now();
@@ -153,25 +198,41 @@ fn real_main() -> Result<(), String> {
                 let mut m = run_episode(&mut env, ctl.as_mut(), args.seed, args.seconds)
                     .map_err(|e| e.to_string())?;
                 m.wall_seconds = t.elapsed().as_secs_f64();
+                env.write_replay_programs(&replay)
+                    .map_err(|e| e.to_string())?;
                 Ok(m)
             })
         };
         let max_pressure = controlled("max-pressure", || Box::new(MaxPressure))?;
+        // SUMO alone on exactly max-pressure's traffic: its signal states replayed.
+        let bare_replay = run("sumo -c replay", args.repeat, args.seconds, || {
+            sumo_alone(Some(&replay))
+        })?;
         let actuated = controlled("actuated", || Box::new(Actuated::default()))?;
+        let _ = std::fs::remove_file(&replay);
         // Extra wall time per simulated second over SUMO alone, best run against best run.
         let speed = |v: &Value| v["sim_s_per_wall_s_best"].as_f64().unwrap_or(f64::NAN);
-        let overhead = |v: &Value| speed(&bare) / speed(v) - 1.0;
+        let overhead = |base: &Value, v: &Value| speed(base) / speed(v) - 1.0;
+        let cpu = |v: &Value| v["cpu_s_per_sim_hour"].as_f64().unwrap_or(f64::NAN);
+        let cpu_overhead = |base: &Value, v: &Value| cpu(v) / cpu(base) - 1.0;
         report.push(json!({
             "network": name,
             "seconds": args.seconds,
             "seed": args.seed,
             "sumo_alone": bare,
+            "sumo_alone_replaying_max_pressure": bare_replay,
             "static_program": static_program,
             "max_pressure": max_pressure,
             "actuated": actuated,
+            // Same traffic on both sides: the static program against SUMO alone, and
+            // max-pressure against SUMO alone replaying max-pressure's signal states.
             "overhead_vs_sumo_alone": {
-                "static_program": overhead(&static_program),
-                "max_pressure": overhead(&max_pressure),
+                "static_program": overhead(&bare, &static_program),
+                "max_pressure": overhead(&bare_replay, &max_pressure),
+            },
+            "cpu_overhead_vs_sumo_alone": {
+                "static_program": cpu_overhead(&bare, &static_program),
+                "max_pressure": cpu_overhead(&bare_replay, &max_pressure),
             },
         }));
     }

@@ -262,6 +262,52 @@ fn the_classic_controllers_drive_sumo() {
 }
 
 #[test]
+fn replayed_programs_reproduce_the_episode_in_sumo_alone() {
+    let mut env = SumoEnv::new(config("single", 300.0)).unwrap();
+    let ours = greenwave_sim::run_episode(
+        &mut env,
+        &mut greenwave_sim::controllers::MaxPressure,
+        7,
+        300.0,
+    )
+    .unwrap();
+    assert_eq!(ours.backlog_veh, 0, "pending vehicles are not in tripinfo");
+    let dir = std::env::temp_dir().join(format!("greenwave-replay-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (replay, trips) = (dir.join("replay.add.xml"), dir.join("tripinfo.xml"));
+    env.write_replay_programs(&replay).unwrap();
+    let sumo = greenwave_sim::sumo::find_sumo_binary(None).unwrap();
+    let status = std::process::Command::new(sumo)
+        .arg("-n")
+        .arg(fixture("single.net.xml"))
+        .arg("-r")
+        .arg(fixture("single.rou.xml"))
+        .arg("--additional-files")
+        .arg(&replay)
+        .args([
+            "--begin",
+            "0",
+            "--end",
+            "300",
+            "--seed",
+            "7",
+            "--no-step-log",
+        ])
+        .arg("--tripinfo-output")
+        .arg(&trips)
+        .arg("--tripinfo-output.write-unfinished")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let alone = greenwave_sim::sumo::tripinfo::summarize(&trips, &[]).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(alone.throughput_veh, ours.throughput_veh);
+    assert_eq!(alone.mean_delay_s, ours.mean_delay_s);
+    assert_eq!(alone.mean_travel_time_s, ours.mean_travel_time_s);
+}
+
+#[test]
 fn static_program_is_deterministic_per_seed() {
     let a = run_static_program(config("single", 300.0)).unwrap();
     let b = run_static_program(config("single", 300.0)).unwrap();

@@ -13,7 +13,7 @@ use greenwave_core::{
 use super::model::{build_models, TlsModel};
 use super::net::NetFile;
 use super::process::{SumoProcess, WorkDir};
-use super::readings::{ReadMode, ReadPlan, Slot, LOOP_PREFIX};
+use super::readings::{Answer, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
 use super::traci::{cmd, var, Message, Reply, TraciError, Value};
 use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome};
@@ -96,9 +96,9 @@ struct SignalLanes {
 ///   backend places 1 m before each incoming lane's stop line (SUMO's
 ///   `timeSinceDetection`, the lowest over the movement's lanes); `call` when any vehicle
 ///   is on an incoming lane.
-/// * One decision interval costs one round trip: a `setRedYellowGreenState` +
-///   `simulationStep(t)` message per display change, sent together, with every reading
-///   coming back through subscriptions.
+/// * One decision interval costs one round trip: per display change a message of
+///   `setRedYellowGreenState` and one of `simulationStep(t_change)`, then one of the
+///   readings (batched getters, or subscriptions per [`ReadMode`]), all sent together.
 pub struct SumoEnv {
     cfg: SumoConfig,
     binary: PathBuf,
@@ -111,6 +111,8 @@ pub struct SumoEnv {
     sim: Option<SumoProcess>,
     /// Last state string sent per signal (empty: none yet, SUMO runs its program).
     sent: Vec<String>,
+    /// Every state sent this episode, per signal: (ms since the episode began, state).
+    history: Vec<Vec<(u64, String)>>,
     now_ms: u64,
     episode_ms: u64,
     interval_ms: u32,
@@ -190,6 +192,7 @@ impl SumoEnv {
             reads,
             sim: None,
             sent: vec![String::new(); n],
+            history: vec![Vec::new(); n],
             now_ms: 0,
             episode_ms,
             interval_ms,
@@ -241,6 +244,45 @@ impl SumoEnv {
                 source: TraciError::Protocol(format!("unexpected reply {other:?}")),
             }),
         }
+    }
+
+    /// Writes the signal states greenwave showed this episode as SUMO static programs
+    /// (an additional file, program id `greenwave-replay`): `sumo -c ... --additional-files
+    /// FILE` then replays the episode's signals without greenwave, for inspection in
+    /// sumo-gui or for timing SUMO alone on exactly the same traffic.
+    pub fn write_replay_programs(&self, path: &std::path::Path) -> Result<(), SumoError> {
+        let mut xml = String::from("<additional>\n");
+        for (model, h) in self.models.iter().zip(&self.history) {
+            if h.is_empty() {
+                continue;
+            }
+            xml.push_str(&format!(
+                "  <tlLogic id=\"{}\" type=\"static\" programID=\"greenwave-replay\" \
+                 offset=\"0\">\n",
+                quick_xml::escape::escape(model.id.as_str()),
+            ));
+            // Programs run from time 0: hold the first state until the episode begins.
+            if self.cfg.begin_s > 0.0 {
+                xml.push_str(&format!(
+                    "    <phase duration=\"{}\" state=\"{}\"/>\n",
+                    fmt_s(self.cfg.begin_s),
+                    h[0].1
+                ));
+            }
+            for (k, (at_ms, state)) in h.iter().enumerate() {
+                let until_ms = h.get(k + 1).map_or(self.now_ms.max(at_ms + 1), |n| n.0);
+                xml.push_str(&format!(
+                    "    <phase duration=\"{}\" state=\"{state}\"/>\n",
+                    fmt_s((until_ms - at_ms) as f64 / 1000.0)
+                ));
+            }
+            xml.push_str("  </tlLogic>\n");
+        }
+        xml.push_str("</additional>\n");
+        std::fs::write(path, xml).map_err(|source| SumoError::Io {
+            what: format!("writing {}", path.display()),
+            source,
+        })
     }
 
     /// Whether the episode has ended (SUMO closed, metrics final).
@@ -367,14 +409,17 @@ impl SumoEnv {
                     _ => None,
                 })
                 .collect();
-            self.store_subscriptions(&subs)?;
+            self.store_readings(Answer::Subscriptions(&subs))?;
         } else {
-            self.store_gets(&readings)?;
+            self.store_readings(Answer::Gets(&readings))?;
         }
         self.sim = Some(sim);
         self.seqs = new_sequencers(&self.models)?;
         for s in &mut self.sent {
             s.clear();
+        }
+        for h in &mut self.history {
+            h.clear();
         }
         self.now_ms = 0;
         self.seed = seed;
@@ -401,25 +446,12 @@ impl SumoEnv {
         None
     }
 
-    fn store_subscriptions(
-        &mut self,
-        subs: &[super::traci::SubscriptionResult],
-    ) -> Result<Option<f64>, SumoError> {
+    /// Stores the readings in `answer`; returns SUMO's clock if it was among them.
+    fn store_readings(&mut self, answer: Answer<'_>) -> Result<Option<f64>, SumoError> {
         let mut time = None;
         let lanes = &mut self.lanes;
         self.reads
-            .apply_subscriptions(subs, |slot, x| {
-                time = Self::store(lanes, slot, x).or(time);
-            })
-            .map_err(malformed)?;
-        Ok(time)
-    }
-
-    fn store_gets(&mut self, replies: &[Reply]) -> Result<Option<f64>, SumoError> {
-        let mut time = None;
-        let lanes = &mut self.lanes;
-        self.reads
-            .apply_gets(replies, |slot, x| {
+            .apply(answer, |slot, x| {
                 time = Self::store(lanes, slot, x).or(time);
             })
             .map_err(malformed)?;
@@ -483,12 +515,12 @@ impl SumoEnv {
             .exchange(messages, "simulating a decision interval")?;
         let time = if subscribing {
             match replies.pop().and_then(|mut r| r.pop()) {
-                Some(Reply::Step(subs)) => self.store_subscriptions(&subs)?,
+                Some(Reply::Step(subs)) => self.store_readings(Answer::Subscriptions(&subs))?,
                 other => return Err(malformed(format!("expected step results, got {other:?}"))),
             }
         } else {
             let reads = replies.pop().unwrap_or_default();
-            self.store_gets(&reads)?
+            self.store_readings(Answer::Gets(&reads))?
         };
         match time {
             Some(t) if (t - target_s).abs() < 1e-6 => Ok(()),
@@ -629,6 +661,7 @@ impl SumoEnv {
                 if self.sent[*s] != *state {
                     m.set_tl_state(&self.models[*s].id, state);
                     self.sent[*s].clone_from(state);
+                    self.history[*s].push((self.now_ms + offset as u64, state.clone()));
                 }
                 i += 1;
             }

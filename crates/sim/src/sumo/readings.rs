@@ -40,6 +40,14 @@ pub(crate) enum Slot {
     Time,
 }
 
+/// SUMO's answer carrying the readings.
+pub(crate) enum Answer<'a> {
+    /// Subscription results from a step reply.
+    Subscriptions(&'a [SubscriptionResult]),
+    /// The replies to [`ReadPlan::get_message`].
+    Gets(&'a [Reply]),
+}
+
 /// One object read: its getter command, id and variables.
 struct Object {
     get: u8,
@@ -122,8 +130,19 @@ impl ReadPlan {
         &self.gets
     }
 
-    /// Stores subscription results through `store`.
-    pub(crate) fn apply_subscriptions(
+    /// Stores every reading of `answer` through `store`.
+    pub(crate) fn apply(
+        &self,
+        answer: Answer<'_>,
+        store: impl FnMut(Slot, f64),
+    ) -> Result<(), String> {
+        match answer {
+            Answer::Subscriptions(subs) => self.apply_subscriptions(subs, store),
+            Answer::Gets(replies) => self.apply_gets(replies, store),
+        }
+    }
+
+    fn apply_subscriptions(
         &self,
         subs: &[SubscriptionResult],
         mut store: impl FnMut(Slot, f64),
@@ -149,8 +168,7 @@ impl ReadPlan {
         Ok(())
     }
 
-    /// Stores the replies to [`get_message`](Self::get_message) through `store`.
-    pub(crate) fn apply_gets(
+    fn apply_gets(
         &self,
         replies: &[Reply],
         mut store: impl FnMut(Slot, f64),

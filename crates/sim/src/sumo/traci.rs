@@ -699,6 +699,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             let mut head = [0u8; 4];
             s.read_exact(&mut head).unwrap();
             let mut rest = vec![0u8; i32::from_be_bytes(head) as usize - 4];
@@ -740,8 +741,8 @@ mod tests {
         let (mut t, server) = fake_sumo(Some(vec![]));
         let mut m = Message::new();
         m.get_version();
-        server.join().unwrap();
         let err = t.call(&m).unwrap_err();
         assert!(matches!(err, TraciError::Io(_)), "{err}");
+        server.join().unwrap();
     }
 }
