@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{onnx, PolicyWeights};
 use greenwave_sim::{
-    run_episode, Controller, ControllerKind, EmbeddedEnv, EpisodeMetrics, Scenario,
+    run_episode, Controller, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario,
 };
 use serde::Serialize;
 
@@ -39,6 +39,16 @@ pub fn load_policy_for(model: &Path, scenario: &Scenario) -> Result<PolicyWeight
             manifest.plan_hash,
             scenario.name(),
             plan_hash_hex(plan)
+        );
+    }
+    let layout = greenwave_sim::EmbeddedEnv::from_scenario(scenario, 0).signals()[0].layout;
+    if manifest.obs_layout != layout {
+        bail!(
+            "{} reads observations of layout {:?} but scenario '{}' produces {:?}",
+            model.display(),
+            manifest.obs_layout,
+            scenario.name(),
+            layout
         );
     }
     Ok(weights)

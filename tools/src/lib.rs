@@ -3,6 +3,7 @@
 //! The workstation side of greenwave, as a library behind the `greenwave` binary:
 //! training runs, export, evaluation.
 
+pub mod demo;
 pub mod eval_cmd;
 pub mod export_cmd;
 pub mod policy_controller;

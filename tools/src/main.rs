@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Train, export, evaluate and report on the embedded simulator, in a few minutes.
+    Demo(greenwave_tools::demo::DemoArgs),
     /// Simulate a scenario under a classic controller (or all of them) and print metrics.
     Sim(sim_cmd::SimArgs),
     /// Train a PPO policy on a scenario.
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Demo(args) => greenwave_tools::demo::run(args),
         Command::Sim(args) => sim_cmd::run(args),
         Command::Train(args) => greenwave_tools::train::cli::run(args),
         Command::Export(args) => greenwave_tools::export_cmd::run(args),

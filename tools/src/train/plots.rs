@@ -82,7 +82,10 @@ fn panel(
         .x_desc("decisions")
         .max_light_lines(2)
         .draw()?;
-    chart.draw_series(LineSeries::new(data.iter().copied(), &color))?;
+    chart.draw_series(LineSeries::new(
+        data.iter().map(|&(x, y)| (x, y.min(y1 + pad))),
+        &color,
+    ))?;
     Ok(())
 }
 

@@ -1,0 +1,175 @@
+//! The README's workstation commands, run as a user would: train → export → eval, and the
+//! demo at smoke-test size.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn greenwave(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_greenwave"))
+        .args(args)
+        .output()
+        .expect("the greenwave binary runs")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("greenwave-wf-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn train_export_eval() {
+    let d = tmp("tee");
+    let run = d.join("run");
+    let model = d.join("models/tiny.onnx");
+    let (run_s, model_s) = (run.to_str().unwrap(), model.to_str().unwrap());
+    ok(&greenwave(&[
+        "train",
+        "--scenario",
+        "single-4way",
+        "--steps",
+        "2000",
+        "--seed",
+        "3",
+        "--out",
+        run_s,
+        "--envs",
+        "2",
+        "--rollout-steps",
+        "60",
+        "--hidden",
+        "16,16",
+        "--quiet",
+    ]));
+    for f in [
+        "metrics.csv",
+        "training.png",
+        "losses.png",
+        "policy.safetensors",
+        "run.json",
+        "scenario.toml",
+    ] {
+        assert!(run.join(f).exists(), "{f} missing from the run folder");
+    }
+    let out = ok(&greenwave(&["export", run_s, "--out", model_s]));
+    assert!(out.contains("tiny.onnx"));
+    for f in [
+        "tiny.onnx",
+        "tiny.blob",
+        "tiny.int8.blob",
+        "tiny.manifest.json",
+    ] {
+        assert!(d.join("models").join(f).exists(), "{f} missing");
+    }
+    let out = ok(&greenwave(&[
+        "eval",
+        "--model",
+        model_s,
+        "--scenario",
+        "single-4way",
+        "--seeds",
+        "2",
+        "--seconds",
+        "600",
+        "--json",
+    ]));
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["controller"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["policy", "fixed-time", "actuated", "max-pressure"]);
+    for r in &rows {
+        for k in [
+            "mean_delay_s",
+            "mean_wait_s",
+            "mean_travel_time_s",
+            "throughput_veh",
+            "backlog_veh",
+            "sim_seconds",
+            "wall_seconds",
+        ] {
+            assert!(r.get(k).is_some(), "{k} missing in {r}");
+        }
+    }
+    // A policy for another plan is refused, naming both plans.
+    let o = greenwave(&[
+        "eval",
+        "--model",
+        model_s,
+        "--scenario",
+        "arterial-3",
+        "--seeds",
+        "1",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("trained for phase plan") || err.contains("layout"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn demo_quick_writes_a_report() {
+    let d = tmp("demo");
+    let out = ok(&greenwave(&[
+        "demo",
+        "--quick",
+        "--steps",
+        "1200",
+        "--seeds",
+        "1",
+        "--out",
+        d.to_str().unwrap(),
+    ]));
+    assert!(out.contains("report:"), "{out}");
+    let report = d.join("report");
+    for f in [
+        "README.md",
+        "training.png",
+        "delay_by_controller.png",
+        "queue_over_time.png",
+    ] {
+        assert!(report.join(f).exists(), "{f} missing from the report");
+    }
+    let md = std::fs::read_to_string(report.join("README.md")).unwrap();
+    assert!(md.contains("| max-pressure |") && md.contains("| policy |"));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn the_committed_default_policy_loads_and_beats_fixed_time() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/single-4way.onnx");
+    let out = ok(&greenwave(&[
+        "eval",
+        "--model",
+        model,
+        "--scenario",
+        "single-4way",
+        "--seeds",
+        "1",
+        "--json",
+    ]));
+    let delay = |name: &str| -> f64 {
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|r| r["controller"] == name)
+            .and_then(|r| r["mean_delay_s"].as_f64())
+            .unwrap()
+    };
+    assert!(delay("policy") < delay("fixed-time"), "{out}");
+}
