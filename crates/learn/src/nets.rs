@@ -104,6 +104,24 @@ impl MlpNet {
             .collect()
     }
 
+    /// Overwrites the parameters with `layers` (same shapes), keeping the variables (so
+    /// optimisers holding them stay attached).
+    pub fn set_dense(&self, layers: &[DenseLayer]) -> Result<()> {
+        if layers.len() != self.layers.len() {
+            candle_core::bail!(
+                "set_dense: {} layers given, the network has {}",
+                layers.len(),
+                self.layers.len()
+            );
+        }
+        for ((w, b), l) in self.layers.iter().zip(layers) {
+            let dev = w.device();
+            w.set(&Tensor::from_slice(&l.weights, (l.outputs, l.inputs), dev)?)?;
+            b.set(&Tensor::from_slice(&l.bias, l.outputs, dev)?)?;
+        }
+        Ok(())
+    }
+
     /// `x[batch, in] → [batch, out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut x = x.clone();

@@ -53,6 +53,12 @@ pub struct OffPolicyConfig {
     pub clip_eps: f32,
     /// Stop policy epochs once the KL from the starting policy exceeds this.
     pub max_kl: f32,
+    /// When the KL limit stops the epochs, also undo the epoch that crossed it, so the
+    /// returned policy is the last one *within* the limit (a hard limit, for fine-tuning on
+    /// a controller whose gate checks the KL). Off: the crossing epoch is kept, as in
+    /// the usual PPO early stop.
+    #[serde(default)]
+    pub kl_hard_limit: bool,
     /// Global gradient-norm limit.
     pub max_grad_norm: f32,
     /// How expectations over actions are taken.
@@ -72,6 +78,7 @@ impl Default for OffPolicyConfig {
             minibatch: 256,
             clip_eps: 0.1,
             max_kl: 0.02,
+            kl_hard_limit: false,
             max_grad_norm: 0.5,
             expectation: Expectation::Exact,
             resample: 4,
@@ -221,17 +228,39 @@ pub fn fit_critic(
     cfg: &OffPolicyConfig,
     rng: &mut StdRng,
 ) -> Result<f32> {
-    let dev = Device::Cpu;
     let (n, d, a) = (data.len(), data.obs_dim, data.n_actions);
-    let next_obs = tensor2(&data.next_obs, n, d, &dev)?;
-    let next_mask = Tensor::from_slice(&data.next_masks, (n, a), &dev)?;
+    let next_obs = tensor2(&data.next_obs, n, d, &Device::Cpu)?;
+    let next_mask = Tensor::from_slice(&data.next_masks, (n, a), &Device::Cpu)?;
     let next_probs = policy_probs(actor, &next_obs, &next_mask)?;
+    fit_critic_for(q, opt, &next_probs, data, cfg, rng)
+}
+
+/// [`fit_critic`] for any target policy, given as its probabilities at each `s'`
+/// (`next_probs[i]` for record `i`): e.g. a deterministic (greedy) policy as one-hot rows,
+/// for fitted-Q evaluation of what a controller actually runs.
+pub fn fit_critic_for(
+    q: &QCritic,
+    opt: &mut Adam,
+    next_probs: &[Vec<f32>],
+    data: &ReplayBatch,
+    cfg: &OffPolicyConfig,
+    rng: &mut StdRng,
+) -> Result<f32> {
+    let dev = Device::Cpu;
+    let (n, d) = (data.len(), data.obs_dim);
+    if next_probs.len() != n {
+        candle_core::bail!(
+            "fit_critic_for: {} probability rows for {n} records",
+            next_probs.len()
+        );
+    }
+    let next_obs = tensor2(&data.next_obs, n, d, &dev)?;
     let vars = q.net.vars();
     let mut idx: Vec<usize> = (0..n).collect();
     let mut last = 0.0;
     for _ in 0..cfg.q_epochs {
         let q_next: Vec<Vec<f32>> = q.net.forward(&next_obs)?.to_vec2()?;
-        let v_next = expected_q(&q_next, &next_probs, cfg.expectation, rng);
+        let v_next = expected_q(&q_next, next_probs, cfg.expectation, rng);
         let y: Vec<f32> = data
             .rewards
             .iter()
@@ -282,6 +311,10 @@ pub struct OffPolicyStats {
     pub epochs: usize,
     /// Whether the KL limit stopped the epochs.
     pub stopped_by_kl: bool,
+    /// Whether the epoch that crossed the KL limit was undone (`kl_hard_limit`); `epochs`
+    /// and `kl` then describe the policy returned.
+    #[serde(default)]
+    pub reverted_epoch: bool,
     /// Mean |Â| of the resampled actions.
     pub mean_abs_advantage: f32,
 }
@@ -384,7 +417,9 @@ pub fn mean_kl(old: &[Vec<f32>], new: &[Vec<f32>]) -> f32 {
 }
 
 /// Steps 3–4: K epochs of the clipped objective on actions resampled from the policy as it
-/// was at the start (`π_θt`), stopping once KL(π_θt ‖ π_θ) exceeds `cfg.max_kl`.
+/// was at the start (`π_θt`), stopping once KL(π_θt ‖ π_θ) exceeds `cfg.max_kl` (and, with
+/// `cfg.kl_hard_limit`, restoring the parameters from before that epoch). The optimiser's
+/// moments are not restored: they only shape later steps, which a stop ends.
 pub fn update_policy(
     actor: &MlpNet,
     opt: &mut Adam,
@@ -413,6 +448,13 @@ pub fn update_policy(
         by_state[s as usize].push(e);
     }
     for _ in 0..cfg.epochs {
+        // Parameters before this epoch, to undo it if it crosses a hard KL limit.
+        let snapshot = if cfg.kl_hard_limit {
+            Some(actor.to_dense()?)
+        } else {
+            None
+        };
+        let kl_before = st.kl;
         states.shuffle(rng);
         let mut sum_obj = 0.0f32;
         for chunk in states.chunks(cfg.minibatch.max(1)) {
@@ -480,6 +522,12 @@ pub fn update_policy(
         st.kl = mean_kl(&probs0, &probs);
         if st.kl > cfg.max_kl {
             st.stopped_by_kl = true;
+            if let Some(layers) = snapshot {
+                actor.set_dense(&layers)?;
+                st.kl = kl_before;
+                st.epochs -= 1;
+                st.reverted_epoch = true;
+            }
             break;
         }
     }
@@ -624,6 +672,41 @@ mod tests {
         assert!(
             good_p > 0.4,
             "mean probability of the rewarded action {good_p}"
+        );
+    }
+
+    #[test]
+    fn hard_kl_limit_returns_a_policy_within_the_limit() {
+        let (actor, q, data) = setup();
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut qopt = Adam::new(q.net.vars(), 1e-5).unwrap();
+        let cfg = OffPolicyConfig {
+            gamma: 0.0,
+            q_epochs: 60,
+            ..Default::default()
+        };
+        fit_critic(&q, &mut qopt, &actor, &data, &cfg, &mut rng).unwrap();
+        let n = data.len();
+        let obs = tensor2(&data.obs, n, 4, &Device::Cpu).unwrap();
+        let mask = Tensor::from_slice(&data.masks, (n, 3), &Device::Cpu).unwrap();
+        let before = policy_probs(&actor, &obs, &mask).unwrap();
+        let mut opt = Adam::new(actor.vars(), 1e-5).unwrap();
+        let cfg = OffPolicyConfig {
+            learning_rate: 3e-2,
+            epochs: 200,
+            max_kl: 0.05,
+            kl_hard_limit: true,
+            ..cfg
+        };
+        let st = update_policy(&actor, &mut opt, &q, &data, &cfg, &mut rng).unwrap();
+        assert!(st.stopped_by_kl && st.reverted_epoch, "{st:?}");
+        let after = policy_probs(&actor, &obs, &mask).unwrap();
+        let kl = mean_kl(&before, &after);
+        assert!(kl <= 0.05, "kept policy's KL {kl} is within the limit");
+        assert!(
+            (kl - st.kl).abs() < 1e-6,
+            "reported KL {} is the kept one's {kl}",
+            st.kl
         );
     }
 }

@@ -1,0 +1,690 @@
+//! Signed policy bundles: what is flashed onto a controller.
+//!
+//! ## Format
+//!
+//! A bundle is a directory holding exactly these files:
+//!
+//! | file | what |
+//! |---|---|
+//! | `policy.onnx` | the policy (manifest JSON inside, under `metadata_props`) |
+//! | `manifest.json` | the same manifest, beside it for people and tools |
+//! | `policy.blob` | the firmware's postcard MLP blob (f32) |
+//! | `policy.int8.blob` | the int8 blob (optional) |
+//! | `SIGNATURE` | the signed digest list below |
+//!
+//! `SIGNATURE` is UTF-8 text, one item per line, `\n`-terminated:
+//!
+//! ```text
+//! greenwave-bundle v1
+//! signer <ed25519 public key, 64 hex digits>
+//! file <name> <size in bytes> <SHA-256, 64 hex digits>      (one per file, sorted by name)
+//! signature <ed25519 signature, 128 hex digits>
+//! ```
+//!
+//! The signature is over the bytes of every line before the `signature` line (the
+//! canonical digest list). A controller loads a bundle only if, in this order: its signer
+//! is one of the keys it trusts, the signature verifies, every listed file is present with
+//! its size and digest, no unlisted file is present, the manifest beside the model equals
+//! the one inside it, the blobs agree with the manifest, and the manifest's plan hash and
+//! observation layout are the controller's own. [`BundleError`] says which check failed.
+//!
+//! ## Keys
+//!
+//! [`keygen`] writes `NAME.key` (secret, mode 0600) and `NAME.pub`: each one line of 64 hex
+//! digits (the 32-byte ed25519 seed or public key); lines starting with `#` are comments.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::{Signature, Signer};
+/// The key types of bundles (ed25519-dalek's), re-exported for callers.
+pub use ed25519_dalek::{SigningKey, VerifyingKey};
+use greenwave_core::mlp::MlpBlob;
+use greenwave_core::{ObsLayout, PhasePlan};
+use greenwave_learn::manifest::plan_hash_hex;
+use greenwave_learn::{onnx, Manifest};
+use sha2::{Digest, Sha256};
+
+/// The model file in a bundle.
+pub const MODEL_FILE: &str = "policy.onnx";
+/// The manifest file in a bundle.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// The f32 firmware blob in a bundle.
+pub const BLOB_FILE: &str = "policy.blob";
+/// The int8 firmware blob in a bundle (optional).
+pub const BLOB_INT8_FILE: &str = "policy.int8.blob";
+/// The signature file in a bundle.
+pub const SIGNATURE_FILE: &str = "SIGNATURE";
+
+const SIGNATURE_HEADER: &str = "greenwave-bundle v1";
+
+/// Why a key, a bundle or one of its checks failed. Each variant names the check.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// A file could not be read or written.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A key file is malformed.
+    #[error("key file {path}: {problem}")]
+    KeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// `keygen` or `pack_and_sign` would overwrite something.
+    #[error("{0} already exists (remove it first, or pass --force where offered)")]
+    Exists(PathBuf),
+    /// No trusted key was given.
+    #[error(
+        "no trusted public key given: a controller loads only bundles signed by a key it trusts"
+    )]
+    NoTrustedKeys,
+    /// The bundle has no `SIGNATURE` file.
+    #[error("signature check failed: bundle {0} has no SIGNATURE file (unsigned bundle)")]
+    MissingSignature(PathBuf),
+    /// The `SIGNATURE` file does not parse.
+    #[error("signature check failed: SIGNATURE line {line}: {problem}")]
+    MalformedSignature {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Signed by a key this controller does not trust.
+    #[error("trust check failed: bundle is signed by key {signer}, which is not among the {trusted} trusted key(s)")]
+    UntrustedKey {
+        /// The signer's public key (hex).
+        signer: String,
+        /// How many keys are trusted.
+        trusted: usize,
+    },
+    /// The signature does not verify.
+    #[error("signature check failed: the signature by {signer} does not verify over the digest list (SIGNATURE was altered or forged)")]
+    BadSignature {
+        /// The claimed signer (hex).
+        signer: String,
+    },
+    /// A listed file's size or digest differs.
+    #[error("integrity check failed: {name} was modified after signing (signed SHA-256 {signed}, now {actual})")]
+    TamperedFile {
+        /// The file.
+        name: String,
+        /// Signed digest (hex) and size.
+        signed: String,
+        /// Digest (hex) and size now.
+        actual: String,
+    },
+    /// A listed or required file is missing.
+    #[error("integrity check failed: {name} is missing from the bundle")]
+    MissingFile {
+        /// The file.
+        name: String,
+    },
+    /// A file the signature does not cover.
+    #[error("integrity check failed: {name} is in the bundle but not covered by the signature")]
+    UnsignedFile {
+        /// The file.
+        name: String,
+    },
+    /// `manifest.json` is not valid.
+    #[error("manifest check failed: {MANIFEST_FILE}: {0}")]
+    Manifest(serde_json::Error),
+    /// The model does not read as a greenwave policy.
+    #[error("manifest check failed: {MODEL_FILE}: {0}")]
+    Model(onnx::OnnxError),
+    /// The manifest beside the model differs from the one inside it.
+    #[error("manifest check failed: {MANIFEST_FILE} differs from the manifest inside {MODEL_FILE} (fields: {fields})")]
+    ManifestMismatch {
+        /// The top-level fields that differ.
+        fields: String,
+    },
+    /// A firmware blob disagrees with the manifest or does not parse.
+    #[error("blob check failed: {file}: {problem}")]
+    BlobMismatch {
+        /// The blob file.
+        file: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The bundle is for another phase plan.
+    #[error("plan check failed: bundle is for phase plan {bundle}, this controller runs plan {controller}")]
+    PlanMismatch {
+        /// The manifest's plan hash.
+        bundle: String,
+        /// The controller's plan hash.
+        controller: String,
+    },
+    /// The bundle expects another observation layout.
+    #[error("layout check failed: bundle expects {bundle}, this controller observes {controller}")]
+    LayoutMismatch {
+        /// The manifest's layout.
+        bundle: String,
+        /// The controller's layout.
+        controller: String,
+    },
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BundleError + 'a {
+    move |source| BundleError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != 2 * N || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The hex form of a public key (how bundles and errors name signers).
+pub fn key_hex(key: &VerifyingKey) -> String {
+    hex(key.as_bytes())
+}
+
+fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
+    let mut s = prefix.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Paths of a key pair made by [`keygen`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyPairPaths {
+    /// The secret key (`PREFIX.key`).
+    pub secret: PathBuf,
+    /// The public key (`PREFIX.pub`).
+    pub public: PathBuf,
+}
+
+/// Makes an ed25519 key pair from the OS random source and writes `PREFIX.key` (mode 0600)
+/// and `PREFIX.pub`. Refuses to overwrite existing files unless `force`.
+pub fn keygen(prefix: &Path, force: bool) -> Result<(KeyPairPaths, VerifyingKey), BundleError> {
+    let paths = KeyPairPaths {
+        secret: with_suffix(prefix, ".key"),
+        public: with_suffix(prefix, ".pub"),
+    };
+    for p in [&paths.secret, &paths.public] {
+        if p.exists() && !force {
+            return Err(BundleError::Exists(p.clone()));
+        }
+    }
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| BundleError::Io {
+        op: "drawing a key from the OS random source for",
+        path: paths.secret.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let key = SigningKey::from_bytes(&seed);
+    if let Some(dir) = paths.secret.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+    }
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let secret_text = format!(
+        "# greenwave ed25519 secret key: keep it off controllers and out of version control\n{}\n",
+        hex(&seed)
+    );
+    opts.open(&paths.secret)
+        .and_then(|mut f| f.write_all(secret_text.as_bytes()))
+        .map_err(io_err("writing", &paths.secret))?;
+    let public = key.verifying_key();
+    let public_text = format!("# greenwave ed25519 public key\n{}\n", key_hex(&public));
+    fs::write(&paths.public, public_text).map_err(io_err("writing", &paths.public))?;
+    Ok((paths, public))
+}
+
+fn read_key_hex(path: &Path) -> Result<[u8; 32], BundleError> {
+    let text = fs::read_to_string(path).map_err(io_err("reading", path))?;
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
+    let bad = |problem: &str| BundleError::KeyFile {
+        path: path.to_path_buf(),
+        problem: problem.into(),
+    };
+    let line = lines
+        .next()
+        .ok_or_else(|| bad("no key line (expected 64 hex digits)"))?;
+    if lines.next().is_some() {
+        return Err(bad("more than one key line"));
+    }
+    unhex::<32>(line).ok_or_else(|| bad("key line is not 64 hex digits"))
+}
+
+/// Reads a secret key file (`NAME.key`).
+pub fn load_signing_key(path: &Path) -> Result<SigningKey, BundleError> {
+    Ok(SigningKey::from_bytes(&read_key_hex(path)?))
+}
+
+/// Reads a public key file (`NAME.pub`).
+pub fn load_public_key(path: &Path) -> Result<VerifyingKey, BundleError> {
+    VerifyingKey::from_bytes(&read_key_hex(path)?).map_err(|e| BundleError::KeyFile {
+        path: path.to_path_buf(),
+        problem: format!("not a valid ed25519 public key: {e}"),
+    })
+}
+
+/// The files to pack (as `greenwave export` writes them).
+#[derive(Clone, Debug)]
+pub struct BundleInputs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// The manifest JSON.
+    pub manifest: PathBuf,
+    /// The f32 firmware blob.
+    pub blob: PathBuf,
+    /// The int8 firmware blob, if any.
+    pub blob_int8: Option<PathBuf>,
+}
+
+/// The policy files of a bundle, checked against each other.
+#[derive(Clone, Debug)]
+struct Contents {
+    manifest: Manifest,
+    files: BTreeMap<&'static str, Vec<u8>>,
+}
+
+/// Checks that the manifest beside the model equals the one inside it, and that the blobs
+/// agree with it.
+fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, BundleError> {
+    let get = |name: &'static str| {
+        files
+            .get(name)
+            .ok_or(BundleError::MissingFile { name: name.into() })
+    };
+    let beside: Manifest =
+        serde_json::from_slice(get(MANIFEST_FILE)?).map_err(BundleError::Manifest)?;
+    let inside = onnx::read_manifest(get(MODEL_FILE)?).map_err(BundleError::Model)?;
+    if beside != inside {
+        return Err(BundleError::ManifestMismatch {
+            fields: differing_fields(&beside, &inside),
+        });
+    }
+    for file in [BLOB_FILE, BLOB_INT8_FILE] {
+        let Some(bytes) = files.get(file) else {
+            continue;
+        };
+        let problem = |p: String| BundleError::BlobMismatch { file, problem: p };
+        let blob = MlpBlob::parse(bytes).map_err(|e| problem(e.to_string()))?;
+        if Some(blob.plan_hash) != beside.plan_hash_u64() {
+            return Err(problem(format!(
+                "blob is for plan {:016x}, manifest for {}",
+                blob.plan_hash, beside.plan_hash
+            )));
+        }
+        if blob.obs_layout != beside.obs_layout {
+            return Err(problem(format!(
+                "blob layout {:?} differs from the manifest's {:?}",
+                blob.obs_layout, beside.obs_layout
+            )));
+        }
+        if blob.policy_version != beside.policy_version {
+            return Err(problem(format!(
+                "blob is policy version {}, manifest says {}",
+                blob.policy_version, beside.policy_version
+            )));
+        }
+    }
+    get(BLOB_FILE)?;
+    Ok(Contents {
+        manifest: beside,
+        files,
+    })
+}
+
+fn differing_fields(a: &Manifest, b: &Manifest) -> String {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(a), serde_json::to_value(b))
+    else {
+        return "unknown".into();
+    };
+    let fields: Vec<&str> = a
+        .iter()
+        .filter(|(k, v)| b.get(k.as_str()) != Some(v))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    fields.join(", ")
+}
+
+fn digest_text(signer: &VerifyingKey, files: &BTreeMap<&str, Vec<u8>>) -> String {
+    let mut s = format!("{SIGNATURE_HEADER}\nsigner {}\n", key_hex(signer));
+    for (name, bytes) in files {
+        let _ = writeln!(
+            s,
+            "file {name} {} {}",
+            bytes.len(),
+            hex(&Sha256::digest(bytes))
+        );
+    }
+    s
+}
+
+/// Checks the inputs against each other, copies them into a new bundle directory `out`
+/// under their bundle names, and signs them with `key`. Returns the signer's public key.
+pub fn pack_and_sign(
+    inputs: &BundleInputs,
+    key: &SigningKey,
+    out: &Path,
+) -> Result<VerifyingKey, BundleError> {
+    let read = |p: &Path| fs::read(p).map_err(io_err("reading", p));
+    let mut files = BTreeMap::new();
+    files.insert(MODEL_FILE, read(&inputs.model)?);
+    files.insert(MANIFEST_FILE, read(&inputs.manifest)?);
+    files.insert(BLOB_FILE, read(&inputs.blob)?);
+    if let Some(p) = &inputs.blob_int8 {
+        files.insert(BLOB_INT8_FILE, read(p)?);
+    }
+    let contents = check_contents(files)?;
+    if out.exists()
+        && fs::read_dir(out)
+            .map_err(io_err("listing", out))?
+            .next()
+            .is_some()
+    {
+        return Err(BundleError::Exists(out.to_path_buf()));
+    }
+    fs::create_dir_all(out).map_err(io_err("creating", out))?;
+    for (name, bytes) in &contents.files {
+        let path = out.join(name);
+        fs::write(&path, bytes).map_err(io_err("writing", &path))?;
+    }
+    let signer = key.verifying_key();
+    let text = digest_text(&signer, &contents.files);
+    let signature = key.sign(text.as_bytes());
+    let path = out.join(SIGNATURE_FILE);
+    let signed = format!("{text}signature {}\n", hex(&signature.to_bytes()));
+    fs::write(&path, signed).map_err(io_err("writing", &path))?;
+    Ok(signer)
+}
+
+/// A parsed `SIGNATURE` file.
+struct SignatureFile {
+    signer: [u8; 32],
+    files: Vec<(String, u64, [u8; 32])>,
+    signature: [u8; 64],
+    signed_text: String,
+}
+
+fn parse_signature(text: &str) -> Result<SignatureFile, BundleError> {
+    let bad = |line: usize, problem: &str| BundleError::MalformedSignature {
+        line,
+        problem: problem.into(),
+    };
+    if !text.ends_with('\n') {
+        return Err(bad(
+            text.lines().count(),
+            "file does not end with a newline",
+        ));
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.first() != Some(&SIGNATURE_HEADER) {
+        return Err(bad(1, "expected `greenwave-bundle v1`"));
+    }
+    let signer = lines
+        .get(1)
+        .and_then(|l| l.strip_prefix("signer "))
+        .and_then(unhex::<32>)
+        .ok_or_else(|| bad(2, "expected `signer <64 hex digits>`"))?;
+    let last = lines.len() - 1;
+    let signature = lines[last]
+        .strip_prefix("signature ")
+        .and_then(unhex::<64>)
+        .ok_or_else(|| {
+            bad(
+                last + 1,
+                "expected `signature <128 hex digits>` as the last line",
+            )
+        })?;
+    let mut files = Vec::new();
+    for (i, line) in lines.iter().enumerate().take(last).skip(2) {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let ok_name = |n: &str| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        };
+        match parts.as_slice() {
+            ["file", name, size, digest] if ok_name(name) => {
+                let size = size
+                    .parse()
+                    .map_err(|_| bad(i + 1, "file size is not a number"))?;
+                let digest = unhex::<32>(digest)
+                    .ok_or_else(|| bad(i + 1, "SHA-256 is not 64 hex digits"))?;
+                files.push((name.to_string(), size, digest));
+            }
+            _ => return Err(bad(i + 1, "expected `file <name> <size> <sha256>`")),
+        }
+    }
+    let signed_len = text.len() - lines[last].len() - 1;
+    Ok(SignatureFile {
+        signer,
+        files,
+        signature,
+        signed_text: text[..signed_len].to_string(),
+    })
+}
+
+/// A bundle that passed every check, with its contents.
+#[derive(Clone, Debug)]
+pub struct VerifiedBundle {
+    /// The bundle directory.
+    pub dir: PathBuf,
+    /// Who signed it.
+    pub signer: VerifyingKey,
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// The ONNX model bytes (exactly the bytes that were verified).
+    pub model: Vec<u8>,
+    /// The f32 firmware blob.
+    pub blob: Vec<u8>,
+    /// The int8 firmware blob, if the bundle has one.
+    pub blob_int8: Option<Vec<u8>>,
+}
+
+impl VerifiedBundle {
+    /// Checks the bundle is for `plan` and `layout` (call once per signal of a controller
+    /// running several).
+    pub fn check_signal(&self, plan: &PhasePlan, layout: ObsLayout) -> Result<(), BundleError> {
+        let controller = plan_hash_hex(plan);
+        if self.manifest.plan_hash != controller {
+            return Err(BundleError::PlanMismatch {
+                bundle: self.manifest.plan_hash.clone(),
+                controller,
+            });
+        }
+        let version = greenwave_core::observation::OBS_LAYOUT_VERSION;
+        if self.manifest.obs_layout != layout || self.manifest.obs_layout_version != version {
+            let show = |l: ObsLayout, v: u16| {
+                format!("{} lanes × {} phases (layout v{v})", l.n_lanes, l.n_phases)
+            };
+            return Err(BundleError::LayoutMismatch {
+                bundle: show(self.manifest.obs_layout, self.manifest.obs_layout_version),
+                controller: show(layout, version),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Verifies the bundle directory `bundle` against `trusted_keys`, then checks it is for
+/// the controller's `plan` and `layout`. See the module docs for the order of checks.
+pub fn verify_and_load(
+    bundle: &Path,
+    trusted_keys: &[VerifyingKey],
+    plan: &PhasePlan,
+    layout: ObsLayout,
+) -> Result<VerifiedBundle, BundleError> {
+    let verified = verify(bundle, trusted_keys)?;
+    verified.check_signal(plan, layout)?;
+    Ok(verified)
+}
+
+/// Verifies signature, integrity and internal consistency only (no plan check).
+pub fn verify(bundle: &Path, trusted_keys: &[VerifyingKey]) -> Result<VerifiedBundle, BundleError> {
+    if trusted_keys.is_empty() {
+        return Err(BundleError::NoTrustedKeys);
+    }
+    let sig_path = bundle.join(SIGNATURE_FILE);
+    if !sig_path.is_file() {
+        if !bundle.is_dir() {
+            return Err(BundleError::Io {
+                op: "opening bundle directory",
+                path: bundle.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not a directory"),
+            });
+        }
+        return Err(BundleError::MissingSignature(bundle.to_path_buf()));
+    }
+    let text = fs::read_to_string(&sig_path).map_err(io_err("reading", &sig_path))?;
+    let sig = parse_signature(&text)?;
+    let signer_hex = hex(&sig.signer);
+    let Some(signer) = trusted_keys.iter().find(|k| k.as_bytes() == &sig.signer) else {
+        return Err(BundleError::UntrustedKey {
+            signer: signer_hex,
+            trusted: trusted_keys.len(),
+        });
+    };
+    signer
+        .verify_strict(
+            sig.signed_text.as_bytes(),
+            &Signature::from_bytes(&sig.signature),
+        )
+        .map_err(|_| BundleError::BadSignature {
+            signer: signer_hex.clone(),
+        })?;
+    // The signature covers the text; the text must also be the canonical one (sorted,
+    // unique names), so one bundle has one valid SIGNATURE.
+    let mut files: BTreeMap<&'static str, Vec<u8>> = BTreeMap::new();
+    let known = [MODEL_FILE, MANIFEST_FILE, BLOB_FILE, BLOB_INT8_FILE];
+    for (name, size, digest) in &sig.files {
+        let Some(&known_name) = known.iter().find(|k| *k == name) else {
+            return Err(BundleError::MalformedSignature {
+                line: 0,
+                problem: format!("lists `{name}`, which is not a bundle file"),
+            });
+        };
+        let path = bundle.join(name);
+        if !path.is_file() {
+            return Err(BundleError::MissingFile { name: name.clone() });
+        }
+        let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
+        let actual = Sha256::digest(&bytes);
+        if bytes.len() as u64 != *size || actual.as_slice() != digest {
+            return Err(BundleError::TamperedFile {
+                name: name.clone(),
+                signed: format!("{} ({size} bytes)", hex(digest)),
+                actual: format!("{} ({} bytes)", hex(&actual), bytes.len()),
+            });
+        }
+        files.insert(known_name, bytes);
+    }
+    if digest_text(signer, &files) != sig.signed_text {
+        return Err(BundleError::MalformedSignature {
+            line: 0,
+            problem: "digest list is not in canonical form (sorted, unique file names)".into(),
+        });
+    }
+    for entry in fs::read_dir(bundle).map_err(io_err("listing", bundle))? {
+        let entry = entry.map_err(io_err("listing", bundle))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != SIGNATURE_FILE && !files.contains_key(name.as_str()) {
+            return Err(BundleError::UnsignedFile { name });
+        }
+    }
+    let contents = check_contents(files)?;
+    let mut files = contents.files;
+    Ok(VerifiedBundle {
+        dir: bundle.to_path_buf(),
+        signer: *signer,
+        manifest: contents.manifest,
+        model: files.remove(MODEL_FILE).unwrap_or_default(),
+        blob: files.remove(BLOB_FILE).unwrap_or_default(),
+        blob_int8: files.remove(BLOB_INT8_FILE),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_rejects_junk() {
+        let b = [0u8, 1, 0xab, 0xff];
+        assert_eq!(hex(&b), "0001abff");
+        assert_eq!(unhex::<4>("0001abff"), Some(b));
+        assert_eq!(unhex::<4>("0001abf"), None);
+        assert_eq!(unhex::<4>("0001abfg"), None);
+        assert_eq!(unhex::<4>("+001abff"), None);
+    }
+
+    #[test]
+    fn signature_file_parse_errors_name_the_line() {
+        let err = parse_signature("nope\n").err().unwrap();
+        assert!(err.to_string().contains("line 1"), "{err}");
+        let text = format!(
+            "{SIGNATURE_HEADER}\nsigner {}\nfile a b c\nsignature {}\n",
+            "00".repeat(32),
+            "00".repeat(64)
+        );
+        let err = parse_signature(&text).err().unwrap();
+        assert!(err.to_string().contains("line 3"), "{err}");
+        let text = format!("{SIGNATURE_HEADER}\nsigner {}\n", "00".repeat(32));
+        assert!(parse_signature(&text).is_err());
+    }
+
+    #[test]
+    fn keys_round_trip_through_files() {
+        let dir = std::env::temp_dir().join(format!("gw-keys-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (paths, public) = keygen(&dir.join("site"), false).unwrap();
+        assert!(matches!(
+            keygen(&dir.join("site"), false),
+            Err(BundleError::Exists(_))
+        ));
+        let secret = load_signing_key(&paths.secret).unwrap();
+        assert_eq!(secret.verifying_key(), public);
+        assert_eq!(load_public_key(&paths.public).unwrap(), public);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&paths.secret).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "secret key readable by others: {mode:o}");
+        }
+        fs::write(dir.join("bad.pub"), "xyz\n").unwrap();
+        let err = load_public_key(&dir.join("bad.pub")).unwrap_err();
+        assert!(err.to_string().contains("bad.pub"), "{err}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,84 @@
+//! Collecting transitions from MCU firmware: its serial frames
+//! (`COBS(postcard(Transition) ‖ crc32_le) ‖ 0x00`, see `greenwave_firmware::frames`)
+//! are decoded, checked and appended to a transition log.
+//!
+//! A frame that fails its CRC, its COBS decoding or its record decoding is counted and
+//! skipped (the reader resynchronises at the next `0x00`); it never reaches the log.
+
+use std::io::Read;
+
+use greenwave_core::Transition;
+use greenwave_firmware::frames::MAX_FRAME_BYTES;
+use greenwave_firmware::FrameReader;
+
+use crate::log::{Commit, LogError, LogWriter};
+
+/// What a collection run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CollectReport {
+    /// Bytes read.
+    pub bytes: u64,
+    /// Frames that decoded and were appended.
+    pub appended: u64,
+    /// Frames refused (CRC, COBS, record decoding, too long), with the first reasons.
+    pub refused: u64,
+    /// Up to 10 refusal reasons, in order.
+    pub refusals: Vec<String>,
+    /// Bytes after the last frame delimiter (a frame cut off at the end of the input).
+    pub incomplete_tail_bytes: u64,
+    /// The log's counts after the final commit.
+    pub commit: Commit,
+}
+
+/// Why collecting stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    /// The input could not be read.
+    #[error("reading firmware frames: {0}")]
+    Read(std::io::Error),
+    /// The log could not be written.
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// Reads frames from `input` until it ends, appends every valid record to `log`, and
+/// commits.
+pub fn collect_frames(
+    mut input: impl Read,
+    log: &mut LogWriter,
+) -> Result<CollectReport, CollectError> {
+    let mut reader: FrameReader<MAX_FRAME_BYTES> = FrameReader::new();
+    let mut report = CollectReport::default();
+    let mut buf = [0u8; 4096];
+    let mut since_delimiter = 0u64;
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(CollectError::Read(e)),
+        };
+        report.bytes += n as u64;
+        for &b in &buf[..n] {
+            since_delimiter = if b == 0 { 0 } else { since_delimiter + 1 };
+            match reader.push::<{ greenwave_core::transition::MAX_OBS_DIM }>(b) {
+                None => {}
+                Some(Ok(t)) => {
+                    let t: Transition = t;
+                    log.append(&t)?;
+                    report.appended += 1;
+                }
+                Some(Err(e)) => {
+                    report.refused += 1;
+                    if report.refusals.len() < 10 {
+                        report.refusals.push(e.to_string());
+                    }
+                    tracing::warn!(error = %e, "collect: firmware frame refused");
+                }
+            }
+        }
+    }
+    report.incomplete_tail_bytes = since_delimiter;
+    report.commit = log.commit()?;
+    Ok(report)
+}

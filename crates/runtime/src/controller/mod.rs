@@ -1,0 +1,730 @@
+//! The controller loop.
+//!
+//! Every decision interval, for each signal: read its detectors ([`DetectorSource`]),
+//! build the observation with [`ObsLayout`] from the detector readings and the
+//! controller's *own* [`Sequencer`] (the authority on what the signal shows), infer, let
+//! the [`Watchdog`] decide whether the policy may act, hand the request (the policy's or
+//! the fallback's) to the sequencer, then play the interval: every stretch of constant
+//! display goes to the [`SignalSink`] (in real time with `realtime`, else as fast as the
+//! source allows), the field advances, and each finished transition goes to the log.
+
+mod fallback;
+mod field;
+mod replay;
+#[cfg(feature = "sim")]
+mod sim_field;
+mod watchdog;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use greenwave_core::sequencer::{Segment, SequencerError};
+use greenwave_core::transition::MAX_OBS_DIM;
+use greenwave_core::{
+    ActionSource, LaneReading, Millis, ObsError, ObsLayout, PhaseId, PhasePlan, Sequencer,
+    Transition,
+};
+use serde::Serialize;
+
+use crate::inference::{Explorer, PolicyBackend};
+use crate::log::{LogError, LogWriter};
+
+pub use fallback::{CycleStage, Fallback, FallbackKind, FixedCycle, EQUAL_SPLIT_GREEN};
+pub use field::{
+    DetectorError, DetectorSource, Field, NullSink, Readback, SignalSink, SinkError, Split,
+};
+pub use replay::{ReplayRecorder, ReplaySource};
+#[cfg(feature = "sim")]
+pub use sim_field::SimField;
+pub use watchdog::{Fault, FaultKind, Mode, Watchdog, WatchdogCounts};
+
+/// One signal the controller runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalSpec {
+    /// Its name.
+    pub id: String,
+    /// Its phase plan (what the supervisor enforces, and what bundles are checked against).
+    pub plan: PhasePlan,
+    /// Its observation layout.
+    pub layout: ObsLayout,
+    /// The phase green at start.
+    pub initial_phase: PhaseId,
+}
+
+/// Controller settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControllerConfig {
+    /// Time between decisions.
+    pub decision_interval: Millis,
+    /// Longest acceptable inference (wall clock); a slower one is a fault.
+    pub inference_budget: Duration,
+    /// Fault-free time (controller time) before a signal returns from the fallback.
+    pub healthy_period: Millis,
+    /// Pace decisions and displays by the wall clock instead of running as fast as the
+    /// source allows.
+    pub realtime: bool,
+}
+
+impl ControllerConfig {
+    /// Defaults for `decision_interval`: 20 ms inference budget, 60 s healthy period,
+    /// not real time.
+    pub fn new(decision_interval: Millis) -> Self {
+        ControllerConfig {
+            decision_interval,
+            inference_budget: Duration::from_millis(20),
+            healthy_period: Millis::from_secs(60),
+            realtime: false,
+        }
+    }
+}
+
+/// A loaded policy, ready to act.
+pub struct Policy {
+    /// The backend running it.
+    pub backend: Box<dyn PolicyBackend>,
+    /// Its version (the manifest's `policy_version`), logged with every decision.
+    pub version: u32,
+    /// How phases are chosen from its logits.
+    pub explorer: Explorer,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("backend", &self.backend.name())
+            .field("version", &self.version)
+            .field("explorer", &self.explorer)
+            .finish()
+    }
+}
+
+/// Why the controller could not be built or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// No signals to run.
+    #[error("no signals to control")]
+    NoSignals,
+    /// A signal's layout does not fit its plan or the transition record.
+    #[error("signal {signal} ({id}): {problem}")]
+    Signal {
+        /// The signal.
+        signal: usize,
+        /// Its name.
+        id: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A sequencer could not be built.
+    #[error("signal {signal}: {source}")]
+    Sequencer {
+        /// The signal.
+        signal: usize,
+        /// Why.
+        source: SequencerError,
+    },
+    /// The field failed as a whole.
+    #[error("{0}")]
+    Field(DetectorError),
+    /// A signal output failed.
+    #[error("{0}")]
+    Sink(SinkError),
+    /// The field shows something other than the supervisor decided.
+    #[error("signal {signal}: the field shows {got}, the supervisor decided {expected}: stopping")]
+    Readback {
+        /// The signal.
+        signal: usize,
+        /// The supervisor's state.
+        expected: String,
+        /// The field's.
+        got: String,
+    },
+}
+
+/// Counters of a run (all signals together).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ControllerStats {
+    /// Decisions (one per signal per interval).
+    pub decisions: u64,
+    /// Decisions taken by the policy.
+    pub policy_decisions: u64,
+    /// Decisions taken by the fallback.
+    pub fallback_decisions: u64,
+    /// Policy decisions chosen by the exploratory branch.
+    pub explored_decisions: u64,
+    /// Policy requests the supervisor did not serve as asked (min green, clearance,
+    /// max-green forcing).
+    pub supervisor_overrides: u64,
+    /// Watchdog switches and faults.
+    pub watchdog: WatchdogCounts,
+    /// Transitions appended to the log.
+    pub transitions_logged: u64,
+    /// Transitions not logged (no valid observation before or after, or the source
+    /// ended).
+    pub transitions_dropped: u64,
+    /// Transitions the log reports committed (durable).
+    pub transitions_committed: u64,
+    /// Log write failures (logging stops; control goes on).
+    pub log_errors: u64,
+    /// Inference latency percentiles (µs), over every inference of the run.
+    pub inference_p50_us: f64,
+    /// 99th percentile.
+    pub inference_p99_us: f64,
+    /// Slowest.
+    pub inference_max_us: f64,
+}
+
+/// A snapshot for status lines.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Status {
+    /// Controller time (ms since start).
+    pub now_ms: u64,
+    /// Signals on the fallback now.
+    pub on_fallback: usize,
+    /// Signals in all.
+    pub signals: usize,
+    /// Switches to fallback so far.
+    pub fallback_switches: u64,
+    /// Transitions logged so far.
+    pub transitions_logged: u64,
+}
+
+/// The controller: sequencers, policy, watchdog, fallback and log.
+pub struct Controller {
+    cfg: ControllerConfig,
+    signals: Vec<SignalSpec>,
+    seqs: Vec<Sequencer>,
+    policy: Result<Policy, String>,
+    fallback: Fallback,
+    watchdog: Watchdog,
+    log: Option<LogWriter>,
+    pending: Vec<Option<Transition>>,
+    lanes: Vec<Vec<LaneReading>>,
+    obs: Vec<Vec<f32>>,
+    logits: Vec<f32>,
+    latency: LatencyHistogram,
+    stats: ControllerStats,
+    segments: Vec<(u64, usize, Segment)>,
+    ended: bool,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("cfg", &self.cfg)
+            .field("signals", &self.signals.len())
+            .field("policy", &self.policy)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn fault(kind: FaultKind, detail: impl Into<String>) -> Fault {
+    Fault {
+        kind,
+        detail: detail.into(),
+    }
+}
+
+impl Controller {
+    /// A controller for `signals`. `policy` is the loaded policy, or why none could be
+    /// loaded (every signal then runs its fallback for good). `log` receives every
+    /// transition.
+    pub fn new(
+        signals: Vec<SignalSpec>,
+        policy: Result<Policy, String>,
+        fallback: Fallback,
+        cfg: ControllerConfig,
+        log: Option<LogWriter>,
+    ) -> Result<Self, ControllerError> {
+        if signals.is_empty() {
+            return Err(ControllerError::NoSignals);
+        }
+        let mut seqs = Vec::with_capacity(signals.len());
+        for (i, s) in signals.iter().enumerate() {
+            let bad = |problem: String| ControllerError::Signal {
+                signal: i,
+                id: s.id.clone(),
+                problem,
+            };
+            if s.layout.n_phases as usize != s.plan.n_phases() {
+                return Err(bad(format!(
+                    "layout has {} phases, plan has {}",
+                    s.layout.n_phases,
+                    s.plan.n_phases()
+                )));
+            }
+            if s.layout.dim() > MAX_OBS_DIM {
+                return Err(bad(format!(
+                    "observation of {} floats exceeds the transition record's {MAX_OBS_DIM}",
+                    s.layout.dim()
+                )));
+            }
+            seqs.push(
+                Sequencer::new(s.plan.clone(), s.initial_phase)
+                    .map_err(|source| ControllerError::Sequencer { signal: i, source })?,
+            );
+        }
+        if let Err(why) = &policy {
+            tracing::error!(reason = %why, "no policy loaded: every signal runs its fallback");
+        }
+        let n = signals.len();
+        let max_phases = signals.iter().map(|s| s.plan.n_phases()).max().unwrap_or(0);
+        Ok(Controller {
+            watchdog: Watchdog::new(n, cfg.healthy_period.0 as u64),
+            pending: vec![None; n],
+            lanes: signals
+                .iter()
+                .map(|s| vec![LaneReading::default(); s.layout.n_lanes as usize])
+                .collect(),
+            obs: signals.iter().map(|s| vec![0.0; s.layout.dim()]).collect(),
+            logits: vec![0.0; max_phases],
+            latency: LatencyHistogram::default(),
+            stats: ControllerStats::default(),
+            segments: Vec::new(),
+            ended: false,
+            started: Instant::now(),
+            cfg,
+            signals,
+            seqs,
+            policy,
+            fallback,
+            log,
+        })
+    }
+
+    /// The signals.
+    pub fn signals(&self) -> &[SignalSpec] {
+        &self.signals
+    }
+
+    /// The supervisor (sequencer) of `signal`.
+    pub fn sequencer(&self, signal: usize) -> &Sequencer {
+        &self.seqs[signal]
+    }
+
+    /// Who acts for `signal` now.
+    pub fn mode(&self, signal: usize) -> Mode {
+        self.watchdog.mode(signal)
+    }
+
+    /// Controller time: milliseconds since start.
+    pub fn now_ms(&self) -> u64 {
+        self.seqs[0].now_ms()
+    }
+
+    /// Whether the field has run out of data.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The log writer, if logging.
+    pub fn log(&self) -> Option<&LogWriter> {
+        self.log.as_ref()
+    }
+
+    /// A status snapshot.
+    pub fn status(&self) -> Status {
+        Status {
+            now_ms: self.now_ms(),
+            on_fallback: (0..self.signals.len())
+                .filter(|&i| self.mode(i) == Mode::Fallback)
+                .count(),
+            signals: self.signals.len(),
+            fallback_switches: self.watchdog.counts().fallback_switches,
+            transitions_logged: self.stats.transitions_logged,
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ControllerStats {
+        let mut s = self.stats.clone();
+        s.watchdog = self.watchdog.counts().clone();
+        if let Some(log) = &self.log {
+            s.transitions_committed = log.counts().committed;
+        }
+        s.inference_p50_us = self.latency.percentile_us(0.5);
+        s.inference_p99_us = self.latency.percentile_us(0.99);
+        s.inference_max_us = self.latency.max_us;
+        s
+    }
+
+    /// Reads signal `i`'s detectors and builds its observation into `self.obs[i]`.
+    fn observe(&mut self, i: usize, field: &mut (impl Field + ?Sized)) -> Result<(), Fault> {
+        field.read(i, &mut self.lanes[i]).map_err(|e| match e {
+            DetectorError::Source(_) => fault(FaultKind::DetectorSilent, e.to_string()),
+            DetectorError::NoReport { .. } => fault(FaultKind::DetectorSilent, e.to_string()),
+            DetectorError::Faulty { .. } => fault(FaultKind::ImpossibleReading, e.to_string()),
+        })?;
+        let spec = &self.signals[i];
+        spec.layout
+            .write(&self.lanes[i], &self.seqs[i], &mut self.obs[i])
+            .map_err(|e| match e {
+                ObsError::ImpossibleReading { .. } => {
+                    fault(FaultKind::ImpossibleReading, e.to_string())
+                }
+                other => fault(FaultKind::DetectorSilent, other.to_string()),
+            })
+    }
+
+    /// Runs the policy on `self.obs[i]`; returns the chosen phase and its log-prob.
+    fn infer(&mut self, i: usize) -> Result<(u8, f32, bool), Fault> {
+        let n = self.signals[i].plan.n_phases();
+        let mask = self.seqs[i].action_mask();
+        let policy = match &mut self.policy {
+            Ok(p) => p,
+            Err(why) => return Err(fault(FaultKind::ModelUnavailable, why.clone())),
+        };
+        let logits = &mut self.logits[..n];
+        let t0 = Instant::now();
+        let result = policy.backend.infer(&self.obs[i], logits);
+        let took = t0.elapsed();
+        self.latency.record(took);
+        let value = result.map_err(|e| fault(FaultKind::InferenceError, e.to_string()))?;
+        if !value.is_finite() || logits.iter().any(|z| !z.is_finite()) {
+            return Err(fault(
+                FaultKind::NonFiniteOutput,
+                format!("logits {logits:?}, value {value}"),
+            ));
+        }
+        if took > self.cfg.inference_budget {
+            return Err(fault(
+                FaultKind::SlowInference,
+                format!("took {took:?}, budget {:?}", self.cfg.inference_budget),
+            ));
+        }
+        let c = policy.explorer.choose(logits, mask).ok_or_else(|| {
+            fault(
+                FaultKind::NonFiniteOutput,
+                "no allowed phase has a usable logit",
+            )
+        })?;
+        Ok((c.phase, c.log_prob, c.explored))
+    }
+
+    fn policy_version(&self) -> u32 {
+        self.policy.as_ref().map_or(0, |p| p.version)
+    }
+
+    fn append(&mut self, t: Transition) {
+        let Some(log) = &mut self.log else {
+            return;
+        };
+        match log.append(&t) {
+            Ok(_) => self.stats.transitions_logged += 1,
+            Err(e) => {
+                self.stats.log_errors += 1;
+                self.stats.transitions_dropped += 1;
+                tracing::error!(error = %e, "transition log failed: logging stops, control goes on");
+                self.log = None;
+            }
+        }
+    }
+
+    /// Completes signal `i`'s pending transition with the observation just built (or
+    /// drops it if there is none).
+    fn complete_pending(&mut self, i: usize, obs_ok: bool, done: bool) {
+        let Some(mut t) = self.pending[i].take() else {
+            return;
+        };
+        match heapless::Vec::from_slice(&self.obs[i]) {
+            Ok(next) if obs_ok => {
+                t.next_obs = next;
+                t.done = done;
+                self.append(t);
+            }
+            _ => self.stats.transitions_dropped += 1,
+        }
+    }
+
+    /// One decision interval. Returns `false` once the field has no more data.
+    pub fn step(&mut self, field: &mut (impl Field + ?Sized)) -> Result<bool, ControllerError> {
+        if self.ended {
+            return Ok(false);
+        }
+        let now = self.now_ms();
+        let version = self.policy_version();
+        for i in 0..self.signals.len() {
+            let observed = self.observe(i, field);
+            self.complete_pending(i, observed.is_ok(), false);
+            let decision = match &observed {
+                Ok(()) => self.infer(i),
+                Err(f) => Err(f.clone()),
+            };
+            // An unloadable model is reported once; the watchdog keeps the signal on its
+            // fallback for good after that.
+            let report = match &decision {
+                Err(f)
+                    if f.kind == FaultKind::ModelUnavailable
+                        && self.watchdog.reason(i) == Some(FaultKind::ModelUnavailable) =>
+                {
+                    None
+                }
+                Err(f) => Some(f),
+                Ok(_) => None,
+            };
+            let mode = self.watchdog.update(i, now, report);
+            let (requested, log_prob, source) = match (mode, decision) {
+                (Mode::Policy, Ok((phase, log_prob, explored))) => {
+                    self.stats.policy_decisions += 1;
+                    self.stats.explored_decisions += explored as u64;
+                    (phase, log_prob, ActionSource::Policy)
+                }
+                _ => {
+                    self.stats.fallback_decisions += 1;
+                    let phase = self
+                        .fallback
+                        .decide(i, &self.seqs[i], observed.is_ok(), &*field);
+                    (phase, 0.0, ActionSource::Fallback)
+                }
+            };
+            self.stats.decisions += 1;
+            let response = self.seqs[i].request(requested);
+            field
+                .request(i, requested, &response)
+                .map_err(ControllerError::Sink)?;
+            let source = match (source, response.overridden) {
+                (ActionSource::Policy, Some(_)) => {
+                    self.stats.supervisor_overrides += 1;
+                    ActionSource::Supervisor
+                }
+                (s, _) => s,
+            };
+            if observed.is_ok() {
+                self.pending[i] = Some(Transition {
+                    timestamp_ms: now,
+                    signal: i as u16,
+                    obs: heapless::Vec::from_slice(&self.obs[i]).unwrap_or_default(),
+                    requested,
+                    action: response.next_green.0,
+                    log_prob,
+                    reward: 0.0,
+                    next_obs: heapless::Vec::new(),
+                    done: false,
+                    policy_version: version,
+                    source,
+                });
+            } else {
+                // A decision without an observation cannot become a transition.
+                self.stats.transitions_dropped += 1;
+            }
+        }
+        self.play_interval(field)?;
+        let rewards = field
+            .advance(self.cfg.decision_interval)
+            .map_err(ControllerError::Field)?;
+        let Some(rewards) = rewards else {
+            self.ended = true;
+            for p in &mut self.pending {
+                if p.take().is_some() {
+                    self.stats.transitions_dropped += 1;
+                }
+            }
+            return Ok(false);
+        };
+        for (i, p) in self.pending.iter_mut().enumerate() {
+            if let Some(t) = p {
+                t.reward = rewards.get(i).copied().unwrap_or(0.0);
+            }
+        }
+        self.check_readback(field)?;
+        if let Some(log) = &mut self.log {
+            if let Err(e) = log.commit_if_due() {
+                self.stats.log_errors += 1;
+                tracing::error!(error = %e, "transition log commit failed: logging stops, control goes on");
+                self.log = None;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Advances every sequencer through the interval and shows each stretch of display.
+    fn play_interval(&mut self, field: &mut (impl Field + ?Sized)) -> Result<(), ControllerError> {
+        let dt = self.cfg.decision_interval;
+        let start_ms = self.now_ms();
+        let mut segments = std::mem::take(&mut self.segments);
+        segments.clear();
+        for (i, seq) in self.seqs.iter_mut().enumerate() {
+            let mut at = start_ms;
+            seq.advance(dt, |s| {
+                segments.push((at, i, *s));
+                at += s.duration.0 as u64;
+            });
+            // Max green forced a change during the interval: the served phase is the
+            // supervisor's, not the request's.
+            if seq.max_green_forced() {
+                if let Some(t) = &mut self.pending[i] {
+                    t.action = seq.interval().target().0;
+                    if t.source == ActionSource::Policy {
+                        t.source = ActionSource::Supervisor;
+                        self.stats.supervisor_overrides += 1;
+                    }
+                }
+            }
+        }
+        segments.sort_by_key(|(at, i, _)| (*at, *i));
+        for (at, i, s) in &segments {
+            if self.cfg.realtime {
+                let due = self.started + Duration::from_millis(*at);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+            field.show(*i, *at, s).map_err(ControllerError::Sink)?;
+        }
+        if self.cfg.realtime {
+            let end = self.started + Duration::from_millis(start_ms + dt.0 as u64);
+            if let Some(wait) = end.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        self.segments = segments;
+        Ok(())
+    }
+
+    fn check_readback(&self, field: &(impl Field + ?Sized)) -> Result<(), ControllerError> {
+        for (i, seq) in self.seqs.iter().enumerate() {
+            let Some(rb) = field.readback(i) else {
+                continue;
+            };
+            let ours = Readback {
+                interval: seq.interval(),
+                in_interval: seq.in_interval(),
+                frame: seq.frame(),
+            };
+            if rb != ours {
+                return Err(ControllerError::Readback {
+                    signal: i,
+                    expected: format!("{ours:?}"),
+                    got: format!("{rb:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs decisions until `seconds` of controller time have passed (or the field ends),
+    /// calling `on_status` after each; then [`finish`](Self::finish)es.
+    pub fn run(
+        &mut self,
+        field: &mut (impl Field + ?Sized),
+        seconds: f64,
+        mut on_status: impl FnMut(&Status),
+    ) -> Result<ControllerStats, ControllerError> {
+        self.started = Instant::now();
+        let end_ms = (seconds * 1000.0).max(0.0) as u64;
+        while self.now_ms() < end_ms && self.step(field)? {
+            on_status(&self.status());
+        }
+        self.finish(field)
+    }
+
+    /// Completes the last transitions (their next observation read now, marked `done`),
+    /// commits the log and lets the field finish.
+    pub fn finish(
+        &mut self,
+        field: &mut (impl Field + ?Sized),
+    ) -> Result<ControllerStats, ControllerError> {
+        for i in 0..self.signals.len() {
+            if self.ended {
+                break;
+            }
+            let ok = self.observe(i, field).is_ok();
+            self.complete_pending(i, ok, true);
+        }
+        if let Some(log) = &mut self.log {
+            if let Err(e) = log.commit() {
+                self.stats.log_errors += 1;
+                tracing::error!(error = %e, "transition log: final commit failed");
+            }
+        }
+        field.finish().map_err(ControllerError::Field)?;
+        Ok(self.stats())
+    }
+
+    /// Closes the log (synced), returning the writer's final counts.
+    pub fn close_log(&mut self) -> Result<Option<crate::log::Commit>, LogError> {
+        self.log.take().map(LogWriter::close).transpose()
+    }
+
+    /// The policy, or why there is none.
+    pub fn policy(&self) -> Result<&Policy, &str> {
+        self.policy.as_ref().map_err(String::as_str)
+    }
+
+    /// The fallback.
+    pub fn fallback(&self) -> &Fallback {
+        &self.fallback
+    }
+
+    /// Per-kind fault counts as plain strings (for reports).
+    pub fn fault_counts(&self) -> BTreeMap<String, u64> {
+        self.watchdog
+            .counts()
+            .faults
+            .iter()
+            .map(|(k, v)| (k.name().to_string(), *v))
+            .collect()
+    }
+}
+
+/// Inference latencies in a fixed histogram (1 µs buckets below 1 ms, 100 µs buckets up to
+/// 100 ms, one overflow bucket): bounded memory however long a controller runs.
+#[derive(Clone, Debug)]
+struct LatencyHistogram {
+    fine: Vec<u64>,
+    coarse: Vec<u64>,
+    over: u64,
+    n: u64,
+    max_us: f64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            fine: vec![0; 1000],
+            coarse: vec![0; 1000],
+            over: 0,
+            n: 0,
+            max_us: 0.0,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    fn record(&mut self, d: Duration) {
+        let us = d.as_secs_f64() * 1e6;
+        self.n += 1;
+        self.max_us = self.max_us.max(us);
+        let u = us as u64;
+        if u < 1000 {
+            self.fine[u as usize] += 1;
+        } else if u < 100_000 {
+            self.coarse[(u / 100) as usize] += 1;
+        } else {
+            self.over += 1;
+        }
+    }
+
+    /// The upper edge of the bucket holding the `p` quantile (0 when empty).
+    fn percentile_us(&self, p: f64) -> f64 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let rank = ((self.n as f64 * p).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.fine.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return (i + 1) as f64;
+            }
+        }
+        for (i, c) in self.coarse.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return ((i + 1) * 100) as f64;
+            }
+        }
+        self.max_us
+    }
+}

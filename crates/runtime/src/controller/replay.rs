@@ -1,0 +1,301 @@
+//! Recorded detector readings: a replay file as a [`DetectorSource`], and a recorder that
+//! writes one from any source.
+//!
+//! A replay file is JSON Lines. The first line is a header, then one line per decision
+//! point:
+//!
+//! ```text
+//! {"format":"greenwave-replay","version":1,"decision_interval_ms":5000,"signals":[{"id":"c","n_lanes":12}]}
+//! {"t_ms":0,"rewards":[0.0],"lanes":[[[0.1,0.0],[0.2,0.05],null, ...]]}
+//! ```
+//!
+//! `lanes[signal][lane]` is `[density, queue]` (fractions of lane storage), or `null` when
+//! that detector did not report; `rewards[signal]` is the reward of the interval that
+//! ended at this decision point (ignored on the first line).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use greenwave_core::{LaneReading, Millis};
+use serde::{Deserialize, Serialize};
+
+use greenwave_core::sequencer::Segment;
+use greenwave_core::Response;
+
+use super::field::{DetectorError, DetectorSource, Readback, SignalSink, SinkError};
+use super::SignalSpec;
+
+const FORMAT: &str = "greenwave-replay";
+const VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Header {
+    format: String,
+    version: u32,
+    decision_interval_ms: u32,
+    signals: Vec<HeaderSignal>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct HeaderSignal {
+    id: String,
+    n_lanes: u16,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Line {
+    t_ms: u64,
+    rewards: Vec<f32>,
+    lanes: Vec<Vec<Option<[f32; 2]>>>,
+}
+
+/// Detector readings replayed from a file.
+#[derive(Debug)]
+pub struct ReplaySource {
+    path: PathBuf,
+    lines: std::io::Lines<BufReader<File>>,
+    line_no: usize,
+    interval: Millis,
+    current: Line,
+}
+
+impl ReplaySource {
+    /// Opens `path` for a controller running `signals` (their count and lane counts must
+    /// match the header).
+    pub fn open(path: &Path, signals: &[SignalSpec]) -> Result<Self, DetectorError> {
+        let file = File::open(path)
+            .map_err(|e| DetectorError::Source(format!("replay {}: {e}", path.display())))?;
+        let mut src = ReplaySource {
+            path: path.to_path_buf(),
+            lines: BufReader::new(file).lines(),
+            line_no: 0,
+            interval: Millis::ZERO,
+            current: Line {
+                t_ms: 0,
+                rewards: Vec::new(),
+                lanes: Vec::new(),
+            },
+        };
+        let header: Header = src
+            .next_json()?
+            .ok_or_else(|| src.err("empty file, expected a header line"))?;
+        if header.format != FORMAT || header.version != VERSION {
+            return Err(src.err(&format!(
+                "format {} v{} is not {FORMAT} v{VERSION}",
+                header.format, header.version
+            )));
+        }
+        let lanes: Vec<u16> = header.signals.iter().map(|s| s.n_lanes).collect();
+        let want: Vec<u16> = signals.iter().map(|s| s.layout.n_lanes).collect();
+        if lanes != want {
+            return Err(src.err(&format!(
+                "recorded for signals with {lanes:?} lanes, the controller has {want:?}"
+            )));
+        }
+        src.interval = Millis(header.decision_interval_ms);
+        src.current = src
+            .next_json()?
+            .ok_or_else(|| src.err("no decision records after the header"))?;
+        src.check_line(signals.len())?;
+        Ok(src)
+    }
+
+    fn err(&self, problem: &str) -> DetectorError {
+        DetectorError::Source(format!(
+            "replay {} line {}: {problem}",
+            self.path.display(),
+            self.line_no
+        ))
+    }
+
+    fn next_json<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, DetectorError> {
+        loop {
+            let Some(line) = self.lines.next() else {
+                return Ok(None);
+            };
+            self.line_no += 1;
+            let line = line.map_err(|e| self.err(&e.to_string()))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            return serde_json::from_str(&line)
+                .map(Some)
+                .map_err(|e| self.err(&e.to_string()));
+        }
+    }
+
+    fn check_line(&self, n_signals: usize) -> Result<(), DetectorError> {
+        if self.current.lanes.len() != n_signals || self.current.rewards.len() != n_signals {
+            return Err(self.err(&format!(
+                "expected lanes and rewards for {n_signals} signals"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl DetectorSource for ReplaySource {
+    fn read(&mut self, signal: usize, lanes: &mut [LaneReading]) -> Result<(), DetectorError> {
+        let recorded = self
+            .current
+            .lanes
+            .get(signal)
+            .ok_or_else(|| self.err(&format!("no readings for signal {signal}")))?;
+        if recorded.len() != lanes.len() {
+            return Err(self.err(&format!(
+                "signal {signal}: {} lanes recorded, {} expected",
+                recorded.len(),
+                lanes.len()
+            )));
+        }
+        for (lane, (out, r)) in lanes.iter_mut().zip(recorded).enumerate() {
+            let [density, queue] = r.ok_or(DetectorError::NoReport { signal, lane })?;
+            *out = LaneReading { density, queue };
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, dt: Millis) -> Result<Option<Vec<f32>>, DetectorError> {
+        if dt != self.interval {
+            return Err(self.err(&format!(
+                "recorded every {}, the controller decides every {dt}",
+                self.interval
+            )));
+        }
+        let n = self.current.lanes.len();
+        let Some(next) = self.next_json::<Line>()? else {
+            return Ok(None);
+        };
+        self.current = next;
+        self.check_line(n)?;
+        Ok(Some(self.current.rewards.clone()))
+    }
+}
+
+/// Passes readings through from `inner` and records them as a replay file.
+#[derive(Debug)]
+pub struct ReplayRecorder<D> {
+    inner: D,
+    out: BufWriter<File>,
+    path: PathBuf,
+    line: Line,
+}
+
+impl<D: DetectorSource> ReplayRecorder<D> {
+    /// Records what `inner` reads for `signals`, every `interval`, into a new file `path`.
+    pub fn create(
+        inner: D,
+        path: &Path,
+        signals: &[SignalSpec],
+        interval: Millis,
+    ) -> Result<Self, DetectorError> {
+        let io =
+            |e: std::io::Error| DetectorError::Source(format!("replay {}: {e}", path.display()));
+        let mut out = BufWriter::new(File::create(path).map_err(io)?);
+        let header = Header {
+            format: FORMAT.into(),
+            version: VERSION,
+            decision_interval_ms: interval.0,
+            signals: signals
+                .iter()
+                .map(|s| HeaderSignal {
+                    id: s.id.clone(),
+                    n_lanes: s.layout.n_lanes,
+                })
+                .collect(),
+        };
+        serde_json::to_writer(&mut out, &header).map_err(|e| io(e.into()))?;
+        out.write_all(b"\n").map_err(io)?;
+        let n = signals.len();
+        Ok(ReplayRecorder {
+            inner,
+            out,
+            path: path.to_path_buf(),
+            line: Line {
+                t_ms: 0,
+                rewards: vec![0.0; n],
+                lanes: signals
+                    .iter()
+                    .map(|s| vec![None; s.layout.n_lanes as usize])
+                    .collect(),
+            },
+        })
+    }
+
+    /// The wrapped source.
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+
+    fn write_line(&mut self) -> Result<(), DetectorError> {
+        let io = |e: std::io::Error| {
+            DetectorError::Source(format!("replay {}: {e}", self.path.display()))
+        };
+        serde_json::to_writer(&mut self.out, &self.line).map_err(|e| io(e.into()))?;
+        self.out.write_all(b"\n").map_err(io)
+    }
+}
+
+impl<D: DetectorSource> DetectorSource for ReplayRecorder<D> {
+    fn read(&mut self, signal: usize, lanes: &mut [LaneReading]) -> Result<(), DetectorError> {
+        let result = self.inner.read(signal, lanes);
+        if let Some(slot) = self.line.lanes.get_mut(signal) {
+            slot.clear();
+            match &result {
+                Ok(()) => slot.extend(lanes.iter().map(|r| Some([r.density, r.queue]))),
+                // Which lanes are good is the source's business: record the signal silent.
+                Err(_) => slot.resize(lanes.len(), None),
+            }
+        }
+        result
+    }
+
+    fn advance(&mut self, dt: Millis) -> Result<Option<Vec<f32>>, DetectorError> {
+        self.write_line()?;
+        self.line.t_ms += dt.0 as u64;
+        let rewards = self.inner.advance(dt)?;
+        if let Some(r) = &rewards {
+            self.line.rewards.clone_from(r);
+        }
+        Ok(rewards)
+    }
+
+    #[cfg(feature = "sim")]
+    fn movement_detectors(&self, signal: usize) -> Option<Vec<greenwave_sim::MovementDetector>> {
+        self.inner.movement_detectors(signal)
+    }
+
+    #[cfg(feature = "sim")]
+    fn metrics(&self) -> Option<greenwave_sim::EpisodeMetrics> {
+        self.inner.metrics()
+    }
+
+    fn finish(&mut self) -> Result<(), DetectorError> {
+        self.write_line()?;
+        self.out
+            .flush()
+            .map_err(|e| DetectorError::Source(format!("replay {}: {e}", self.path.display())))?;
+        self.inner.finish()
+    }
+}
+
+/// A recorded simulator still drives its signals: outputs pass through to the inner field.
+impl<D: SignalSink> SignalSink for ReplayRecorder<D> {
+    fn request(
+        &mut self,
+        signal: usize,
+        requested: u8,
+        response: &Response,
+    ) -> Result<(), SinkError> {
+        self.inner.request(signal, requested, response)
+    }
+
+    fn show(&mut self, signal: usize, at_ms: u64, segment: &Segment) -> Result<(), SinkError> {
+        self.inner.show(signal, at_ms, segment)
+    }
+
+    fn readback(&self, signal: usize) -> Option<Readback> {
+        self.inner.readback(signal)
+    }
+}

@@ -1,0 +1,228 @@
+//! The transition log as training data: every intact record, normalised with the running
+//! policy's own normalisation, with its action mask recovered from the observation, split
+//! into a training part and a held-back part for the gate.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use greenwave_core::{ActionSource, ObsLayout};
+use greenwave_learn::offpolicy::ReplayBatch;
+use greenwave_learn::ObsNormalization;
+use serde::{Deserialize, Serialize};
+
+use crate::log::{LogReader, SegmentIssue};
+
+use super::FinetuneError;
+
+/// Where a record sits in the log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogPosition {
+    /// Segment index.
+    pub segment: u64,
+    /// Byte offset of the record's frame in the segment.
+    pub offset: u64,
+    /// Unix time (ms) of the record: segment epoch + record timestamp.
+    pub unix_ms: u64,
+}
+
+/// What was read from the log, for the report and the manifest's provenance.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogSummary {
+    /// Segments listed.
+    pub segments: usize,
+    /// Intact records read.
+    pub records_read: u64,
+    /// Records used (the rest had an observation of another size or no valid target
+    /// phase, e.g. from a controller with another plan, and are counted below).
+    pub records_used: u64,
+    /// Records skipped because their observation does not fit the policy's layout.
+    pub records_skipped_layout: u64,
+    /// Records skipped because a value is not finite.
+    pub records_skipped_non_finite: u64,
+    /// Used records by who chose the served phase ("policy", "supervisor", "fallback").
+    pub by_source: BTreeMap<String, u64>,
+    /// Used records by the policy version that was running.
+    pub by_policy_version: BTreeMap<u32, u64>,
+    /// Used records where the policy had a real choice (more than one phase allowed).
+    pub decision_states: u64,
+    /// First record used.
+    pub first: Option<LogPosition>,
+    /// Last record used.
+    pub last: Option<LogPosition>,
+    /// Segment problems met (each skips the rest of its segment; the other segments are
+    /// read in full).
+    pub issues: Vec<String>,
+}
+
+/// The log read into flat arrays.
+#[derive(Clone, Debug)]
+pub struct LoggedData {
+    /// All usable records (normalised observations, masks from the observations, served
+    /// actions, logged rewards).
+    pub batch: ReplayBatch,
+    /// Summary.
+    pub summary: LogSummary,
+    /// The problems, as the reader reported them.
+    pub issues: Vec<SegmentIssue>,
+}
+
+fn source_name(s: ActionSource) -> &'static str {
+    match s {
+        ActionSource::Policy => "policy",
+        ActionSource::Supervisor => "supervisor",
+        ActionSource::Fallback => "fallback",
+    }
+}
+
+/// Reads every intact record of the log in `dir` for a policy with `layout` and `norm`.
+///
+/// A problem in a segment (torn tail, CRC mismatch, bad header…) is reported in
+/// [`LogSummary::issues`] and the rest of that segment skipped; every other segment is read.
+/// Records from every source are kept: the served action is real experience for the
+/// Q-critic whoever chose it (see the module docs of [`super`]).
+pub fn read_log(
+    dir: &Path,
+    layout: ObsLayout,
+    norm: &ObsNormalization,
+) -> Result<LoggedData, FinetuneError> {
+    let reader = LogReader::open(dir).map_err(|e| FinetuneError::Log {
+        dir: dir.to_path_buf(),
+        source: e,
+    })?;
+    let (d, a) = (layout.dim(), layout.n_phases as usize);
+    let mut batch = ReplayBatch {
+        obs_dim: d,
+        n_actions: a,
+        ..Default::default()
+    };
+    let mut summary = LogSummary {
+        segments: reader.segments().len(),
+        ..Default::default()
+    };
+    let mut issues = Vec::new();
+    let mut norm_buf = vec![0.0f32; d];
+    let push_mask = |out: &mut Vec<u8>, obs: &[f32]| -> bool {
+        match layout.mask_from_obs(obs) {
+            Some(m) => {
+                out.extend((0..a).map(|i| u8::from(m.0 & (1 << i) != 0)));
+                true
+            }
+            None => false,
+        }
+    };
+    for item in reader.records() {
+        let rec = match item {
+            Ok(r) => r,
+            Err(issue) => {
+                tracing::warn!("transition log: {issue}; the rest of that segment is skipped");
+                summary.issues.push(issue.to_string());
+                issues.push(issue);
+                continue;
+            }
+        };
+        summary.records_read += 1;
+        let t = &rec.transition;
+        if t.obs.len() != d || t.next_obs.len() != d || t.action as usize >= a {
+            summary.records_skipped_layout += 1;
+            continue;
+        }
+        let finite = t.reward.is_finite()
+            && t.obs.iter().all(|v| v.is_finite())
+            && t.next_obs.iter().all(|v| v.is_finite());
+        if !finite {
+            summary.records_skipped_non_finite += 1;
+            continue;
+        }
+        let before = batch.masks.len();
+        if !push_mask(&mut batch.masks, &t.obs) {
+            summary.records_skipped_layout += 1;
+            continue;
+        }
+        if !push_mask(&mut batch.next_masks, &t.next_obs) {
+            batch.masks.truncate(before);
+            summary.records_skipped_layout += 1;
+            continue;
+        }
+        if batch.masks[before..].iter().filter(|&&m| m == 1).count() > 1 {
+            summary.decision_states += 1;
+        }
+        norm.apply(&t.obs, &mut norm_buf);
+        batch.obs.extend_from_slice(&norm_buf);
+        norm.apply(&t.next_obs, &mut norm_buf);
+        batch.next_obs.extend_from_slice(&norm_buf);
+        batch.actions.push(t.action as u32);
+        batch.rewards.push(t.reward);
+        summary.records_used += 1;
+        *summary
+            .by_source
+            .entry(source_name(t.source).into())
+            .or_default() += 1;
+        *summary
+            .by_policy_version
+            .entry(t.policy_version)
+            .or_default() += 1;
+        let pos = LogPosition {
+            segment: rec.segment,
+            offset: rec.offset,
+            unix_ms: rec.epoch_unix_ms.saturating_add(t.timestamp_ms),
+        };
+        summary.first.get_or_insert(pos);
+        summary.last = Some(pos);
+    }
+    Ok(LoggedData {
+        batch,
+        summary,
+        issues,
+    })
+}
+
+/// Splits record indices `0..n` into (training, held back): contiguous blocks of `block`
+/// records, every `every`-th block (offset by `phase`) held back. Blocks rather than single
+/// records, because neighbouring decisions are strongly correlated: a held-back record
+/// whose neighbours were trained on would not be held back in any useful sense.
+pub fn split_blocks(
+    n: usize,
+    block: usize,
+    every: usize,
+    phase: usize,
+) -> (Vec<usize>, Vec<usize>) {
+    let (block, every) = (block.max(1), every.max(2));
+    let (mut train, mut held) = (Vec::with_capacity(n), Vec::with_capacity(n / every + block));
+    for i in 0..n {
+        if (i / block + phase) % every == 0 {
+            held.push(i);
+        } else {
+            train.push(i);
+        }
+    }
+    (train, held)
+}
+
+/// Indices of the states where more than one phase is allowed: the only states where the
+/// policy has anything to decide (elsewhere the sequencer forces the target phase).
+pub fn decision_states(batch: &ReplayBatch) -> Vec<usize> {
+    let a = batch.n_actions;
+    (0..batch.len())
+        .filter(|&i| {
+            batch.masks[i * a..(i + 1) * a]
+                .iter()
+                .filter(|&&m| m == 1)
+                .count()
+                > 1
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_alternate_and_cover_everything() {
+        let (t, h) = split_blocks(100, 10, 5, 0);
+        assert_eq!(t.len() + h.len(), 100);
+        assert_eq!(h, (0..10).chain(50..60).collect::<Vec<_>>());
+        let (_, h) = split_blocks(100, 10, 5, 1);
+        assert_eq!(h, (40..50).chain(90..100).collect::<Vec<_>>());
+    }
+}

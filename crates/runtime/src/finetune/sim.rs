@@ -1,0 +1,127 @@
+//! The controller on the embedded simulator, for the fine-tuning demonstration, tests and
+//! benchmark: log a stretch of "field" operation, and evaluate a policy on several seeds
+//! (feature `sim`).
+
+use std::path::Path;
+
+use greenwave_sim::{EmbeddedEnv, EpisodeMetrics, Scenario};
+
+use crate::controller::{
+    Controller, ControllerConfig, DetectorSource, Fallback, FallbackKind, Policy, SimField,
+};
+use crate::inference::{load_backend, BackendKind, Explorer};
+use crate::log::{LogConfig, LogWriter, SyncPolicy};
+
+/// The fine-tuning demonstration scenario (`scenarios/finetune-shift.toml`): single-4way's
+/// junction and plan, demand `train` (north–south heavy) and `field` (the heavy direction
+/// flipped, the default). Carried in the library so the demo can write it out anywhere.
+pub const SHIFT_SCENARIO_TOML: &str = include_str!("../../scenarios/finetune-shift.toml");
+
+/// Why a simulated run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimRunError {
+    /// The policy could not be loaded.
+    #[error("loading the policy: {0}")]
+    Inference(#[from] crate::InferenceError),
+    /// ε out of range.
+    #[error("{0}")]
+    Epsilon(#[from] crate::inference::EpsilonOutOfRange),
+    /// The controller failed.
+    #[error("controller: {0}")]
+    Controller(#[from] crate::ControllerError),
+    /// The log failed.
+    #[error("transition log: {0}")]
+    Log(#[from] crate::log::LogError),
+    /// The scenario could not be adjusted.
+    #[error("scenario: {0}")]
+    Scenario(#[from] greenwave_sim::ScenarioError),
+    /// The simulator reported no metrics.
+    #[error("the simulator reported no metrics")]
+    NoMetrics,
+}
+
+/// Runs the controller with the policy `model` (ONNX bytes, `version` logged with each
+/// decision) on `scenario` for `seconds` with simulation seed `seed`: greedy, or ε-greedy
+/// with `epsilon` > 0 (the runtime's bounded exploration, ≤ 0.2). With `log_dir`, every
+/// transition is logged there. Returns the episode metrics.
+pub fn run_controller(
+    scenario: &Scenario,
+    model: &[u8],
+    version: u32,
+    seed: u64,
+    seconds: u32,
+    epsilon: f32,
+    log_dir: Option<&Path>,
+) -> Result<EpisodeMetrics, SimRunError> {
+    let scenario = scenario.with_episode_s(seconds)?;
+    let mut field = SimField::new(EmbeddedEnv::from_scenario(&scenario, seed));
+    let specs = field.signal_specs();
+    let interval = field.decision_interval();
+    let explorer = if epsilon > 0.0 {
+        Explorer::epsilon_greedy(epsilon, seed ^ 0x5eed)?
+    } else {
+        Explorer::greedy()
+    };
+    let policy = Policy {
+        backend: load_backend(BackendKind::Tract, model, specs[0].layout, None)?,
+        version,
+        explorer,
+    };
+    let log = match log_dir {
+        Some(dir) => {
+            let mut cfg = LogConfig::new(dir);
+            // Simulated time runs far faster than real time: group commits by count.
+            cfg.sync = SyncPolicy::EveryRecords(1024.try_into().expect("non-zero"));
+            Some(LogWriter::open(cfg)?.0)
+        }
+        None => None,
+    };
+    let mut c = Controller::new(
+        specs,
+        Ok(policy),
+        Fallback::for_scenario(&scenario, FallbackKind::FixedTime),
+        ControllerConfig::new(interval),
+        log,
+    )?;
+    c.run(&mut field, seconds as f64, |_| {})?;
+    c.close_log()?;
+    field.metrics().ok_or(SimRunError::NoMetrics)
+}
+
+/// Greedy evaluation of `model` on `scenario`, one run of `seconds` per seed.
+pub fn evaluate(
+    scenario: &Scenario,
+    model: &[u8],
+    seeds: &[u64],
+    seconds: u32,
+) -> Result<Vec<EpisodeMetrics>, SimRunError> {
+    seeds
+        .iter()
+        .map(|&s| run_controller(scenario, model, 0, s, seconds, 0.0, None))
+        .collect()
+}
+
+/// A Markdown table of mean delay per seed for a before/after comparison, with the means.
+pub fn delay_table(seeds: &[u64], before: &[EpisodeMetrics], after: &[EpisodeMetrics]) -> String {
+    let mut t = String::from(
+        "| eval seed | deployed: mean delay (s) | fine-tuned: mean delay (s) | change (s) |\n|---:|---:|---:|---:|\n",
+    );
+    for ((s, b), a) in seeds.iter().zip(before).zip(after) {
+        t.push_str(&format!(
+            "| {s} | {:.2} | {:.2} | {:+.2} |\n",
+            b.mean_delay_s,
+            a.mean_delay_s,
+            a.mean_delay_s - b.mean_delay_s
+        ));
+    }
+    let mean = |m: &[EpisodeMetrics]| {
+        m.iter().map(|x| x.mean_delay_s).sum::<f64>() / m.len().max(1) as f64
+    };
+    t.push_str(&format!(
+        "| **mean** | **{:.2}** | **{:.2}** | **{:+.2}** |\n",
+        mean(before),
+        mean(after),
+        mean(after) - mean(before)
+    ));
+    t
+}

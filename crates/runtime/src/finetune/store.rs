@@ -1,0 +1,489 @@
+//! The controller's policy store: every version it has run, which one is current, and the
+//! atomic switch between them.
+//!
+//! ```text
+//! <store>/
+//!   versions/v000001/      a signed bundle per version (as flashed, or fine-tuned here)
+//!   versions/v000002/
+//!   current  -> versions/v000002     symlink: what the controller loads (--bundle <store>/current)
+//!   previous -> versions/v000001     symlink: what `rollback` returns to
+//!   history.jsonl          one JSON line per adopt / fine-tune (accepted or rejected) / rollback
+//!   staging/               scratch for a bundle being written (cleared on open)
+//! ```
+//!
+//! **Atomic switch.** A new version is written and signed under `staging/`, every file and
+//! the directory are `fsync`ed, and the directory is renamed into `versions/` (then
+//! `versions/` is synced). The `current` link is switched by creating a new link beside it
+//! and `rename`-ing it over the old one, then syncing the store directory: `rename` replaces
+//! the link atomically, so anyone resolving `current` — a controller starting up, a crash at
+//! any point — finds either the complete old bundle or the complete new one, never a mix.
+//! `previous` is pointed at the old version *before* `current` moves, so after a crash
+//! between the two steps both name the old version (still consistent). A running controller
+//! keeps the policy it loaded; the switch takes effect when it next loads `current`.
+//!
+//! One writer at a time is assumed (the controller runs fine-tunes itself, one after the
+//! other). Symlinks make this Unix-only; elsewhere the store reports `Unsupported`.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use greenwave_learn::manifest::Manifest;
+use greenwave_learn::{onnx, PolicyWeights};
+use serde::{Deserialize, Serialize};
+
+use crate::bundle::{self, BundleError, BundleInputs, VerifiedBundle, SIGNATURE_FILE};
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A file operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A bundle check failed (on adopting, after signing, or before a rollback).
+    #[error("{context}: {source}")]
+    Bundle {
+        /// Which bundle.
+        context: String,
+        /// The failed check.
+        source: BundleError,
+    },
+    /// The store has no current version yet.
+    #[error(
+        "policy store {0} has no current version: give the flashed bundle to adopt (--bundle)"
+    )]
+    Empty(PathBuf),
+    /// No previous version to roll back to.
+    #[error("policy store {store}: no previous version to roll back to (current is {current})")]
+    NoPrevious {
+        /// The store.
+        store: PathBuf,
+        /// The current version's directory.
+        current: String,
+    },
+    /// A version directory exists with other contents.
+    #[error("{0} already exists with a different bundle")]
+    Conflict(PathBuf),
+    /// The model could not be written.
+    #[error("writing the candidate: {0}")]
+    Model(String),
+    /// Not available on this platform.
+    #[error("the policy store needs symbolic links (Unix)")]
+    Unsupported,
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn fsync_file(path: &Path) -> Result<(), StoreError> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io("syncing", path))
+}
+
+/// Syncs a directory (its entries: created, renamed, removed files).
+fn fsync_dir(path: &Path) -> Result<(), StoreError> {
+    // Opening a directory read-only and fsync-ing it is how Linux persists its entries.
+    fsync_file(path)
+}
+
+/// One line of `history.jsonl`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Unix time (ms).
+    pub unix_ms: u64,
+    /// "adopt", "finetune-accepted", "finetune-rejected", "rollback".
+    pub event: String,
+    /// The version current before.
+    pub from_version: Option<u32>,
+    /// The version current after.
+    pub to_version: Option<u32>,
+    /// Reason or summary.
+    pub detail: String,
+}
+
+/// A version switched in by [`PolicyStore::install`] or [`PolicyStore::rollback`].
+#[derive(Clone, Debug)]
+pub struct Switched {
+    /// The version now current.
+    pub version: u32,
+    /// Its bundle directory.
+    pub dir: PathBuf,
+    /// The version current before, if any.
+    pub from: Option<u32>,
+}
+
+/// A policy store directory (see the module docs).
+#[derive(Clone, Debug)]
+pub struct PolicyStore {
+    dir: PathBuf,
+}
+
+const CURRENT: &str = "current";
+const PREVIOUS: &str = "previous";
+const VERSIONS: &str = "versions";
+const STAGING: &str = "staging";
+const HISTORY: &str = "history.jsonl";
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn version_dir_name(v: u32) -> String {
+    format!("v{v:06}")
+}
+
+impl PolicyStore {
+    /// Opens (creating if needed) the store at `dir`, clearing leftovers of an interrupted
+    /// write from `staging/`.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        if !cfg!(unix) {
+            return Err(StoreError::Unsupported);
+        }
+        let dir = dir.into();
+        let versions = dir.join(VERSIONS);
+        fs::create_dir_all(&versions).map_err(io("creating", &versions))?;
+        let staging = dir.join(STAGING);
+        if staging.exists() {
+            fs::remove_dir_all(&staging).map_err(io("clearing", &staging))?;
+        }
+        fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
+        Ok(PolicyStore { dir })
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The path a controller loads: `<store>/current`.
+    pub fn current_link(&self) -> PathBuf {
+        self.dir.join(CURRENT)
+    }
+
+    fn link_target(&self, name: &str) -> Result<Option<PathBuf>, StoreError> {
+        let link = self.dir.join(name);
+        match fs::read_link(&link) {
+            Ok(t) => Ok(Some(self.dir.join(t))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io {
+                op: "reading link",
+                path: link,
+                source: e,
+            }),
+        }
+    }
+
+    /// The current version's bundle directory, if any.
+    pub fn current(&self) -> Result<Option<PathBuf>, StoreError> {
+        self.link_target(CURRENT)
+    }
+
+    /// The previous version's bundle directory, if any.
+    pub fn previous(&self) -> Result<Option<PathBuf>, StoreError> {
+        self.link_target(PREVIOUS)
+    }
+
+    /// Points link `name` at `versions/<target>` atomically (or removes it for `None`).
+    fn set_link(&self, name: &str, target: Option<&str>) -> Result<(), StoreError> {
+        let link = self.dir.join(name);
+        match target {
+            None => match fs::remove_file(&link) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(StoreError::Io {
+                        op: "removing",
+                        path: link,
+                        source: e,
+                    })
+                }
+            },
+            Some(t) => {
+                let tmp = self.dir.join(format!(".{name}.new"));
+                let _ = fs::remove_file(&tmp);
+                let rel = Path::new(VERSIONS).join(t);
+                symlink(&rel, &tmp)?;
+                fs::rename(&tmp, &link).map_err(io("switching", &link))?;
+            }
+        }
+        fsync_dir(&self.dir)
+    }
+
+    /// Versions present in `versions/`, ascending.
+    pub fn versions(&self) -> Result<Vec<u32>, StoreError> {
+        let dir = self.dir.join(VERSIONS);
+        let mut v: Vec<u32> = fs::read_dir(&dir)
+            .map_err(io("listing", &dir))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str()?.strip_prefix('v')?.parse().ok())
+            .collect();
+        v.sort_unstable();
+        Ok(v)
+    }
+
+    /// The version number a new fine-tune gets: above every version the store holds (so a
+    /// rolled-back version's number is never reused) and above its parent.
+    pub fn next_version(&self, parent: u32) -> Result<u32, StoreError> {
+        let max = self.versions()?.into_iter().max().unwrap_or(0);
+        Ok(max.max(parent) + 1)
+    }
+
+    fn version_of(dir: &Path) -> Option<u32> {
+        dir.file_name()?.to_str()?.strip_prefix('v')?.parse().ok()
+    }
+
+    /// Appends a line to `history.jsonl` (synced).
+    pub fn record(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
+        let path = self.dir.join(HISTORY);
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io("opening", &path))?;
+        let line = serde_json::to_string(entry).unwrap_or_default();
+        writeln!(f, "{line}")
+            .and_then(|_| f.sync_data())
+            .map_err(io("appending to", &path))
+    }
+
+    /// The history, oldest first (unparseable lines are skipped).
+    pub fn history(&self) -> Result<Vec<HistoryEntry>, StoreError> {
+        let path = self.dir.join(HISTORY);
+        match fs::read_to_string(&path) {
+            Ok(t) => Ok(t
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
+            Err(e) => Err(StoreError::Io {
+                op: "reading",
+                path,
+                source: e,
+            }),
+        }
+    }
+
+    /// Makes the (flashed) bundle `bundle`, verified against `trusted`, the store's
+    /// current version, copying it in as `versions/v<its version>`. If that version is
+    /// already present with the same signature, it is reused.
+    pub fn adopt(
+        &self,
+        bundle_dir: &Path,
+        trusted: &[VerifyingKey],
+    ) -> Result<Switched, StoreError> {
+        let b = bundle::verify(bundle_dir, trusted).map_err(|e| StoreError::Bundle {
+            context: format!("bundle {}", bundle_dir.display()),
+            source: e,
+        })?;
+        let v = b.manifest.policy_version;
+        let dest = self.dir.join(VERSIONS).join(version_dir_name(v));
+        let sig = bundle_dir.join(SIGNATURE_FILE);
+        if dest.exists() {
+            let same = fs::read(dest.join(SIGNATURE_FILE)).ok() == fs::read(&sig).ok();
+            if !same {
+                return Err(StoreError::Conflict(dest));
+            }
+        } else {
+            let stage = self
+                .dir
+                .join(STAGING)
+                .join(format!("adopt-{}", std::process::id()));
+            fs::create_dir_all(&stage).map_err(io("creating", &stage))?;
+            let entries = fs::read_dir(bundle_dir).map_err(io("listing", bundle_dir))?;
+            for e in entries {
+                let e = e.map_err(io("listing", bundle_dir))?;
+                let to = stage.join(e.file_name());
+                fs::copy(e.path(), &to).map_err(io("copying", &e.path()))?;
+                fsync_file(&to)?;
+            }
+            self.commit_staged(&stage, &dest)?;
+        }
+        let from = self.current()?.as_deref().and_then(Self::version_of);
+        if let Some(cur) = self.current()? {
+            if cur != dest {
+                self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
+            }
+        }
+        self.set_link(CURRENT, Some(&version_dir_name(v)))?;
+        self.record(&HistoryEntry {
+            unix_ms: now_ms(),
+            event: "adopt".into(),
+            from_version: from,
+            to_version: Some(v),
+            detail: format!("adopted {}", bundle_dir.display()),
+        })?;
+        Ok(Switched {
+            version: v,
+            dir: dest,
+            from,
+        })
+    }
+
+    /// Syncs the staged directory and renames it to `dest` (in `versions/`).
+    fn commit_staged(&self, stage: &Path, dest: &Path) -> Result<(), StoreError> {
+        fsync_dir(stage)?;
+        fs::rename(stage, dest).map_err(io("renaming into place", dest))?;
+        fsync_dir(&self.dir.join(VERSIONS))
+    }
+
+    /// Writes `weights` with `manifest` as a new bundle signed by `key`, checks it verifies
+    /// (against `trusted` plus `key`'s own public half), and switches `current` to it, the
+    /// old current becoming `previous`. `detail` goes to the history.
+    pub fn install(
+        &self,
+        weights: &PolicyWeights,
+        manifest: &Manifest,
+        key: &SigningKey,
+        trusted: &[VerifyingKey],
+        detail: &str,
+    ) -> Result<Switched, StoreError> {
+        let v = manifest.policy_version;
+        let dest = self.dir.join(VERSIONS).join(version_dir_name(v));
+        if dest.exists() {
+            return Err(StoreError::Conflict(dest));
+        }
+        let work = self
+            .dir
+            .join(STAGING)
+            .join(format!("v{v}-{}", std::process::id()));
+        let inputs_dir = work.join("inputs");
+        fs::create_dir_all(&inputs_dir).map_err(io("creating", &inputs_dir))?;
+        let plan_hash = manifest.plan_hash_u64().ok_or_else(|| {
+            StoreError::Model(format!("plan hash {:?} is not hex", manifest.plan_hash))
+        })?;
+        let mlp = weights.actor_mlp(plan_hash, v);
+        let blob = mlp
+            .to_blob(false)
+            .map_err(|e| StoreError::Model(format!("f32 blob: {e}")))?;
+        let blob8 = mlp
+            .to_blob(true)
+            .map_err(|e| StoreError::Model(format!("int8 blob: {e}")))?;
+        let manifest_json = serde_json::to_string_pretty(manifest)
+            .map_err(|e| StoreError::Model(format!("manifest: {e}")))?;
+        let inputs = BundleInputs {
+            model: inputs_dir.join("policy.onnx"),
+            manifest: inputs_dir.join("policy.manifest.json"),
+            blob: inputs_dir.join("policy.blob"),
+            blob_int8: Some(inputs_dir.join("policy.int8.blob")),
+        };
+        let files: [(&Path, &[u8]); 4] = [
+            (&inputs.model, &onnx::reexport(weights, manifest)),
+            (&inputs.manifest, manifest_json.as_bytes()),
+            (&inputs.blob, &blob),
+            (
+                inputs.blob_int8.as_deref().unwrap_or(inputs.blob.as_path()),
+                &blob8,
+            ),
+        ];
+        for (path, bytes) in files {
+            fs::write(path, bytes).map_err(io("writing", path))?;
+        }
+        let stage = work.join("bundle");
+        bundle::pack_and_sign(&inputs, key, &stage).map_err(|e| StoreError::Bundle {
+            context: format!("signing version {v}"),
+            source: e,
+        })?;
+        // The bundle a controller will load must verify: check it before switching.
+        let mut keys = trusted.to_vec();
+        keys.push(key.verifying_key());
+        bundle::verify(&stage, &keys).map_err(|e| StoreError::Bundle {
+            context: format!("new version {v} (before switching)"),
+            source: e,
+        })?;
+        let entries = fs::read_dir(&stage).map_err(io("listing", &stage))?;
+        for e in entries {
+            let e = e.map_err(io("listing", &stage))?;
+            fsync_file(&e.path())?;
+        }
+        self.commit_staged(&stage, &dest)?;
+        let _ = fs::remove_dir_all(&work);
+        let cur = self.current()?;
+        let from = cur.as_deref().and_then(Self::version_of);
+        if let Some(cur) = &cur {
+            self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
+        }
+        self.set_link(CURRENT, Some(&version_dir_name(v)))?;
+        self.record(&HistoryEntry {
+            unix_ms: now_ms(),
+            event: "finetune-accepted".into(),
+            from_version: from,
+            to_version: Some(v),
+            detail: detail.into(),
+        })?;
+        Ok(Switched {
+            version: v,
+            dir: dest,
+            from,
+        })
+    }
+
+    /// Switches back to the previous version (verified against `trusted` first). The new
+    /// `previous` is that version's parent if the store still holds it; the version rolled
+    /// back from stays in `versions/` (its number is not reused) and the event is recorded.
+    pub fn rollback(&self, trusted: &[VerifyingKey], reason: &str) -> Result<Switched, StoreError> {
+        let cur = self
+            .current()?
+            .ok_or_else(|| StoreError::Empty(self.dir.clone()))?;
+        let prev = self.previous()?.ok_or_else(|| StoreError::NoPrevious {
+            store: self.dir.clone(),
+            current: cur.display().to_string(),
+        })?;
+        let b: VerifiedBundle = bundle::verify(&prev, trusted).map_err(|e| StoreError::Bundle {
+            context: format!("previous version {}", prev.display()),
+            source: e,
+        })?;
+        let to = b.manifest.policy_version;
+        let from = Self::version_of(&cur);
+        let prev_name = prev
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        self.set_link(CURRENT, Some(&prev_name))?;
+        let grandparent = b
+            .manifest
+            .provenance
+            .parent_version
+            .map(version_dir_name)
+            .filter(|n| self.dir.join(VERSIONS).join(n).is_dir());
+        self.set_link(PREVIOUS, grandparent.as_deref())?;
+        self.record(&HistoryEntry {
+            unix_ms: now_ms(),
+            event: "rollback".into(),
+            from_version: from,
+            to_version: Some(to),
+            detail: reason.into(),
+        })?;
+        Ok(Switched {
+            version: to,
+            dir: prev,
+            from,
+        })
+    }
+}
+
+#[cfg(unix)]
+fn symlink(target: &Path, link: &Path) -> Result<(), StoreError> {
+    std::os::unix::fs::symlink(target, link).map_err(io("linking", link))
+}
+
+#[cfg(not(unix))]
+fn symlink(_target: &Path, _link: &Path) -> Result<(), StoreError> {
+    Err(StoreError::Unsupported)
+}

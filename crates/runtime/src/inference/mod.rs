@@ -1,0 +1,301 @@
+//! Policy inference behind one trait, and the choice of action from the logits.
+//!
+//! Backends ([`PolicyBackend`]) run the policy ONNX (`obs [1, D]` → `logits [1, A]`,
+//! `value [1, 1]`; normalisation is in the graph, so they take raw observations). Each is
+//! built and optimised once, at load, for batch 1:
+//!
+//! * [`TractBackend`] (default): pure Rust, no system library.
+//! * `OrtBackend` (feature `ort`): ONNX Runtime, loaded at run time from a library path
+//!   (`--ort-lib` or `ORT_DYLIB_PATH`); a missing or incompatible library is an error.
+//! * [`MatvecBackend`]: a plain-Rust matrix-vector pass over the same weights (read from
+//!   the ONNX initialisers): the latency reference, and a third opinion in tests.
+//!
+//! [`Explorer`] turns logits into a phase request: greedy masked argmax by default; with
+//! `epsilon > 0` (data collection only, capped at [`MAX_EPSILON`]), ε-greedy among the
+//! phases the sequencer allows. The log-probability logged with each decision is the
+//! probability under the rule that actually chose it.
+
+mod matvec;
+#[cfg(feature = "ort")]
+mod ort_backend;
+mod tract;
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+
+use greenwave_core::mlp::masked_argmax;
+use greenwave_core::{ObsLayout, PhaseId, PhaseMask};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+pub use matvec::MatvecBackend;
+#[cfg(feature = "ort")]
+pub use ort_backend::OrtBackend;
+pub use tract::TractBackend;
+
+/// Why a policy could not be loaded or run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InferenceError {
+    /// The model could not be read, checked or optimised.
+    #[error("{backend}: cannot load the policy model: {message}")]
+    Load {
+        /// The backend.
+        backend: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// Running the model failed.
+    #[error("{backend}: inference failed: {message}")]
+    Run {
+        /// The backend.
+        backend: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// An input or output of the wrong size.
+    #[error("{backend}: {what} has {got} values, expected {expected}")]
+    Shape {
+        /// The backend.
+        backend: &'static str,
+        /// Which tensor.
+        what: &'static str,
+        /// Expected length.
+        expected: usize,
+        /// Actual length.
+        got: usize,
+    },
+    /// The ONNX Runtime library is missing or unusable.
+    #[error("ONNX Runtime: {0}")]
+    OrtLibrary(String),
+    /// The backend was not compiled into this build.
+    #[error("backend `{0}` is not built in (rebuild greenwave-runtime with `--features {0}`)")]
+    NotBuilt(&'static str),
+}
+
+/// A loaded policy, optimised for batch 1.
+pub trait PolicyBackend {
+    /// Short name (`tract`, `ort`, `matvec`).
+    fn name(&self) -> &'static str;
+
+    /// Runs the policy on one raw observation: writes the logits (one per phase) and
+    /// returns the value estimate. Output checks (finite values) are the caller's.
+    fn infer(&mut self, obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError>;
+}
+
+/// Which backend to load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// tract (pure Rust).
+    #[default]
+    Tract,
+    /// ONNX Runtime (feature `ort`).
+    Ort,
+    /// The plain-Rust reference.
+    Matvec,
+}
+
+impl BackendKind {
+    /// Name as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Tract => "tract",
+            BackendKind::Ort => "ort",
+            BackendKind::Matvec => "matvec",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tract" => Ok(BackendKind::Tract),
+            "ort" => Ok(BackendKind::Ort),
+            "matvec" => Ok(BackendKind::Matvec),
+            _ => Err(format!("unknown backend `{s}` (known: tract, ort, matvec)")),
+        }
+    }
+}
+
+/// Loads `onnx` (a greenwave policy for `layout`) into a backend of kind `kind`.
+/// `ort_lib` is the ONNX Runtime library for `Ort` (default: `ORT_DYLIB_PATH`).
+pub fn load_backend(
+    kind: BackendKind,
+    onnx: &[u8],
+    layout: ObsLayout,
+    ort_lib: Option<&Path>,
+) -> Result<Box<dyn PolicyBackend>, InferenceError> {
+    match kind {
+        BackendKind::Tract => Ok(Box::new(TractBackend::load(onnx, layout)?)),
+        BackendKind::Matvec => Ok(Box::new(MatvecBackend::load(onnx, layout)?)),
+        #[cfg(feature = "ort")]
+        BackendKind::Ort => Ok(Box::new(OrtBackend::load(onnx, layout, ort_lib)?)),
+        #[cfg(not(feature = "ort"))]
+        BackendKind::Ort => {
+            let _ = ort_lib;
+            Err(InferenceError::NotBuilt("ort"))
+        }
+    }
+}
+
+pub(crate) fn check_len(
+    backend: &'static str,
+    what: &'static str,
+    expected: usize,
+    got: usize,
+) -> Result<(), InferenceError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(InferenceError::Shape {
+            backend,
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+/// Largest exploration rate accepted: a controller in the field serves the greedy choice
+/// at least 80 % of the time, and every exploratory choice still passes the sequencer.
+pub const MAX_EPSILON: f32 = 0.2;
+
+/// An exploration rate outside `0..=MAX_EPSILON`.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("exploration epsilon {0} is outside 0..={MAX_EPSILON}")]
+pub struct EpsilonOutOfRange(pub f32);
+
+/// A phase chosen from the logits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Choice {
+    /// The phase to request.
+    pub phase: u8,
+    /// Log-probability of `phase` under the rule that chose it: 0 for a greedy choice
+    /// (probability 1), `ln((1 − ε)·[greedy] + ε / n_allowed)` under ε-greedy.
+    pub log_prob: f32,
+    /// Whether the exploratory branch picked it (it may still equal the greedy phase).
+    pub explored: bool,
+}
+
+/// Chooses phases: greedy masked argmax, or ε-greedy among allowed phases.
+#[derive(Clone, Debug)]
+pub struct Explorer {
+    epsilon: f32,
+    rng: Pcg64Mcg,
+}
+
+impl Explorer {
+    /// Greedy: always the allowed phase with the largest logit.
+    pub fn greedy() -> Self {
+        Explorer {
+            epsilon: 0.0,
+            rng: Pcg64Mcg::seed_from_u64(0),
+        }
+    }
+
+    /// ε-greedy with `epsilon` in `0..=MAX_EPSILON`, random stream from `seed`.
+    pub fn epsilon_greedy(epsilon: f32, seed: u64) -> Result<Self, EpsilonOutOfRange> {
+        if !(0.0..=MAX_EPSILON).contains(&epsilon) {
+            return Err(EpsilonOutOfRange(epsilon));
+        }
+        Ok(Explorer {
+            epsilon,
+            rng: Pcg64Mcg::seed_from_u64(seed),
+        })
+    }
+
+    /// The exploration rate.
+    pub fn epsilon(&self) -> f32 {
+        self.epsilon
+    }
+
+    /// The phase to request given `logits` and the sequencer's `mask`; `None` if no
+    /// allowed phase has a comparable logit (all NaN, or an empty mask).
+    pub fn choose(&mut self, logits: &[f32], mask: PhaseMask) -> Option<Choice> {
+        let greedy = masked_argmax(logits, mask)?;
+        if self.epsilon == 0.0 {
+            return Some(Choice {
+                phase: greedy,
+                log_prob: 0.0,
+                explored: false,
+            });
+        }
+        let allowed: Vec<u8> = (0..logits.len() as u8)
+            .filter(|&p| mask.allows(PhaseId(p)))
+            .collect();
+        let n = allowed.len() as f32;
+        let explored = self.rng.random::<f32>() < self.epsilon;
+        let phase = if explored {
+            allowed[self.rng.random_range(0..allowed.len())]
+        } else {
+            greedy
+        };
+        let uniform = self.epsilon / n;
+        let p = if phase == greedy {
+            1.0 - self.epsilon + uniform
+        } else {
+            uniform
+        };
+        Some(Choice {
+            phase,
+            log_prob: p.ln(),
+            explored,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_takes_the_best_allowed_phase_with_probability_one() {
+        let mut e = Explorer::greedy();
+        let c = e.choose(&[0.1, 3.0, 2.0, -1.0], PhaseMask(0b1101)).unwrap();
+        assert_eq!(
+            c,
+            Choice {
+                phase: 2,
+                log_prob: 0.0,
+                explored: false
+            }
+        );
+        assert_eq!(e.choose(&[f32::NAN; 4], PhaseMask(0b1111)), None);
+        assert_eq!(e.choose(&[1.0; 4], PhaseMask(0)), None);
+    }
+
+    #[test]
+    fn epsilon_is_capped_and_exploration_stays_inside_the_mask() {
+        assert!(Explorer::epsilon_greedy(0.25, 1).is_err());
+        assert!(Explorer::epsilon_greedy(-0.1, 1).is_err());
+        assert!(Explorer::epsilon_greedy(f32::NAN, 1).is_err());
+        let mut e = Explorer::epsilon_greedy(0.2, 7).unwrap();
+        let mask = PhaseMask(0b0111);
+        let logits = [0.0, 5.0, 1.0, 9.0];
+        let mut counts = [0u32; 4];
+        for _ in 0..20_000 {
+            let c = e.choose(&logits, mask).unwrap();
+            counts[c.phase as usize] += 1;
+            let p = if c.phase == 1 {
+                0.8 + 0.2 / 3.0
+            } else {
+                0.2 / 3.0
+            };
+            assert!((c.log_prob - (p as f32).ln()).abs() < 1e-6);
+        }
+        assert_eq!(counts[3], 0, "masked phase never requested");
+        let greedy_share = counts[1] as f64 / 20_000.0;
+        assert!(
+            (greedy_share - (0.8 + 0.2 / 3.0)).abs() < 0.02,
+            "{greedy_share}"
+        );
+    }
+}

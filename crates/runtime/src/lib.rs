@@ -1,0 +1,43 @@
+//! # greenwave-runtime
+//!
+//! What runs in the signal cabinet: a Linux-class controller that loads a signed policy,
+//! chooses signal phases every decision interval under the safety sequencer, falls back to
+//! a classic plan whenever the policy or the detectors cannot be trusted, and logs every
+//! field transition crash-safely for fine-tuning.
+//!
+//! * [`bundle`]: signed policy bundles (ed25519 over SHA-256 digests): [`bundle::keygen`],
+//!   [`bundle::pack_and_sign`], [`bundle::verify_and_load`].
+//! * [`inference`]: one [`PolicyBackend`] trait; tract (default), ONNX Runtime (feature
+//!   `ort`) and a plain-Rust reference; greedy or bounded ε-greedy action choice.
+//! * [`controller`]: the decision loop ([`Controller`]), its [`DetectorSource`] and
+//!   [`SignalSink`] interfaces, the watchdog and the fallback controllers.
+//! * [`log`]: the append-only, crash-safe transition log and its reader.
+//! * [`collect`]: appends transitions sent by MCU firmware (serial frames) to the log.
+//! * [`finetune`]: gated off-policy PPO fine-tuning from the log, and the policy store with
+//!   its atomic switch and rollback.
+//!
+//! Feature `sim` (default) adds the simulators as fields and the scenario-derived fallback
+//! plans; `ort` the ONNX Runtime backend; `sumo` the SUMO field.
+#![warn(missing_docs)]
+
+pub mod bundle;
+pub mod collect;
+pub mod controller;
+pub mod finetune;
+pub mod inference;
+pub mod log;
+
+pub use controller::{
+    Controller, ControllerConfig, ControllerError, DetectorSource, SignalSink, SignalSpec,
+};
+pub use inference::{BackendKind, InferenceError, PolicyBackend};
+
+/// Peak resident set size of this process in KiB (`VmHWM` from `/proc/self/status`;
+/// `None` where that file does not exist).
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}

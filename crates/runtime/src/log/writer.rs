@@ -1,0 +1,520 @@
+//! The log writer: append, group commit, rotation, disk cap, and tail recovery on open.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufReader, Write};
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use greenwave_core::Transition;
+
+use super::segment::{
+    encode_frame, list_segments, read_header, segment_name, FrameScanner, Header, IssueKind,
+    SegmentFile, HEADER_BYTES,
+};
+use super::LogError;
+
+/// When appended records are made durable (`fdatasync`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// After every record: each `append` returns with its record committed.
+    EveryRecord,
+    /// After every N records (group commit).
+    EveryRecords(NonZeroU32),
+    /// When the oldest unsynced record is at least this many milliseconds old, checked on
+    /// every `append` and by [`LogWriter::commit_if_due`] (the controller calls it every
+    /// decision, so nothing stays uncommitted much longer than this).
+    EveryMillis(NonZeroU32),
+}
+
+impl Default for SyncPolicy {
+    /// One second: at most a second of records at risk on power loss, at most one `fsync`
+    /// per second however many signals a controller runs.
+    fn default() -> Self {
+        SyncPolicy::EveryMillis(NonZeroU32::new(1000).expect("non-zero"))
+    }
+}
+
+impl FromStr for SyncPolicy {
+    type Err = String;
+
+    /// `record`, `records:N` or `ms:T`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("fsync policy `{s}`: expected `record`, `records:N` or `ms:T` with N, T ≥ 1")
+        };
+        let number = |v: &str| {
+            v.parse::<u32>()
+                .ok()
+                .and_then(NonZeroU32::new)
+                .ok_or_else(bad)
+        };
+        match s.split_once(':') {
+            None if s == "record" => Ok(SyncPolicy::EveryRecord),
+            Some(("records", n)) => Ok(SyncPolicy::EveryRecords(number(n)?)),
+            Some(("ms", t)) => Ok(SyncPolicy::EveryMillis(number(t)?)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Where and how a log is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// The log directory (created if missing).
+    pub dir: PathBuf,
+    /// When records are synced.
+    pub sync: SyncPolicy,
+    /// A segment is sealed before a record would take it past this size.
+    pub max_segment_bytes: u64,
+    /// Oldest sealed segments are deleted while all segments together exceed this.
+    pub max_total_bytes: u64,
+    /// Wall-clock time (ms since the Unix epoch) that records' `timestamp_ms` count from;
+    /// written into each segment header. Defaults to the time of [`LogConfig::new`].
+    pub epoch_unix_ms: u64,
+}
+
+impl LogConfig {
+    /// Defaults for `dir`: 1 s group commit, 16 MiB segments, 1 GiB in all.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        LogConfig {
+            dir: dir.into(),
+            sync: SyncPolicy::default(),
+            max_segment_bytes: 16 << 20,
+            max_total_bytes: 1 << 30,
+            epoch_unix_ms: unix_ms_now(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), LogError> {
+        const MIN_SEGMENT: u64 = 4096;
+        if self.max_segment_bytes < MIN_SEGMENT {
+            return Err(LogError::Config(format!(
+                "max_segment_bytes = {} is below {MIN_SEGMENT}",
+                self.max_segment_bytes
+            )));
+        }
+        if self.max_total_bytes < self.max_segment_bytes {
+            return Err(LogError::Config(format!(
+                "max_total_bytes = {} is below max_segment_bytes = {}",
+                self.max_total_bytes, self.max_segment_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds since the Unix epoch now (0 if the clock is before 1970).
+pub(crate) fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What an `append` (or `commit`) leaves behind: counts since this writer was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Commit {
+    /// Records appended by this writer.
+    pub appended: u64,
+    /// Of those, the first `committed` are durable (see the module docs).
+    pub committed: u64,
+}
+
+/// What recovery did to the newest segment on open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TailRepair {
+    /// A torn or corrupt tail was cut at the last intact record.
+    Cut {
+        /// The segment.
+        segment: PathBuf,
+        /// Where the bad record started (the new file length).
+        offset: u64,
+        /// Bytes removed.
+        bytes_cut: u64,
+        /// What was wrong there.
+        reason: IssueKind,
+    },
+    /// A segment whose header was torn while it was being created (it cannot hold a
+    /// record) was removed.
+    RemovedTornHeader {
+        /// The segment.
+        segment: PathBuf,
+        /// What was wrong with the header.
+        reason: IssueKind,
+    },
+    /// A segment with a corrupt header and more data was renamed aside, untouched.
+    SetAside {
+        /// The segment.
+        segment: PathBuf,
+        /// Its new name.
+        renamed_to: PathBuf,
+        /// What was wrong with the header.
+        reason: IssueKind,
+    },
+}
+
+/// What [`LogWriter::open`] found and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Segment files found.
+    pub segments_found: usize,
+    /// Intact records in the newest segment found (after any cut).
+    pub tail_records: u64,
+    /// The repair of the newest segment, if it needed one.
+    pub repair: Option<TailRepair>,
+    /// The segment this writer appends to.
+    pub segment: PathBuf,
+}
+
+/// Counters of a writer since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Records appended.
+    pub records: u64,
+    /// Bytes appended (frames).
+    pub bytes: u64,
+    /// `fsync` calls on segment data.
+    pub syncs: u64,
+    /// Segments started (the first included).
+    pub segments_started: u64,
+    /// Sealed segments deleted to keep under the disk cap.
+    pub segments_dropped: u64,
+    /// Bytes those held.
+    pub bytes_dropped: u64,
+}
+
+/// Appends transitions to a log directory. See the module docs for the guarantees.
+#[derive(Debug)]
+pub struct LogWriter {
+    cfg: LogConfig,
+    file: File,
+    path: PathBuf,
+    index: u64,
+    seg_bytes: u64,
+    sealed: VecDeque<SegmentFile>,
+    sealed_bytes: u64,
+    commit: Commit,
+    unsynced: u32,
+    oldest_unsynced: Option<Instant>,
+    frame: Vec<u8>,
+    stats: LogStats,
+    poisoned: bool,
+}
+
+impl LogWriter {
+    /// Opens (creating if needed) the log in `cfg.dir`: repairs the newest segment (see
+    /// the module docs), starts a new segment, and applies the disk cap.
+    pub fn open(cfg: LogConfig) -> Result<(LogWriter, OpenReport), LogError> {
+        cfg.validate()?;
+        fs::create_dir_all(&cfg.dir).map_err(|e| LogError::io("creating", &cfg.dir, e))?;
+        let mut segments = list_segments(&cfg.dir)?;
+        let segments_found = segments.len();
+        let next_index = segments.last().map_or(0, |s| s.index + 1);
+        let mut repair = None;
+        let mut tail_records = 0;
+        if let Some(last) = segments.pop() {
+            let (kept, records, rep) = recover_tail(&last)?;
+            tail_records = records;
+            repair = rep;
+            if let Some(kept) = kept {
+                segments.push(kept);
+            }
+        }
+        if let Some(r) = &repair {
+            tracing::warn!(repair = ?r, "transition log: repaired the newest segment on open");
+        }
+        let sealed_bytes = segments.iter().map(|s| s.bytes).sum();
+        let (file, path) = create_segment(&cfg.dir, next_index, cfg.epoch_unix_ms)?;
+        let mut w = LogWriter {
+            file,
+            path: path.clone(),
+            index: next_index,
+            seg_bytes: HEADER_BYTES as u64,
+            sealed: segments.into(),
+            sealed_bytes,
+            commit: Commit::default(),
+            unsynced: 0,
+            oldest_unsynced: None,
+            frame: Vec::with_capacity(1024),
+            stats: LogStats {
+                segments_started: 1,
+                ..LogStats::default()
+            },
+            poisoned: false,
+            cfg,
+        };
+        w.enforce_cap()?;
+        Ok((
+            w,
+            OpenReport {
+                segments_found,
+                tail_records,
+                repair,
+                segment: path,
+            },
+        ))
+    }
+
+    /// Appends one record (written to the file before returning; synced per policy).
+    pub fn append(&mut self, t: &Transition) -> Result<Commit, LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned);
+        }
+        let mut frame = std::mem::take(&mut self.frame);
+        let result = encode_frame(t, &mut frame).and_then(|()| self.append_frame(&frame));
+        self.frame = frame;
+        result
+    }
+
+    fn append_frame(&mut self, frame: &[u8]) -> Result<Commit, LogError> {
+        let len = frame.len() as u64;
+        if self.seg_bytes > HEADER_BYTES as u64 && self.seg_bytes + len > self.cfg.max_segment_bytes
+        {
+            self.rotate()?;
+        }
+        if let Err(e) = self.file.write_all(frame) {
+            // The file may hold part of the frame: cut it back so the segment stays well
+            // formed, and refuse further appends either way (the caller reopens).
+            self.poisoned = true;
+            let _ = self.file.set_len(self.seg_bytes);
+            return Err(LogError::io("appending to", &self.path, e));
+        }
+        self.seg_bytes += len;
+        self.commit.appended += 1;
+        self.stats.records += 1;
+        self.stats.bytes += len;
+        self.unsynced += 1;
+        self.oldest_unsynced.get_or_insert_with(Instant::now);
+        let due = match self.cfg.sync {
+            SyncPolicy::EveryRecord => true,
+            SyncPolicy::EveryRecords(n) => self.unsynced >= n.get(),
+            SyncPolicy::EveryMillis(_) => self.time_due(),
+        };
+        if due {
+            self.sync()?;
+        }
+        Ok(self.commit)
+    }
+
+    fn time_due(&self) -> bool {
+        match (self.cfg.sync, self.oldest_unsynced) {
+            (SyncPolicy::EveryMillis(ms), Some(t)) => {
+                t.elapsed() >= Duration::from_millis(ms.get() as u64)
+            }
+            _ => false,
+        }
+    }
+
+    /// Syncs now if the time-based policy says so (call it periodically).
+    pub fn commit_if_due(&mut self) -> Result<Commit, LogError> {
+        if self.unsynced > 0 && self.time_due() {
+            self.sync()?;
+        }
+        Ok(self.commit)
+    }
+
+    /// Syncs every appended record now.
+    pub fn commit(&mut self) -> Result<Commit, LogError> {
+        if self.unsynced > 0 {
+            self.sync()?;
+        }
+        Ok(self.commit)
+    }
+
+    /// Syncs and closes the writer.
+    pub fn close(mut self) -> Result<Commit, LogError> {
+        self.commit()
+    }
+
+    fn sync(&mut self) -> Result<(), LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned);
+        }
+        self.file.sync_data().map_err(|e| {
+            // After a failed fsync the page cache state is unknown (Linux may have dropped
+            // the dirty pages): never report these records as committed.
+            self.poisoned = true;
+            LogError::io("syncing", &self.path, e)
+        })?;
+        self.commit.committed = self.commit.appended;
+        self.unsynced = 0;
+        self.oldest_unsynced = None;
+        self.stats.syncs += 1;
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> Result<(), LogError> {
+        self.sync()?;
+        let (file, path) = create_segment(&self.cfg.dir, self.index + 1, self.cfg.epoch_unix_ms)?;
+        let old_path = std::mem::replace(&mut self.path, path);
+        self.sealed.push_back(SegmentFile {
+            index: self.index,
+            path: old_path,
+            bytes: self.seg_bytes,
+        });
+        self.sealed_bytes += self.seg_bytes;
+        self.file = file;
+        self.index += 1;
+        self.seg_bytes = HEADER_BYTES as u64;
+        self.stats.segments_started += 1;
+        self.enforce_cap()
+    }
+
+    fn enforce_cap(&mut self) -> Result<(), LogError> {
+        let mut dropped = false;
+        // Counting the active segment at its full size keeps the total under the cap at
+        // every moment, not only at rotation.
+        while self.sealed_bytes + self.cfg.max_segment_bytes > self.cfg.max_total_bytes {
+            let Some(oldest) = self.sealed.pop_front() else {
+                break;
+            };
+            fs::remove_file(&oldest.path).map_err(|e| LogError::io("removing", &oldest.path, e))?;
+            self.sealed_bytes -= oldest.bytes;
+            self.stats.segments_dropped += 1;
+            self.stats.bytes_dropped += oldest.bytes;
+            tracing::warn!(
+                segment = %oldest.path.display(),
+                bytes = oldest.bytes,
+                "transition log: disk cap reached, oldest segment dropped"
+            );
+            dropped = true;
+        }
+        if dropped {
+            sync_dir(&self.cfg.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> LogStats {
+        self.stats
+    }
+
+    /// Appended / committed counts since open.
+    pub fn counts(&self) -> Commit {
+        self.commit
+    }
+
+    /// The segment being appended to.
+    pub fn segment_path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LogConfig {
+        &self.cfg
+    }
+}
+
+impl Drop for LogWriter {
+    fn drop(&mut self) {
+        // Best effort: a writer dropped without `close` still gets its records synced.
+        if self.unsynced > 0 && !self.poisoned {
+            if let Err(e) = self.file.sync_data() {
+                tracing::error!(segment = %self.path.display(), error = %e, "transition log: final sync failed");
+            }
+        }
+    }
+}
+
+/// Creates segment `index` with its header, durably (file and directory entry synced).
+fn create_segment(dir: &Path, index: u64, epoch_unix_ms: u64) -> Result<(File, PathBuf), LogError> {
+    let path = dir.join(segment_name(index));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| LogError::io("creating", &path, e))?;
+    let header = Header {
+        index,
+        epoch_unix_ms,
+    };
+    file.write_all(&header.encode())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| LogError::io("writing the header of", &path, e))?;
+    sync_dir(dir)?;
+    Ok((file, path))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| LogError::io("syncing directory", dir, e))
+}
+
+/// Checks and repairs the newest segment. Returns the segment if it is kept (with its new
+/// size), its intact record count, and the repair done.
+fn recover_tail(
+    seg: &SegmentFile,
+) -> Result<(Option<SegmentFile>, u64, Option<TailRepair>), LogError> {
+    let file = File::open(&seg.path).map_err(|e| LogError::io("opening", &seg.path, e))?;
+    let mut r = BufReader::new(file);
+    if let Err(reason) = read_header(&mut r, seg.index) {
+        drop(r);
+        if seg.bytes <= HEADER_BYTES as u64 {
+            fs::remove_file(&seg.path).map_err(|e| LogError::io("removing", &seg.path, e))?;
+            let dir = seg.path.parent().unwrap_or(Path::new("."));
+            sync_dir(dir)?;
+            let repair = TailRepair::RemovedTornHeader {
+                segment: seg.path.clone(),
+                reason,
+            };
+            return Ok((None, 0, Some(repair)));
+        }
+        let mut renamed = seg.path.clone().into_os_string();
+        renamed.push(".corrupt");
+        let renamed = PathBuf::from(renamed);
+        fs::rename(&seg.path, &renamed).map_err(|e| LogError::io("renaming", &seg.path, e))?;
+        let repair = TailRepair::SetAside {
+            segment: seg.path.clone(),
+            renamed_to: renamed,
+            reason,
+        };
+        return Ok((None, 0, Some(repair)));
+    }
+    let mut scanner = FrameScanner::new(r, HEADER_BYTES as u64);
+    let mut records = 0u64;
+    let mut problem = None;
+    while let Some(item) = scanner.next_record() {
+        match item {
+            Ok(_) => records += 1,
+            Err((offset, kind)) => problem = Some((offset, kind)),
+        }
+    }
+    let Some((offset, reason)) = problem else {
+        if records == 0 {
+            // A session that never appended leaves a header-only segment: nothing to keep.
+            fs::remove_file(&seg.path).map_err(|e| LogError::io("removing", &seg.path, e))?;
+            return Ok((None, 0, None));
+        }
+        return Ok((Some(seg.clone()), records, None));
+    };
+    if let IssueKind::Io(_) = reason {
+        // A read error is not evidence of a bad tail: never cut on it.
+        return Err(LogError::io(
+            "reading",
+            &seg.path,
+            std::io::Error::other(reason.to_string()),
+        ));
+    }
+    let file = OpenOptions::new()
+        .write(true)
+        .open(&seg.path)
+        .map_err(|e| LogError::io("opening for repair", &seg.path, e))?;
+    file.set_len(offset)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| LogError::io("cutting the tail of", &seg.path, e))?;
+    let repair = TailRepair::Cut {
+        segment: seg.path.clone(),
+        offset,
+        bytes_cut: seg.bytes - offset,
+        reason,
+    };
+    let kept = SegmentFile {
+        bytes: offset,
+        ..seg.clone()
+    };
+    Ok((Some(kept), records, Some(repair)))
+}

@@ -1,0 +1,219 @@
+//! A controller loads a bundle only if it is signed by a trusted key, intact, internally
+//! consistent and made for its own phase plan and layout; every refusal names its check.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::{fixture, inputs, synthetic_weights, write_export};
+use ed25519_dalek::Signer;
+use greenwave_core::{ObsLayout, PhasePlan, PhaseTiming};
+use greenwave_runtime::bundle::{
+    self, pack_and_sign, verify_and_load, BundleError, MANIFEST_FILE, MODEL_FILE, SIGNATURE_FILE,
+};
+use sha2::Digest;
+
+fn copy_dir(from: &Path, to: &Path) {
+    let _ = fs::remove_dir_all(to);
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// Re-signs a bundle directory as it is now (to get past the signature checks and reach
+/// the consistency checks behind them).
+fn resign(dir: &Path, key: &ed25519_dalek::SigningKey) {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != SIGNATURE_FILE)
+        .collect();
+    names.sort();
+    let mut text = format!(
+        "greenwave-bundle v1\nsigner {}\n",
+        bundle::key_hex(&key.verifying_key())
+    );
+    for n in names {
+        let bytes = fs::read(dir.join(&n)).unwrap();
+        let digest: String = sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        text += &format!("file {n} {} {digest}\n", bytes.len());
+    }
+    let sig: String = key
+        .sign(text.as_bytes())
+        .to_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    fs::write(dir.join(SIGNATURE_FILE), format!("{text}signature {sig}\n")).unwrap();
+}
+
+#[test]
+fn a_good_bundle_loads_with_the_bytes_that_were_signed() {
+    let fx = fixture("good");
+    let b = verify_and_load(&fx.bundle, &[fx.public], &fx.plan, fx.layout).unwrap();
+    assert_eq!(b.model, fs::read(&fx.onnx).unwrap());
+    assert_eq!(b.manifest.obs_layout, fx.layout);
+    assert!(b.blob_int8.is_some());
+    assert_eq!(b.signer, fx.public);
+    let _ = fs::remove_dir_all(&fx.dir);
+}
+
+#[test]
+fn tampered_model_byte_is_refused_naming_the_file() {
+    let fx = fixture("tamper");
+    let path = fx.bundle.join(MODEL_FILE);
+    let mut bytes = fs::read(&path).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0x01;
+    fs::write(&path, &bytes).unwrap();
+    let err = verify_and_load(&fx.bundle, &[fx.public], &fx.plan, fx.layout).unwrap_err();
+    assert!(
+        matches!(&err, BundleError::TamperedFile { name, .. } if name == MODEL_FILE),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("integrity check failed: policy.onnx"),
+        "{err}"
+    );
+    let _ = fs::remove_dir_all(&fx.dir);
+}
+
+#[test]
+fn wrong_key_is_refused() {
+    let fx = fixture("wrongkey");
+    let (_, other) = bundle::keygen(&fx.dir.join("other"), false).unwrap();
+    let err = verify_and_load(&fx.bundle, &[other], &fx.plan, fx.layout).unwrap_err();
+    assert!(matches!(err, BundleError::UntrustedKey { .. }), "{err}");
+    assert!(err.to_string().starts_with("trust check failed"), "{err}");
+    // Trusting both keys is fine.
+    verify_and_load(&fx.bundle, &[other, fx.public], &fx.plan, fx.layout).unwrap();
+    let err = verify_and_load(&fx.bundle, &[], &fx.plan, fx.layout).unwrap_err();
+    assert!(matches!(err, BundleError::NoTrustedKeys), "{err}");
+    let _ = fs::remove_dir_all(&fx.dir);
+}
+
+#[test]
+fn bundle_for_another_phase_plan_is_refused() {
+    let fx = fixture("otherplan");
+    let other = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(7, 50, 4, 2)).unwrap();
+    let err = verify_and_load(&fx.bundle, &[fx.public], &other, fx.layout).unwrap_err();
+    assert!(matches!(err, BundleError::PlanMismatch { .. }), "{err}");
+    assert!(err.to_string().starts_with("plan check failed"), "{err}");
+    let layout = ObsLayout {
+        n_lanes: fx.layout.n_lanes + 2,
+        ..fx.layout
+    };
+    let err = verify_and_load(&fx.bundle, &[fx.public], &fx.plan, layout).unwrap_err();
+    assert!(matches!(err, BundleError::LayoutMismatch { .. }), "{err}");
+    let _ = fs::remove_dir_all(&fx.dir);
+}
+
+#[test]
+fn forged_missing_and_unsigned_content_is_refused() {
+    let fx = fixture("forged");
+    let key = bundle::load_signing_key(&fx.keys.secret).unwrap();
+    let check = |dir: &Path| verify_and_load(dir, &[fx.public], &fx.plan, fx.layout).unwrap_err();
+
+    // A digest line edited to match a tampered file: the signature no longer verifies.
+    let d = fx.dir.join("b1");
+    copy_dir(&fx.bundle, &d);
+    let sig = fs::read_to_string(d.join(SIGNATURE_FILE)).unwrap();
+    let forged = sig.replacen("file manifest.json ", "file manifest.json 1", 1);
+    fs::write(d.join(SIGNATURE_FILE), forged).unwrap();
+    let err = check(&d);
+    assert!(
+        matches!(
+            err,
+            BundleError::BadSignature { .. } | BundleError::MalformedSignature { .. }
+        ),
+        "{err}"
+    );
+
+    // No signature at all.
+    fs::remove_file(d.join(SIGNATURE_FILE)).unwrap();
+    assert!(matches!(check(&d), BundleError::MissingSignature(_)));
+
+    // An extra, unsigned file.
+    let d = fx.dir.join("b2");
+    copy_dir(&fx.bundle, &d);
+    fs::write(d.join("extra.bin"), b"x").unwrap();
+    assert!(matches!(check(&d), BundleError::UnsignedFile { name } if name == "extra.bin"));
+
+    // A signed file removed.
+    let d = fx.dir.join("b3");
+    copy_dir(&fx.bundle, &d);
+    fs::remove_file(d.join("policy.int8.blob")).unwrap();
+    assert!(matches!(check(&d), BundleError::MissingFile { name } if name == "policy.int8.blob"));
+
+    // Signed, but the manifest beside the model differs from the one inside it.
+    let d = fx.dir.join("b4");
+    copy_dir(&fx.bundle, &d);
+    let text = fs::read_to_string(d.join(MANIFEST_FILE)).unwrap();
+    fs::write(
+        d.join(MANIFEST_FILE),
+        text.replace("\"policy_version\": 1", "\"policy_version\": 2"),
+    )
+    .unwrap();
+    resign(&d, &key);
+    let err = check(&d);
+    assert!(
+        matches!(&err, BundleError::ManifestMismatch { fields } if fields == "policy_version"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with("manifest check failed"),
+        "{err}"
+    );
+
+    // Signed, but the firmware blob is for another plan.
+    let d = fx.dir.join("b5");
+    copy_dir(&fx.bundle, &d);
+    let other = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(7, 50, 4, 2)).unwrap();
+    let w = synthetic_weights(fx.layout, &[8], 1);
+    fs::write(
+        d.join("policy.blob"),
+        w.actor_mlp(other.hash(), 1).to_blob(false).unwrap(),
+    )
+    .unwrap();
+    resign(&d, &key);
+    assert!(matches!(
+        check(&d),
+        BundleError::BlobMismatch {
+            file: "policy.blob",
+            ..
+        }
+    ));
+    let _ = fs::remove_dir_all(&fx.dir);
+}
+
+#[test]
+fn packing_refuses_inconsistent_inputs_and_existing_output() {
+    let fx = fixture("pack");
+    let key = bundle::load_signing_key(&fx.keys.secret).unwrap();
+    let err = pack_and_sign(&inputs(&fx.onnx), &key, &fx.bundle).unwrap_err();
+    assert!(matches!(err, BundleError::Exists(_)), "{err}");
+    // A model exported for another plan, with this plan's manifest beside it.
+    let other = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(7, 50, 4, 2)).unwrap();
+    let d = fx.dir.join("other");
+    fs::create_dir_all(&d).unwrap();
+    let onnx = write_export(&d, &synthetic_weights(fx.layout, &[8], 5), &other, 5.0);
+    fs::copy(
+        fx.onnx.with_extension("manifest.json"),
+        onnx.with_extension("manifest.json"),
+    )
+    .unwrap();
+    let err = pack_and_sign(&inputs(&onnx), &key, &fx.dir.join("b")).unwrap_err();
+    assert!(matches!(err, BundleError::ManifestMismatch { .. }), "{err}");
+    assert!(
+        !fx.dir.join("b").exists(),
+        "nothing written for refused inputs"
+    );
+    let _ = fs::remove_dir_all(&fx.dir);
+}

@@ -1,0 +1,364 @@
+//! Shared test fixtures: synthetic and trained policies, bundles, an instrumented field,
+//! and the checker of the supervisor's invariants on recorded signal frames.
+#![allow(dead_code)]
+
+use std::cell::Cell;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use greenwave_core::mlp::DenseLayer;
+use greenwave_core::sequencer::Segment;
+use greenwave_core::{Interval, LaneReading, Millis, ObsLayout, PhaseId, PhasePlan, Response};
+use greenwave_learn::{onnx, Manifest, ObsNormalization, PolicyWeights, Provenance};
+use greenwave_runtime::bundle::{self, BundleInputs, KeyPairPaths};
+use greenwave_runtime::controller::{
+    DetectorError, DetectorSource, Readback, SignalSink, SimField, SinkError,
+};
+use greenwave_runtime::inference::{InferenceError, PolicyBackend};
+use greenwave_sim::{EmbeddedEnv, EpisodeMetrics, MovementDetector, Scenario};
+use rand::{Rng, SeedableRng};
+
+/// A fresh temporary directory for `name` (removed first if left over).
+pub fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gw-runtime-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The single-4way scenario (one signal, 12 lanes, 4 phases).
+pub fn scenario() -> Scenario {
+    greenwave_sim::load("single-4way").unwrap()
+}
+
+/// The plan and layout of `scenario`'s first signal.
+pub fn plan_and_layout(scenario: &Scenario) -> (PhasePlan, ObsLayout) {
+    let field = SimField::new(EmbeddedEnv::from_scenario(scenario, 0));
+    let s = field.signal_specs().remove(0);
+    (s.plan, s.layout)
+}
+
+fn layer(rng: &mut impl Rng, inputs: usize, outputs: usize) -> DenseLayer {
+    let bound = (6.0 / (inputs + outputs) as f32).sqrt();
+    DenseLayer {
+        inputs,
+        outputs,
+        weights: (0..inputs * outputs)
+            .map(|_| rng.random_range(-bound..bound))
+            .collect(),
+        bias: (0..outputs).map(|_| rng.random_range(-0.1..0.1)).collect(),
+    }
+}
+
+/// A random (untrained) policy for `layout`, hidden widths `hidden`.
+pub fn synthetic_weights(layout: ObsLayout, hidden: &[usize], seed: u64) -> PolicyWeights {
+    let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed);
+    let d = layout.dim();
+    let head = |rng: &mut rand_pcg::Pcg64Mcg, out: usize| {
+        let mut widths = vec![d];
+        widths.extend_from_slice(hidden);
+        widths.push(out);
+        widths
+            .windows(2)
+            .map(|w| layer(rng, w[0], w[1]))
+            .collect::<Vec<_>>()
+    };
+    let actor = head(&mut rng, layout.n_phases as usize);
+    let critic = head(&mut rng, 1);
+    let mut norm = ObsNormalization::identity(d, 10.0);
+    for (m, s) in norm.mean.iter_mut().zip(&mut norm.inv_std) {
+        *m = rng.random_range(0.0..0.3);
+        *s = rng.random_range(0.5..3.0);
+    }
+    PolicyWeights {
+        obs_layout: layout,
+        norm,
+        actor,
+        critic,
+    }
+}
+
+/// Writes `X.onnx`, `X.blob`, `X.int8.blob`, `X.manifest.json` for `weights` the way
+/// `greenwave export` does; returns `X.onnx`.
+pub fn write_export(
+    dir: &Path,
+    weights: &PolicyWeights,
+    plan: &PhasePlan,
+    interval_s: f32,
+) -> PathBuf {
+    let manifest = Manifest::new(
+        plan,
+        weights.obs_layout,
+        interval_s,
+        weights.hidden(),
+        Provenance {
+            command: "synthetic (test)".into(),
+            git_rev: "test".into(),
+            ..Provenance::default()
+        },
+    );
+    let out = dir.join("policy.onnx");
+    std::fs::write(&out, onnx::export(weights, &manifest)).unwrap();
+    let mlp = weights.actor_mlp(plan.hash(), manifest.policy_version);
+    std::fs::write(out.with_extension("blob"), mlp.to_blob(false).unwrap()).unwrap();
+    std::fs::write(out.with_extension("int8.blob"), mlp.to_blob(true).unwrap()).unwrap();
+    std::fs::write(
+        out.with_extension("manifest.json"),
+        serde_json::to_string_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+    out
+}
+
+/// The bundle inputs beside an exported `X.onnx`.
+pub fn inputs(onnx_path: &Path) -> BundleInputs {
+    BundleInputs {
+        model: onnx_path.to_path_buf(),
+        manifest: onnx_path.with_extension("manifest.json"),
+        blob: onnx_path.with_extension("blob"),
+        blob_int8: Some(onnx_path.with_extension("int8.blob")),
+    }
+}
+
+/// A synthetic policy for single-4way, exported, bundled and signed in `dir`.
+pub struct Fixture {
+    pub dir: PathBuf,
+    pub keys: KeyPairPaths,
+    pub public: ed25519_dalek::VerifyingKey,
+    pub onnx: PathBuf,
+    pub bundle: PathBuf,
+    pub scenario: Scenario,
+    pub plan: PhasePlan,
+    pub layout: ObsLayout,
+}
+
+pub fn fixture(name: &str) -> Fixture {
+    let dir = tmp(name);
+    let scenario = scenario();
+    let (plan, layout) = plan_and_layout(&scenario);
+    let weights = synthetic_weights(layout, &[64, 64], 2024);
+    let onnx = write_export(&dir, &weights, &plan, scenario.decision_interval_s() as f32);
+    let (keys, public) = bundle::keygen(&dir.join("site"), false).unwrap();
+    let key = bundle::load_signing_key(&keys.secret).unwrap();
+    let bundle_dir = dir.join("bundle");
+    bundle::pack_and_sign(&inputs(&onnx), &key, &bundle_dir).unwrap();
+    Fixture {
+        dir,
+        keys,
+        public,
+        onnx,
+        bundle: bundle_dir,
+        scenario,
+        plan,
+        layout,
+    }
+}
+
+/// One recorded stretch of display: start time and segment.
+pub type Shown = (u64, Segment);
+
+/// The embedded simulator as a field, recording every displayed segment, with optional
+/// detector faults injected by controller time.
+pub struct TestField {
+    pub inner: SimField<EmbeddedEnv>,
+    pub shown: Vec<Vec<Shown>>,
+    /// Lane 0 of signal 0 does not report during this controller-time window (ms).
+    pub dead_detector: Option<Range<u64>>,
+    /// Lane 1 of signal 0 reads an impossible density during this window (ms).
+    pub impossible: Option<Range<u64>>,
+    pub now_ms: u64,
+}
+
+impl TestField {
+    pub fn new(scenario: &Scenario, seed: u64) -> Self {
+        let inner = SimField::new(EmbeddedEnv::from_scenario(scenario, seed));
+        let n = inner.signal_specs().len();
+        TestField {
+            inner,
+            shown: vec![Vec::new(); n],
+            dead_detector: None,
+            impossible: None,
+            now_ms: 0,
+        }
+    }
+}
+
+impl DetectorSource for TestField {
+    fn read(&mut self, signal: usize, lanes: &mut [LaneReading]) -> Result<(), DetectorError> {
+        self.inner.read(signal, lanes)?;
+        let now = self.now_ms;
+        if signal == 0
+            && self
+                .dead_detector
+                .as_ref()
+                .is_some_and(|w| w.contains(&now))
+        {
+            return Err(DetectorError::NoReport { signal, lane: 0 });
+        }
+        if signal == 0 && self.impossible.as_ref().is_some_and(|w| w.contains(&now)) {
+            lanes[1].density = 7.5;
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, dt: Millis) -> Result<Option<Vec<f32>>, DetectorError> {
+        self.now_ms += dt.0 as u64;
+        self.inner.advance(dt)
+    }
+
+    fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
+        self.inner.movement_detectors(signal)
+    }
+
+    fn metrics(&self) -> Option<EpisodeMetrics> {
+        self.inner.metrics()
+    }
+}
+
+impl SignalSink for TestField {
+    fn request(
+        &mut self,
+        signal: usize,
+        requested: u8,
+        response: &Response,
+    ) -> Result<(), SinkError> {
+        self.inner.request(signal, requested, response)
+    }
+
+    fn show(&mut self, signal: usize, at_ms: u64, segment: &Segment) -> Result<(), SinkError> {
+        self.shown[signal].push((at_ms, *segment));
+        Ok(())
+    }
+
+    fn readback(&self, signal: usize) -> Option<Readback> {
+        self.inner.readback(signal)
+    }
+}
+
+/// Checks the supervisor's invariants on the displays of one signal: contiguous in time,
+/// never two conflicting movements non-red, every green between its min and max green
+/// (the last one may be cut by the end of the run), and every change a full yellow of the
+/// ending phase, then its full all-red, then the next green.
+pub fn check_invariants(plan: &PhasePlan, shown: &[Shown]) -> Result<(), String> {
+    let conflicts = plan.conflicts();
+    let mut merged: Vec<(u64, Interval, u64)> = Vec::new();
+    let mut expect_at = shown.first().map_or(0, |s| s.0);
+    for (at, seg) in shown {
+        if *at != expect_at {
+            return Err(format!("gap or overlap at {at} ms (expected {expect_at})"));
+        }
+        expect_at = at + seg.duration.0 as u64;
+        let non_red = seg.frame.non_red();
+        for a in non_red.iter() {
+            if let Some(b) = conflicts.foes(a).and(non_red).iter().next() {
+                return Err(format!(
+                    "at {at} ms movements {} and {} are non-red together",
+                    a.0, b.0
+                ));
+            }
+        }
+        match merged.last_mut() {
+            Some(last) if last.1 == seg.interval => last.2 += seg.duration.0 as u64,
+            _ => merged.push((*at, seg.interval, seg.duration.0 as u64)),
+        }
+    }
+    let timing = |p: PhaseId| plan.phases()[p.0 as usize].timing;
+    let n = merged.len();
+    for (k, &(at, interval, dur)) in merged.iter().enumerate() {
+        let last = k + 1 == n;
+        let next = merged.get(k + 1).map(|m| m.1);
+        match interval {
+            Interval::Green { phase } => {
+                let t = timing(phase);
+                if (!last && dur < t.min_green.0 as u64) || dur > t.max_green.0 as u64 {
+                    return Err(format!(
+                        "green of phase {} at {at} ms lasted {dur} ms",
+                        phase.0
+                    ));
+                }
+                if let Some(nx) = next {
+                    if !matches!(nx, Interval::Yellow { from, .. } if from == phase) {
+                        return Err(format!(
+                            "green of phase {} at {at} ms followed by {nx:?}",
+                            phase.0
+                        ));
+                    }
+                }
+            }
+            Interval::Yellow { from, to } => {
+                if !last && dur != timing(from).yellow.0 as u64 {
+                    return Err(format!("yellow at {at} ms lasted {dur} ms"));
+                }
+                let want_all_red = timing(from).all_red.0 > 0;
+                let ok = match next {
+                    None => true,
+                    Some(Interval::AllRed { from: f, to: t }) => {
+                        want_all_red && f == from && t == to
+                    }
+                    Some(Interval::Green { phase }) => !want_all_red && phase == to,
+                    Some(_) => false,
+                };
+                if !ok {
+                    return Err(format!("yellow at {at} ms followed by {next:?}"));
+                }
+            }
+            Interval::AllRed { from, to } => {
+                if !last && dur != timing(from).all_red.0 as u64 {
+                    return Err(format!("all-red at {at} ms lasted {dur} ms"));
+                }
+                if let Some(nx) = next {
+                    if nx != (Interval::Green { phase: to }) {
+                        return Err(format!("all-red at {at} ms followed by {nx:?}"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Faults injected into a backend by call number (one call per decision of a
+/// one-signal controller).
+#[derive(Clone, Default)]
+pub struct Faults {
+    pub nan: Option<Range<u64>>,
+    pub slow: Option<(Range<u64>, Duration)>,
+    pub error: Option<Range<u64>>,
+}
+
+/// Wraps a backend and injects [`Faults`].
+pub struct FaultyBackend {
+    pub inner: Box<dyn PolicyBackend>,
+    pub faults: Faults,
+    pub calls: Rc<Cell<u64>>,
+}
+
+impl PolicyBackend for FaultyBackend {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+
+    fn infer(&mut self, obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError> {
+        let k = self.calls.get();
+        self.calls.set(k + 1);
+        let in_window = |w: &Option<Range<u64>>| w.as_ref().is_some_and(|w| w.contains(&k));
+        if in_window(&self.faults.error) {
+            return Err(InferenceError::Run {
+                backend: "faulty",
+                message: "injected".into(),
+            });
+        }
+        if let Some((w, d)) = &self.faults.slow {
+            if w.contains(&k) {
+                std::thread::sleep(*d);
+            }
+        }
+        let v = self.inner.infer(obs, logits)?;
+        if in_window(&self.faults.nan) {
+            logits[2] = f32::NAN;
+        }
+        Ok(v)
+    }
+}

@@ -1,0 +1,250 @@
+//! End to end: train a tiny policy → export → sign a bundle (`greenwave keygen` /
+//! `greenwave bundle` code) → the controller verifies and loads it and runs a simulated
+//! hour on the embedded simulator with logging → the log reads back every record intact.
+//! Then the `greenwave-controller` binary on the same bundle: a run with `--json`, a
+//! refused bundle (fallback, or an error with `--require-policy`), `verify` and `log`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{check_invariants, tmp, TestField};
+use greenwave_core::ActionSource;
+use greenwave_runtime::bundle::{self, verify_and_load};
+use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, FallbackKind, Policy};
+use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
+use greenwave_runtime::log::{read_all, LogConfig, LogWriter, SyncPolicy};
+use greenwave_tools::train::{train, Algo, TrainConfig};
+
+fn tiny_training() -> TrainConfig {
+    let mut c = TrainConfig::new("single-4way", Algo::Ppo, 240, 7);
+    c.n_envs = 2;
+    c.rollout_steps = 60;
+    c.hidden = vec![16, 16];
+    c.episode_s = Some(600);
+    c.ppo.minibatch = 64;
+    c.command = "runtime end-to-end test".into();
+    c
+}
+
+fn controller_bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_greenwave-controller"))
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let out = controller_bin().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn train_export_sign_run_an_hour_and_read_the_log_back() {
+    let dir = tmp("e2e");
+    let run = dir.join("run");
+    train(&tiny_training(), &run, false, false).unwrap();
+    let onnx = dir.join("export/policy.onnx");
+    greenwave_tools::export_cmd::export(&run, &onnx).unwrap();
+    let (keys, public_hex) =
+        greenwave_tools::bundle_cmd::keygen(&dir.join("keys/site"), false).unwrap();
+    let bundle_dir = dir.join("bundle");
+    let signer = greenwave_tools::bundle_cmd::bundle(&onnx, &keys.secret, &bundle_dir).unwrap();
+    assert_eq!(signer, public_hex);
+
+    // The controller side.
+    let scenario = greenwave_sim::load("single-4way").unwrap();
+    let mut field = TestField::new(&scenario, 11);
+    let specs = field.inner.signal_specs();
+    let interval = field.inner.decision_interval();
+    let trusted = bundle::load_public_key(&keys.public).unwrap();
+    let b = verify_and_load(&bundle_dir, &[trusted], &specs[0].plan, specs[0].layout).unwrap();
+    assert_eq!(b.manifest.provenance.command, "runtime end-to-end test");
+    let policy = Policy {
+        backend: load_backend(BackendKind::Tract, &b.model, specs[0].layout, None).unwrap(),
+        version: b.manifest.policy_version,
+        explorer: Explorer::greedy(),
+    };
+    let log_dir = dir.join("log");
+    let mut log_cfg = LogConfig::new(&log_dir);
+    log_cfg.sync = SyncPolicy::EveryRecords(16.try_into().unwrap());
+    let (log, _) = LogWriter::open(log_cfg).unwrap();
+    let plan = specs[0].plan.clone();
+    let layout = specs[0].layout;
+    let mut c = Controller::new(
+        specs,
+        Ok(policy),
+        Fallback::for_scenario(&scenario, FallbackKind::FixedTime),
+        ControllerConfig::new(interval),
+        Some(log),
+    )
+    .unwrap();
+    let stats = c.run(&mut field, 3600.0, |_| {}).unwrap();
+    let commit = c.close_log().unwrap().unwrap();
+
+    assert_eq!(stats.decisions, 720);
+    assert_eq!(stats.policy_decisions, 720, "{stats:?}");
+    assert_eq!(stats.watchdog.fallback_switches, 0);
+    assert_eq!(stats.transitions_logged, 720);
+    assert_eq!(stats.transitions_dropped, 0);
+    assert_eq!(commit.committed, 720);
+    check_invariants(&plan, &field.shown[0]).unwrap();
+    let metrics = greenwave_sim::Env::metrics(field.inner.env());
+    assert!(
+        metrics.throughput_veh > 0 && metrics.sim_seconds == 3600.0,
+        "{metrics:?}"
+    );
+
+    let (records, issues) = read_all(&log_dir).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(records.len(), 720);
+    for (k, r) in records.iter().enumerate() {
+        let t = &r.transition;
+        assert_eq!(t.timestamp_ms, k as u64 * 5000);
+        assert_eq!(
+            (t.obs.len(), t.next_obs.len()),
+            (layout.dim(), layout.dim())
+        );
+        assert_eq!(t.policy_version, b.manifest.policy_version);
+        assert!(
+            matches!(t.source, ActionSource::Policy | ActionSource::Supervisor),
+            "{t:?}"
+        );
+        assert_eq!(t.log_prob, 0.0, "greedy");
+        assert!(t.reward.is_finite());
+        let mask = layout.mask_from_obs(&t.obs).unwrap();
+        assert!(
+            mask.allows(greenwave_core::PhaseId(t.requested)),
+            "record {k}: request outside the mask"
+        );
+        if t.source == ActionSource::Policy {
+            assert_eq!(t.requested, t.action);
+        }
+        if let Some(next) = records.get(k + 1) {
+            assert_eq!(
+                t.next_obs, next.transition.obs,
+                "record {k}: next_obs is the next obs"
+            );
+            assert!(!t.done);
+        } else {
+            assert!(t.done, "the last record ends the session");
+        }
+    }
+
+    // The binary on the same bundle.
+    let bundle_s = bundle_dir.to_str().unwrap();
+    let trust = keys.public.to_str().unwrap();
+    let log2 = dir.join("log2");
+    let v = run_json(&[
+        "run",
+        "--bundle",
+        bundle_s,
+        "--trust",
+        trust,
+        "--scenario",
+        "single-4way",
+        "--log-dir",
+        log2.to_str().unwrap(),
+        "--seconds",
+        "600",
+        "--seed",
+        "3",
+        "--json",
+        "-q",
+    ]);
+    for key in [
+        "mean_delay_s",
+        "mean_wait_s",
+        "mean_travel_time_s",
+        "throughput_veh",
+        "backlog_veh",
+        "sim_seconds",
+        "wall_seconds",
+        "fallback_switches",
+        "supervisor_overrides",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(v["sim_seconds"], 600.0);
+    assert_eq!(v["policy"]["loaded"], true);
+    assert_eq!(v["transitions_logged"], 120);
+    assert_eq!(v["transitions_committed"], 120);
+    let summary = run_json(&["log", "--log-dir", log2.to_str().unwrap(), "--json"]);
+    assert_eq!(summary["records"], 120);
+    assert_eq!(summary["issues"].as_array().unwrap().len(), 0);
+
+    // A key the controller does not trust: the bundle is refused, the signals keep running
+    // on the fallback (or the controller stops, with --require-policy).
+    let (other, _) = bundle::keygen(&dir.join("keys/other"), false).unwrap();
+    let other_pub = other.public.to_str().unwrap();
+    let log3 = dir.join("log3");
+    let v = run_json(&[
+        "run",
+        "--bundle",
+        bundle_s,
+        "--trust",
+        other_pub,
+        "--scenario",
+        "single-4way",
+        "--log-dir",
+        log3.to_str().unwrap(),
+        "--seconds",
+        "300",
+        "--json",
+        "-q",
+    ]);
+    assert_eq!(v["policy"]["loaded"], false);
+    assert!(
+        v["policy"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("trust check failed"),
+        "{v}"
+    );
+    assert_eq!(v["fallback_decisions"], 60);
+    let out = controller_bin()
+        .args([
+            "run",
+            "--bundle",
+            bundle_s,
+            "--trust",
+            other_pub,
+            "--scenario",
+            "single-4way",
+        ])
+        .args([
+            "--log-dir",
+            log3.to_str().unwrap(),
+            "--seconds",
+            "60",
+            "--require-policy",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("trust check failed"));
+    let out = controller_bin()
+        .args([
+            "verify",
+            "--bundle",
+            bundle_s,
+            "--trust",
+            trust,
+            "--scenario",
+            "single-4way",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("matches every signal"));
+    let _ = std::fs::remove_dir_all(Path::new(&dir));
+}

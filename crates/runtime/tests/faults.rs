@@ -1,0 +1,200 @@
+//! Fault injection: NaN outputs, a slow model, a failing backend, a dead detector, an
+//! impossible reading and an unloadable model each put the signal on its fallback at the
+//! decision where the fault appears, the supervisor's invariants hold throughout, and the
+//! policy is back once the fault has been gone for the healthy period.
+
+mod common;
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::rc::Rc;
+use std::time::Duration;
+
+use common::{check_invariants, fixture, Faults, FaultyBackend, TestField};
+use greenwave_core::{ActionSource, Millis};
+use greenwave_runtime::bundle::verify_and_load;
+use greenwave_runtime::controller::{
+    Controller, ControllerConfig, ControllerStats, Fallback, FallbackKind, FaultKind, Mode, Policy,
+};
+use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
+use greenwave_runtime::log::{read_all, LogConfig, LogWriter, SyncPolicy};
+
+const INTERVAL_MS: u64 = 5000;
+const HEALTHY_S: u32 = 30;
+const DECISIONS: u64 = 240;
+
+struct Outcome {
+    modes: Vec<Mode>,
+    sources: BTreeMap<u64, ActionSource>,
+    stats: ControllerStats,
+}
+
+/// Runs single-4way for `DECISIONS` decisions with the given faults; checks the
+/// invariants and that the log holds one record per decision; returns the mode after each
+/// decision and the logged source per decision time.
+fn run(
+    name: &str,
+    faults: Faults,
+    dead: Option<Range<u64>>,
+    impossible: Option<Range<u64>>,
+    loadable: bool,
+) -> Outcome {
+    let fx = fixture(name);
+    let b = verify_and_load(&fx.bundle, &[fx.public], &fx.plan, fx.layout).unwrap();
+    let policy = if loadable {
+        let inner = load_backend(BackendKind::Tract, &b.model, fx.layout, None).unwrap();
+        Ok(Policy {
+            backend: Box::new(FaultyBackend {
+                inner,
+                faults,
+                calls: Rc::new(Cell::new(0)),
+            }),
+            version: b.manifest.policy_version,
+            explorer: Explorer::greedy(),
+        })
+    } else {
+        Err("tract: cannot load the policy model: injected".to_string())
+    };
+    let mut field = TestField::new(&fx.scenario, 3);
+    field.dead_detector = dead;
+    field.impossible = impossible;
+    let specs = field.inner.signal_specs();
+    let mut cfg = ControllerConfig::new(Millis(INTERVAL_MS as u32));
+    cfg.inference_budget = Duration::from_millis(10);
+    cfg.healthy_period = Millis::from_secs(HEALTHY_S);
+    let mut log_cfg = LogConfig::new(fx.dir.join("log"));
+    log_cfg.sync = SyncPolicy::EveryRecord;
+    let (log, _) = LogWriter::open(log_cfg).unwrap();
+    let fallback = Fallback::for_scenario(&fx.scenario, FallbackKind::FixedTime);
+    let mut c = Controller::new(specs, policy, fallback, cfg, Some(log)).unwrap();
+    let mut modes = Vec::new();
+    for _ in 0..DECISIONS {
+        assert!(c.step(&mut field).unwrap());
+        modes.push(c.mode(0));
+    }
+    let stats = c.finish(&mut field).unwrap();
+    c.close_log().unwrap();
+    check_invariants(&fx.plan, &field.shown[0]).unwrap();
+    let (records, issues) = read_all(fx.dir.join("log")).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    let sources: BTreeMap<u64, ActionSource> = records
+        .iter()
+        .map(|r| (r.transition.timestamp_ms / INTERVAL_MS, r.transition.source))
+        .collect();
+    let _ = std::fs::remove_dir_all(&fx.dir);
+    Outcome {
+        modes,
+        sources,
+        stats,
+    }
+}
+
+/// Decision `k` was taken by the fallback (logged so, when it was logged at all).
+fn by_fallback(o: &Outcome, k: u64) -> bool {
+    o.modes[k as usize] == Mode::Fallback
+        && o.sources
+            .get(&k)
+            .is_none_or(|s| *s == ActionSource::Fallback)
+}
+
+/// Checks: policy before `window`, fallback from its first decision through the healthy
+/// period after it, policy again afterwards, one switch each way.
+fn assert_fallback_and_recovery(o: &Outcome, window: Range<u64>, kind: FaultKind) {
+    let healthy = HEALTHY_S as u64 * 1000 / INTERVAL_MS;
+    for k in 0..window.start {
+        assert_eq!(
+            o.modes[k as usize],
+            Mode::Policy,
+            "decision {k} before the fault"
+        );
+    }
+    for k in window.start..window.end + healthy {
+        assert!(
+            by_fallback(o, k),
+            "decision {k}: fallback expected (fault window {window:?})"
+        );
+    }
+    for k in window.end + healthy..DECISIONS {
+        assert_eq!(
+            o.modes[k as usize],
+            Mode::Policy,
+            "decision {k}: policy expected after recovery"
+        );
+    }
+    let w = &o.stats.watchdog;
+    assert_eq!((w.fallback_switches, w.policy_returns), (1, 1), "{w:?}");
+    assert_eq!(w.switches_by_reason.get(&kind), Some(&1), "{w:?}");
+    assert_eq!(
+        w.faults.get(&kind),
+        Some(&(window.end - window.start)),
+        "{w:?}"
+    );
+    assert_eq!(o.stats.decisions, DECISIONS);
+}
+
+#[test]
+fn nan_outputs_fall_back_at_once_and_recover() {
+    let faults = Faults {
+        nan: Some(40..50),
+        ..Faults::default()
+    };
+    let o = run("nan", faults, None, None, true);
+    assert_fallback_and_recovery(&o, 40..50, FaultKind::NonFiniteOutput);
+}
+
+#[test]
+fn slow_model_falls_back_at_once_and_recovers() {
+    let faults = Faults {
+        slow: Some((60..63, Duration::from_millis(30))),
+        ..Faults::default()
+    };
+    let o = run("slow", faults, None, None, true);
+    assert_fallback_and_recovery(&o, 60..63, FaultKind::SlowInference);
+}
+
+#[test]
+fn failing_backend_falls_back_at_once_and_recovers() {
+    let faults = Faults {
+        error: Some(20..25),
+        ..Faults::default()
+    };
+    let o = run("error", faults, None, None, true);
+    assert_fallback_and_recovery(&o, 20..25, FaultKind::InferenceError);
+}
+
+#[test]
+fn dead_detector_falls_back_at_once_and_recovers() {
+    let window = 30..45u64;
+    let ms = window.start * INTERVAL_MS..window.end * INTERVAL_MS;
+    let o = run("dead", Faults::default(), Some(ms), None, true);
+    assert_fallback_and_recovery(&o, window.clone(), FaultKind::DetectorSilent);
+    // No observation, no transition: the decisions inside the window (and the ones that
+    // led into it) are not logged, everything else is.
+    for k in window {
+        assert!(
+            !o.sources.contains_key(&k),
+            "decision {k} logged without an observation"
+        );
+    }
+    assert_eq!(o.stats.transitions_dropped, 16);
+}
+
+#[test]
+fn impossible_reading_falls_back_at_once_and_recovers() {
+    let window = 70..72u64;
+    let ms = window.start * INTERVAL_MS..window.end * INTERVAL_MS;
+    let o = run("impossible", Faults::default(), None, Some(ms), true);
+    assert_fallback_and_recovery(&o, window, FaultKind::ImpossibleReading);
+}
+
+#[test]
+fn unloadable_model_runs_the_fallback_for_good() {
+    let o = run("unloadable", Faults::default(), None, None, false);
+    assert!(o.modes.iter().all(|m| *m == Mode::Fallback));
+    assert!(o.sources.values().all(|s| *s == ActionSource::Fallback));
+    let w = &o.stats.watchdog;
+    assert_eq!((w.fallback_switches, w.policy_returns), (1, 0));
+    assert_eq!(w.faults.get(&FaultKind::ModelUnavailable), Some(&1));
+    assert_eq!(o.stats.fallback_decisions, DECISIONS);
+}

@@ -1,0 +1,435 @@
+//! On-device fine-tuning: the update, the gate, the log's corrupt segments, the policy
+//! store's atomic switch and rollback, and the `finetune` / `rollback` subcommands.
+//!
+//! The data: the project's trained `models/single-4way.onnx` run by the controller on the
+//! embedded simulator with ε-greedy exploration, logging every transition.
+//!
+//! That sampled and exact expectations agree is tested on the algorithm itself in
+//! `greenwave-learn` (`offpolicy::tests::sampled_expectations_converge_to_exact`: the
+//! expected Q and the clipped objective), as are a zero learning rate and the KL limit on
+//! `update_policy` alone; here the last two are checked through the whole fine-tune
+//! (log → import → update → gate → re-export).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::tmp;
+use greenwave_learn::onnx;
+use greenwave_runtime::bundle;
+use greenwave_runtime::finetune::{
+    self, candidate_manifest, sim, FinetuneConfig, Outcome, PolicyStore,
+};
+use greenwave_runtime::log::SegmentIssue;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn model_path() -> PathBuf {
+    repo().join("models/single-4way.onnx")
+}
+
+fn model() -> Vec<u8> {
+    std::fs::read(model_path()).unwrap()
+}
+
+/// Logs `sessions` controller sessions of `seconds` each (one segment per session) with
+/// ε = 0.2 on single-4way.
+fn log_sessions(dir: &Path, sessions: u64, seconds: u32) {
+    let scenario = common::scenario();
+    for s in 0..sessions {
+        sim::run_controller(&scenario, &model(), 1, 100 + s, seconds, 0.2, Some(dir)).unwrap();
+    }
+}
+
+fn quick(cfg: FinetuneConfig) -> FinetuneConfig {
+    FinetuneConfig {
+        min_records: 500,
+        gate: finetune::GateConfig {
+            min_states: 100,
+            ..cfg.gate
+        },
+        ..cfg
+    }
+}
+
+fn run(log: &Path, cfg: &FinetuneConfig) -> Outcome {
+    std::env::set_var("RAYON_NUM_THREADS", "1");
+    finetune::finetune(&model(), log, cfg, &mut |l| eprintln!("{l}")).unwrap()
+}
+
+#[test]
+fn a_corrupt_segment_is_reported_and_skipped_and_the_others_are_used() {
+    let dir = tmp("ft-corrupt");
+    let log = dir.join("log");
+    log_sessions(&log, 3, 1800); // 3 segments × 360 records
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    segs.sort();
+    assert_eq!(segs.len(), 3, "{segs:?}");
+    // Flip a byte in the middle of the second segment: a CRC mismatch there.
+    let mut bytes = std::fs::read(&segs[1]).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&segs[1], &bytes).unwrap();
+
+    let (weights, _) = onnx::import(&model()).unwrap();
+    let data = finetune::data::read_log(&log, weights.obs_layout, &weights.norm).unwrap();
+    let s = &data.summary;
+    assert_eq!(data.issues.len(), 1, "{:?}", data.issues);
+    let issue: &SegmentIssue = &data.issues[0];
+    assert_eq!(issue.path, segs[1]);
+    assert!(s.issues[0].contains("seg-"), "{:?}", s.issues);
+    // Everything of segments 1 and 3, and segment 2 up to the corruption.
+    assert!(
+        s.records_used >= 720 && s.records_used < 1080,
+        "{} records",
+        s.records_used
+    );
+    assert_eq!(s.records_used, s.records_read);
+    let seg_of = |p: &PathBuf| -> u64 {
+        p.file_stem().unwrap().to_str().unwrap()[4..]
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(s.first.unwrap().segment, seg_of(&segs[0]));
+    assert_eq!(s.last.unwrap().segment, seg_of(&segs[2]));
+
+    // The fine-tune runs on the rest and reports the problem.
+    let out = run(&log, &quick(FinetuneConfig::default()));
+    assert_eq!(out.report.log.issues.len(), 1);
+    assert_eq!(out.report.log.records_used, s.records_used);
+}
+
+#[test]
+fn a_zero_learning_rate_changes_nothing_and_passes_the_gate() {
+    let dir = tmp("ft-lr0");
+    let log = dir.join("log");
+    log_sessions(&log, 1, 7200);
+    let mut cfg = quick(FinetuneConfig::default());
+    cfg.update.learning_rate = 0.0;
+    let out = run(&log, &cfg);
+    let (parent, _) = onnx::import(&model()).unwrap();
+    assert_eq!(
+        out.weights, parent,
+        "lr = 0 leaves every parameter as it was"
+    );
+    let r = &out.report;
+    assert_eq!(r.update.policy.kl, 0.0);
+    assert_eq!(r.update.policy.epochs, cfg.update.epochs);
+    assert!(!r.update.policy.stopped_by_kl);
+    assert_eq!(r.gate.kl, 0.0);
+    assert_eq!(r.gate.greedy_changed, 0.0);
+    assert_eq!(r.gate.estimate, 0.0);
+    assert!(r.gate.accepted, "{}", r.gate.reason);
+    // Re-exported, it is the same model with a new manifest.
+    let m = candidate_manifest(&out.parent, 2, r, &cfg, "test");
+    let bytes = onnx::reexport(&out.weights, &m);
+    let (w2, m2) = onnx::import(&bytes).unwrap();
+    assert_eq!(w2, parent);
+    assert_eq!(m2.policy_version, 2);
+    assert_eq!(m2.provenance.parent_version, Some(1));
+    assert_eq!(m2.provenance.algorithm, "finetune");
+    assert!(m2.provenance.details.contains_key("log"));
+    assert!(m2.provenance.details.contains_key("gate"));
+}
+
+#[test]
+fn the_kl_limit_stops_the_update_early_within_the_limit() {
+    let dir = tmp("ft-kl");
+    let log = dir.join("log");
+    log_sessions(&log, 1, 7200);
+    let mut cfg = quick(FinetuneConfig::default());
+    cfg.update.learning_rate = 1e-2;
+    cfg.update.epochs = 100;
+    cfg.update.max_kl = 0.005;
+    let out = run(&log, &cfg);
+    let p = &out.report.update.policy;
+    assert!(p.stopped_by_kl && p.reverted_epoch, "{p:?}");
+    assert!(p.epochs < 100, "{p:?}");
+    assert!(p.kl <= 0.005, "the kept policy is within the limit: {p:?}");
+}
+
+#[test]
+fn the_gate_rejects_an_update_trained_on_the_negated_reward() {
+    let dir = tmp("ft-harm");
+    let log = dir.join("log");
+    log_sessions(&log, 2, 7200);
+    // An update large enough to change many greedy choices, with a KL limit the gate does
+    // not trip: the estimate must be what rejects it.
+    let mut cfg = quick(FinetuneConfig::default());
+    cfg.update.learning_rate = 3e-3;
+    cfg.update.max_kl = 0.5;
+    cfg.gate.max_kl = 1.0;
+    cfg.flip_reward_sign = true;
+    let out = run(&log, &cfg);
+    let g = &out.report.gate;
+    eprintln!("harmful: {g:?}");
+    assert!(out.report.update.flipped_reward_sign);
+    assert!(g.greedy_changed > 0.0, "{g:?}");
+    assert!(!g.accepted, "{}", g.reason);
+    assert!(g.reason.contains("estimate says worse"), "{}", g.reason);
+    assert!(g.estimate < 0.0, "{g:?}");
+}
+
+/// A bundle of the repo's model, signed by a fresh site key.
+struct Site {
+    dir: PathBuf,
+    bundle: PathBuf,
+    site_pub: PathBuf,
+    site: ed25519_dalek::VerifyingKey,
+    own_key: PathBuf,
+    own_pub: PathBuf,
+}
+
+fn site(name: &str) -> Site {
+    let dir = tmp(name);
+    let (keys, site) = bundle::keygen(&dir.join("keys/site"), false).unwrap();
+    let (own, _) = bundle::keygen(&dir.join("keys/controller"), false).unwrap();
+    let key = bundle::load_signing_key(&keys.secret).unwrap();
+    let b = dir.join("bundle");
+    bundle::pack_and_sign(&common::inputs(&model_path()), &key, &b).unwrap();
+    Site {
+        dir,
+        bundle: b,
+        site_pub: keys.public,
+        site,
+        own_key: own.secret,
+        own_pub: own.public,
+    }
+}
+
+#[test]
+fn the_store_switches_atomically_keeps_the_previous_version_and_rolls_back() {
+    let s = site("ft-store");
+    let store_dir = s.dir.join("store");
+    // Leftovers of an interrupted write are cleared on open.
+    std::fs::create_dir_all(store_dir.join("staging/v9-1/bundle")).unwrap();
+    let store = PolicyStore::open(&store_dir).unwrap();
+    assert!(!store_dir.join("staging/v9-1").exists());
+    assert!(store.current().unwrap().is_none());
+    let adopted = store.adopt(&s.bundle, &[s.site]).unwrap();
+    assert_eq!(adopted.version, 1);
+    assert!(store.previous().unwrap().is_none());
+
+    let log = s.dir.join("log");
+    log_sessions(&log, 1, 3600);
+    let mut cfg = quick(FinetuneConfig::default());
+    cfg.update.learning_rate = 1e-3;
+    let out = run(&log, &cfg);
+    let own = bundle::load_signing_key(&s.own_key).unwrap();
+    let v = store.next_version(1).unwrap();
+    assert_eq!(v, 2);
+    let m = candidate_manifest(&out.parent, v, &out.report, &cfg, "test");
+    let sw = store
+        .install(&out.weights, &m, &own, &[s.site], "test")
+        .unwrap();
+    assert_eq!((sw.version, sw.from), (2, Some(1)));
+    let cur = store.current().unwrap().unwrap();
+    assert!(cur.ends_with("versions/v000002"), "{cur:?}");
+    assert!(store
+        .previous()
+        .unwrap()
+        .unwrap()
+        .ends_with("versions/v000001"));
+    // `current` is what a controller loads: it verifies against the site key plus the
+    // controller's own, for the single-4way plan, and carries the new weights.
+    let (plan, layout) = common::plan_and_layout(&common::scenario());
+    let b = bundle::verify_and_load(
+        &store.current_link(),
+        &[s.site, own.verifying_key()],
+        &plan,
+        layout,
+    )
+    .unwrap();
+    assert_eq!(b.manifest.policy_version, 2);
+    assert_eq!(b.manifest.provenance.parent_version, Some(1));
+    let (w, _) = onnx::import(&b.model).unwrap();
+    assert_eq!(w, out.weights);
+    // Only the site key: the controller-signed version is refused.
+    assert!(bundle::verify(&store.current_link(), &[s.site]).is_err());
+
+    // Rollback: back to v1; v2 stays on disk and its number is not reused.
+    let rb = store
+        .rollback(&[s.site, own.verifying_key()], "test")
+        .unwrap();
+    assert_eq!((rb.version, rb.from), (1, Some(2)));
+    assert!(store
+        .current()
+        .unwrap()
+        .unwrap()
+        .ends_with("versions/v000001"));
+    assert!(store.previous().unwrap().is_none());
+    assert!(store_dir.join("versions/v000002").is_dir());
+    assert_eq!(store.next_version(1).unwrap(), 3);
+    assert!(
+        store.rollback(&[s.site], "again").is_err(),
+        "nothing to roll back to"
+    );
+    let events: Vec<String> = store
+        .history()
+        .unwrap()
+        .into_iter()
+        .map(|h| h.event)
+        .collect();
+    assert_eq!(events, ["adopt", "finetune-accepted", "rollback"]);
+}
+
+#[test]
+fn rollback_refuses_a_tampered_previous_version() {
+    let s = site("ft-tamper");
+    let store = PolicyStore::open(s.dir.join("store")).unwrap();
+    store.adopt(&s.bundle, &[s.site]).unwrap();
+    let (w, m) = onnx::import(&model()).unwrap();
+    let mut m2 = m.clone();
+    m2.policy_version = 2;
+    m2.provenance.parent_version = Some(1);
+    let own = bundle::load_signing_key(&s.own_key).unwrap();
+    store.install(&w, &m2, &own, &[s.site], "test").unwrap();
+    // Tamper with v1's model.
+    let p = s.dir.join("store/versions/v000001/policy.onnx");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let n = bytes.len();
+    bytes[n - 10] ^= 1;
+    std::fs::write(&p, bytes).unwrap();
+    let err = store
+        .rollback(&[s.site, own.verifying_key()], "test")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("integrity check failed"), "{err}");
+    assert!(
+        store
+            .current()
+            .unwrap()
+            .unwrap()
+            .ends_with("versions/v000002"),
+        "unchanged"
+    );
+}
+
+fn controller(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_greenwave-controller"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_finetune_and_rollback_commands() {
+    let s = site("ft-cli");
+    let log = s.dir.join("log");
+    log_sessions(&log, 2, 7200);
+    let p = |x: &Path| x.to_str().unwrap().to_string();
+    let (store, bundle_dir, site_pub, own_key, own_pub, log_s) = (
+        p(&s.dir.join("store")),
+        p(&s.bundle),
+        p(&s.site_pub),
+        p(&s.own_key),
+        p(&s.own_pub),
+        p(&log),
+    );
+    let base = [
+        "finetune",
+        "--store",
+        &store,
+        "--bundle",
+        &bundle_dir,
+        "--trust",
+        &site_pub,
+        "--key",
+        &own_key,
+        "--log-dir",
+        &log_s,
+        "--scenario",
+        "single-4way",
+        "--min-records",
+        "500",
+    ];
+    // A deliberately harmful update: rejected, exit status 2, nothing switched.
+    let mut a: Vec<&str> = base.to_vec();
+    a.extend([
+        "--diagnostic-flip-reward-sign",
+        "--lr",
+        "3e-3",
+        "--max-kl",
+        "0.5",
+        "--gate-max-kl",
+        "1",
+        "--json",
+    ]);
+    let out = controller(&a);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["switched"], false);
+    assert_eq!(j["gate"]["accepted"], false);
+    assert_eq!(j["current_version"], 1);
+
+    // lr = 0: the estimate is exactly 0 ("not worse"), accepted and switched to v2.
+    let mut a: Vec<&str> = base.to_vec();
+    a.extend(["--lr", "0", "--json"]);
+    let out = controller(&a);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["switched"], true, "{j}");
+    assert_eq!(j["current_version"], 2);
+
+    // The controller runs the store's current version (trusting its own key).
+    let cur = format!("{store}/current");
+    let out = controller(&[
+        "run",
+        "--bundle",
+        &cur,
+        "--trust",
+        &site_pub,
+        "--trust",
+        &own_pub,
+        "--scenario",
+        "single-4way",
+        "--log-dir",
+        &p(&s.dir.join("log2")),
+        "--seconds",
+        "60",
+        "--json",
+        "--require-policy",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["policy"]["policy_version"], 2);
+
+    let out = controller(&[
+        "rollback", "--store", &store, "--trust", &site_pub, "--trust", &own_pub,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("v2 -> v1"));
+    let store = PolicyStore::open(&store).unwrap();
+    let events: Vec<String> = store
+        .history()
+        .unwrap()
+        .into_iter()
+        .map(|h| h.event)
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "adopt",
+            "finetune-rejected",
+            "finetune-accepted",
+            "rollback"
+        ]
+    );
+}
