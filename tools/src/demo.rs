@@ -1,15 +1,21 @@
-//! `greenwave demo`: the whole workstation story on the embedded simulator, no install:
-//! train a policy on `single-4way`, export it, compare it with fixed-time, actuated and
-//! max-pressure on held-out seeds, and write a report folder (Markdown + PNG plots).
+//! `greenwave demo`: the whole story on the embedded simulator, no install: train a policy
+//! on `single-4way`, export it, compare it with fixed-time, actuated and max-pressure on
+//! held-out seeds, sign a bundle and run the controller (greenwave-runtime) for a simulated
+//! hour with logging, then fine-tune on-device after a demand shift, and write a report
+//! folder (Markdown + PNG plots).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use greenwave_sim::{Controller, ControllerKind, EmbeddedEnv, Env, Scenario};
+use greenwave_runtime::bundle;
+use greenwave_runtime::finetune::{self, candidate_manifest, sim, FinetuneConfig, PolicyStore};
+use greenwave_runtime::log::read_all;
+use greenwave_sim::{Controller, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario};
 use plotters::prelude::*;
 
+use crate::bundle_cmd::{bundle as sign_bundle, keygen};
 use crate::eval_cmd::{compare, load_policy_for, table, EvalRow};
 use crate::export_cmd::export;
 use crate::policy_controller::PolicyController;
@@ -44,7 +50,7 @@ pub fn run_demo(args: &DemoArgs) -> Result<PathBuf> {
     std::fs::create_dir_all(&report).with_context(|| format!("creating {}", report.display()))?;
 
     eprintln!(
-        "[1/4] training PPO on single-4way ({} decisions)",
+        "[1/6] training PPO on single-4way ({} decisions)",
         args.steps
     );
     let mut cfg = TrainConfig::new("single-4way", Algo::Ppo, args.steps, args.seed);
@@ -57,26 +63,205 @@ pub fn run_demo(args: &DemoArgs) -> Result<PathBuf> {
     let run_dir = out.join("train");
     let summary = train(&cfg, &run_dir, false, true)?;
 
-    eprintln!("[2/4] exporting the policy (ONNX + firmware blobs)");
+    eprintln!("[2/6] exporting the policy (ONNX + firmware blobs)");
     let model = out.join("model").join("policy.onnx");
     export(&run_dir, &model)?;
 
     eprintln!(
-        "[3/4] evaluating against fixed-time, actuated and max-pressure on {} seeds",
+        "[3/6] evaluating against fixed-time, actuated and max-pressure on {} seeds",
         args.seeds
     );
     let seeds: Vec<u64> = (1000..1000 + args.seeds.max(1)).collect();
     let seconds = scenario.episode_s() as f64;
     let rows = compare(&model, &scenario, &seeds, seconds)?;
 
-    eprintln!("[4/4] writing the report");
+    eprintln!("[4/6] signing a bundle; the controller runs it for a simulated hour, logging");
+    let (site, signer) = keygen(&out.join("keys/site"), true)?;
+    let (own, _) = keygen(&out.join("keys/controller"), true)?;
+    let keys = Keys {
+        site_secret: site.secret,
+        site: bundle::load_public_key(&site.public)?,
+        own: bundle::load_signing_key(&own.secret)?,
+        signer,
+    };
+    let hour = controller_hour(out, &keys, &model, &scenario, seeds[0])?;
+
+    eprintln!("[5/6] demand shift: deploy, log a field day, fine-tune on-device, re-evaluate");
+    let shift = finetune_after_shift(out, &keys, args, &seeds)?;
+
+    eprintln!("[6/6] writing the report");
     std::fs::copy(run_dir.join("training.png"), report.join("training.png"))?;
     delay_chart(&rows, &report.join("delay_by_controller.png"))?;
     let traces = queue_traces(&model, &scenario, seeds[0])?;
     queue_chart(&traces, &report.join("queue_over_time.png"))?;
-    let md = markdown(args, &summary, &rows, start.elapsed().as_secs_f64());
+    finetune_chart(&shift, &report.join("finetune_before_after.png"))?;
+    let md = markdown(
+        args,
+        &summary,
+        &rows,
+        &keys,
+        &hour,
+        &shift,
+        start.elapsed().as_secs_f64(),
+    );
     std::fs::write(report.join("README.md"), md)?;
     Ok(report.join("README.md"))
+}
+
+/// The demo's keys: the site's (signs what the workstation exports) and the controller's
+/// own (signs its fine-tuned versions).
+struct Keys {
+    site_secret: PathBuf,
+    site: bundle::VerifyingKey,
+    own: bundle::SigningKey,
+    signer: String,
+}
+
+/// Removes a folder the demo is about to write afresh (a previous run's).
+fn fresh(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// What the controller did in its simulated hour.
+struct ControllerHour {
+    seed: u64,
+    metrics: EpisodeMetrics,
+    records_read_back: usize,
+    log_issues: usize,
+}
+
+/// The site signs the exported policy; the controller verifies the bundle, adopts it into
+/// its policy store and runs it for a simulated hour on `scenario`, logging every
+/// transition; the log is read back.
+fn controller_hour(
+    out: &Path,
+    keys: &Keys,
+    model: &Path,
+    scenario: &Scenario,
+    seed: u64,
+) -> Result<ControllerHour> {
+    let bundle_dir = out.join("bundle");
+    fresh(&bundle_dir)?;
+    sign_bundle(model, &keys.site_secret, &bundle_dir)?;
+    let trusted = [keys.site];
+    let store_dir = out.join("controller/store");
+    fresh(&store_dir)?;
+    let store = PolicyStore::open(&store_dir)?;
+    let adopted = store.adopt(&bundle_dir, &trusted)?;
+    let verified = bundle::verify(&adopted.dir, &trusted)?;
+    let log = out.join("controller/log");
+    fresh(&log)?;
+    let metrics = sim::run_controller(
+        scenario,
+        &verified.model,
+        verified.manifest.policy_version,
+        seed,
+        3600,
+        0.0,
+        Some(&log),
+    )?;
+    let (records, issues) = read_all(&log)?;
+    Ok(ControllerHour {
+        seed,
+        metrics,
+        records_read_back: records.len(),
+        log_issues: issues.len(),
+    })
+}
+
+/// The fine-tuning story, in runtime's `finetune-shift` scenario (single-4way's junction
+/// and plan): a policy trained where north–south dominates is deployed where the heavy
+/// direction has flipped; the controller logs a simulated day with bounded exploration,
+/// fine-tunes on that log, and the gate decides; both policies are evaluated greedily.
+struct ShiftStory {
+    train_steps: u64,
+    field: EpisodeMetrics,
+    records: u64,
+    report: finetune::FinetuneReport,
+    switched_to: Option<u32>,
+    seeds: Vec<u64>,
+    before: Vec<EpisodeMetrics>,
+    after: Vec<EpisodeMetrics>,
+}
+
+fn finetune_after_shift(
+    out: &Path,
+    keys: &Keys,
+    args: &DemoArgs,
+    seeds: &[u64],
+) -> Result<ShiftStory> {
+    let dir = out.join("finetune");
+    std::fs::create_dir_all(&dir)?;
+    let scenario_path = dir.join("finetune-shift.toml");
+    std::fs::write(&scenario_path, sim::SHIFT_SCENARIO_TOML)?;
+    let scenario_s = scenario_path.to_string_lossy().into_owned();
+    let scenario = greenwave_sim::load(&scenario_s)?;
+    let train_steps = if args.quick { 2_000 } else { 200_000 };
+    let mut tc = TrainConfig::new(&scenario_s, Algo::Ppo, train_steps, args.seed);
+    tc.demand = Some("train".into());
+    tc.episode_s = Some(3600);
+    tc.command = format!("greenwave demo (fine-tune story), seed {}", args.seed);
+    if args.quick {
+        tc.n_envs = 2;
+        tc.rollout_steps = 60;
+        tc.hidden = vec![16, 16];
+    }
+    let run = dir.join("train");
+    train(&tc, &run, false, false)?;
+    let onnx = dir.join("model/policy.onnx");
+    export(&run, &onnx)?;
+    let (site_pub, own_key) = (keys.site, &keys.own);
+    let bundle_dir = dir.join("bundle");
+    fresh(&bundle_dir)?;
+    sign_bundle(&onnx, &keys.site_secret, &bundle_dir)?;
+    let store_dir = dir.join("store");
+    fresh(&store_dir)?;
+    let store = PolicyStore::open(&store_dir)?;
+    let v1 = store.adopt(&bundle_dir, &[site_pub])?;
+    let deployed = bundle::verify(&v1.dir, &[site_pub])?;
+
+    // A day in the field (demand `field`), with the runtime's bounded exploration.
+    let log = dir.join("log");
+    fresh(&log)?;
+    let field = sim::run_controller(
+        &scenario,
+        &deployed.model,
+        v1.version,
+        7,
+        86_400,
+        0.1,
+        Some(&log),
+    )?;
+
+    let cfg = FinetuneConfig::default();
+    let (switched_to, report, after_model) =
+        match finetune::finetune(&deployed.model, &log, &cfg, &mut |l| eprintln!("      {l}")) {
+            Ok(o) if o.report.gate.accepted => {
+                let v = store.next_version(v1.version)?;
+                let m = candidate_manifest(&o.parent, v, &o.report, &cfg, "greenwave demo");
+                let s =
+                    store.install(&o.weights, &m, own_key, &[site_pub], &o.report.gate.reason)?;
+                let b = bundle::verify(&s.dir, &[site_pub, own_key.verifying_key()])?;
+                (Some(s.version), o.report, b.model)
+            }
+            Ok(o) => (None, o.report, deployed.model.clone()),
+            Err(e) => return Err(e).context("fine-tuning on the field log"),
+        };
+    let before = sim::evaluate(&scenario, &deployed.model, seeds, 3600)?;
+    let after = sim::evaluate(&scenario, &after_model, seeds, 3600)?;
+    Ok(ShiftStory {
+        train_steps,
+        field,
+        records: report.log.records_used,
+        report,
+        switched_to,
+        seeds: seeds.to_vec(),
+        before,
+        after,
+    })
 }
 
 /// Runs `greenwave demo`.
@@ -90,6 +275,9 @@ fn markdown(
     args: &DemoArgs,
     s: &crate::train::TrainSummary,
     rows: &[EvalRow],
+    keys: &Keys,
+    hour: &ControllerHour,
+    shift: &ShiftStory,
     wall_s: f64,
 ) -> String {
     let mut md = String::from("# greenwave demo report\n\n");
@@ -121,7 +309,38 @@ fn markdown(
         );
     }
     md.push_str("\n![delay by controller](delay_by_controller.png)\n\n![queue over time](queue_over_time.png)\n");
-    let _ = writeln!(md, "\nFiles: `../train/` (run folder: metrics.csv, losses.png, checkpoints), `../model/` (policy.onnx, policy.blob, policy.int8.blob, policy.manifest.json).\n\nDemo wall time: {wall_s:.1} s.");
+    let m = &hour.metrics;
+    let _ = writeln!(
+        md,
+        "\n## The controller\n\nThe exported policy, signed with the site key (`../keys/site.pub`, signer `{}`), \
+         verified and adopted by the controller's policy store (`../controller/store`), ran one simulated hour \
+         (seed {}) under greenwave-runtime's supervisor and watchdog: mean delay {:.2} s, {} vehicles served. \
+         The transition log (`../controller/log`) read back {} records with {} issues.\n",
+        keys.signer, hour.seed, m.mean_delay_s, m.throughput_veh, hour.records_read_back, hour.log_issues
+    );
+    let r = &shift.report;
+    let _ = writeln!(
+        md,
+        "## On-device fine-tuning after a demand shift\n\nScenario `finetune-shift` (single-4way's junction and plan): a policy trained \
+         for {} decisions where north–south carries almost all traffic is deployed where the heavy direction has flipped to east–west. \
+         The controller logs a simulated day with bounded exploration (ε = 0.1; mean delay {:.2} s), then fine-tunes on the log \
+         ({} records; off-policy clipped PPO, default settings, {:.1} s).\n\n**Gate: {}** — {}\n",
+        shift.train_steps,
+        shift.field.mean_delay_s,
+        shift.records,
+        r.wall_s,
+        match shift.switched_to {
+            Some(v) => format!("accepted, switched to v{v} (signed with the controller's own key)"),
+            None => "rejected, the deployed policy stays".to_string(),
+        },
+        r.gate.reason
+    );
+    md.push_str(
+        "Greedy evaluation, one hour per seed (after = the version running after the gate):\n\n",
+    );
+    md.push_str(&sim::delay_table(&shift.seeds, &shift.before, &shift.after));
+    md.push_str("\n![fine-tune before/after](finetune_before_after.png)\n");
+    let _ = writeln!(md, "\nFiles: `../train/` (run folder: metrics.csv, losses.png, checkpoints), `../model/` (policy.onnx, policy.blob, policy.int8.blob, policy.manifest.json), `../bundle/` (signed), `../controller/` (policy store, transition log), `../finetune/` (the shift story's run, bundle, store and log).\n\nDemo wall time: {wall_s:.1} s.");
     md
 }
 
@@ -243,6 +462,60 @@ fn queue_chart(traces: &[QueueTrace], path: &Path) -> Result<()> {
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Mean delay per evaluation seed, deployed vs after the fine-tune and gate.
+fn finetune_chart(story: &ShiftStory, path: &Path) -> Result<()> {
+    let root = BitMapBackend::new(path, (800, 450)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = story.seeds.len();
+    let max = story
+        .before
+        .iter()
+        .chain(&story.after)
+        .map(|m| m.mean_delay_s)
+        .fold(1.0, f64::max)
+        * 1.15;
+    let seeds = story.seeds.clone();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "mean delay by eval seed: deployed (left) vs fine-tuned (right), s",
+            ("sans-serif", 20),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..n as f64, 0f64..max)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 0.01 {
+                seeds
+                    .get(i)
+                    .map(|s| format!("seed {s}"))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .draw()?;
+    for (k, (series, color)) in [(&story.before, COLORS[1]), (&story.after, COLORS[0])]
+        .into_iter()
+        .enumerate()
+    {
+        let x0 = 0.1 + 0.4 * k as f64;
+        chart.draw_series(series.iter().enumerate().map(|(i, m)| {
+            Rectangle::new(
+                [(i as f64 + x0, 0.0), (i as f64 + x0 + 0.38, m.mean_delay_s)],
+                color.filled(),
+            )
+        }))?;
+    }
     root.present()?;
     Ok(())
 }

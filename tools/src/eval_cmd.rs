@@ -5,13 +5,13 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use greenwave_learn::manifest::plan_hash_hex;
-use greenwave_learn::{onnx, PolicyWeights};
+use greenwave_learn::{onnx, Manifest, PolicyWeights};
 use greenwave_sim::{
-    run_episode, Controller, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario,
+    run_episode, Controller, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario, SignalSpec,
 };
 use serde::Serialize;
 
-use crate::policy_controller::PolicyController;
+use crate::backend::{BackendArgs, EnvSource};
 
 /// One controller's averaged results.
 #[derive(Clone, Debug, Serialize)]
@@ -27,31 +27,50 @@ pub struct EvalRow {
 
 /// Loads a policy from ONNX, checking it was trained for `scenario`'s plan and layout.
 pub fn load_policy_for(model: &Path, scenario: &Scenario) -> Result<PolicyWeights> {
+    let specs = EmbeddedEnv::from_scenario(scenario, 0).signals().to_vec();
+    load_policy_for_signals(model, &specs, &format!("scenario '{}'", scenario.name()))
+}
+
+/// Loads a policy from ONNX, checking it fits the signals `specs` of `what` (a scenario or
+/// a SUMO net): the manifest's plan hash must be that of the first signal's plan (one
+/// shared policy acts for every signal) and its observation layout that of every signal.
+pub fn load_policy_for_signals(
+    model: &Path,
+    specs: &[SignalSpec],
+    what: &str,
+) -> Result<PolicyWeights> {
     let bytes = std::fs::read(model).with_context(|| format!("reading {}", model.display()))?;
     let (weights, manifest) =
         onnx::import(&bytes).with_context(|| format!("loading {}", model.display()))?;
-    let plans = scenario.plans();
-    let plan = plans.first().context("scenario has no signals")?;
-    if manifest.plan_hash != plan_hash_hex(plan) {
-        bail!(
-            "{} was trained for phase plan {} but scenario '{}' runs plan {}",
-            model.display(),
-            manifest.plan_hash,
-            scenario.name(),
-            plan_hash_hex(plan)
-        );
-    }
-    let layout = greenwave_sim::EmbeddedEnv::from_scenario(scenario, 0).signals()[0].layout;
-    if manifest.obs_layout != layout {
-        bail!(
-            "{} reads observations of layout {:?} but scenario '{}' produces {:?}",
-            model.display(),
-            manifest.obs_layout,
-            scenario.name(),
-            layout
-        );
-    }
+    check_fits(&manifest, specs, what)
+        .with_context(|| format!("{} cannot run on {what}", model.display()))?;
     Ok(weights)
+}
+
+/// Whether a policy with `manifest` may act on the signals `specs` of `what`.
+pub fn check_fits(manifest: &Manifest, specs: &[SignalSpec], what: &str) -> Result<()> {
+    let first = specs
+        .first()
+        .with_context(|| format!("{what} has no signals"))?;
+    let hash = plan_hash_hex(&first.plan);
+    if manifest.plan_hash != hash {
+        bail!(
+            "it was trained for phase plan {} but {what} runs plan {hash} (signal '{}')",
+            manifest.plan_hash,
+            first.id
+        );
+    }
+    for s in specs {
+        if manifest.obs_layout != s.layout {
+            bail!(
+                "it reads observations of layout {:?} but signal '{}' of {what} produces {:?}",
+                manifest.obs_layout,
+                s.id,
+                s.layout
+            );
+        }
+    }
+    Ok(())
 }
 
 fn average(runs: &[EpisodeMetrics]) -> EpisodeMetrics {
@@ -69,12 +88,11 @@ fn average(runs: &[EpisodeMetrics]) -> EpisodeMetrics {
     }
 }
 
-/// Runs `controller` on `seeds` episodes of `scenario` (split over 2 threads).
-pub fn evaluate(
-    scenario: &Scenario,
-    make: &(dyn Fn() -> Box<dyn Controller> + Sync),
+/// Runs `episode(seed)` for every seed of `seeds`, split over 2 threads; results in seed
+/// order.
+pub fn evaluate_with(
     seeds: &[u64],
-    seconds: f64,
+    episode: &(dyn Fn(u64) -> Result<EpisodeMetrics> + Sync),
 ) -> Result<Vec<EpisodeMetrics>> {
     let half = seeds.len().div_ceil(2).max(1);
     let results: Vec<Result<Vec<EpisodeMetrics>>> = std::thread::scope(|s| {
@@ -82,19 +100,19 @@ pub fn evaluate(
             .chunks(half)
             .map(|chunk| {
                 s.spawn(move || {
-                    let mut out = Vec::new();
-                    for &seed in chunk {
-                        let mut env = EmbeddedEnv::from_scenario(scenario, seed);
-                        let mut c = make();
-                        out.push(run_episode(&mut env, c.as_mut(), seed, seconds)?);
-                    }
-                    Ok(out)
+                    chunk
+                        .iter()
+                        .map(|&seed| episode(seed).with_context(|| format!("seed {seed}")))
+                        .collect::<Result<Vec<_>>>()
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("eval worker panicked"))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("an evaluation thread panicked")))
+            })
             .collect()
     });
     let mut all = Vec::new();
@@ -104,27 +122,61 @@ pub fn evaluate(
     Ok(all)
 }
 
-/// The policy and the three classic controllers on the same seeds.
+/// Runs `controller` on `seeds` episodes of `scenario` (split over 2 threads).
+pub fn evaluate(
+    scenario: &Scenario,
+    make: &(dyn Fn() -> Box<dyn Controller> + Sync),
+    seeds: &[u64],
+    seconds: f64,
+) -> Result<Vec<EpisodeMetrics>> {
+    evaluate_with(seeds, &|seed| {
+        let mut env = EmbeddedEnv::from_scenario(scenario, seed);
+        let mut c = make();
+        Ok(run_episode(&mut env, c.as_mut(), seed, seconds)?)
+    })
+}
+
+/// The policy and the three classic controllers on the same seeds of `scenario`.
 pub fn compare(
     model: &Path,
     scenario: &Scenario,
     seeds: &[u64],
     seconds: f64,
 ) -> Result<Vec<EvalRow>> {
-    let weights = load_policy_for(model, scenario)?;
+    compare_on(
+        model,
+        &EnvSource::Embedded(scenario.clone()),
+        seeds,
+        seconds,
+    )
+}
+
+/// The policy and the three classic controllers on the same seeds, on either backend. The
+/// policy must fit the source's signals (plan hash and observation layout), else nothing
+/// runs.
+pub fn compare_on(
+    model: &Path,
+    source: &EnvSource,
+    seeds: &[u64],
+    seconds: f64,
+) -> Result<Vec<EvalRow>> {
+    let what = source.describe();
+    let specs = source.signals()?;
+    let weights = load_policy_for_signals(model, &specs, &what)?;
     let mut rows = Vec::new();
-    let policy =
-        move || -> Box<dyn Controller> { Box::new(PolicyController::new(weights.clone())) };
     rows.push(EvalRow {
         controller: "policy".into(),
-        metrics: average(&evaluate(scenario, &policy, seeds, seconds)?),
+        metrics: average(&evaluate_with(seeds, &|seed| {
+            source.run_policy(&weights, seed, seconds)
+        })?),
         seeds: seeds.len(),
     });
     for kind in ControllerKind::ALL {
-        let make = move || kind.build(scenario);
+        let metrics = evaluate_with(seeds, &|seed| source.run_classic(kind, seed, seconds))
+            .with_context(|| format!("evaluating {kind}"))?;
         rows.push(EvalRow {
             controller: kind.name().into(),
-            metrics: average(&evaluate(scenario, &make, seeds, seconds)?),
+            metrics: average(&metrics),
             seeds: seeds.len(),
         });
     }
@@ -156,19 +208,23 @@ pub struct EvalArgs {
     /// The policy (ONNX from `greenwave export`).
     #[arg(long)]
     pub model: std::path::PathBuf,
-    /// Built-in scenario or TOML scenario file.
-    #[arg(long, default_value = "single-4way")]
+    /// Built-in scenario or TOML scenario file (embedded simulator).
+    #[arg(long, default_value = "single-4way", conflicts_with = "net")]
     pub scenario: String,
-    /// Demand set of the scenario (e.g. `shifted`).
-    #[arg(long)]
+    /// Demand set of the scenario (e.g. `shifted`; embedded simulator).
+    #[arg(long, conflicts_with = "net")]
     pub demand: Option<String>,
+    /// Simulator (`--backend sumo --net F.net.xml --routes F.rou.xml [--begin S]`), as for
+    /// `greenwave sim`; the policy must have been trained for the same phase plan.
+    #[command(flatten)]
+    pub sim: BackendArgs,
     /// Number of evaluation seeds.
     #[arg(long, default_value_t = 5)]
     pub seeds: u64,
     /// First seed (evaluation seeds are `first..first+seeds`; keep them apart from training).
     #[arg(long, default_value_t = 1000)]
     pub first_seed: u64,
-    /// Seconds per episode (default: the scenario's episode length).
+    /// Seconds per episode (default: the scenario's episode length; 3600 on SUMO).
     #[arg(long)]
     pub seconds: Option<u32>,
     /// One JSON row per controller instead of a table.
@@ -178,14 +234,10 @@ pub struct EvalArgs {
 
 /// Runs `greenwave eval`.
 pub fn run(args: &EvalArgs) -> Result<()> {
-    let mut scenario = greenwave_sim::load(&args.scenario)
-        .with_context(|| format!("loading scenario '{}'", args.scenario))?;
-    if let Some(d) = &args.demand {
-        scenario = scenario.with_demand(d)?;
-    }
+    let source = EnvSource::from_args(&args.sim, &args.scenario, args.demand.as_deref())?;
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds.max(1)).collect();
-    let seconds = args.seconds.unwrap_or(scenario.episode_s()) as f64;
-    let rows = compare(&args.model, &scenario, &seeds, seconds)?;
+    let seconds = args.seconds.map_or(source.episode_s(), f64::from);
+    let rows = compare_on(&args.model, &source, &seeds, seconds)?;
     if args.json {
         for r in &rows {
             println!("{}", serde_json::to_string(r)?);
@@ -194,7 +246,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         println!(
             "{} on '{}', {} seeds ({}..{}), {} s each\n",
             args.model.display(),
-            scenario.name(),
+            source.name(),
             seeds.len(),
             seeds[0],
             seeds[seeds.len() - 1],

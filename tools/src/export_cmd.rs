@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use greenwave_core::PhasePlan;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{onnx, Manifest, Provenance};
 use greenwave_sim::Scenario;
@@ -36,19 +37,43 @@ pub fn side_paths(onnx_path: &Path) -> (PathBuf, PathBuf, PathBuf) {
 pub fn export(run: &Path, out: &Path) -> Result<Exported> {
     let (weights, info, pinfo) =
         load_policy(run).with_context(|| format!("reading run folder {}", run.display()))?;
-    let scenario = Scenario::from_file(&run.join("scenario.toml"))
-        .context("reading the run's scenario.toml")?;
-    let plans = scenario.plans();
-    let plan = plans.first().context("scenario has no signals")?;
+    // The plans the environment trained on (run.json); older run folders have only their
+    // scenario.toml.
+    let plans: Vec<PhasePlan> = if info.plans.is_empty() {
+        let scenario = Scenario::from_file(&run.join("scenario.toml"))
+            .context("reading the run's scenario.toml")?;
+        scenario.plans().into_iter().cloned().collect()
+    } else {
+        info.plans.clone()
+    };
+    let plan = plans
+        .first()
+        .context("the trained environment has no signals")?;
     let mut details = serde_json::Map::new();
-    let hashes: Vec<String> = plans.iter().map(|p| plan_hash_hex(p)).collect();
+    let hashes: Vec<String> = plans.iter().map(plan_hash_hex).collect();
     details.insert("plan_hashes".into(), serde_json::json!(hashes));
     details.insert("iterations".into(), serde_json::json!(pinfo.iteration));
+    let scenario = match info.config.sim.sumo_label() {
+        Some(label) => {
+            details.insert("backend".into(), serde_json::json!("sumo"));
+            details.insert("sumo_net".into(), serde_json::json!(info.config.sim.net));
+            details.insert(
+                "sumo_routes".into(),
+                serde_json::json!(info.config.sim.routes),
+            );
+            details.insert(
+                "sumo_begin_s".into(),
+                serde_json::json!(info.config.sim.begin),
+            );
+            label
+        }
+        None => info.config.scenario.clone(),
+    };
     let provenance = Provenance {
         command: info.config.command.clone(),
         git_rev: info.git_rev.clone(),
         seed: info.config.seed,
-        scenario: info.config.scenario.clone(),
+        scenario,
         algorithm: info.config.algo.name().into(),
         env_steps: pinfo.env_steps,
         parent_version: None,

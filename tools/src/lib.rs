@@ -3,6 +3,8 @@
 //! The workstation side of greenwave, as a library behind the `greenwave` binary:
 //! training runs, export, evaluation.
 
+pub mod backend;
+pub mod bundle_cmd;
 pub mod demo;
 pub mod eval_cmd;
 pub mod export_cmd;

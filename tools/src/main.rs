@@ -29,6 +29,10 @@ enum Command {
     Export(greenwave_tools::export_cmd::ExportArgs),
     /// Evaluate a policy next to fixed-time, actuated and max-pressure.
     Eval(greenwave_tools::eval_cmd::EvalArgs),
+    /// Make an ed25519 key pair for signing policy bundles.
+    Keygen(greenwave_tools::bundle_cmd::KeygenArgs),
+    /// Pack an exported policy into a signed bundle for controllers.
+    Bundle(greenwave_tools::bundle_cmd::BundleArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +49,8 @@ fn main() -> ExitCode {
         Command::Train(args) => greenwave_tools::train::cli::run(args),
         Command::Export(args) => greenwave_tools::export_cmd::run(args),
         Command::Eval(args) => greenwave_tools::eval_cmd::run(args),
+        Command::Keygen(args) => greenwave_tools::bundle_cmd::run_keygen(args),
+        Command::Bundle(args) => greenwave_tools::bundle_cmd::run_bundle(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,11 +2,11 @@
 //! classic controllers.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use greenwave_sim::{run_episode, scenario, ControllerKind, EmbeddedEnv, EpisodeMetrics, Scenario};
+use greenwave_tools::backend::{Backend, BackendArgs, EnvSource};
 use serde::Serialize;
 
 /// Arguments of `greenwave sim`.
@@ -33,28 +33,10 @@ pub struct SimArgs {
     /// Print the scenario in the TOML file format and exit (a start for your own).
     #[arg(long)]
     pub print_scenario: bool,
-    /// Simulator: the embedded one, or SUMO over TraCI (needs `--net`, `--routes`, a build
-    /// with feature `sumo` and SUMO installed: `pip install eclipse-sumo==1.28.0`, SUMO_HOME).
-    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
-    pub backend: Backend,
-    /// SUMO network (`.net.xml`), with `--backend sumo`.
-    #[arg(long, required_if_eq("backend", "sumo"))]
-    pub net: Option<PathBuf>,
-    /// SUMO routes (`.rou.xml`), with `--backend sumo`.
-    #[arg(long, required_if_eq("backend", "sumo"))]
-    pub routes: Option<PathBuf>,
-    /// SUMO time the episode starts at (s), with `--backend sumo`.
-    #[arg(long, default_value_t = 0.0)]
-    pub begin: f64,
-}
-
-/// `--backend` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// greenwave's embedded simulator (`--scenario`).
-    Embedded,
-    /// SUMO (`--net`, `--routes`); `fixed-time` is then the network's own static program.
-    Sumo,
+    /// Simulator options (`--backend embedded|sumo`, `--net`, `--routes`, `--begin`),
+    /// shared with `greenwave train` and `greenwave eval`.
+    #[command(flatten)]
+    pub sim: BackendArgs,
 }
 
 /// `--controller` values.
@@ -110,7 +92,8 @@ struct CompareReport<'a> {
 
 /// Runs `greenwave sim`.
 pub fn run(args: &SimArgs) -> Result<()> {
-    if args.backend == Backend::Sumo {
+    args.sim.check()?;
+    if args.sim.backend == Backend::Sumo {
         return run_sumo(args);
     }
     let scenario = resolve_scenario(args)?;
@@ -173,59 +156,32 @@ fn print_runs(
 
 /// `--backend sumo`: every controller on SUMO; `fixed-time` runs the network's own static
 /// programs. JSON fields as for the embedded simulator, `scenario`/`demand` being the net
-/// and route files.
-#[cfg(feature = "sumo")]
+/// and route files. Without feature `sumo`, an error saying how to rebuild.
 fn run_sumo(args: &SimArgs) -> Result<()> {
-    use greenwave_sim::controllers::{Actuated, MaxPressure};
-    use greenwave_sim::sumo::{SumoConfig, SumoEnv};
-
-    let (Some(net), Some(routes)) = (&args.net, &args.routes) else {
-        anyhow::bail!("--backend sumo needs --net and --routes");
-    };
-    let mut cfg = SumoConfig::new(net, routes);
-    cfg.begin_s = args.begin;
-    cfg.seed = args.seed;
-    if let Some(s) = args.seconds {
-        cfg.seconds = s as f64;
-    }
-    let seconds = cfg.seconds;
+    let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
+    let seconds = args.seconds.map_or(source.episode_s(), f64::from);
     let runs = args
         .controller
         .kinds()
         .into_iter()
         .map(|kind| {
-            let what = || format!("simulating {} on SUMO under {kind}", net.display());
-            let metrics = match kind {
-                ControllerKind::FixedTime => {
-                    greenwave_sim::sumo::run_static_program(cfg.clone()).with_context(what)?
-                }
-                ControllerKind::Actuated | ControllerKind::MaxPressure => {
-                    let mut controller: Box<dyn greenwave_sim::Controller> = match kind {
-                        ControllerKind::Actuated => Box::new(Actuated::default()),
-                        _ => Box::new(MaxPressure),
-                    };
-                    let mut env = SumoEnv::new(cfg.clone()).with_context(what)?;
-                    run_episode(&mut env, controller.as_mut(), args.seed, seconds)
-                        .with_context(what)?
-                }
-            };
+            let metrics = source
+                .run_classic(kind, args.seed, seconds)
+                .with_context(|| format!("simulating {} under {kind}", source.describe()))?;
             Ok(ControllerRun {
                 controller: kind.name(),
                 metrics,
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let (net, routes) = (net.display().to_string(), routes.display().to_string());
+    let show = |p: &Option<std::path::PathBuf>| {
+        p.as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let (net, routes) = (show(&args.sim.net), show(&args.sim.routes));
     let title = format!("SUMO net {net} (routes {routes})");
     print_runs(&net, &routes, &title, args, &runs)
-}
-
-#[cfg(not(feature = "sumo"))]
-fn run_sumo(_args: &SimArgs) -> Result<()> {
-    anyhow::bail!(
-        "this greenwave was built without SUMO support; rebuild with \
-         `cargo build --release -p greenwave-tools --features sumo`"
-    )
 }
 
 fn resolve_scenario(args: &SimArgs) -> Result<Scenario> {

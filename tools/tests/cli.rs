@@ -137,3 +137,74 @@ fn sim_prints_the_scenario_file() {
     let text = stdout(&o);
     assert!(text.contains("name = \"grid-4x4\"") && text.contains("[[signals]]"));
 }
+
+/// The simulator options are shared by `sim`, `train` and `eval`; SUMO's options without
+/// `--backend sumo` are refused rather than ignored.
+#[test]
+fn sumo_options_need_backend_sumo() {
+    for cmd in [
+        vec!["sim"],
+        vec!["train", "--out", "/nonexistent/greenwave-run"],
+        vec!["eval", "--model", "/nonexistent/policy.onnx"],
+    ] {
+        let mut args = cmd.clone();
+        args.extend(["--net", "x.net.xml", "--routes", "x.rou.xml"]);
+        let o = greenwave(&args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(
+            stderr(&o).contains("--backend sumo"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        // `--backend sumo` needs both files, and takes no embedded scenario.
+        let mut args = cmd.clone();
+        args.extend(["--backend", "sumo", "--net", "x.net.xml"]);
+        let o = greenwave(&args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains("--routes"), "{args:?}: {}", stderr(&o));
+    }
+    for cmd in ["train", "eval"] {
+        let o = greenwave(&[
+            cmd,
+            "--scenario",
+            "arterial-3",
+            "--backend",
+            "sumo",
+            "--net",
+            "x.net.xml",
+            "--routes",
+            "x.rou.xml",
+        ]);
+        assert!(!o.status.success(), "{cmd}");
+        assert!(
+            stderr(&o).contains("cannot be used with"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+/// Without feature `sumo`, `--backend sumo` says how to rebuild.
+#[cfg(not(feature = "sumo"))]
+#[test]
+fn backend_sumo_without_the_feature_says_how_to_rebuild() {
+    for cmd in [
+        vec!["sim"],
+        vec!["train", "--out", "/nonexistent/greenwave-run"],
+        vec!["eval", "--model", "/nonexistent/policy.onnx"],
+    ] {
+        let mut args = cmd;
+        args.extend([
+            "--backend",
+            "sumo",
+            "--net",
+            "x.net.xml",
+            "--routes",
+            "x.rou.xml",
+        ]);
+        let o = greenwave(&args);
+        assert!(!o.status.success(), "{args:?}");
+        let err = stderr(&o);
+        assert!(err.contains("--features sumo"), "{args:?}: {err}");
+    }
+}

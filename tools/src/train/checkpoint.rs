@@ -1,4 +1,5 @@
-//! The run folder: `run.json` and `scenario.toml` (what was trained, for export),
+//! The run folder: `run.json` (what was trained, on which backend, the signals' phase
+//! plans) and, on the embedded simulator, `scenario.toml` (for export and inspection),
 //! `policy.safetensors` + `policy.json` (latest weights and normalisation),
 //! `checkpoint.safetensors` + `checkpoint.json` (everything `--resume` needs), and
 //! `metrics.csv`. Files are written to a temporary name and renamed, so an interrupted
@@ -11,7 +12,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
-use greenwave_core::ObsLayout;
+use greenwave_core::{ObsLayout, PhasePlan};
 use greenwave_learn::nets::MlpNet;
 use greenwave_learn::{ActorCritic, Adam, ObsNormalization, PolicyWeights, RunningObsStats};
 use greenwave_sim::Scenario;
@@ -24,7 +25,7 @@ use super::{IterationRow, Learner, Replay, TrainConfig, OBS_CLIP};
 pub struct RunInfo {
     /// The configuration.
     pub config: TrainConfig,
-    /// Scenario name.
+    /// Scenario name, or `sumo:NET` on SUMO.
     pub scenario_name: String,
     /// Observation layout.
     pub obs_layout: ObsLayout,
@@ -32,6 +33,23 @@ pub struct RunInfo {
     pub decision_interval_s: u32,
     /// Git revision of the trainer.
     pub git_rev: String,
+    /// The phase plan of every signal, in signal order, as the environment built it (from
+    /// the scenario, or from the SUMO net). Export takes the manifest's plan from here;
+    /// empty in runs written before this field existed (export then reads scenario.toml).
+    #[serde(default)]
+    pub plans: Vec<PhasePlan>,
+}
+
+/// What [`write_run_info`] records about the environment trained on.
+pub struct RunFacts<'a> {
+    /// Scenario name, or `sumo:NET`.
+    pub name: &'a str,
+    /// Seconds per decision.
+    pub decision_interval_s: u32,
+    /// The scenario, on the embedded simulator (written as `scenario.toml`).
+    pub scenario: Option<&'a Scenario>,
+    /// Every signal's phase plan, in signal order.
+    pub plans: Vec<PhasePlan>,
 }
 
 /// `policy.json`: the latest policy's normalisation and progress.
@@ -135,26 +153,37 @@ fn stats_of(s: &RunningObsStats) -> Stats {
     }
 }
 
-/// Writes `run.json` and `scenario.toml`.
+/// Writes `run.json`, and `scenario.toml` when the run is on a scenario (a stale one from an
+/// earlier run in the same folder is removed otherwise).
 pub fn write_run_info(
     out: &Path,
     cfg: &TrainConfig,
-    sc: &Scenario,
+    facts: &RunFacts<'_>,
     layout: ObsLayout,
     git_rev: &str,
 ) -> Result<()> {
     let info = RunInfo {
         config: cfg.clone(),
-        scenario_name: sc.name().to_string(),
+        scenario_name: facts.name.to_string(),
         obs_layout: layout,
-        decision_interval_s: sc.decision_interval_s(),
+        decision_interval_s: facts.decision_interval_s,
         git_rev: git_rev.to_string(),
+        plans: facts.plans.clone(),
     };
     write_atomic(
         &out.join("run.json"),
         serde_json::to_string_pretty(&info)?.as_bytes(),
     )?;
-    write_atomic(&out.join("scenario.toml"), sc.to_toml_string().as_bytes())
+    let toml = out.join("scenario.toml");
+    match facts.scenario {
+        Some(sc) => write_atomic(&toml, sc.to_toml_string().as_bytes()),
+        None => match std::fs::remove_file(&toml) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing stale {}", toml.display()))
+            }
+            _ => Ok(()),
+        },
+    }
 }
 
 /// Saves the policy, and (when `resumable`) the full checkpoint.
@@ -255,6 +284,18 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
             run.config.hidden,
             run.config.seed,
             run.config.n_envs
+        );
+    }
+    if run.config.sim != cfg.sim {
+        let describe = |b: &crate::backend::BackendArgs| {
+            b.sumo_label()
+                .unwrap_or_else(|| format!("the {} simulator", b.backend.name()))
+        };
+        bail!(
+            "{} was trained on {}; resume with the same --backend, --net, --routes and --begin (asked: {})",
+            out.display(),
+            describe(&run.config.sim),
+            describe(&cfg.sim)
         );
     }
     let info: CheckpointInfo = read_json(&info_path)?;

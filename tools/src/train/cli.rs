@@ -6,19 +6,23 @@ use anyhow::Result;
 use clap::Args;
 
 use super::{train, Algo, TrainConfig};
+use crate::backend::{Backend, BackendArgs};
 
 /// Arguments of `greenwave train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// Built-in scenario (single-4way, arterial-3, grid-4x4) or a TOML scenario file.
-    #[arg(long, default_value = "single-4way")]
+    /// Built-in scenario (single-4way, arterial-3, grid-4x4) or a TOML scenario file
+    /// (embedded simulator).
+    #[arg(long, default_value = "single-4way", conflicts_with = "net")]
     pub scenario: String,
-    /// Demand set of the scenario (e.g. `shifted`).
-    #[arg(long)]
+    /// Demand set of the scenario (e.g. `shifted`; embedded simulator).
+    #[arg(long, conflicts_with = "net")]
     pub demand: Option<String>,
-    /// Simulator backend (only the embedded simulator trains today).
-    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
-    pub backend: Backend,
+    /// Simulator (`--backend sumo --net F.net.xml --routes F.rou.xml [--begin S]`), as for
+    /// `greenwave sim`. On SUMO every environment runs its own `sumo` process, the signals
+    /// are the net's traffic lights and their phase plans come from the net.
+    #[command(flatten)]
+    pub sim: BackendArgs,
     /// Learning algorithm.
     #[arg(long, value_enum, default_value_t = Algo::Ppo)]
     pub algo: Algo,
@@ -52,7 +56,7 @@ pub struct TrainArgs {
     /// Stop early once approx-KL exceeds this (PPO).
     #[arg(long)]
     pub target_kl: Option<f32>,
-    /// Episode length override (s).
+    /// Episode length override (s); on SUMO the default is 3600 s from `--begin`.
     #[arg(long)]
     pub episode_seconds: Option<u32>,
     /// Stop after this many iterations (resume later with `--resume`).
@@ -63,16 +67,15 @@ pub struct TrainArgs {
     pub quiet: bool,
 }
 
-/// `--backend` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    /// The embedded mesoscopic simulator.
-    Embedded,
-}
-
 /// Runs `greenwave train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
-    let mut cfg = TrainConfig::new(&args.scenario, args.algo, args.steps, args.seed);
+    let scenario = match args.sim.backend {
+        Backend::Embedded => args.scenario.clone(),
+        // A label for run.json and provenance; the net and routes are in `cfg.sim`.
+        Backend::Sumo => args.sim.sumo_label().unwrap_or_default(),
+    };
+    let mut cfg = TrainConfig::new(&scenario, args.algo, args.steps, args.seed);
+    cfg.sim = args.sim.clone();
     cfg.demand = args.demand.clone();
     cfg.n_envs = args.envs;
     cfg.rollout_steps = args.rollout_steps;

@@ -1,5 +1,7 @@
-//! `greenwave train`: PPO (on-policy) or off-policy Q-critic PPO on a scenario, with a
-//! progress bar, a metrics CSV, PNG plots, checkpoints and `--resume`.
+//! `greenwave train`: PPO (on-policy) or off-policy Q-critic PPO on a scenario of the
+//! embedded simulator or on a SUMO net (`--backend sumo`), with a progress bar, a metrics
+//! CSV, PNG plots, checkpoints and `--resume`. The training loop is generic over the
+//! [`Env`] trait; the backend only decides how environments are made.
 //!
 //! Determinism: every random stream is derived from the seed and the iteration number
 //! (rollout sampling per worker thread, minibatch shuffling, episode seeds per env slot),
@@ -29,6 +31,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{Backend, BackendArgs};
 use rollout::{collect_parallel, episode_seed, AgentTrajectory, EnvSlot};
 
 /// Normalised observations are clipped to ±this.
@@ -57,8 +60,12 @@ impl Algo {
 /// Everything a training run needs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TrainConfig {
-    /// Scenario name or file.
+    /// Scenario name or file (embedded simulator).
     pub scenario: String,
+    /// The simulator: embedded (the scenario) or SUMO (net, routes, begin). Written into
+    /// `run.json` as `backend`, `net`, `routes`, `begin` (absent in older runs: embedded).
+    #[serde(flatten)]
+    pub sim: BackendArgs,
     /// Algorithm.
     pub algo: Algo,
     /// Agent decisions to train for (summed over envs and signals).
@@ -79,7 +86,7 @@ pub struct TrainConfig {
     pub offpolicy: OffPolicyConfig,
     /// Replay capacity (decisions) for off-policy PPO.
     pub replay_capacity: usize,
-    /// Override of the scenario's episode length (s).
+    /// Override of the episode length (s): the scenario's, or SUMO's default 3600 s.
     pub episode_s: Option<u32>,
     /// Demand set of the scenario (e.g. `shifted`), if not its default.
     #[serde(default)]
@@ -97,6 +104,7 @@ impl TrainConfig {
     pub fn new(scenario: &str, algo: Algo, total_steps: u64, seed: u64) -> Self {
         TrainConfig {
             scenario: scenario.into(),
+            sim: BackendArgs::embedded(),
             algo,
             total_steps,
             seed,
@@ -364,11 +372,6 @@ impl Learner {
     }
 }
 
-/// Decisions per episode of the scenario.
-fn episode_decisions(sc: &Scenario) -> u64 {
-    (sc.episode_s() / sc.decision_interval_s().max(1)) as u64
-}
-
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -377,22 +380,93 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
-/// Runs (or resumes) training into `out`.
+/// What a run trains on, beside the environments themselves.
+struct RunSource<'a> {
+    /// Scenario name, or `sumo:NET`.
+    name: String,
+    /// Decisions per episode (checkpoints fall on episode ends).
+    episode_decisions: u64,
+    /// The scenario (embedded simulator), written to the run folder as `scenario.toml`.
+    scenario: Option<&'a Scenario>,
+}
+
+/// Runs (or resumes) training into `out`, on the backend `cfg.sim` names.
 pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Result<TrainSummary> {
     if cfg.n_envs == 0 || cfg.rollout_steps == 0 || cfg.total_steps == 0 {
         bail!("--envs, --rollout-steps and --steps must all be at least 1");
     }
+    cfg.sim.check()?;
+    match cfg.sim.backend {
+        Backend::Embedded => {
+            let scenario = scenario_of(cfg)?;
+            let source = RunSource {
+                name: scenario.name().to_string(),
+                episode_decisions: (scenario.episode_s() / scenario.decision_interval_s().max(1))
+                    as u64,
+                scenario: Some(&scenario),
+            };
+            train_on(cfg, out, resume, progress, &source, |seed| {
+                Ok(EmbeddedEnv::from_scenario(&scenario, seed))
+            })
+        }
+        Backend::Sumo => train_sumo(cfg, out, resume, progress),
+    }
+}
+
+/// Training on SUMO: every environment slot runs its own `sumo` process.
+#[cfg(feature = "sumo")]
+fn train_sumo(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Result<TrainSummary> {
+    if let Some(d) = &cfg.demand {
+        bail!("--demand {d} is a scenario option; on SUMO the demand is the route file");
+    }
+    let base = cfg
+        .sim
+        .sumo_config(cfg.episode_s.map(f64::from), cfg.seed)?;
+    let source = RunSource {
+        name: cfg.sim.sumo_label().unwrap_or_default(),
+        episode_decisions: (base.seconds / base.decision_interval_s).ceil() as u64,
+        scenario: None,
+    };
+    train_on(cfg, out, resume, progress, &source, |seed| {
+        let mut c = base.clone();
+        c.seed = seed;
+        greenwave_sim::sumo::SumoEnv::new(c)
+            .with_context(|| format!("starting SUMO on {}", base.net.display()))
+    })
+}
+
+#[cfg(not(feature = "sumo"))]
+fn train_sumo(
+    _cfg: &TrainConfig,
+    _out: &Path,
+    _resume: bool,
+    _progress: bool,
+) -> Result<TrainSummary> {
+    Err(crate::backend::sumo_not_built())
+}
+
+/// The training loop on environments made by `make(seed)` (one per slot, first episode
+/// seeded `seed`), whatever their backend.
+fn train_on<E: Env + Send>(
+    cfg: &TrainConfig,
+    out: &Path,
+    resume: bool,
+    progress: bool,
+    source: &RunSource<'_>,
+    make: impl Fn(u64) -> Result<E>,
+) -> Result<TrainSummary> {
     std::fs::create_dir_all(out)
         .with_context(|| format!("creating run folder {}", out.display()))?;
-    let scenario = scenario_of(cfg)?;
-    let mut slots: Vec<EnvSlot<EmbeddedEnv>> = (0..cfg.n_envs)
-        .map(|i| EnvSlot {
-            env: EmbeddedEnv::from_scenario(&scenario, episode_seed(cfg.seed, i, 0)),
-            index: i,
-            episodes: 0,
-            running_return: 0.0,
+    let mut slots: Vec<EnvSlot<E>> = (0..cfg.n_envs)
+        .map(|i| {
+            Ok(EnvSlot {
+                env: make(episode_seed(cfg.seed, i, 0))?,
+                index: i,
+                episodes: 0,
+                running_return: 0.0,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let layout = shared_layout(&slots[0].env)?;
     let (d, a) = (layout.dim(), layout.n_phases as usize);
 
@@ -412,11 +486,28 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
         slot.episodes = eps;
         slot.env.reset(episode_seed(cfg.seed, slot.index, eps))?;
     }
-    checkpoint::write_run_info(out, cfg, &scenario, layout, &git_rev())?;
+    let plans: Vec<_> = slots[0]
+        .env
+        .signals()
+        .iter()
+        .map(|s| s.plan.clone())
+        .collect();
+    checkpoint::write_run_info(
+        out,
+        cfg,
+        &checkpoint::RunFacts {
+            name: &source.name,
+            decision_interval_s: slots[0].env.decision_interval_s().round() as u32,
+            scenario: source.scenario,
+            plans,
+        },
+        layout,
+        &git_rev(),
+    )?;
 
     let per_iter = (cfg.n_envs * cfg.rollout_steps * slots[0].env.signals().len()) as u64;
     let iterations_total = cfg.total_steps.div_ceil(per_iter);
-    let ep = episode_decisions(&scenario).max(1);
+    let ep = source.episode_decisions.max(1);
     let t = cfg.rollout_steps as u64;
     let checkpoint_every = (t * ep / gcd(t, ep)) / t;
 

@@ -1,0 +1,308 @@
+//! Which simulator a command runs on: the options `greenwave sim`, `train` and `eval` share
+//! (`--backend embedded|sumo`, `--net`, `--routes`, `--begin`), and [`EnvSource`], which
+//! makes fresh environments of either backend.
+//!
+//! The SUMO backend needs a build with feature `sumo`; without it `--backend sumo` is an
+//! error that says how to rebuild. A missing `sumo` binary is reported by the backend itself
+//! (with how to install SUMO) when the first environment starts.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use greenwave_sim::{run_episode, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario};
+use serde::{Deserialize, Serialize};
+
+use crate::policy_controller::PolicyController;
+
+/// `--backend` values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// greenwave's embedded simulator (`--scenario`).
+    #[default]
+    Embedded,
+    /// SUMO over TraCI (`--net`, `--routes`); `fixed-time` is then the network's own
+    /// static program.
+    Sumo,
+}
+
+impl Backend {
+    /// Name as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Embedded => "embedded",
+            Backend::Sumo => "sumo",
+        }
+    }
+}
+
+/// The simulator options of `greenwave sim`, `train` and `eval` (flattened into each).
+/// Stored in a training run's `run.json`, so `--resume` and `export` know the backend.
+#[derive(Clone, Debug, Default, PartialEq, clap::Args, Serialize, Deserialize)]
+pub struct BackendArgs {
+    /// Simulator: the embedded one (`--scenario`), or SUMO over TraCI (needs `--net`,
+    /// `--routes`, a build with feature `sumo` and SUMO installed:
+    /// `pip install eclipse-sumo==1.28.0`, SUMO_HOME).
+    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
+    #[serde(default)]
+    pub backend: Backend,
+    /// SUMO network (`.net.xml`), with `--backend sumo`; its traffic lights are the signals.
+    #[arg(long, required_if_eq("backend", "sumo"))]
+    #[serde(default)]
+    pub net: Option<PathBuf>,
+    /// SUMO routes (`.rou.xml`), with `--backend sumo`.
+    #[arg(long, required_if_eq("backend", "sumo"))]
+    #[serde(default)]
+    pub routes: Option<PathBuf>,
+    /// SUMO time the episode starts at (s), with `--backend sumo`.
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(default)]
+    pub begin: f64,
+}
+
+impl BackendArgs {
+    /// The embedded simulator.
+    pub fn embedded() -> Self {
+        BackendArgs::default()
+    }
+
+    /// SUMO on `net` with `routes`, from time 0.
+    pub fn sumo(net: impl Into<PathBuf>, routes: impl Into<PathBuf>) -> Self {
+        BackendArgs {
+            backend: Backend::Sumo,
+            net: Some(net.into()),
+            routes: Some(routes.into()),
+            begin: 0.0,
+        }
+    }
+
+    /// Refuses SUMO options without `--backend sumo` (they would be silently ignored) and
+    /// `--backend sumo` without a network and routes.
+    pub fn check(&self) -> Result<()> {
+        match self.backend {
+            Backend::Embedded => {
+                if self.net.is_some() || self.routes.is_some() || self.begin != 0.0 {
+                    bail!("--net, --routes and --begin are SUMO options: add `--backend sumo`");
+                }
+            }
+            Backend::Sumo => {
+                if self.net.is_none() || self.routes.is_none() {
+                    bail!("--backend sumo needs --net FILE.net.xml and --routes FILE.rou.xml");
+                }
+                if !self.begin.is_finite() || self.begin < 0.0 {
+                    bail!(
+                        "--begin {} must be a non-negative number of seconds",
+                        self.begin
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A short description for reports and provenance: `sumo:NET` for SUMO.
+    pub fn sumo_label(&self) -> Option<String> {
+        match (self.backend, &self.net) {
+            (Backend::Sumo, Some(net)) => Some(format!("sumo:{}", net.display())),
+            _ => None,
+        }
+    }
+
+    /// The SUMO backend's configuration: episode length `seconds` (default the backend's,
+    /// 3600 s), first episode seeded `seed`.
+    #[cfg(feature = "sumo")]
+    pub fn sumo_config(
+        &self,
+        seconds: Option<f64>,
+        seed: u64,
+    ) -> Result<greenwave_sim::sumo::SumoConfig> {
+        self.check()?;
+        let (Some(net), Some(routes)) = (&self.net, &self.routes) else {
+            bail!("--backend sumo needs --net and --routes");
+        };
+        let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, routes);
+        cfg.begin_s = self.begin;
+        cfg.seed = seed;
+        if let Some(s) = seconds {
+            cfg.seconds = s;
+        }
+        cfg.validate()
+            .with_context(|| format!("SUMO options for {}", net.display()))?;
+        Ok(cfg)
+    }
+}
+
+/// The error `--backend sumo` gives in a build without feature `sumo`.
+pub fn sumo_not_built() -> anyhow::Error {
+    anyhow::anyhow!(
+        "this greenwave was built without SUMO support; rebuild with \
+         `cargo build --release -p greenwave-tools --features sumo` to use `--backend sumo`"
+    )
+}
+
+/// Where fresh environments come from: a scenario of the embedded simulator, or a SUMO
+/// configuration (each environment then runs its own `sumo` process).
+#[derive(Clone, Debug)]
+pub enum EnvSource {
+    /// The embedded simulator on a scenario.
+    Embedded(Scenario),
+    /// SUMO.
+    #[cfg(feature = "sumo")]
+    Sumo(greenwave_sim::sumo::SumoConfig),
+}
+
+impl EnvSource {
+    /// The source the options describe: `scenario` (with `demand`) on the embedded
+    /// simulator, or the SUMO files (episode length SUMO's default, 3600 s, unless the
+    /// `run_*` calls say otherwise).
+    pub fn from_args(backend: &BackendArgs, scenario: &str, demand: Option<&str>) -> Result<Self> {
+        backend.check()?;
+        match backend.backend {
+            Backend::Embedded => {
+                let sc = greenwave_sim::load(scenario)
+                    .with_context(|| format!("loading scenario '{scenario}'"))?;
+                match demand {
+                    None => Ok(EnvSource::Embedded(sc)),
+                    Some(d) => Ok(EnvSource::Embedded(
+                        sc.with_demand(d)
+                            .with_context(|| format!("choosing demand '{d}'"))?,
+                    )),
+                }
+            }
+            Backend::Sumo => Self::sumo(backend),
+        }
+    }
+
+    #[cfg(feature = "sumo")]
+    fn sumo(backend: &BackendArgs) -> Result<Self> {
+        Ok(EnvSource::Sumo(backend.sumo_config(None, 0)?))
+    }
+
+    #[cfg(not(feature = "sumo"))]
+    fn sumo(_backend: &BackendArgs) -> Result<Self> {
+        Err(sumo_not_built())
+    }
+
+    /// What runs: the scenario's name, or `sumo:NET`.
+    pub fn name(&self) -> String {
+        match self {
+            EnvSource::Embedded(sc) => sc.name().to_string(),
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => format!("sumo:{}", cfg.net.display()),
+        }
+    }
+
+    /// For messages: `scenario 'NAME'` or `SUMO net FILE`.
+    pub fn describe(&self) -> String {
+        match self {
+            EnvSource::Embedded(sc) => format!("scenario '{}'", sc.name()),
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => format!("SUMO net {}", cfg.net.display()),
+        }
+    }
+
+    /// Default episode length in simulated seconds.
+    pub fn episode_s(&self) -> f64 {
+        match self {
+            EnvSource::Embedded(sc) => sc.episode_s() as f64,
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => cfg.seconds,
+        }
+    }
+
+    /// The scenario, on the embedded simulator.
+    pub fn scenario(&self) -> Option<&Scenario> {
+        match self {
+            EnvSource::Embedded(sc) => Some(sc),
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(_) => None,
+        }
+    }
+
+    /// A fresh environment whose first episode is seeded `seed` and lasts `seconds` (for
+    /// SUMO this starts `sumo`; SUMO's trip metrics exist only once an episode has run to
+    /// its end, so episodes must be run for exactly this long there).
+    pub fn make(&self, seed: u64, seconds: f64) -> Result<Box<dyn Env>> {
+        match self {
+            EnvSource::Embedded(sc) => {
+                let _ = seconds; // the caller's episode loop stops the embedded simulator
+                Ok(Box::new(EmbeddedEnv::from_scenario(sc, seed)))
+            }
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => {
+                let cfg = Self::sumo_episode(cfg, seed, seconds);
+                let env = greenwave_sim::sumo::SumoEnv::new(cfg.clone())
+                    .with_context(|| format!("starting SUMO on {}", cfg.net.display()))?;
+                Ok(Box::new(env))
+            }
+        }
+    }
+
+    #[cfg(feature = "sumo")]
+    fn sumo_episode(
+        cfg: &greenwave_sim::sumo::SumoConfig,
+        seed: u64,
+        seconds: f64,
+    ) -> greenwave_sim::sumo::SumoConfig {
+        let mut cfg = cfg.clone();
+        cfg.seed = seed;
+        cfg.seconds = seconds;
+        cfg
+    }
+
+    /// The signals' specs (plans, observation layouts), from an environment made for the
+    /// purpose (for SUMO: one short start of `sumo`, which also shows early whether SUMO
+    /// runs at all).
+    pub fn signals(&self) -> Result<Vec<greenwave_sim::SignalSpec>> {
+        let env = self.make(0, self.episode_s())?;
+        Ok(env.signals().to_vec())
+    }
+
+    /// One episode of a classic controller, seeded `seed`, `seconds` long. On SUMO,
+    /// `fixed-time` is the network's own static program and actuated control uses its
+    /// default max greens (there is no scenario demand to derive Webster greens from),
+    /// as in `greenwave sim --backend sumo`.
+    pub fn run_classic(
+        &self,
+        kind: ControllerKind,
+        seed: u64,
+        seconds: f64,
+    ) -> Result<EpisodeMetrics> {
+        match self {
+            EnvSource::Embedded(sc) => {
+                let mut env = EmbeddedEnv::from_scenario(sc, seed);
+                let mut c = kind.build(sc);
+                Ok(run_episode(&mut env, c.as_mut(), seed, seconds)?)
+            }
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => {
+                use greenwave_sim::controllers::{Actuated, MaxPressure};
+                let mut c: Box<dyn greenwave_sim::Controller> = match kind {
+                    ControllerKind::FixedTime => {
+                        return greenwave_sim::sumo::run_static_program(Self::sumo_episode(
+                            cfg, seed, seconds,
+                        ))
+                        .context("running the network's static program");
+                    }
+                    ControllerKind::Actuated => Box::new(Actuated::default()),
+                    ControllerKind::MaxPressure => Box::new(MaxPressure),
+                };
+                let mut env = self.make(seed, seconds)?;
+                Ok(run_episode(env.as_mut(), c.as_mut(), seed, seconds)?)
+            }
+        }
+    }
+
+    /// One episode of a policy (greedy, masked argmax), seeded `seed`, `seconds` long.
+    pub fn run_policy(
+        &self,
+        weights: &greenwave_learn::PolicyWeights,
+        seed: u64,
+        seconds: f64,
+    ) -> Result<EpisodeMetrics> {
+        let mut env = self.make(seed, seconds)?;
+        let mut c = PolicyController::new(weights.clone());
+        Ok(run_episode(env.as_mut(), &mut c, seed, seconds)?)
+    }
+}

@@ -1,0 +1,234 @@
+//! `greenwave train`, `export` and `eval` on SUMO (`--backend sumo`), run as a user would,
+//! on the single-intersection fixture of greenwave-sim (`crates/sim/fixtures/sumo`).
+//!
+//! Needs a build with feature `sumo` (`required-features` in Cargo.toml) and, for the tests
+//! that run SUMO, a `sumo` binary (SUMO_HOME or PATH; `pip install eclipse-sumo==1.28.0`).
+//! Without one those tests skip, saying why, except under CI (`CI` set), where a missing
+//! SUMO is a failure so they can never be skipped silently where they are meant to run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use greenwave_learn::manifest::plan_hash_hex;
+use greenwave_sim::sumo::model::build_models;
+use greenwave_sim::sumo::{NetFile, SumoConfig};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/sim/fixtures/sumo")
+        .join(name)
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("greenwave-sumo-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Whether SUMO can be run here; outside CI a missing SUMO skips the test.
+fn sumo_available() -> bool {
+    match greenwave_sim::sumo::find_sumo_binary(None) {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var_os("CI").is_some() {
+                panic!("SUMO is required under CI (.ci/run installs it): {e}");
+            }
+            eprintln!("SKIPPED: {e}");
+            false
+        }
+    }
+}
+
+fn greenwave(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_greenwave"))
+        .args(args)
+        .output()
+        .expect("the greenwave binary runs")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn failed(o: &Output) -> String {
+    assert!(
+        !o.status.success(),
+        "expected a failure, got stdout: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The plan hash greenwave derives from the fixture net (no SUMO needed to read it).
+fn single_net_plan_hash() -> String {
+    let net = NetFile::read(&fixture("single.net.xml")).unwrap();
+    let models = build_models(&net, SumoConfig::new("", "").timing).unwrap();
+    plan_hash_hex(&models[0].plan)
+}
+
+#[test]
+fn train_export_eval_on_the_sumo_single_intersection() {
+    if !sumo_available() {
+        return;
+    }
+    let d = tmp("tee");
+    let run = d.join("run");
+    let model = d.join("models/sumo-tiny.onnx");
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let (run_s, model_s) = (run.to_str().unwrap(), model.to_str().unwrap());
+    let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
+    let sumo = ["--backend", "sumo", "--net", net_s, "--routes", routes_s];
+
+    // 4 iterations × 2 envs × 60 decisions = 480 decisions: one 300 s SUMO episode per
+    // env and iteration.
+    let t0 = Instant::now();
+    let mut train = vec!["train"];
+    train.extend(sumo);
+    train.extend([
+        "--episode-seconds",
+        "300",
+        "--steps",
+        "480",
+        "--envs",
+        "2",
+        "--rollout-steps",
+        "60",
+        "--hidden",
+        "16,16",
+        "--seed",
+        "5",
+        "--out",
+        run_s,
+        "--quiet",
+    ]);
+    let out = ok(&greenwave(&train));
+    eprintln!("train: {:.1} s: {}", t0.elapsed().as_secs_f64(), out.trim());
+    assert!(out.contains("trained 480 decisions"), "{out}");
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["config"]["backend"], "sumo");
+    assert_eq!(info["config"]["net"], net_s);
+    assert_eq!(info["plans"].as_array().map(Vec::len), Some(1));
+    // 8 incoming lanes, 2 phases: 2·8 + 2 + 3 observations.
+    assert_eq!(info["obs_layout"]["n_lanes"], 8);
+    assert_eq!(info["obs_layout"]["n_phases"], 2);
+    assert!(!run.join("scenario.toml").exists(), "no scenario on SUMO");
+    for f in ["metrics.csv", "policy.safetensors", "checkpoint.json"] {
+        assert!(run.join(f).exists(), "{f} missing from the run folder");
+    }
+
+    // Export: the manifest carries the plan greenwave derives from the net.
+    ok(&greenwave(&["export", run_s, "--out", model_s]));
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(model.with_extension("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["plan_hash"], single_net_plan_hash().as_str());
+    assert_eq!(manifest["action_phases"], serde_json::json!([0, 1]));
+    let prov = &manifest["provenance"];
+    assert_eq!(prov["scenario"], format!("sumo:{net_s}").as_str());
+    assert_eq!(prov["details"]["backend"], "sumo");
+
+    // Eval on the same net: the policy next to the static program, actuated, max-pressure.
+    let t0 = Instant::now();
+    let mut eval = vec!["eval", "--model", model_s];
+    eval.extend(sumo);
+    eval.extend(["--seeds", "2", "--seconds", "300", "--json"]);
+    let out = ok(&greenwave(&eval));
+    eprintln!("eval: {:.1} s", t0.elapsed().as_secs_f64());
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["controller"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["policy", "fixed-time", "actuated", "max-pressure"]);
+    for r in &rows {
+        eprintln!("{r}");
+        let delay = r["mean_delay_s"].as_f64().unwrap();
+        assert!(delay.is_finite() && delay >= 0.0, "{r}");
+        assert!(r["throughput_veh"].as_u64().unwrap() > 20, "{r}");
+        assert_eq!(r["sim_seconds"], 300.0, "{r}");
+        assert_eq!(r["seeds"], 2, "{r}");
+    }
+
+    // A policy for the net's 2-phase plan is refused on the embedded 4-phase single-4way.
+    let err = failed(&greenwave(&[
+        "eval",
+        "--model",
+        model_s,
+        "--scenario",
+        "single-4way",
+        "--seeds",
+        "1",
+    ]));
+    assert!(err.contains("trained for phase plan"), "{err}");
+
+    // Resuming the SUMO run on another backend is refused, naming both.
+    let err = failed(&greenwave(&[
+        "train",
+        "--steps",
+        "960",
+        "--envs",
+        "2",
+        "--rollout-steps",
+        "60",
+        "--hidden",
+        "16,16",
+        "--seed",
+        "5",
+        "--out",
+        run_s,
+        "--resume",
+        "--quiet",
+    ]));
+    assert!(err.contains("resume with the same --backend"), "{err}");
+    assert!(err.contains("sumo:"), "{err}");
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn a_missing_sumo_binary_is_a_clear_error() {
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
+    let d = tmp("nobin");
+    let run = d.join("run");
+    let model = d.join("none.onnx");
+    let commands: [Vec<&str>; 2] = [
+        vec![
+            "train",
+            "--steps",
+            "60",
+            "--envs",
+            "1",
+            "--rollout-steps",
+            "60",
+            "--out",
+            run.to_str().unwrap(),
+            "--quiet",
+        ],
+        vec!["eval", "--model", model.to_str().unwrap(), "--seeds", "1"],
+    ];
+    for mut args in commands {
+        args.extend(["--backend", "sumo", "--net", net_s, "--routes", routes_s]);
+        let o = Command::new(env!("CARGO_BIN_EXE_greenwave"))
+            .args(&args)
+            .env("SUMO_HOME", "/nonexistent/sumo-home")
+            .env("PATH", "/nonexistent/bin")
+            .output()
+            .unwrap();
+        let err = failed(&o);
+        assert!(err.contains("SUMO binary not found"), "{args:?}: {err}");
+        assert!(err.contains("pip install eclipse-sumo"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
