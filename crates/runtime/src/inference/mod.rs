@@ -125,25 +125,34 @@ impl FromStr for BackendKind {
     }
 }
 
-/// Loads `onnx` (a greenwave policy for `layout`) into a backend of kind `kind`.
-/// `ort_lib` is the ONNX Runtime library for `Ort` (default: `ORT_DYLIB_PATH`).
+/// Loads `onnx` (a greenwave policy for `layout`) into a backend of kind `kind`, and runs
+/// it once on a zero observation, so shape problems surface at load, not at the first
+/// decision. `ort_lib` is the ONNX Runtime library for `Ort` (default: `ORT_DYLIB_PATH`).
 pub fn load_backend(
     kind: BackendKind,
     onnx: &[u8],
     layout: ObsLayout,
     ort_lib: Option<&Path>,
 ) -> Result<Box<dyn PolicyBackend>, InferenceError> {
-    match kind {
-        BackendKind::Tract => Ok(Box::new(TractBackend::load(onnx, layout)?)),
-        BackendKind::Matvec => Ok(Box::new(MatvecBackend::load(onnx, layout)?)),
+    let mut backend: Box<dyn PolicyBackend> = match kind {
+        BackendKind::Tract => Box::new(TractBackend::load(onnx, layout)?),
+        BackendKind::Matvec => Box::new(MatvecBackend::load(onnx, layout)?),
         #[cfg(feature = "ort")]
-        BackendKind::Ort => Ok(Box::new(OrtBackend::load(onnx, layout, ort_lib)?)),
+        BackendKind::Ort => Box::new(OrtBackend::load(onnx, layout, ort_lib)?),
         #[cfg(not(feature = "ort"))]
         BackendKind::Ort => {
             let _ = ort_lib;
-            Err(InferenceError::NotBuilt("ort"))
+            return Err(InferenceError::NotBuilt("ort"));
         }
-    }
+    };
+    let mut logits = vec![0.0; layout.n_phases as usize];
+    backend
+        .infer(&vec![0.0; layout.dim()], &mut logits)
+        .map_err(|e| InferenceError::Load {
+            backend: backend.name(),
+            message: format!("trial run: {e}"),
+        })?;
+    Ok(backend)
 }
 
 pub(crate) fn check_len(

@@ -118,18 +118,13 @@ impl OrtBackend {
             .map_err(load_err)?;
         let d = layout.dim();
         let input = Tensor::from_array(([1usize, d], vec![0.0f32; d])).map_err(load_err)?;
-        let mut backend = OrtBackend {
+        Ok(OrtBackend {
             session,
             input,
             _env: env,
             obs_dim: d,
             n_actions: layout.n_phases as usize,
-        };
-        let mut logits = vec![0.0; backend.n_actions];
-        backend
-            .infer(&vec![0.0; d], &mut logits)
-            .map_err(|e| load_err(format!("trial run: {e}")))?;
-        Ok(backend)
+        })
     }
 }
 

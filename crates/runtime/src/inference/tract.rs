@@ -54,18 +54,12 @@ impl TractBackend {
             )));
         }
         let state = plan.spawn().map_err(load_err)?;
-        let mut backend = TractBackend {
+        Ok(TractBackend {
             _plan: plan,
             state,
             obs_dim: d,
             n_actions: layout.n_phases as usize,
-        };
-        // One dry run: shape problems surface at load, not at the first decision.
-        let mut logits = vec![0.0; backend.n_actions];
-        backend
-            .infer(&vec![0.0; d], &mut logits)
-            .map_err(|e| load_err(format!("trial run: {e}")))?;
-        Ok(backend)
+        })
     }
 }
 
