@@ -6,8 +6,10 @@
 //! 1. no two conflicting movements are ever non-red together;
 //! 2. a movement never goes from green straight to red, nor from yellow back to green;
 //! 3. every yellow lasts exactly the ending phase's yellow, every all-red exactly its all-red;
-//! 4. a movement turns green only when no conflicting movement was green just before
-//!    (a foe's clearance ends before it starts);
+//! 4. a movement turns green only after every conflicting movement has shown its full
+//!    yellow and then red for the full all-red of the phase it ended with (checked on the
+//!    display itself, movement by movement, not on the sequencer's interval labels, so a
+//!    frame that lights the next green early is caught even if the labels look right);
 //! 5. intervals follow Green → Yellow → AllRed → Green (AllRed omitted only when it is 0 s);
 //! 6. every completed green lasts at least min green, and no green ever exceeds max green;
 //! 7. the segments of a tick add up to the tick, and the action mask is honest: a request
@@ -31,6 +33,11 @@ struct Monitor {
     plan: PhasePlan,
     prev_signal: [Signal; MAX_MOVEMENTS],
     yellow_since_ms: [u64; MAX_MOVEMENTS],
+    /// When each movement last turned red (0 for movements red from the start).
+    red_since_ms: [u64; MAX_MOVEMENTS],
+    /// The yellow and all-red each movement owes, from the phase whose green it ended.
+    owed_yellow_ms: [u64; MAX_MOVEMENTS],
+    owed_all_red_ms: [u64; MAX_MOVEMENTS],
     interval: Option<Interval>,
     interval_ms: u64,
     now_ms: u64,
@@ -55,6 +62,9 @@ impl Monitor {
             plan: seq.plan().clone(),
             prev_signal,
             yellow_since_ms: [0; MAX_MOVEMENTS],
+            red_since_ms: [0; MAX_MOVEMENTS],
+            owed_yellow_ms: [0; MAX_MOVEMENTS],
+            owed_all_red_ms: [0; MAX_MOVEMENTS],
             interval: Some(seq.interval()),
             interval_ms: 0,
             now_ms: 0,
@@ -132,30 +142,60 @@ impl Monitor {
         if frame.green.and(frame.yellow) != MovementSet::EMPTY {
             return Err("a movement is green and yellow at once".into());
         }
-        // 2 and 4: per-movement transitions, against the previous display as a whole.
-        let before_all = self.prev_signal;
+        // 2, 3 and 4 on the display, movement by movement. First the endings (green to
+        // yellow, yellow to red), so a foe that turns red in this very segment is seen as
+        // red since now when the onsets are checked.
+        let now = self.now_ms;
         for i in 0..n {
             let m = MovementId(i as u8);
-            let (before, now) = (self.prev_signal[i], frame.signal(m));
-            match (before, now) {
+            match (self.prev_signal[i], frame.signal(m)) {
                 (Signal::Green, Signal::Red) => return Err(format!("movement {i}: green -> red")),
                 (Signal::Yellow, Signal::Green) => {
                     return Err(format!("movement {i}: yellow -> green"))
                 }
-                (Signal::Green, Signal::Yellow) => self.yellow_since_ms[i] = self.now_ms,
-                (Signal::Red, Signal::Green) => {
-                    let foes = self.plan.conflicts().foes(m);
-                    // A foe may end its yellow at this very instant (0 s all-red), but it
-                    // must not have been green: every foe went through its yellow first.
-                    for f in foes.iter() {
-                        if before_all[f.0 as usize] == Signal::Green {
-                            return Err(format!("movement {i} green right after foe {}", f.0));
-                        }
+                (Signal::Green, Signal::Yellow) => {
+                    let Interval::Yellow { from, .. } = seg.interval else {
+                        return Err(format!("movement {i} turned yellow in {:?}", seg.interval));
+                    };
+                    let t = self.timing(from);
+                    self.yellow_since_ms[i] = now;
+                    self.owed_yellow_ms[i] = t.yellow.0 as u64;
+                    self.owed_all_red_ms[i] = t.all_red.0 as u64;
+                }
+                (Signal::Yellow, Signal::Red) => {
+                    let shown = now - self.yellow_since_ms[i];
+                    if shown != self.owed_yellow_ms[i] {
+                        return Err(format!(
+                            "movement {i}: yellow shown {shown} ms, owed {} ms",
+                            self.owed_yellow_ms[i]
+                        ));
                     }
+                    self.red_since_ms[i] = now;
                 }
                 _ => {}
             }
-            self.prev_signal[i] = now;
+        }
+        for i in 0..n {
+            let m = MovementId(i as u8);
+            if (self.prev_signal[i], frame.signal(m)) == (Signal::Red, Signal::Green) {
+                for f in self.plan.conflicts().foes(m).iter() {
+                    let f = f.0 as usize;
+                    if self.prev_signal[f] == Signal::Green {
+                        return Err(format!("movement {i} green right after foe {f}'s green"));
+                    }
+                    let red_ms = now - self.red_since_ms[f];
+                    if red_ms < self.owed_all_red_ms[f] {
+                        return Err(format!(
+                            "movement {i} green {red_ms} ms after foe {f} turned red; \
+                             all-red owed {} ms",
+                            self.owed_all_red_ms[f]
+                        ));
+                    }
+                }
+            }
+        }
+        for i in 0..n {
+            self.prev_signal[i] = frame.signal(MovementId(i as u8));
         }
         // 6. Max green, checked as time accumulates.
         self.interval_ms += seg.duration.0 as u64;
