@@ -9,6 +9,8 @@
 //! * a channel with more than one lamp lit, or with no lamp lit (red lamp failure);
 //! * a channel going from green straight to red (skipped yellow);
 //! * a yellow shorter than the channel's minimum yellow;
+//! * a channel turning green before every conflicting channel that just ended its yellow
+//!   has shown red for that channel's minimum red clearance (a cut all-red);
 //! * a channel going from yellow back to green.
 //!
 //! The first three must persist for the card's `persistence_ms` (lamp-sense latency); the
@@ -23,12 +25,14 @@ use greenwave_core::PhasePlan;
 use crate::heads::{Lamp, Lamps};
 
 /// The monitor's programming: which channels may never be non-red together, and each
-/// channel's minimum yellow.
+/// channel's minimum yellow and minimum red clearance (the all-red a conflicting channel
+/// must wait after this one's yellow ends).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MonitorCard {
     channels: u8,
     foes: [u32; MAX_MOVEMENTS],
     min_yellow_ms: [u32; MAX_MOVEMENTS],
+    min_red_clearance_ms: [u32; MAX_MOVEMENTS],
     persistence_ms: u32,
 }
 
@@ -67,6 +71,27 @@ pub enum CardError {
         /// The other.
         b: u8,
     },
+    /// The per-channel lists of minimum yellows and minimum red clearances differ in length.
+    #[error("card lists {yellow} minimum yellows but {red} minimum red clearances")]
+    ClearanceListLength {
+        /// Entries in the minimum-yellow list.
+        yellow: usize,
+        /// Entries in the minimum-red-clearance list.
+        red: usize,
+    },
+    /// A phase's all-red is shorter than the card's minimum red clearance for one of its
+    /// channels.
+    #[error("phase {phase} all-red {all_red_ms} ms is below channel {channel}'s minimum red clearance {min_red_clearance_ms} ms")]
+    RedClearanceBelowCard {
+        /// The phase.
+        phase: u8,
+        /// The channel.
+        channel: u8,
+        /// The phase's all-red.
+        all_red_ms: u32,
+        /// The card's minimum.
+        min_red_clearance_ms: u32,
+    },
     /// A phase's yellow is shorter than the card's minimum for one of its channels.
     #[error("phase {phase} yellow {yellow_ms} ms is below channel {channel}'s minimum {min_yellow_ms} ms")]
     YellowBelowCard {
@@ -82,14 +107,22 @@ pub enum CardError {
 }
 
 impl MonitorCard {
-    /// A card from explicit conflicting channel pairs and per-channel minimum yellows (as a
-    /// traffic engineer programs an MMU, independently of the controller's plan).
+    /// A card from explicit conflicting channel pairs and per-channel minimum yellows and
+    /// red clearances (as a traffic engineer programs an MMU, independently of the
+    /// controller's plan).
     pub fn new(
         conflicts: &[(u8, u8)],
         min_yellow_ms: &[u32],
+        min_red_clearance_ms: &[u32],
         persistence_ms: u32,
     ) -> Result<Self, CardError> {
         let channels = min_yellow_ms.len();
+        if min_red_clearance_ms.len() != channels {
+            return Err(CardError::ClearanceListLength {
+                yellow: channels,
+                red: min_red_clearance_ms.len(),
+            });
+        }
         if channels > MAX_MOVEMENTS {
             return Err(CardError::ChannelOutOfRange {
                 channel: channels as u8,
@@ -101,9 +134,11 @@ impl MonitorCard {
             channels: n,
             foes: [0; MAX_MOVEMENTS],
             min_yellow_ms: [0; MAX_MOVEMENTS],
+            min_red_clearance_ms: [0; MAX_MOVEMENTS],
             persistence_ms,
         };
         card.min_yellow_ms[..channels].copy_from_slice(min_yellow_ms);
+        card.min_red_clearance_ms[..channels].copy_from_slice(min_red_clearance_ms);
         for &(a, b) in conflicts {
             for c in [a, b] {
                 if c >= n {
@@ -123,7 +158,7 @@ impl MonitorCard {
     }
 
     /// The card a plan implies: its conflict matrix, and for each channel the shortest yellow
-    /// of the phases that serve it.
+    /// and the shortest all-red of the phases that serve it.
     pub fn from_plan(plan: &PhasePlan, persistence_ms: u32) -> Self {
         let n = plan.movements().len().min(MAX_MOVEMENTS);
         let shortest_yellow = plan
@@ -136,6 +171,7 @@ impl MonitorCard {
             channels: n as u8,
             foes: [0; MAX_MOVEMENTS],
             min_yellow_ms: [0; MAX_MOVEMENTS],
+            min_red_clearance_ms: [0; MAX_MOVEMENTS],
             persistence_ms,
         };
         for ch in 0..n {
@@ -148,12 +184,20 @@ impl MonitorCard {
                 .map(|p| p.timing.yellow.0)
                 .min()
                 .unwrap_or(shortest_yellow);
+            // A channel no phase serves never turns green, so it never owes a clearance.
+            card.min_red_clearance_ms[ch] = plan
+                .phases()
+                .iter()
+                .filter(|p| p.movements.contains(m))
+                .map(|p| p.timing.all_red.0)
+                .min()
+                .unwrap_or(0);
         }
         card
     }
 
     /// Checks that the plan can run under this card: same channel count, no phase showing
-    /// two conflicting channels, no phase yellow below a served channel's minimum.
+    /// two conflicting channels, no phase yellow or all-red below a served channel's minimum.
     pub fn check_plan(&self, plan: &PhasePlan) -> Result<(), CardError> {
         if plan.movements().len() != self.channels as usize {
             return Err(CardError::ChannelCount {
@@ -184,6 +228,15 @@ impl MonitorCard {
                         min_yellow_ms: min,
                     });
                 }
+                let min = self.min_red_clearance_ms[a as usize];
+                if phase.timing.all_red.0 < min {
+                    return Err(CardError::RedClearanceBelowCard {
+                        phase: p as u8,
+                        channel: a,
+                        all_red_ms: phase.timing.all_red.0,
+                        min_red_clearance_ms: min,
+                    });
+                }
             }
         }
         Ok(())
@@ -197,6 +250,15 @@ impl MonitorCard {
     /// Minimum yellow of `channel`, ms.
     pub fn min_yellow_ms(&self, channel: u8) -> u32 {
         self.min_yellow_ms
+            .get(channel as usize)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Minimum red clearance of `channel`, ms: how long a conflicting channel must wait
+    /// after this channel's yellow ends.
+    pub fn min_red_clearance_ms(&self, channel: u8) -> u32 {
+        self.min_red_clearance_ms
             .get(channel as usize)
             .copied()
             .unwrap_or(0)
@@ -240,6 +302,19 @@ pub enum FaultKind {
         /// How long the yellow was seen.
         shown_ms: u32,
         /// The card's minimum.
+        required_ms: u32,
+    },
+    /// A channel turned green before a conflicting channel, whose yellow had just ended,
+    /// had shown red for its minimum red clearance (a cut all-red).
+    #[error("channel {next} green {shown_ms} ms after conflicting channel {channel} turned red, minimum red clearance {required_ms} ms")]
+    ShortRedClearance {
+        /// The conflicting channel that was clearing.
+        channel: u8,
+        /// The channel that turned green.
+        next: u8,
+        /// How long the clearing channel had been red.
+        shown_ms: u32,
+        /// The card's minimum red clearance for the clearing channel.
         required_ms: u32,
     },
     /// Yellow went back to green.
@@ -290,6 +365,10 @@ pub struct MonitorFault {
 struct CleanIndication {
     lamp: Lamp,
     since_ms: u32,
+    /// A red entered from a seen yellow: the channel is clearing and its foes owe it the
+    /// card's red clearance. (A red seen first after power-up or reset owes nothing: the
+    /// start-up all-red precedes any green.)
+    after_yellow: bool,
 }
 
 /// The monitor. See the module docs for its rules.
@@ -358,6 +437,10 @@ impl ConflictMonitor {
             }
             None => self.anomaly_since_ms = None,
         }
+        // Channels whose clean reading went red -> green now; judged after every channel's
+        // reading is taken in, so a foe that ended its yellow in this same reading counts
+        // as red for 0 ms.
+        let mut new_greens = 0u32;
         for (ch, lamps) in sensed.iter().enumerate() {
             if lamps.lit() != 1 {
                 continue;
@@ -391,11 +474,46 @@ impl ConflictMonitor {
                 if prev.lamp == lamp {
                     continue;
                 }
+                if (prev.lamp, lamp) == (Lamp::Red, Lamp::Green) {
+                    new_greens |= 1 << ch;
+                }
             }
+            let after_yellow = lamp == Lamp::Red
+                && matches!(self.last_clean[ch], Some(p) if p.lamp == Lamp::Yellow);
             self.last_clean[ch] = Some(CleanIndication {
                 lamp,
                 since_ms: now_ms as u32,
+                after_yellow,
             });
+        }
+        let kind = self.short_red_clearance(now_ms, new_greens)?;
+        Some(self.trip(kind, now_ms))
+    }
+
+    /// The first channel in `new_greens` that turned green before a conflicting, clearing
+    /// channel had shown its minimum red clearance.
+    fn short_red_clearance(&self, now_ms: u64, new_greens: u32) -> Option<FaultKind> {
+        let n = self.card.channels as usize;
+        for next in (0..n).filter(|&ch| new_greens & (1 << ch) != 0) {
+            let foes = self.card.foes[next];
+            for f in (0..n).filter(|&f| foes & (1 << f) != 0) {
+                let Some(ind) = self.last_clean[f] else {
+                    continue;
+                };
+                if ind.lamp != Lamp::Red || !ind.after_yellow {
+                    continue;
+                }
+                let shown_ms = (now_ms as u32).wrapping_sub(ind.since_ms);
+                let required_ms = self.card.min_red_clearance_ms[f];
+                if shown_ms < required_ms {
+                    return Some(FaultKind::ShortRedClearance {
+                        channel: f as u8,
+                        next: next as u8,
+                        shown_ms,
+                        required_ms,
+                    });
+                }
+            }
         }
         None
     }
@@ -428,9 +546,12 @@ impl ConflictMonitor {
 mod tests {
     use super::*;
 
-    /// Three channels: 0 and 1 conflict, 2 is compatible with both. Min yellow 3 s.
+    /// Three channels: 0 and 1 conflict, 2 is compatible with both. Min yellow 3 s, min
+    /// red clearance 2 s.
     fn monitor(persistence_ms: u32) -> ConflictMonitor {
-        ConflictMonitor::new(MonitorCard::new(&[(0, 1)], &[3000; 3], persistence_ms).unwrap())
+        ConflictMonitor::new(
+            MonitorCard::new(&[(0, 1)], &[3000; 3], &[2000; 3], persistence_ms).unwrap(),
+        )
     }
 
     const R: Lamps = Lamps::RED;
@@ -465,6 +586,40 @@ mod tests {
         assert_eq!(m.check(10_000, &[R, R, R]), Some(f));
         m.reset();
         assert_eq!(m.check(11_000, &[R, R, R]), None);
+    }
+
+    /// A monitor that saw channel 0 green, then yellow from 1 s.
+    fn clearing_from_yellow_at_1s() -> ConflictMonitor {
+        let mut m = monitor(0);
+        m.check(0, &[G, R, R]);
+        m.check(1000, &[Y, R, R]);
+        m
+    }
+
+    fn short_red(shown_ms: u32) -> FaultKind {
+        FaultKind::ShortRedClearance {
+            channel: 0,
+            next: 1,
+            shown_ms,
+            required_ms: 2000,
+        }
+    }
+
+    #[test]
+    fn cut_all_red_latches() {
+        let mut m = clearing_from_yellow_at_1s();
+        assert_eq!(m.check(4000, &[R, R, R]), None);
+        assert_eq!(m.check(5999, &[R, G, R]).unwrap().kind, short_red(1999));
+        // The foe's yellow ending in the same reading as the green: 0 ms of red.
+        let mut m = clearing_from_yellow_at_1s();
+        assert_eq!(m.check(4000, &[R, G, R]).unwrap().kind, short_red(0));
+        // A compatible channel may turn green at once; a red seen first after power-up
+        // owes nothing.
+        let mut m = clearing_from_yellow_at_1s();
+        assert_eq!(m.check(4000, &[R, R, G]), None);
+        let mut m = monitor(0);
+        m.check(0, &[R, R, R]);
+        assert_eq!(m.check(10, &[G, R, R]), None);
     }
 
     #[test]
@@ -531,8 +686,9 @@ mod tests {
         let card = MonitorCard::from_plan(&plan, 0);
         assert_eq!(card.check_plan(&plan), Ok(()));
         assert_eq!(card.min_yellow_ms(4), 3000);
+        assert_eq!(card.min_red_clearance_ms(4), 2000);
         // A card that forbids N-S through with S-N through refuses phase 0.
-        let strict = MonitorCard::new(&[(1, 7)], &[3000; 12], 0).unwrap();
+        let strict = MonitorCard::new(&[(1, 7)], &[3000; 12], &[2000; 12], 0).unwrap();
         assert_eq!(
             strict.check_plan(&plan),
             Err(CardError::PhaseConflicts {
@@ -541,13 +697,27 @@ mod tests {
                 b: 7
             })
         );
-        let long = MonitorCard::new(&[], &[4000; 12], 0).unwrap();
+        let long = MonitorCard::new(&[], &[4000; 12], &[2000; 12], 0).unwrap();
         assert!(matches!(
             long.check_plan(&plan),
             Err(CardError::YellowBelowCard { phase: 0, .. })
         ));
+        let long_red = MonitorCard::new(&[], &[3000; 12], &[2500; 12], 0).unwrap();
         assert_eq!(
-            MonitorCard::new(&[(0, 5)], &[3000; 3], 0),
+            long_red.check_plan(&plan),
+            Err(CardError::RedClearanceBelowCard {
+                phase: 0,
+                channel: plan.phases()[0].movements.iter().next().unwrap().0,
+                all_red_ms: 2000,
+                min_red_clearance_ms: 2500
+            })
+        );
+        assert_eq!(
+            MonitorCard::new(&[], &[3000; 3], &[2000; 2], 0),
+            Err(CardError::ClearanceListLength { yellow: 3, red: 2 })
+        );
+        assert_eq!(
+            MonitorCard::new(&[(0, 5)], &[3000; 3], &[2000; 3], 0),
             Err(CardError::ChannelOutOfRange {
                 channel: 5,
                 channels: 3

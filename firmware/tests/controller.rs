@@ -286,7 +286,7 @@ fn bad_configuration_is_refused_with_the_field_named() {
         format!("{err}"),
         "board setting decision_interval_ms must be above 0 ms"
     );
-    let long_yellow = MonitorCard::new(&[], &[4000; 12], 250).unwrap();
+    let long_yellow = MonitorCard::new(&[], &[4000; 12], &[2000; 12], 250).unwrap();
     assert!(matches!(
         build(board(), long_yellow),
         Some(ControllerError::MonitorCard(CardError::YellowBelowCard {

@@ -1,6 +1,6 @@
 //! Fault injection on the simulated field: the monitor latches flash (all red flashing) on
-//! a stuck-on green, a short yellow, a conflict or a failed output, and only an explicit
-//! reset clears it.
+//! a stuck-on green, a short yellow, a green during all-red, a conflict or a failed output,
+//! and only an explicit reset clears it.
 
 mod common;
 
@@ -120,6 +120,61 @@ fn short_yellow_latches_flash() {
         .transitions()
         .iter()
         .all(|t| t.source == ActionSource::Fallback));
+}
+
+#[test]
+fn green_during_all_red_latches_flash() {
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, None);
+    let mut run = Run::default();
+    let plan = plan();
+    let (first, second) = (plan.phases()[0].movements, plan.phases()[1].movements);
+    // A channel of the second phase that conflicts with one of the first.
+    let next = second
+        .iter()
+        .find(|&m| !plan.conflicts().foes(m).and(first).is_empty())
+        .expect("the plan's second phase conflicts with its first")
+        .0 as usize;
+    // Run until the first phase's yellow has ended (all its channels red), then 500 ms
+    // into the all-red.
+    advance(&mut ctl, &field, 5000, &mut run);
+    let mut clearing_since = None;
+    while clearing_since.is_none() {
+        advance(&mut ctl, &field, 10, &mut run);
+        let f = field.borrow();
+        if first
+            .iter()
+            .all(|m| f.driven_lamps(m.0 as usize) == Lamps::RED)
+        {
+            clearing_since = Some(f.now_ms);
+        }
+    }
+    advance(&mut ctl, &field, 490, &mut run);
+    assert_eq!(ctl.mode(), Mode::Running);
+    // The next phase's load switch closes early: its green shows during the all-red.
+    {
+        let mut f = field.borrow_mut();
+        f.sense_faults.insert((next, 0), SenseFault::Stuck(false));
+        f.sense_faults.insert((next, 2), SenseFault::Stuck(true));
+    }
+    advance(&mut ctl, &field, 10, &mut run);
+    let fault = ctl.fault().expect("latched");
+    match fault.kind {
+        FaultKind::ShortRedClearance {
+            channel,
+            next: n,
+            shown_ms,
+            required_ms,
+        } => {
+            assert_eq!(n as usize, next);
+            assert!(first.contains(greenwave_core::MovementId(channel)));
+            assert_eq!(shown_ms, 500);
+            assert_eq!(required_ms, 2000);
+        }
+        other => panic!("expected a short red clearance, got {other:?}"),
+    }
+    assert_eq!(fault.at_ms, clearing_since.unwrap() as u64 + 500);
+    assert_flashing(&mut ctl, &field, fault.at_ms, 5000);
 }
 
 #[test]
