@@ -1,32 +1,24 @@
-//! End to end: train a tiny policy → export → sign a bundle (`greenwave keygen` /
-//! `greenwave bundle` code) → the controller verifies and loads it and runs a simulated
-//! hour on the embedded simulator with logging → the log reads back every record intact.
-//! Then the `greenwave-controller` binary on the same bundle: a run with `--json`, a
-//! refused bundle (fallback, or an error with `--require-policy`), `verify` and `log`.
+//! End to end on the controller side: an exported policy signed into a bundle → the
+//! controller verifies and loads it and runs a simulated hour on the embedded simulator
+//! with logging → the log reads back every record intact. Then the `greenwave-controller`
+//! binary on the same bundle: a run with `--json`, a refused bundle (fallback, or an error
+//! with `--require-policy`), `verify` and `log`.
+//!
+//! The policy is synthetic (the runtime does not depend on the workstation crate that
+//! trains); the same steps with a trained policy, from `greenwave train` on, are the
+//! workspace's end-to-end chain (`tests/chain.rs`).
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::{check_invariants, tmp, TestField};
+use common::{check_invariants, fixture, TestField};
 use greenwave_core::ActionSource;
 use greenwave_runtime::bundle::{self, verify_and_load};
 use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, FallbackKind, Policy};
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
 use greenwave_runtime::log::{read_all, LogConfig, LogWriter, SyncPolicy};
-use greenwave_tools::train::{train, Algo, TrainConfig};
-
-fn tiny_training() -> TrainConfig {
-    let mut c = TrainConfig::new("single-4way", Algo::Ppo, 240, 7);
-    c.n_envs = 2;
-    c.rollout_steps = 60;
-    c.hidden = vec![16, 16];
-    c.episode_s = Some(600);
-    c.ppo.minibatch = 64;
-    c.command = "runtime end-to-end test".into();
-    c
-}
 
 fn controller_bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_greenwave-controller"))
@@ -44,26 +36,18 @@ fn run_json(args: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn train_export_sign_run_an_hour_and_read_the_log_back() {
-    let dir = tmp("e2e");
-    let run = dir.join("run");
-    train(&tiny_training(), &run, false, false).unwrap();
-    let onnx = dir.join("export/policy.onnx");
-    greenwave_tools::export_cmd::export(&run, &onnx).unwrap();
-    let (keys, public_hex) =
-        greenwave_tools::bundle_cmd::keygen(&dir.join("keys/site"), false).unwrap();
-    let bundle_dir = dir.join("bundle");
-    let signer = greenwave_tools::bundle_cmd::bundle(&onnx, &keys.secret, &bundle_dir).unwrap();
-    assert_eq!(signer, public_hex);
+fn sign_run_an_hour_and_read_the_log_back() {
+    let fx = fixture("e2e");
+    let (dir, keys, bundle_dir) = (fx.dir.clone(), fx.keys.clone(), fx.bundle.clone());
 
-    // The controller side.
     let scenario = greenwave_sim::load("single-4way").unwrap();
     let mut field = TestField::new(&scenario, 11);
     let specs = field.inner.signal_specs();
     let interval = field.inner.decision_interval();
     let trusted = bundle::load_public_key(&keys.public).unwrap();
+    assert_eq!(trusted, fx.public);
     let b = verify_and_load(&bundle_dir, &[trusted], &specs[0].plan, specs[0].layout).unwrap();
-    assert_eq!(b.manifest.provenance.command, "runtime end-to-end test");
+    assert_eq!(b.manifest.provenance.command, "synthetic (test)");
     let policy = Policy {
         backend: load_backend(BackendKind::Tract, &b.model, specs[0].layout, None).unwrap(),
         version: b.manifest.policy_version,

@@ -10,14 +10,13 @@
 //! 5. evaluate the deployed and the fine-tuned policy greedily on 5 held-out seeds (one
 //!    hour each) and print the table. The fine-tuned mean delay must be lower.
 //!
-//! Release mode: `cargo test -p greenwave-runtime --release --test finetune_shifted_demand
+//! Release mode: `cargo test -p greenwave-e2e --release --test finetune_shifted_demand
 //! -- --nocapture` (about a minute on 2 cores). The same steps as commands are in the
-//! crate README ("Fine-tuning").
-
-mod common;
+//! runtime crate's README ("Fine-tuning").
 
 use std::path::Path;
 
+use greenwave_e2e::scratch;
 use greenwave_runtime::bundle;
 use greenwave_runtime::finetune::{self, candidate_manifest, sim, FinetuneConfig, PolicyStore};
 use greenwave_tools::train::{train, Algo, TrainConfig};
@@ -32,8 +31,9 @@ fn a_policy_deployed_under_shifted_demand_improves_after_one_day_of_fine_tuning(
         return;
     }
     std::env::set_var("RAYON_NUM_THREADS", "1");
-    let dir = common::tmp("ft-shift");
-    let scenario_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/finetune-shift.toml");
+    let dir = scratch("ft-shift");
+    let scenario_file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/runtime/scenarios/finetune-shift.toml");
     let scenario_path = scenario_file.to_str().unwrap();
     let scenario = greenwave_sim::load(scenario_path).unwrap();
 
