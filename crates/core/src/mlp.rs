@@ -59,14 +59,15 @@ pub struct LayerDesc {
 }
 
 impl LayerDesc {
-    /// Bytes this layer takes in `params`.
+    /// Bytes this layer takes in `params` (saturating: on a 32-bit MCU a crafted header's
+    /// 65535 × 65535 layer must not wrap to a small size that a short blob would match).
     pub const fn param_bytes(&self) -> usize {
-        let n = self.inputs as usize * self.outputs as usize;
+        let n = (self.inputs as usize).saturating_mul(self.outputs as usize);
         let w = match self.weights {
-            WeightFormat::F32 => 4 * n,
+            WeightFormat::F32 => n.saturating_mul(4),
             WeightFormat::Int8 { .. } => n,
         };
-        w + 4 * self.outputs as usize
+        w.saturating_add(4 * self.outputs as usize)
     }
 }
 
@@ -249,12 +250,10 @@ impl<'a> MlpBlob<'a> {
 
     /// Bytes the header's layers imply for `params`.
     pub fn params_len(&self) -> usize {
-        8 * self.obs_layout.dim()
-            + self
-                .layers
-                .iter()
-                .map(LayerDesc::param_bytes)
-                .sum::<usize>()
+        self.layers
+            .iter()
+            .map(LayerDesc::param_bytes)
+            .fold(8 * self.obs_layout.dim(), usize::saturating_add)
     }
 
     /// Widest layer output: each of the two scratch halves must hold this many floats.
@@ -638,6 +637,20 @@ mod tests {
             MlpBlob::parse(&nan),
             Err(BlobError::NonFinite { .. })
         ));
+        // Header sizes whose product overflows never wrap to a size a short blob matches.
+        let huge = LayerDesc {
+            inputs: u16::MAX,
+            outputs: u16::MAX,
+            weights: WeightFormat::F32,
+        };
+        let want = 4 * (u16::MAX as usize).pow(2) + 4 * u16::MAX as usize;
+        assert_eq!(huge.param_bytes(), want);
+        let max = LayerDesc {
+            inputs: u16::MAX,
+            outputs: u16::MAX,
+            weights: WeightFormat::Int8 { scale: 1.0 },
+        };
+        assert!(max.param_bytes() < want);
         let mut m = toy();
         m.layers[1].outputs = 3;
         m.layers[1].weights.extend([0.0; 3]);

@@ -127,10 +127,12 @@ impl ObsLayout {
     /// observations carry their mask with them. `None` if `obs` has the wrong size or no
     /// target phase is marked.
     pub fn mask_from_obs(&self, obs: &[f32]) -> Option<crate::sequencer::PhaseMask> {
-        if obs.len() != self.dim() {
+        let p = self.n_phases as usize;
+        // A mask has one bit per phase: a layout with more phases than a plan may hold
+        // (a corrupt manifest) has no mask.
+        if obs.len() != self.dim() || p > crate::plan::MAX_PHASES {
             return None;
         }
-        let p = self.n_phases as usize;
         let off = self.phase_offset();
         let target = obs[off..off + p].iter().position(|&x| x > 0.5)?;
         let in_change = obs[off + p] > 0.5;
@@ -241,6 +243,15 @@ mod tests {
         layout.write(&lanes, &fresh, &mut out).unwrap();
         assert_eq!(layout.mask_from_obs(&out), Some(fresh.action_mask()));
         assert_eq!(layout.mask_from_obs(&out[..3]), None);
+        // A corrupt manifest's layout with more phases than a mask has bits: no mask.
+        let wide = ObsLayout {
+            n_lanes: 0,
+            n_phases: 40,
+        };
+        let mut obs = [0.0; 43];
+        obs[39] = 1.0;
+        obs[41] = 1.0;
+        assert_eq!(wide.mask_from_obs(&obs), None);
     }
 
     #[test]

@@ -384,11 +384,33 @@ pub enum PlanError {
 }
 
 /// A validated phase plan for one intersection.
+///
+/// Deserializing validates too (through [`PhasePlan::new`]): a plan read from a file or a
+/// blob is held to the same rules as one built in code, so a zero yellow or a conflicting
+/// phase in a stored plan is an error, never a plan the sequencer runs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "PlanParts")]
 pub struct PhasePlan {
     movements: Vec<Movement, MAX_MOVEMENTS>,
     conflicts: ConflictMatrix,
     phases: Vec<Phase, MAX_PHASES>,
+}
+
+/// A plan's serialized fields, before validation (the same names and order as
+/// [`PhasePlan`], so the format is unchanged).
+#[derive(Serialize, Deserialize)]
+struct PlanParts {
+    movements: Vec<Movement, MAX_MOVEMENTS>,
+    conflicts: ConflictMatrix,
+    phases: Vec<Phase, MAX_PHASES>,
+}
+
+impl TryFrom<PlanParts> for PhasePlan {
+    type Error = PlanError;
+
+    fn try_from(p: PlanParts) -> Result<Self, PlanError> {
+        PhasePlan::new(&p.movements, p.conflicts, &p.phases)
+    }
 }
 
 impl PhasePlan {
@@ -801,6 +823,25 @@ mod tests {
             PhasePlan::new(&ms, far, &[ok, ok]),
             Err(PlanError::ConflictOutOfRange { .. })
         ));
+    }
+
+    #[test]
+    fn deserializing_validates() {
+        let plan = PhasePlan::four_arm_protected_left(t()).unwrap();
+        let bytes = postcard::to_allocvec(&plan).unwrap();
+        assert_eq!(postcard::from_bytes::<PhasePlan>(&bytes).unwrap(), plan);
+        // The same plan with every timing zeroed, as a corrupt file would carry it.
+        let mut phases = plan.phases.clone();
+        for p in phases.iter_mut() {
+            p.timing = PhaseTiming::from_secs(0, 0, 0, 0);
+        }
+        let parts = PlanParts {
+            movements: plan.movements.clone(),
+            conflicts: plan.conflicts,
+            phases,
+        };
+        let bytes = postcard::to_allocvec(&parts).unwrap();
+        assert!(postcard::from_bytes::<PhasePlan>(&bytes).is_err());
     }
 
     #[test]

@@ -351,9 +351,10 @@ fn run(plan: PhasePlan, steps: &[Step]) -> Result<u64, String> {
 }
 
 proptest! {
+    // The default failure persistence: the shrunk cases in
+    // `sequencer_props.proptest-regressions` are replayed before any new case.
     #![proptest_config(ProptestConfig {
         cases: 512,
-        failure_persistence: None,
         ..ProptestConfig::default()
     })]
 
