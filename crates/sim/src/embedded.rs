@@ -32,6 +32,10 @@ use crate::scenario::{Demand, Scenario};
 /// `gap_s` reported by a detector no vehicle has ever passed.
 pub const GAP_NONE_S: f32 = 1.0e6;
 
+/// Vehicles of room reserved per lane up front: every lane of an urban link (≤ 1.8 km at
+/// 7 m per vehicle) fits whole, so the hot loop never reallocates there.
+const PREALLOCATED_VEHICLES_PER_LANE: usize = 256;
+
 /// One vehicle. Times are seconds since the episode started.
 #[derive(Clone, Copy, Debug)]
 struct Vehicle {
@@ -221,7 +225,11 @@ impl EmbeddedEnv {
             .lanes
             .iter()
             .map(|l| LaneState {
-                vehicles: VecDeque::with_capacity(l.storage_veh as usize),
+                // Grows to the queues actually seen (and keeps that across resets); a long
+                // link's full storage would be memory spent on vehicles that never come.
+                vehicles: VecDeque::with_capacity(
+                    (l.storage_veh as usize).min(PREALLOCATED_VEHICLES_PER_LANE),
+                ),
                 ..LaneState::empty()
             })
             .collect();

@@ -23,6 +23,12 @@ use crate::network::{
 
 /// Most lanes a link may have.
 const MAX_LANES_PER_LINK: u32 = 16;
+/// Longest link: 50 km is far beyond any link between signals, and bounds the storage a
+/// file can ask for (at 2 m jam spacing, 25 000 vehicles per lane).
+const MAX_LINK_LENGTH_M: f64 = 50_000.0;
+/// Largest demand-profile multiplier: a peak ten times the base flow is already extreme,
+/// and it bounds the arrivals per tick.
+const MAX_PROFILE_MULTIPLIER: f64 = 10.0;
 /// Name of the preset plan.
 pub(crate) const PRESET_FOUR_ARM: &str = "four-arm-protected-left";
 
@@ -112,11 +118,14 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
                 "another link already has this id".into(),
             ));
         }
-        if !(l.length_m.is_finite() && l.length_m > 0.0) {
+        if !(l.length_m.is_finite() && l.length_m > 0.0 && l.length_m <= MAX_LINK_LENGTH_M) {
             return Err(origin.err(
                 Some(&span),
                 field("length_m"),
-                format!("{} is not a positive length", l.length_m),
+                format!(
+                    "{} is not a length in (0, {MAX_LINK_LENGTH_M}] m",
+                    l.length_m
+                ),
             ));
         }
         if !(l.speed_limit_kmh.is_finite() && l.speed_limit_kmh > 0.0) {
@@ -726,11 +735,11 @@ fn compile_demand(
                 format!("time {t} must be finite and later than the point before"),
             ));
         }
-        if !(m.is_finite() && m >= 0.0) {
+        if !(m.is_finite() && (0.0..=MAX_PROFILE_MULTIPLIER).contains(&m)) {
             return Err(origin.err(
                 Some(&span),
                 field,
-                format!("multiplier {m} is not a finite value ≥ 0"),
+                format!("multiplier {m} is outside 0..={MAX_PROFILE_MULTIPLIER}"),
             ));
         }
         points.push((t, m));

@@ -99,7 +99,7 @@ impl Default for ModelFile {
 pub struct LinkFile {
     /// Unique id.
     pub id: String,
-    /// Length.
+    /// Length, in (0, 50 000] m.
     pub length_m: f64,
     /// Speed limit (vehicles travel at it when not queued).
     pub speed_limit_kmh: f64,
@@ -248,7 +248,7 @@ pub struct DemandFile {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     /// Multiplier of every flow over the episode: `[[time_s, multiplier], ...]`, linear in
-    /// between, constant outside. Flat (1.0) when absent.
+    /// between, constant outside; each multiplier in 0..=10. Flat (1.0) when absent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub profile: Vec<[f64; 2]>,
     /// Mean arrival rate (before the profile) at each entry link, by link id.

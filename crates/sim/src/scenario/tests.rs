@@ -280,6 +280,20 @@ fn demand_errors_are_specific() {
         "name = \"base\"\nprofile = [[0.0, 1.0], [0.0, 2.0]]\n",
     ));
     assert!(err.contains("profile[1]") && err.contains("later"), "{err}");
+    // Unbounded work or memory is refused with the field named.
+    let err = error_of((
+        "name = \"base\"\n",
+        "name = \"base\"\nprofile = [[0.0, 1.0], [60.0, 1e300]]\n",
+    ));
+    assert!(
+        err.contains("profile[1]") && err.contains("outside 0..=10"),
+        "{err}"
+    );
+    let err = error_of(("length_m = 100.0\nspeed", "length_m = 1e9\nspeed"));
+    assert!(
+        err.contains("links[0] (`in`).length_m") && err.contains("50000"),
+        "{err}"
+    );
     let err = error_of((
         "name = \"small\"",
         "name = \"small\"\ndefault_demand = \"peak\"",
