@@ -1,13 +1,10 @@
 //! The `greenwave` binary, run as a user would.
 
-use std::process::{Command, Output};
+mod common;
 
-fn greenwave(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_greenwave"))
-        .args(args)
-        .output()
-        .expect("the greenwave binary runs")
-}
+use std::process::Output;
+
+use common::greenwave;
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

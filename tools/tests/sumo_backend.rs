@@ -6,9 +6,13 @@
 //! Without one those tests skip, saying why, except under CI (`CI` set), where a missing
 //! SUMO is a failure so they can never be skipped silently where they are meant to run.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Instant;
+
+use common::{failed, greenwave, ok, tmp};
 
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_sim::sumo::model::build_models;
@@ -18,12 +22,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../crates/sim/fixtures/sumo")
         .join(name)
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("greenwave-sumo-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
 }
 
 /// Whether SUMO can be run here; outside CI a missing SUMO skips the test.
@@ -38,31 +36,6 @@ fn sumo_available() -> bool {
             false
         }
     }
-}
-
-fn greenwave(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_greenwave"))
-        .args(args)
-        .output()
-        .expect("the greenwave binary runs")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn failed(o: &Output) -> String {
-    assert!(
-        !o.status.success(),
-        "expected a failure, got stdout: {}",
-        String::from_utf8_lossy(&o.stdout)
-    );
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// The plan hash greenwave derives from the fixture net (no SUMO needed to read it).

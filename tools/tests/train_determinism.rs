@@ -1,7 +1,10 @@
 //! Training is deterministic for a seed on CPU, and `--resume` continues exactly.
 
+mod common;
+
 use std::path::Path;
 
+use common::tmp;
 use greenwave_tools::train::{checkpoint, train, Algo, TrainConfig};
 
 fn tiny(algo: Algo, steps: u64) -> TrainConfig {
@@ -22,12 +25,6 @@ fn actor(run: &Path) -> Vec<f32> {
         .iter()
         .flat_map(|l| l.weights.iter().chain(&l.bias).copied())
         .collect()
-}
-
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("greenwave-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
 }
 
 #[test]

@@ -1,30 +1,9 @@
 //! The README's workstation commands, run as a user would: train → export → eval, and the
 //! demo at smoke-test size.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn greenwave(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_greenwave"))
-        .args(args)
-        .output()
-        .expect("the greenwave binary runs")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("greenwave-wf-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
+use common::{greenwave, ok, tmp};
 
 #[test]
 fn train_export_eval() {

@@ -638,8 +638,9 @@ mod tests {
         assert_eq!(st.epochs, cfg.epochs);
     }
 
-    #[test]
-    fn kl_limit_stops_early_and_the_policy_improves_on_q() {
+    /// [`setup`] with the critic fitted to the one-step reward (γ = 0): the rng and config
+    /// to go on with, and the critic's final loss.
+    fn with_fitted_critic() -> (MlpNet, QCritic, ReplayBatch, StdRng, OffPolicyConfig, f32) {
         let (actor, q, data) = setup();
         let mut rng = StdRng::seed_from_u64(3);
         let mut qopt = Adam::new(q.net.vars(), 1e-5).unwrap();
@@ -649,6 +650,12 @@ mod tests {
             ..Default::default()
         };
         let loss = fit_critic(&q, &mut qopt, &actor, &data, &cfg, &mut rng).unwrap();
+        (actor, q, data, rng, cfg, loss)
+    }
+
+    #[test]
+    fn kl_limit_stops_early_and_the_policy_improves_on_q() {
+        let (actor, q, data, mut rng, cfg, loss) = with_fitted_critic();
         assert!(loss < 0.2, "critic fits the one-step reward: {loss}");
         let mut opt = Adam::new(actor.vars(), 1e-5).unwrap();
         let cfg = OffPolicyConfig {
@@ -677,15 +684,7 @@ mod tests {
 
     #[test]
     fn hard_kl_limit_returns_a_policy_within_the_limit() {
-        let (actor, q, data) = setup();
-        let mut rng = StdRng::seed_from_u64(3);
-        let mut qopt = Adam::new(q.net.vars(), 1e-5).unwrap();
-        let cfg = OffPolicyConfig {
-            gamma: 0.0,
-            q_epochs: 60,
-            ..Default::default()
-        };
-        fit_critic(&q, &mut qopt, &actor, &data, &cfg, &mut rng).unwrap();
+        let (actor, q, data, mut rng, cfg, _) = with_fitted_critic();
         let n = data.len();
         let obs = tensor2(&data.obs, n, 4, &Device::Cpu).unwrap();
         let mask = Tensor::from_slice(&data.masks, (n, 3), &Device::Cpu).unwrap();
