@@ -59,6 +59,71 @@ pub struct BackendArgs {
     #[arg(long, default_value_t = 0.0)]
     #[serde(default)]
     pub begin: f64,
+    /// The signals' timing on SUMO: taken from each light's own program unless overridden
+    /// here (see "Timing on SUMO networks" in tools/README.md).
+    #[command(flatten)]
+    #[serde(default)]
+    pub timing: SumoTimingArgs,
+}
+
+/// Timing options of `--backend sumo`. Each light's yellow, all-red and max green come
+/// from its program; these override them (flags beat the file, which beats the net).
+#[derive(Clone, Debug, Default, PartialEq, clap::Args, Serialize, Deserialize)]
+pub struct SumoTimingArgs {
+    /// Timing file (TOML): `decision_interval_s`, `[defaults]` and `[signals."ID"]` tables
+    /// of `yellow_s`, `all_red_s`, `min_green_s`, `max_green_s`.
+    #[arg(long, value_name = "FILE.toml")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<PathBuf>,
+    /// Program id to run on lights that have it (default: each light's active program).
+    #[arg(long, value_name = "ID")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// Yellow of every signal (s, 3-6).
+    #[arg(long, value_name = "S")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yellow: Option<f64>,
+    /// All-red of every signal (s, 0-6).
+    #[arg(long, value_name = "S")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_red: Option<f64>,
+    /// Min green of every signal (s; default 5).
+    #[arg(long, value_name = "S")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_green: Option<f64>,
+    /// Max green of every signal (s; default the program's, at least 60).
+    #[arg(long, value_name = "S")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_green: Option<f64>,
+    /// Seconds between decisions (default 5, or the timing file's).
+    #[arg(long, value_name = "S")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_interval: Option<f64>,
+}
+
+impl SumoTimingArgs {
+    /// Whether any option is given.
+    pub fn is_set(&self) -> bool {
+        *self != SumoTimingArgs::default()
+    }
+
+    /// Applies the file and flags to a SUMO configuration.
+    #[cfg(feature = "sumo")]
+    pub fn apply(&self, cfg: &mut greenwave_sim::sumo::SumoConfig) -> Result<()> {
+        let flags = greenwave_sim::sumo::TimingOverrides {
+            yellow_s: self.yellow,
+            all_red_s: self.all_red,
+            min_green_s: self.min_green,
+            max_green_s: self.max_green,
+        };
+        cfg.set_timing(
+            self.timing.as_deref(),
+            flags,
+            self.decision_interval,
+            self.program.clone(),
+        )?;
+        Ok(())
+    }
 }
 
 impl BackendArgs {
@@ -74,6 +139,7 @@ impl BackendArgs {
             net: Some(net.into()),
             routes: Some(routes.into()),
             begin: 0.0,
+            timing: SumoTimingArgs::default(),
         }
     }
 
@@ -82,8 +148,16 @@ impl BackendArgs {
     pub fn check(&self) -> Result<()> {
         match self.backend {
             Backend::Embedded => {
-                if self.net.is_some() || self.routes.is_some() || self.begin != 0.0 {
-                    bail!("--net, --routes and --begin are SUMO options: add `--backend sumo`");
+                if self.net.is_some()
+                    || self.routes.is_some()
+                    || self.begin != 0.0
+                    || self.timing.is_set()
+                {
+                    bail!(
+                        "--net, --routes, --begin and the timing options (--timing, --program, \
+                         --yellow, --all-red, --min-green, --max-green, --decision-interval) \
+                         are SUMO options: add `--backend sumo`"
+                    );
                 }
             }
             Backend::Sumo => {
@@ -127,6 +201,7 @@ impl BackendArgs {
         if let Some(s) = seconds {
             cfg.seconds = s;
         }
+        self.timing.apply(&mut cfg)?;
         cfg.validate()
             .with_context(|| format!("SUMO options for {}", net.display()))?;
         Ok(cfg)
@@ -176,7 +251,19 @@ impl EnvSource {
 
     #[cfg(feature = "sumo")]
     fn sumo(backend: &BackendArgs) -> Result<Self> {
-        Ok(EnvSource::Sumo(backend.sumo_config(None, 0)?))
+        let cfg = backend.sumo_config(None, 0)?;
+        let models = cfg
+            .models()
+            .with_context(|| format!("deriving phase plans from {}", cfg.net.display()))?;
+        for s in &models.on_program {
+            eprintln!("warning: {s}");
+        }
+        for m in &models.models {
+            for note in &m.timing_notes {
+                eprintln!("note: traffic light {}: {note}", m.id);
+            }
+        }
+        Ok(EnvSource::Sumo(cfg))
     }
 
     #[cfg(not(feature = "sumo"))]
@@ -286,7 +373,7 @@ impl EnvSource {
                         .context("running the network's static program");
                     }
                     ControllerKind::Actuated => Box::new(Actuated::default()),
-                    ControllerKind::MaxPressure => Box::new(MaxPressure),
+                    ControllerKind::MaxPressure => Box::new(MaxPressure::default()),
                 };
                 let mut env = self.make(seed, seconds)?;
                 Ok(run_episode(env.as_mut(), c.as_mut(), seed, seconds)?)

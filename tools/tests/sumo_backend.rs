@@ -15,7 +15,18 @@ use std::time::Instant;
 use common::{failed, greenwave, ok, tmp};
 
 use greenwave_learn::manifest::plan_hash_hex;
-use greenwave_sim::sumo::model::build_models;
+use greenwave_sim::sumo::model::{build_models, ModelOptions};
+use greenwave_sim::sumo::TimingSpec;
+
+/// Every light's model under the net's own timing.
+fn net_models(net: &NetFile) -> Vec<greenwave_sim::sumo::TlsModel> {
+    let opts = ModelOptions {
+        program: None,
+        timing: &TimingSpec::default(),
+        step_ms: 1000,
+    };
+    build_models(net, opts).unwrap().models
+}
 use greenwave_sim::sumo::{NetFile, SumoConfig};
 
 fn fixture(name: &str) -> PathBuf {
@@ -41,7 +52,7 @@ fn sumo_available() -> bool {
 /// The plan hash greenwave derives from the fixture net (no SUMO needed to read it).
 fn single_net_plan_hash() -> String {
     let net = NetFile::read(&fixture("single.net.xml")).unwrap();
-    let models = build_models(&net, SumoConfig::new("", "").timing).unwrap();
+    let models = net_models(&net);
     plan_hash_hex(&models[0].plan)
 }
 

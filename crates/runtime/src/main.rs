@@ -63,6 +63,53 @@ enum Command {
     Rollback(RollbackArgs),
 }
 
+/// `--timing`, `--program` and per-value overrides of the SUMO signals' timing (the same
+/// options as `greenwave sim --backend sumo`).
+#[cfg(feature = "sumo")]
+#[derive(Args)]
+struct SumoTiming {
+    /// Timing file (TOML: decision_interval_s, [defaults], [signals."ID"]).
+    #[arg(long, requires = "sumo_net")]
+    timing: Option<PathBuf>,
+    /// Program id to run on lights that have it.
+    #[arg(long, requires = "sumo_net")]
+    program: Option<String>,
+    /// Yellow of every signal (s, 3-6).
+    #[arg(long, requires = "sumo_net")]
+    yellow: Option<f64>,
+    /// All-red of every signal (s, 0-6).
+    #[arg(long, requires = "sumo_net")]
+    all_red: Option<f64>,
+    /// Min green of every signal (s).
+    #[arg(long, requires = "sumo_net")]
+    min_green: Option<f64>,
+    /// Max green of every signal (s).
+    #[arg(long, requires = "sumo_net")]
+    max_green: Option<f64>,
+    /// Seconds between decisions.
+    #[arg(long, requires = "sumo_net")]
+    decision_interval: Option<f64>,
+}
+
+#[cfg(feature = "sumo")]
+impl SumoTiming {
+    fn apply(&self, cfg: &mut greenwave_sim::sumo::SumoConfig) -> Result<()> {
+        let flags = greenwave_sim::sumo::TimingOverrides {
+            yellow_s: self.yellow,
+            all_red_s: self.all_red,
+            min_green_s: self.min_green,
+            max_green_s: self.max_green,
+        };
+        cfg.set_timing(
+            self.timing.as_deref(),
+            flags,
+            self.decision_interval,
+            self.program.clone(),
+        )
+        .context("SUMO timing options")
+    }
+}
+
 #[derive(Args)]
 struct RunArgs {
     /// The signed policy bundle (directory).
@@ -83,6 +130,11 @@ struct RunArgs {
     #[cfg(feature = "sumo")]
     #[arg(long)]
     sumo_routes: Vec<PathBuf>,
+    /// SUMO signal timing (with --sumo-net): as `greenwave sim --backend sumo`, each light's
+    /// own program unless overridden; the bundle's plan hash must match the result.
+    #[cfg(feature = "sumo")]
+    #[command(flatten)]
+    sumo_timing: SumoTiming,
     /// Replay recorded detector readings instead of simulating (plans from --scenario).
     #[arg(long)]
     replay: Option<PathBuf>,
@@ -376,6 +428,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<()> {
     if let Some(net) = args.sumo_net.clone() {
         let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, args.sumo_routes[0].clone());
         cfg.routes = args.sumo_routes.clone();
+        args.sumo_timing.apply(&mut cfg)?;
         cfg.seconds = args.seconds.unwrap_or(3600.0);
         cfg.seed = args.seed;
         let env = greenwave_sim::sumo::SumoEnv::new(cfg).context("starting SUMO")?;

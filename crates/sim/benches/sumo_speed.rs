@@ -203,7 +203,7 @@ fn real_main() -> Result<(), String> {
                 Ok(m)
             })
         };
-        let max_pressure = controlled("max-pressure", || Box::new(MaxPressure))?;
+        let max_pressure = controlled("max-pressure", || Box::new(MaxPressure::default()))?;
         // SUMO alone on exactly max-pressure's traffic: its signal states replayed.
         let bare_replay = run("sumo -c replay", args.repeat, args.seconds, || {
             sumo_alone(Some(&replay))

@@ -648,6 +648,13 @@ impl Env for EmbeddedEnv {
                 d.downstream_veh = s.link_vehicles(&self.net, out) as f32;
                 d.downstream_storage_veh = self.net.links[out as usize].storage_veh as f32;
             }
+            d.upstream_length_m = node.movement_lanes[m]
+                .iter()
+                .map(|&l| {
+                    (self.net.lanes[l as usize].storage_veh as f64 * self.net.model.jam_spacing_m)
+                        as f32
+                })
+                .fold(0.0, f32::max);
             d.call = in_zone & (1 << m) != 0;
             d.gap_s = if d.call {
                 0.0

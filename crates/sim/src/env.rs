@@ -26,6 +26,8 @@ pub struct MovementDetector {
     pub queue_veh: f32,
     /// Vehicles on the movement's incoming lanes (moving or not).
     pub upstream_veh: f32,
+    /// Length of the movement's incoming lanes (m; the longest; 0 when unknown).
+    pub upstream_length_m: f32,
     /// Vehicles on the movement's outgoing (downstream) lanes.
     pub downstream_veh: f32,
     /// Storage of the downstream lanes, in vehicles.

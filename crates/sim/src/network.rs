@@ -81,6 +81,8 @@ pub(crate) struct Model {
     pub yellow_used_s: f64,
     /// Detector zone length in seconds of travel.
     pub detector_zone_s: f64,
+    /// Road length one stored vehicle takes (m).
+    pub jam_spacing_m: f64,
 }
 
 /// The compiled network.

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use greenwave_core::{Interval, MovementId, PhaseId};
 use greenwave_sim::controllers::{Actuated, MaxPressure};
-use greenwave_sim::sumo::model::LinkRole;
 use greenwave_sim::sumo::{SumoConfig, SumoEnv, TlsModel};
 use greenwave_sim::{run_episode, Controller, EmbeddedEnv, Env, EpisodeMetrics, Scenario};
 
@@ -42,7 +41,10 @@ fn sumo_available() -> bool {
 
 /// The controllers that need nothing but the `Env` (no scenario demand), fresh.
 fn controllers() -> Vec<Box<dyn Controller>> {
-    vec![Box::new(MaxPressure), Box::new(Actuated::default())]
+    vec![
+        Box::new(MaxPressure::default()),
+        Box::new(Actuated::default()),
+    ]
 }
 
 /// A controller wrapper that checks what every signal displays at each decision before
@@ -166,22 +168,6 @@ fn assert_sane(backend: &str, m: &EpisodeMetrics, w: &Watched) {
     assert!(m.mean_delay_s < 120.0, "{who}: {m:?}");
 }
 
-/// A SUMO state string's character for each link, as displayed.
-#[derive(Clone, Copy, PartialEq)]
-enum Show {
-    Green,
-    Yellow,
-    Red,
-}
-
-fn show(c: u8) -> Show {
-    match c {
-        b'G' | b'g' => Show::Green,
-        b'y' | b'Y' | b'u' => Show::Yellow,
-        _ => Show::Red,
-    }
-}
-
 /// The `(duration ms, state)` phases of one `tlLogic` of a replay file.
 fn replay_phases(xml: &str, tls: &str) -> Vec<(u64, String)> {
     let start = xml
@@ -202,81 +188,24 @@ fn replay_phases(xml: &str, tls: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// Checks every state greenwave sent to SUMO for `model`: no two conflicting movements
-/// green or yellow together, no green ending without its full yellow, and no movement
-/// turning green before the all-red after every conflicting movement has run out.
+/// Checks every state greenwave sent to SUMO for `model` (as `(duration, state)` pairs)
+/// with the backend's own display audit, [`TlsModel::audit_states`].
 fn check_sent_states(model: &TlsModel, phases: &[(u64, String)]) -> Vec<String> {
-    let timing = model.plan.phases()[0].timing;
-    let (yellow_ms, all_red_ms) = (timing.yellow.0 as u64, timing.all_red.0 as u64);
-    let conflicts = model.plan.conflicts();
-    let movement = |i: usize| match model.links[i] {
-        LinkRole::Movement(m) => Some(MovementId(m)),
-        _ => None,
-    };
-    let n = model.links.len();
-    let mut bad = Vec::new();
-    let mut prev: Vec<Show> = vec![Show::Red; n];
-    let mut yellow_since: Vec<Option<u64>> = vec![None; n];
-    let mut red_since: Vec<Option<u64>> = vec![Some(0); n];
     let mut t = 0u64;
-    for (k, (dur, state)) in phases.iter().enumerate() {
-        let now: Vec<Show> = state.bytes().map(show).collect();
-        assert_eq!(now.len(), n, "state {state} has the wrong length");
-        // Since when each link shows yellow (for the yellow→red check) and red (for the
-        // all-red check: a link turning red right now has been red for 0 ms).
-        for i in 0..n {
-            if now[i] == Show::Yellow && prev[i] != Show::Yellow {
-                yellow_since[i] = Some(t);
-            }
-            if now[i] == Show::Red && prev[i] != Show::Red {
-                red_since[i] = Some(t);
-            } else if now[i] != Show::Red {
-                red_since[i] = None;
-            }
-        }
-        for i in 0..n {
-            let Some(mi) = movement(i) else { continue };
-            // Conflicts within this state.
-            for j in i + 1..n {
-                let Some(mj) = movement(j) else { continue };
-                if now[i] != Show::Red && now[j] != Show::Red && conflicts.conflicts(mi, mj) {
-                    bad.push(format!("t={t} ms: links {i} and {j} conflict in {state}"));
-                }
-            }
-            match (k > 0, prev[i], now[i]) {
-                (true, Show::Green, Show::Red) => bad.push(format!(
-                    "t={t} ms: link {i} went green to red without yellow"
-                )),
-                (_, Show::Yellow, Show::Red) => {
-                    let since = yellow_since[i].unwrap_or(t);
-                    if t - since < yellow_ms {
-                        bad.push(format!("t={t} ms: link {i} yellow cut to {} ms", t - since));
-                    }
-                }
-                (true, Show::Red, Show::Green) => {
-                    for (j, &since) in red_since.iter().enumerate() {
-                        let Some(mj) = movement(j) else { continue };
-                        if !conflicts.conflicts(mi, mj) {
-                            continue;
-                        }
-                        match since {
-                            Some(r) if t - r >= all_red_ms || r == 0 => {}
-                            Some(r) => bad.push(format!(
-                                "t={t} ms: link {i} green {} ms after conflicting link {j} \
-                                 turned red (all-red {all_red_ms} ms)",
-                                t - r
-                            )),
-                            None => {}
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        prev = now;
-        t += dur;
-    }
-    bad
+    let history: Vec<(u64, String)> = phases
+        .iter()
+        .map(|(dur, state)| {
+            let at = (t, state.clone());
+            t += dur;
+            at
+        })
+        .collect();
+    model
+        .audit_states(&history)
+        .err()
+        .map(|e| e.to_string())
+        .into_iter()
+        .collect()
 }
 
 #[test]
@@ -348,8 +277,17 @@ fn the_same_controllers_run_one_episode_on_each_backend() {
 #[test]
 fn the_state_checker_catches_unsafe_displays() {
     let net = greenwave_sim::sumo::NetFile::read(&sumo_fixture("single.net.xml")).unwrap();
-    let models =
-        greenwave_sim::sumo::model::build_models(&net, SumoConfig::new("", "").timing).unwrap();
+    // The net's program has no all-red: impose 2 s so the all-red checks have work.
+    let mut timing = greenwave_sim::sumo::TimingSpec::default();
+    timing.command_line.all_red_s = Some(2.0);
+    let opts = greenwave_sim::sumo::ModelOptions {
+        program: None,
+        timing: &timing,
+        step_ms: 1000,
+    };
+    let models = greenwave_sim::sumo::build_models(&net, opts)
+        .unwrap()
+        .models;
     let m = &models[0];
     let (ns, ew) = ("GGGgrrrrGGGgrrrr", "rrrrGGGgrrrrGGGg");
     let (yellow, red) = ("yyyyrrrryyyyrrrr", "rrrrrrrrrrrrrrrr");

@@ -6,7 +6,18 @@
 use std::path::PathBuf;
 
 use greenwave_core::{MovementId, Turn};
-use greenwave_sim::sumo::model::build_models;
+use greenwave_sim::sumo::model::{build_models, ModelOptions};
+use greenwave_sim::sumo::TimingSpec;
+
+/// Every light's model under the net's own timing.
+fn net_models(net: &NetFile) -> Vec<greenwave_sim::sumo::TlsModel> {
+    let opts = ModelOptions {
+        program: None,
+        timing: &TimingSpec::default(),
+        step_ms: 1000,
+    };
+    build_models(net, opts).unwrap().models
+}
 use greenwave_sim::sumo::{run_static_program, NetFile, ReadMode, SumoConfig, SumoEnv, SumoError};
 use greenwave_sim::Env;
 
@@ -50,8 +61,7 @@ fn greedy(env: &SumoEnv, signal: usize) -> u8 {
 #[test]
 fn single_intersection_plan_from_the_net() {
     let net = NetFile::read(&fixture("single.net.xml")).unwrap();
-    let timing = SumoConfig::new("", "").timing;
-    let models = build_models(&net, timing).unwrap();
+    let models = net_models(&net);
     assert_eq!(models.len(), 1);
     let m = &models[0];
     assert_eq!(m.id, "A0");
@@ -100,7 +110,7 @@ fn seq_state(m: &greenwave_sim::sumo::TlsModel, seq: &greenwave_core::Sequencer)
 #[test]
 fn grid_plans_and_change_display() {
     let net = NetFile::read(&fixture("grid2x2.net.xml")).unwrap();
-    let models = build_models(&net, SumoConfig::new("", "").timing).unwrap();
+    let models = net_models(&net);
     let ids: Vec<_> = models.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(ids, ["A0", "A1", "B0", "B1"]);
     for m in &models {
@@ -113,9 +123,16 @@ fn grid_plans_and_change_display() {
         seq.request(1);
         let yellow = seq_state(m, &seq);
         assert_eq!(yellow, "yyyyrrrryyyyrrrr", "{}", m.id);
+        // The net's program has a 3 s yellow and no all-red: green follows at once.
+        assert_eq!(
+            m.plan.phases()[0].timing.yellow,
+            greenwave_core::Millis(3000)
+        );
+        assert_eq!(
+            m.plan.phases()[0].timing.all_red,
+            greenwave_core::Millis::ZERO
+        );
         seq.tick(greenwave_core::Millis::from_secs(3));
-        assert_eq!(seq_state(m, &seq), "r".repeat(16));
-        seq.tick(greenwave_core::Millis::from_secs(2));
         assert_eq!(seq_state(m, &seq), "rrrrGGGgrrrrGGGg");
     }
 }
@@ -178,7 +195,12 @@ fn short_episode_on_the_single_intersection() {
 #[test]
 fn sumo_shows_the_sequencer_yellow_and_all_red() {
     let mut cfg = config("single", 60.0);
-    cfg.decision_interval_s = 1.0;
+    // The net's program has no all-red; ask for 2 s so SUMO must show one.
+    let flags = greenwave_sim::sumo::TimingOverrides {
+        all_red_s: Some(2.0),
+        ..Default::default()
+    };
+    cfg.set_timing(None, flags, Some(1.0), None).unwrap();
     let mut env = SumoEnv::new(cfg).unwrap();
     // Before any step SUMO still runs its own program.
     for _ in 0..5 {
@@ -247,8 +269,10 @@ fn grid_episode_with_four_signals() {
 #[test]
 fn the_classic_controllers_drive_sumo() {
     use greenwave_sim::controllers::{Actuated, MaxPressure};
-    let controllers: [Box<dyn greenwave_sim::Controller>; 2] =
-        [Box::new(MaxPressure), Box::new(Actuated::default())];
+    let controllers: [Box<dyn greenwave_sim::Controller>; 2] = [
+        Box::new(MaxPressure::default()),
+        Box::new(Actuated::default()),
+    ];
     for mut c in controllers {
         let mut env = SumoEnv::new(config("single", 180.0)).unwrap();
         let m = greenwave_sim::run_episode(&mut env, c.as_mut(), 3, 180.0).unwrap();
@@ -266,7 +290,7 @@ fn replayed_programs_reproduce_the_episode_in_sumo_alone() {
     let mut env = SumoEnv::new(config("single", 300.0)).unwrap();
     let ours = greenwave_sim::run_episode(
         &mut env,
-        &mut greenwave_sim::controllers::MaxPressure,
+        &mut greenwave_sim::controllers::MaxPressure::default(),
         7,
         300.0,
     )

@@ -2,7 +2,7 @@
 
 use greenwave_core::PhaseId;
 
-use super::{decide_switchable, Controller, FixedTime};
+use super::{can_discharge, decide_switchable, Controller, FixedTime};
 use crate::env::Env;
 use crate::scenario::Scenario;
 
@@ -16,7 +16,10 @@ pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 /// detector zone, or left it less than `passage_s` ago. It ends when the gap is longer
 /// (gap-out) or its max green is reached (max-out). The next phase is the first one after
 /// it, in plan order, with a call on a movement it does not already serve; with no call
-/// anywhere the green rests. Decisions come once per decision interval, so a gap-out
+/// anywhere the green rests. A movement whose downstream is nearly full
+/// ([`SPILLBACK_FRACTION`](super::SPILLBACK_FRACTION)) neither extends a green nor places
+/// a call: its vehicles could not leave the junction (spill-back gating, as in
+/// queue-spillback-aware actuated practice). Decisions come once per decision interval, so a gap-out
 /// takes effect at the next decision point.
 #[derive(Clone, Debug)]
 pub struct Actuated {
@@ -84,10 +87,11 @@ impl Controller for Actuated {
                 .get(i)
                 .and_then(|phases| phases.get(phase.0 as usize))
                 .is_some_and(|&max| elapsed_s + 1e-3 >= max);
+            // Gap-out, also when every movement still arriving is blocked downstream.
             let gap_out = !green
                 .iter()
                 .filter_map(|m| detectors.get(m.0 as usize))
-                .any(|d| d.gap_s < self.passage_s);
+                .any(|d| d.gap_s < self.passage_s && can_discharge(d));
             if !max_out && !gap_out {
                 return phase.0;
             }
@@ -102,7 +106,7 @@ impl Controller for Actuated {
                             .minus(green)
                             .iter()
                             .filter_map(|m| detectors.get(m.0 as usize))
-                            .any(|d| d.call || d.queue_veh > 0.0)
+                            .any(|d| (d.call || d.queue_veh > 0.0) && can_discharge(d))
                 })
                 .map_or(phase.0, |q| q as u8)
         })

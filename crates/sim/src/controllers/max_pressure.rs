@@ -2,7 +2,7 @@
 
 use greenwave_core::PhaseId;
 
-use super::{decide_switchable, Controller};
+use super::{can_discharge, decide_switchable, Controller};
 use crate::env::{Env, MovementDetector};
 
 /// Max-pressure control.
@@ -13,8 +13,11 @@ use crate::env::{Env, MovementDetector};
 /// a free-flowing link, all of them on a full one. (Subtracting all of `N` would count
 /// vehicles driving freely away as if they were queued, and bias every choice towards
 /// phases with fewer movements.) A movement's weight counts only when positive: one with
-/// nothing to send cannot send a negative amount. A phase's pressure is the sum over its
-/// movements.
+/// nothing to send cannot send a negative amount, and a movement whose downstream lanes
+/// are nearly full ([`SPILLBACK_FRACTION`](super::SPILLBACK_FRACTION)) has none: green
+/// given to it is lost while its vehicles cannot leave the junction (the capacity-aware
+/// variant of Gregoire et al. 2015, "Capacity-aware backpressure traffic signal control").
+/// A phase's pressure is the sum over its movements.
 ///
 /// Varaiya's rule serves the phase of largest pressure every slot. Switching is not free
 /// here: the ending phase's yellow and all-red (`L`) are lost, and the new phase then runs
@@ -24,14 +27,75 @@ use crate::env::{Env, MovementDetector};
 /// largest `w_j · G_j / (G_j + L)` if that beats the current phase's pressure, and stays
 /// otherwise. Without this, it switches on every small fluctuation and loses capacity to
 /// clearance near saturation.
-#[derive(Clone, Debug, Default)]
-pub struct MaxPressure;
+///
+/// **No starvation.** Pure max-pressure can hold a minor phase red indefinitely while a
+/// major one keeps more pressure; on real networks the starved approaches back up into the
+/// junctions upstream and to the network's entries. So a phase with demand (a queue or a
+/// call on a movement it serves) that has not been green for `max_red_s` is served next,
+/// the longest-waiting first: the maximum-red bound of cyclic max-pressure variants
+/// (Levin, Hu & Odell 2020, "Max-pressure signal control with cyclical phase structure").
+#[derive(Clone, Debug)]
+pub struct MaxPressure {
+    /// Longest a phase with demand is kept from green (s).
+    pub max_red_s: f64,
+    /// Per signal and phase: when it was last green (env seconds).
+    last_green_s: Vec<Vec<f64>>,
+}
 
-/// The pressure of one movement.
+/// Default of [`MaxPressure::max_red_s`]: two minutes, the usual ceiling of a cycle (and
+/// of a pedestrian's wait) in signal timing practice.
+pub const DEFAULT_MAX_RED_S: f64 = 120.0;
+
+impl Default for MaxPressure {
+    fn default() -> Self {
+        MaxPressure {
+            max_red_s: DEFAULT_MAX_RED_S,
+            last_green_s: Vec::new(),
+        }
+    }
+}
+
+impl MaxPressure {
+    /// The phase of signal `i` starved longest past `max_red_s` that has demand, if any.
+    fn starved(
+        &self,
+        i: usize,
+        now_s: f64,
+        candidates: impl Iterator<Item = usize>,
+    ) -> Option<usize> {
+        let last = self.last_green_s.get(i)?;
+        candidates
+            .filter(|&q| now_s - last.get(q).copied().unwrap_or(now_s) >= self.max_red_s)
+            .min_by(|&a, &b| last[a].total_cmp(&last[b]))
+    }
+}
+
+/// How far before the stop line arriving vehicles count towards a movement's pressure
+/// (m): a typical advance-detection range. Vehicles further up a long lane will not reach
+/// the stop line within a green and are left out.
+pub const DETECTION_RANGE_M: f32 = 200.0;
+
+/// The vehicles of movement `d` that a green can serve: every queued one, plus the moving
+/// ones estimated to be within [`DETECTION_RANGE_M`] of the stop line (moving vehicles
+/// spread evenly along the lane). With the lane length unknown, all of them.
+fn upstream_load(d: &MovementDetector) -> f32 {
+    let moving = (d.upstream_veh - d.queue_veh).max(0.0);
+    let share = if d.upstream_length_m > DETECTION_RANGE_M {
+        DETECTION_RANGE_M / d.upstream_length_m
+    } else {
+        1.0
+    };
+    d.queue_veh + moving * share
+}
+
+/// The pressure of one movement; none when its downstream is full (it cannot send).
 fn pressure(d: &MovementDetector) -> f32 {
+    if !can_discharge(d) {
+        return 0.0;
+    }
     let downstream_queue_veh =
         d.downstream_veh * d.downstream_veh / d.downstream_storage_veh.max(1.0);
-    (d.queue_veh - downstream_queue_veh).max(0.0)
+    (upstream_load(d) - downstream_queue_veh).max(0.0)
 }
 
 impl Controller for MaxPressure {
@@ -39,10 +103,29 @@ impl Controller for MaxPressure {
         "max-pressure"
     }
 
-    fn reset(&mut self, _env: &dyn Env) {}
+    fn reset(&mut self, env: &dyn Env) {
+        let now = env.now_s();
+        self.last_green_s = env
+            .signals()
+            .iter()
+            .map(|s| vec![now; s.plan.n_phases()])
+            .collect();
+    }
 
     fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
         let decision_s = env.decision_interval_s().max(1.0) as f32;
+        let now_s = env.now_s();
+        if self.last_green_s.len() != env.signals().len() {
+            self.reset(env);
+        }
+        for (i, last) in self.last_green_s.iter_mut().enumerate() {
+            if let Some(p) = env.sequencer(i).green_phase() {
+                if let Some(t) = last.get_mut(p.0 as usize) {
+                    *t = now_s;
+                }
+            }
+        }
+        let this = &*self;
         decide_switchable(env, |i, seq, phase, detectors| {
             let plan = seq.plan();
             let mask = env.action_mask(i);
@@ -54,6 +137,19 @@ impl Controller for MaxPressure {
                     .map(pressure)
                     .sum()
             };
+            let has_demand = |q: usize| {
+                plan.phases()[q]
+                    .movements
+                    .iter()
+                    .filter_map(|m| detectors.get(m.0 as usize))
+                    .any(|d| (d.call || d.queue_veh > 0.0) && can_discharge(d))
+            };
+            let waiting = (0..plan.n_phases()).filter(|&q| {
+                q != phase.0 as usize && mask.allows(PhaseId(q as u8)) && has_demand(q)
+            });
+            if let Some(q) = this.starved(i, now_s, waiting) {
+                return q as u8;
+            }
             let current = plan.phases()[phase.0 as usize].timing;
             let lost_s = (current.yellow.0 + current.all_red.0) as f32 / 1000.0;
             let mut best = (phase.0, phase_pressure(phase.0 as usize));

@@ -22,6 +22,17 @@ pub use max_pressure::MaxPressure;
 use crate::env::{Env, EnvError, EpisodeMetrics, MovementDetector};
 use crate::scenario::Scenario;
 
+/// Fraction of its downstream storage at which a movement counts as blocked: its
+/// vehicles cannot leave the junction, so green spent on it is lost (and feeds gridlock).
+pub const SPILLBACK_FRACTION: f32 = 0.9;
+
+/// Whether movement `d` can discharge: its downstream lanes are not (nearly) full.
+/// Movements without downstream storage (leaving the network) can always discharge.
+pub fn can_discharge(d: &MovementDetector) -> bool {
+    d.downstream_storage_veh <= 0.0
+        || d.downstream_veh < SPILLBACK_FRACTION * d.downstream_storage_veh
+}
+
 /// A signal controller: one requested phase per signal each decision.
 pub trait Controller: Send {
     /// Short name (`fixed-time`, `actuated`, `max-pressure`).
@@ -69,7 +80,7 @@ impl ControllerKind {
         match self {
             ControllerKind::FixedTime => Box::new(FixedTime::webster(scenario)),
             ControllerKind::Actuated => Box::new(Actuated::for_scenario(scenario)),
-            ControllerKind::MaxPressure => Box::new(MaxPressure),
+            ControllerKind::MaxPressure => Box::new(MaxPressure::default()),
         }
     }
 }

@@ -184,7 +184,7 @@ fn max_pressure_serves_the_longer_queue() {
     // east phase, max-pressure switches to the north and keeps it.
     let s = approach(900.0, 500.0, 1, 1000.0);
     let mut env = EmbeddedEnv::from_scenario(&s, 1);
-    let mut mp = MaxPressure;
+    let mut mp = MaxPressure::default();
     let g = greens(&mut env, &mut mp, 600.0);
     assert_eq!(g.len(), 1, "{g:?}");
     assert_eq!(g[0].0, 1);

@@ -409,6 +409,7 @@ fn compile_model(m: &ModelFile, origin: &Origin) -> Result<Model, ScenarioError>
         first_crossing_s: m.startup_lost_time_s + 0.5 * headway_s,
         yellow_used_s: m.yellow_used_s,
         detector_zone_s: m.detector_zone_s,
+        jam_spacing_m: m.jam_spacing_m,
     })
 }
 

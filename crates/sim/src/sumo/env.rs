@@ -10,8 +10,8 @@ use greenwave_core::{
     LaneReading, Millis, ObsLayout, PhaseId, RewardInputs, RewardKind, Sequencer,
 };
 
-use super::model::{build_models, TlsModel};
-use super::net::NetFile;
+use super::model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
+use super::net::{NetFile, NetLane};
 use super::process::{SumoProcess, WorkDir};
 use super::readings::{Answer, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
 use super::traci::{cmd, var, Message, Reply, TraciError, Value};
@@ -22,8 +22,21 @@ use crate::GAP_NONE_S;
 /// Road space one queued vehicle takes (m): SUMO's default car, 5 m long with a 2.5 m gap.
 pub const VEHICLE_SPACING_M: f64 = 7.5;
 
-/// How far before the stop line the loops sit (m).
-const LOOP_SETBACK_M: f64 = 1.0;
+/// Seconds of free-flow travel before the stop line that a lane's detector zone covers:
+/// the loop sits that far upstream (at the lane's speed limit), like SUMO's own actuated
+/// detectors and the embedded simulator's `detector_zone_s`.
+pub const DETECTOR_ZONE_S: f64 = 3.0;
+
+/// Speed assumed for a lane without a speed limit in the net (m/s, 50 km/h).
+const DEFAULT_SPEED_MPS: f64 = 13.89;
+
+/// Where a lane's loop sits: `DETECTOR_ZONE_S` of travel before the stop line, at least
+/// 1 m and at most 1 m short of the lane's start. Returns (setback m, zone travel s).
+fn loop_setback(length_m: f64, speed_mps: Option<f64>) -> (f64, f64) {
+    let speed = speed_mps.unwrap_or(DEFAULT_SPEED_MPS);
+    let setback = (speed * DETECTOR_ZONE_S).min(length_m - 1.0).max(1.0);
+    (setback, setback / speed)
+}
 
 /// Per-lane readings, refreshed from the subscriptions after each step.
 #[derive(Clone, Debug, Default)]
@@ -37,10 +50,12 @@ struct Lanes {
     halting: Vec<f32>,
     waiting_s: Vec<f32>,
     since_detection_s: Vec<f32>,
+    /// Per lane: the loop's setback (m) and the free-flow travel from it to the stop line (s).
+    loop_at: Vec<(f64, f32)>,
 }
 
 impl Lanes {
-    fn add(&mut self, id: &str, storage_veh: f32, observed: bool) -> usize {
+    fn add(&mut self, id: &str, lane: Option<&NetLane>, observed: bool) -> usize {
         if let Some(&i) = self.index.get(id) {
             self.observed[i] |= observed;
             return i;
@@ -48,7 +63,11 @@ impl Lanes {
         let i = self.ids.len();
         self.ids.push(id.to_string());
         self.index.insert(id.to_string(), i);
-        self.storage_veh.push(storage_veh);
+        let length_m = lane.map_or(0.0, |l| l.length_m);
+        self.storage_veh
+            .push((length_m / VEHICLE_SPACING_M).max(1.0) as f32);
+        let (setback_m, zone_s) = loop_setback(length_m, lane.and_then(|l| l.speed_mps));
+        self.loop_at.push((setback_m, zone_s as f32));
         self.observed.push(observed);
         i
     }
@@ -103,6 +122,10 @@ pub struct SumoEnv {
     cfg: SumoConfig,
     binary: PathBuf,
     models: Vec<TlsModel>,
+    /// Lights left on their own program.
+    on_program: Vec<StaticSignal>,
+    /// Lights switched to `cfg.program` at the start of each episode.
+    program_switches: Vec<String>,
     specs: Vec<SignalSpec>,
     seqs: Vec<Sequencer>,
     lanes: Lanes,
@@ -132,18 +155,30 @@ impl SumoEnv {
         cfg.validate()?;
         let binary = find_sumo_binary(cfg.sumo_binary.as_deref())?;
         let net = NetFile::read(&cfg.net)?;
-        let models = build_models(&net, cfg.timing)?;
+        let NetModels { models, on_program } = build_models(
+            &net,
+            ModelOptions {
+                program: cfg.program.as_deref(),
+                timing: &cfg.timing,
+                step_ms: cfg.step_ms(),
+            },
+        )?;
+        let program_switches = match cfg.program.as_deref() {
+            Some(wanted) => net
+                .tl_logics
+                .iter()
+                .filter(|t| t.program_id == wanted)
+                .map(|t| t.id.clone())
+                .collect(),
+            None => Vec::new(),
+        };
 
         let mut lanes = Lanes::default();
-        let storage = |id: &str| {
-            let len = net.lanes.get(id).map(|l| l.length_m).unwrap_or(0.0);
-            (len / VEHICLE_SPACING_M).max(1.0) as f32
-        };
         let mut signal_lanes = Vec::with_capacity(models.len());
         for m in &models {
             let mut add = |ids: &[String], observed: bool| -> Vec<usize> {
                 ids.iter()
-                    .map(|id| lanes.add(id, storage(id), observed))
+                    .map(|id| lanes.add(id, net.lanes.get(id), observed))
                     .collect()
             };
             signal_lanes.push(SignalLanes {
@@ -185,6 +220,8 @@ impl SumoEnv {
             cfg,
             binary,
             models,
+            on_program,
+            program_switches,
             specs,
             seqs,
             lanes,
@@ -210,6 +247,17 @@ impl SumoEnv {
     /// The models (plans, links, lanes) of the signals, in signal order.
     pub fn models(&self) -> &[TlsModel] {
         &self.models
+    }
+
+    /// The traffic lights left on their own program, with the reason for each.
+    pub fn on_program(&self) -> &[StaticSignal] {
+        &self.on_program
+    }
+
+    /// Every state string sent to signal `signal` this episode, with the time it was sent
+    /// (ms since the episode began); empty for an unknown signal.
+    pub fn state_history(&self, signal: usize) -> &[(u64, String)] {
+        self.history.get(signal).map_or(&[], Vec::as_slice)
     }
 
     /// The configuration.
@@ -298,10 +346,11 @@ impl SumoEnv {
                 continue;
             }
             xml.push_str(&format!(
-                "  <inductionLoop id=\"{}\" lane=\"{}\" pos=\"-{LOOP_SETBACK_M}\" \
+                "  <inductionLoop id=\"{}\" lane=\"{}\" pos=\"-{:.2}\" \
                  period=\"86400\" file=\"NUL\" friendlyPos=\"true\"/>\n",
                 quick_xml::escape::escape(format!("{LOOP_PREFIX}{id}")),
                 quick_xml::escape::escape(id.as_str()),
+                self.lanes.loop_at[i].0,
             ));
         }
         xml.push_str("</additional>\n");
@@ -366,6 +415,13 @@ impl SumoEnv {
             Duration::from_secs_f64(self.cfg.startup_timeout_s),
             Duration::from_secs_f64(self.cfg.reply_timeout_s),
         )?;
+        let mut switches = Message::new();
+        for id in &self.program_switches {
+            switches.set_tl_program(id, self.cfg.program.as_deref().unwrap_or_default());
+        }
+        if !switches.is_empty() {
+            sim.exchange(&[switches], "switching lights to the chosen --program")?;
+        }
         let mut checks = Message::new();
         for model in &self.models {
             checks.get(cmd::GET_TL, var::TL_RED_YELLOW_GREEN_STATE, &model.id);
@@ -376,7 +432,18 @@ impl SumoEnv {
         } else {
             self.reads.get_message().clone()
         };
-        let mut replies = sim.exchange(&[checks, second], "checking signals, first readings")?;
+        // An empty message would get no reply to pair with (a net whose lights all stay
+        // on their programs has no signal to check and no lane to read).
+        let messages: Vec<Message> = [checks, second]
+            .into_iter()
+            .map(|mut m| {
+                if m.is_empty() {
+                    m.get(cmd::GET_SIM, var::SIM_TIME, "");
+                }
+                m
+            })
+            .collect();
+        let mut replies = sim.exchange(&messages, "checking signals, first readings")?;
         let readings = replies.pop().unwrap_or_default();
         let states = replies.pop().unwrap_or_default();
         for (model, r) in self.models.iter().zip(&states) {
@@ -795,18 +862,25 @@ impl Env for SumoEnv {
             .iter()
             .zip(&sl.movement_out)
             .map(|(ins, outs)| {
-                let upstream = l.sum(ins, &l.vehicles);
+                let queue_veh = l.sum(ins, &l.halting);
+                // Time since the detector zone last held a vehicle: since the loop last
+                // saw one, less its travel from the loop to the stop line.
+                let gap_s = ins
+                    .iter()
+                    .map(|&i| (l.since_detection_s[i] - l.loop_at[i].1).max(0.0))
+                    .fold(f32::INFINITY, f32::min)
+                    .min(GAP_NONE_S);
                 MovementDetector {
-                    queue_veh: l.sum(ins, &l.halting),
-                    upstream_veh: upstream,
+                    queue_veh,
+                    upstream_veh: l.sum(ins, &l.vehicles),
+                    upstream_length_m: ins
+                        .iter()
+                        .map(|&i| l.storage_veh[i] * VEHICLE_SPACING_M as f32)
+                        .fold(0.0, f32::max),
                     downstream_veh: l.sum(outs, &l.vehicles),
                     downstream_storage_veh: l.sum(outs, &l.storage_veh),
-                    gap_s: ins
-                        .iter()
-                        .map(|&i| l.since_detection_s[i])
-                        .fold(f32::INFINITY, f32::min)
-                        .min(GAP_NONE_S),
-                    call: upstream > 0.0,
+                    gap_s,
+                    call: queue_veh > 0.0 || gap_s == 0.0,
                 }
             })
             .collect()

@@ -16,7 +16,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use greenwave_core::{PhaseTiming, RewardKind};
+use greenwave_core::RewardKind;
 
 use crate::env::EnvError;
 
@@ -25,14 +25,16 @@ pub mod model;
 pub mod net;
 mod process;
 mod readings;
+pub mod timing;
 pub mod traci;
 pub mod tripinfo;
 mod xml;
 
 pub use env::{run_static_program, SumoEnv};
-pub use model::TlsModel;
+pub use model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
 pub use net::NetFile;
 pub use readings::ReadMode;
+pub use timing::{TimingOverrides, TimingSpec};
 
 /// Oldest TraCI API level accepted (SUMO 1.28 speaks 22; every command used here is older).
 pub const MIN_TRACI_API: i32 = 20;
@@ -179,8 +181,12 @@ pub struct SumoConfig {
     pub decision_interval_s: f64,
     /// SUMO's step length (`--step-length`); every interval must be a multiple of it.
     pub step_length_s: f64,
-    /// Timing of every derived phase (min/max green, yellow, all-red).
-    pub timing: PhaseTiming,
+    /// Timing overrides on top of each light's own program (see [`timing`]); the
+    /// default keeps the net's yellow, all-red and max green, with min green 5 s.
+    pub timing: TimingSpec,
+    /// Program to run on lights that have one of this id (`--program`); the others, and
+    /// all lights when `None`, run their active program (the last in the net file).
+    pub program: Option<String>,
     /// The reward signals are scored on.
     pub reward: RewardKind,
     /// An explicit `sumo` binary; otherwise `$SUMO_HOME/bin/sumo`, then `PATH`.
@@ -198,7 +204,7 @@ pub struct SumoConfig {
 
 impl SumoConfig {
     /// Defaults for `net` and `routes`: a 3600 s episode from time 0, 5 s decisions, 1 s
-    /// SUMO steps, min green 5 s, max green 60 s, yellow 3 s, all-red 2 s, seed 0.
+    /// SUMO steps, each light's timing from its own program (min green 5 s), seed 0.
     pub fn new(net: impl Into<PathBuf>, routes: impl Into<PathBuf>) -> Self {
         SumoConfig {
             net: net.into(),
@@ -209,7 +215,8 @@ impl SumoConfig {
             seed: 0,
             decision_interval_s: 5.0,
             step_length_s: 1.0,
-            timing: PhaseTiming::from_secs(5, 60, 3, 2),
+            timing: TimingSpec::default(),
+            program: None,
             reward: RewardKind::default(),
             sumo_binary: None,
             reply_timeout_s: 60.0,
@@ -254,11 +261,6 @@ impl SumoConfig {
             Ok(())
         };
         multiple("decision_interval_s", self.decision_interval_s * 1000.0)?;
-        let t = self.timing;
-        multiple("min green", t.min_green.0 as f64)?;
-        multiple("max green", t.max_green.0 as f64)?;
-        multiple("yellow", t.yellow.0 as f64)?;
-        multiple("all-red", t.all_red.0 as f64)?;
         for (what, p) in std::iter::once(("network", &self.net))
             .chain(self.routes.iter().map(|r| ("route file", r)))
             .chain(self.additional.iter().map(|a| ("additional file", a)))
@@ -271,6 +273,48 @@ impl SumoConfig {
             return bad("no route file given".into());
         }
         Ok(())
+    }
+
+    /// Sets the timing from a timing file (if any) and command-line overrides, which beat
+    /// the file; the decision interval is `decision_interval_s`, else the file's, else
+    /// unchanged; `program` picks the program of lights that have one of that id.
+    pub fn set_timing(
+        &mut self,
+        file: Option<&Path>,
+        command_line: TimingOverrides,
+        decision_interval_s: Option<f64>,
+        program: Option<String>,
+    ) -> Result<(), SumoError> {
+        let mut spec = match file {
+            Some(path) => TimingSpec::load(path)?,
+            None => TimingSpec::default(),
+        };
+        spec.command_line = command_line;
+        if let Some(d) = decision_interval_s.or(spec.decision_interval_s) {
+            self.decision_interval_s = d;
+        }
+        self.timing = spec;
+        self.program = program;
+        Ok(())
+    }
+
+    /// SUMO's step in whole milliseconds (valid once [`validate`](Self::validate) passed).
+    pub fn step_ms(&self) -> u32 {
+        (self.step_length_s * 1000.0).round().max(1.0) as u32
+    }
+
+    /// Reads the net and derives every light's model under this configuration's program
+    /// choice and timing: what [`SumoEnv::new`] controls and what it leaves on its program.
+    pub fn models(&self) -> Result<NetModels, SumoError> {
+        let net = NetFile::read(&self.net)?;
+        build_models(
+            &net,
+            ModelOptions {
+                program: self.program.as_deref(),
+                timing: &self.timing,
+                step_ms: self.step_ms(),
+            },
+        )
     }
 }
 

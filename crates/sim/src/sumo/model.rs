@@ -1,13 +1,28 @@
 //! From a SUMO traffic light to a greenwave phase plan, and back to SUMO state strings.
 //!
+//! * **Program**: the light's active program (the last `<tlLogic>` of that id in the net,
+//!   as in SUMO), or the one named by [`ModelOptions::program`]; static, actuated and
+//!   delay-based programs alike (only their phases are read).
+//! * **Left on its program**: a light whose program has fewer than two distinct green
+//!   phases serving a connection (a pedestrian signal, a ramp meter, a one-approach
+//!   light: nothing to choose), more than 16, or whose derived plan is refused, is not
+//!   controlled: it keeps running its program in SUMO and is listed in
+//!   [`NetModels::on_program`] with the reason. Links with `linkIndex="-1"` pass the
+//!   junction uncontrolled.
+//! * **Timing** per phase from the program (see [`timing`](super::timing)): yellow and
+//!   all-red from the intervals that follow each green, max green from `maxDur` or the
+//!   green itself (at least 60 s), min green 5 s; then the user's overrides.
 //! * **Movements** are the traffic light's controlled links grouped by incoming edge,
 //!   outgoing edge and green pattern in the static program (so every link of a movement
 //!   is green in exactly the same static phases). Links never green in the static program
 //!   stay red; links that are off (`o`/`O`) in every phase keep their static character.
 //! * **Approaches** are the incoming road edges, numbered clockwise by the bearing traffic
 //!   comes from (0 = the first at or after north), as in greenwave-core's four-arm plans.
-//! * **Phases** are the distinct green phases of the static program (those with a `G`/`g`
-//!   and no `y`/`u`), in program order.
+//! * **Phases** are the distinct green phases of the program (those with a `G`/`g` on a
+//!   link that controls a connection, and no `y`/`u`), in program order; phases that
+//!   differ only in unconnected links count once. A green shorter than min green whose
+//!   links are all green in a longer phase too is a transition between stages and is
+//!   left out.
 //! * **Conflicts**: two movements conflict when SUMO's junction lists any of their links
 //!   as foes (`<request foes=...>`) and the static program never shows them green together.
 //!   Pairs the static program runs together are permissive (one yields, `g`) and allowed.
@@ -20,11 +35,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use greenwave_core::plan::{MAX_MOVEMENTS, MAX_PHASES};
 use greenwave_core::{
-    ConflictMatrix, Interval, Movement, MovementId, MovementSet, Phase, PhasePlan, PhaseTiming,
-    Signal, SignalFrame, Turn,
+    ConflictMatrix, Interval, Movement, MovementId, MovementSet, Phase, PhasePlan, Signal,
+    SignalFrame, Turn,
 };
 
-use super::net::{NetConnection, NetFile};
+use super::net::{NetConnection, NetFile, TlLogic};
+use super::timing::{net_phase_timing, resolve, TimingSpec, DEFAULT_MIN_GREEN_S};
 use super::SumoError;
 
 /// How one position of the state string is driven.
@@ -43,11 +59,14 @@ pub enum LinkRole {
 pub struct TlsModel {
     /// Traffic light id.
     pub id: String,
+    /// The program the plan was derived from.
+    pub program_id: String,
     /// The derived plan.
     pub plan: PhasePlan,
     /// Role of each link (state-string position).
     pub links: Vec<LinkRole>,
-    /// For each plan phase, the index of the static program phase it came from.
+    /// For each plan phase, the index of the program phase it came from (in its own
+    /// program, which is `program_id`'s unless the plan joins several programs).
     pub static_phases: Vec<usize>,
     /// For each plan phase, the static program's state string.
     pub phase_states: Vec<String>,
@@ -65,6 +84,9 @@ pub struct TlsModel {
     pub approaches: Vec<String>,
     /// Whether the conflicts came from junction foe tables (false: from the program only).
     pub conflicts_from_junction: bool,
+    /// Where the net's timing was brought into greenwave's safe range (e.g. a 2 s yellow
+    /// raised to 3 s).
+    pub timing_notes: Vec<String>,
 }
 
 fn is_green(c: u8) -> bool {
@@ -85,19 +107,94 @@ fn turn_order(t: Turn) -> u8 {
     }
 }
 
-/// Builds the model of every traffic light of `net`, each plan with `timing` on every
-/// phase.
-pub fn build_models(net: &NetFile, timing: PhaseTiming) -> Result<Vec<TlsModel>, SumoError> {
-    if net.tl_logics.is_empty() {
+/// How plans are derived from a net.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelOptions<'a> {
+    /// The program to use for lights that have one of this id (`--program`); others run
+    /// their active program (the last one in the file, as in SUMO).
+    pub program: Option<&'a str>,
+    /// Timing overrides on top of what each program says.
+    pub timing: &'a TimingSpec,
+    /// SUMO's step (ms): net timing is rounded up to it, overrides must be multiples.
+    pub step_ms: u32,
+}
+
+/// A traffic light greenwave leaves on its own program, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaticSignal {
+    /// Traffic light id.
+    pub id: String,
+    /// The program it runs.
+    pub program_id: String,
+    /// Why it is not controlled, and what would change that.
+    pub reason: String,
+}
+
+impl std::fmt::Display for StaticSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "traffic light {} stays on its program {:?}: {}",
+            self.id, self.program_id, self.reason
+        )
+    }
+}
+
+/// Every traffic light of a net: those greenwave controls and those left on their program.
+#[derive(Clone, Debug)]
+pub struct NetModels {
+    /// Controlled lights, in net order: greenwave's signals.
+    pub models: Vec<TlsModel>,
+    /// Lights left on their own program.
+    pub on_program: Vec<StaticSignal>,
+}
+
+/// Why one light is not controlled.
+enum Refusal {
+    /// It cannot be controlled as it is: it stays on its program.
+    Static(String),
+    /// The user's settings are wrong for it: the whole run is refused.
+    Fatal(SumoError),
+}
+
+impl From<SumoError> for Refusal {
+    fn from(e: SumoError) -> Self {
+        Refusal::Fatal(e)
+    }
+}
+
+/// Builds the model of every traffic light of `net` that greenwave can control; the
+/// others are listed with the reason and keep their program (a net where none can be
+/// controlled still loads, with no signals). Fails when the net has no light at all or
+/// the timing settings are refused.
+pub fn build_models(net: &NetFile, opts: ModelOptions<'_>) -> Result<NetModels, SumoError> {
+    let ids = net.tls_ids();
+    if ids.is_empty() {
         return Err(SumoError::NoTrafficLights {
             path: net.path.clone(),
         });
     }
+    opts.timing.check_signal_ids(ids.iter().copied())?;
     let foes = FoeIndex::new(net);
-    net.tl_logics
-        .iter()
-        .map(|tl| build_one(net, &foes, &tl.id, timing))
-        .collect()
+    let mut out = NetModels {
+        models: Vec::new(),
+        on_program: Vec::new(),
+    };
+    for id in ids {
+        let program = net
+            .active_program(id, opts.program)
+            .expect("id from tl_logics");
+        match build_one(net, &foes, program, opts) {
+            Ok(m) => out.models.push(m),
+            Err(Refusal::Static(reason)) => out.on_program.push(StaticSignal {
+                id: id.to_string(),
+                program_id: program.program_id.clone(),
+                reason,
+            }),
+            Err(Refusal::Fatal(e)) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 /// Where each internal lane sits in its junction's foe table.
@@ -154,100 +251,157 @@ impl<'a> FoeIndex<'a> {
     }
 }
 
-fn build_one(
-    net: &NetFile,
-    foes: &FoeIndex<'_>,
-    id: &str,
-    timing: PhaseTiming,
-) -> Result<TlsModel, SumoError> {
-    let tls_err = |message: String| SumoError::Tls {
-        tls: id.to_string(),
-        message,
-    };
-    let program = net
-        .tl_logics
-        .iter()
-        .find(|t| t.id == id)
-        .expect("id comes from tl_logics");
+/// A light's links (state-string positions), each with the connections it controls.
+type LinkConns<'a> = Vec<Vec<&'a NetConnection>>;
+
+fn link_connections<'a>(
+    net: &'a NetFile,
+    program: &TlLogic,
+) -> Result<(usize, LinkConns<'a>), Refusal> {
+    let pid = &program.program_id;
     let n = program
         .phases
         .first()
-        .map(|p| p.1.len())
-        .ok_or_else(|| tls_err(format!("program {} has no phases", program.program_id)))?;
+        .map(|p| p.state.len())
+        .ok_or_else(|| Refusal::Static(format!("program {pid:?} has no phases")))?;
     if let Some((k, p)) = program
         .phases
         .iter()
         .enumerate()
-        .find(|p| p.1 .1.len() != n)
+        .find(|p| p.1.state.len() != n)
     {
-        return Err(tls_err(format!(
-            "phase {k} has {} links, phase 0 has {n}",
-            p.1.len()
+        return Err(Refusal::Static(format!(
+            "program {pid:?}: phase {k} has {} links, phase 0 has {n}; fix the program's state strings",
+            p.state.len()
         )));
     }
-    let mut conns: Vec<Vec<&NetConnection>> = vec![Vec::new(); n];
+    let mut conns: LinkConns<'a> = vec![Vec::new(); n];
+    // Connections without a link index (linkIndex -1) pass the junction uncontrolled.
     for c in net
         .connections
         .iter()
-        .filter(|c| c.tl.as_deref() == Some(id))
+        .filter(|c| c.tl.as_deref() == Some(program.id.as_str()))
     {
-        let li = c.link_index.ok_or_else(|| {
-            tls_err(format!(
-                "connection {} -> {} has no linkIndex",
-                c.from, c.to
-            ))
-        })?;
+        let Some(li) = c.link_index else { continue };
         conns
             .get_mut(li)
             .ok_or_else(|| {
-                tls_err(format!(
-                    "connection {} -> {} has linkIndex {li}, the program has {n} links",
+                Refusal::Static(format!(
+                    "connection {} -> {} has linkIndex {li}, program {pid:?} has {n} links",
                     c.from, c.to
                 ))
             })?
             .push(c);
     }
+    Ok((n, conns))
+}
 
-    // Distinct green phases of the static program.
-    let mut greens: Vec<(usize, Vec<bool>)> = Vec::new();
-    for (k, (_, state)) in program.phases.iter().enumerate() {
-        let s = state.as_bytes();
-        if s.iter().any(|&c| is_transition(c)) || !s.iter().any(|&c| is_green(c)) {
+/// One green phase of a light's program(s).
+struct GreenPhase<'a> {
+    /// The program it is in.
+    program: &'a TlLogic,
+    /// Its index there.
+    index: usize,
+    /// Which links are green (only links that control a connection count).
+    mask: Vec<bool>,
+}
+
+/// The distinct green phases of `programs`, in order: phases that differ only in
+/// unconnected links, and phases that green no connected link, are one or none.
+fn green_phases<'a>(programs: &[&'a TlLogic], conns: &LinkConns<'_>) -> Vec<GreenPhase<'a>> {
+    let mut greens: Vec<GreenPhase<'a>> = Vec::new();
+    for &program in programs {
+        for (k, phase) in program.phases.iter().enumerate() {
+            let s = phase.state.as_bytes();
+            if s.len() != conns.len() || s.iter().any(|&c| is_transition(c)) {
+                continue;
+            }
+            let mask: Vec<bool> = s
+                .iter()
+                .zip(conns)
+                .map(|(&c, cs)| is_green(c) && !cs.is_empty())
+                .collect();
+            if mask.iter().any(|&g| g) && !greens.iter().any(|g| g.mask == mask) {
+                greens.push(GreenPhase {
+                    program,
+                    index: k,
+                    mask,
+                });
+            }
+        }
+    }
+    greens
+}
+
+/// The green phases a plan is derived from: the program's own, or, when it has fewer than
+/// two and `union_of_programs` allows, those of every program of the light (lights whose
+/// programs each hold one green, switched by an outside controller, as in SUMO's game nets).
+fn plan_greens<'a>(
+    net: &'a NetFile,
+    program: &'a TlLogic,
+    conns: &LinkConns<'_>,
+    union_of_programs: bool,
+) -> Vec<GreenPhase<'a>> {
+    let own = green_phases(&[program], conns);
+    if own.len() >= 2 || !union_of_programs {
+        return own;
+    }
+    let mut all: Vec<&TlLogic> = vec![program];
+    all.extend(
+        net.tl_logics
+            .iter()
+            .filter(|t| t.id == program.id && t.program_id != program.program_id),
+    );
+    green_phases(&all, conns)
+}
+
+/// Drops green phases shorter than `min_green_s` in their program (for actuated programs:
+/// `maxDur`) whose green links all appear in a kept phase too: such phases are transitions
+/// between stages (German programs show, e.g., a 1 s green of the next stage's first
+/// links), not stages a controller would hold. A phase that alone serves some link stays.
+fn drop_transitions(greens: Vec<GreenPhase<'_>>, min_green_s: f64) -> Vec<GreenPhase<'_>> {
+    let long = |g: &GreenPhase<'_>| {
+        let p = &g.program.phases[g.index];
+        p.max_dur_s
+            .filter(|_| g.program.kind != "static")
+            .unwrap_or(p.duration_s)
+            >= min_green_s
+    };
+    let mut keep: Vec<bool> = greens.iter().map(long).collect();
+    for k in 0..greens.len() {
+        if keep[k] {
             continue;
         }
-        let mask: Vec<bool> = s.iter().map(|&c| is_green(c)).collect();
-        if !greens.iter().any(|g| g.1 == mask) {
-            greens.push((k, mask));
-        }
+        let covered = greens[k]
+            .mask
+            .iter()
+            .enumerate()
+            .all(|(i, &g)| !g || greens.iter().zip(&keep).any(|(o, &kept)| kept && o.mask[i]));
+        keep[k] = !covered;
     }
-    if greens.len() < 2 || greens.len() > MAX_PHASES {
-        return Err(tls_err(format!(
-            "the static program has {} distinct green phases; greenwave needs 2 to {MAX_PHASES}",
-            greens.len()
-        )));
-    }
-    // Green pattern of each link: bit k = green in static green phase k.
-    let pattern: Vec<u16> = (0..n)
-        .map(|i| {
-            greens
-                .iter()
-                .enumerate()
-                .filter(|(_, g)| g.1[i])
-                .fold(0u16, |acc, (k, _)| acc | (1 << k))
-        })
-        .collect();
+    greens
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(g, k)| k.then_some(g))
+        .collect()
+}
 
-    // Approaches: incoming road edges by the bearing their traffic comes from.
-    let road = |edge: &str| {
-        net.edges
-            .get(edge)
-            .map(|e| e.function.is_empty())
-            .unwrap_or(!edge.starts_with(':'))
-    };
-    let mut approach_edges: Vec<&str> = (0..n)
-        .filter(|&i| pattern[i] != 0)
-        .flat_map(|i| conns[i].iter().map(|c| c.from.as_str()))
-        .filter(|e| road(e))
+/// Whether `edge` is a road (not internal, crossing or walking area).
+fn is_road(net: &NetFile, edge: &str) -> bool {
+    net.edges
+        .get(edge)
+        .map(|e| e.function.is_empty())
+        .unwrap_or(!edge.starts_with(':'))
+}
+
+/// Incoming road edges, sorted clockwise by the bearing their traffic comes from.
+fn approach_edges<'a>(net: &NetFile, conns: &LinkConns<'a>, pattern: &[u16]) -> Vec<&'a str> {
+    let mut edges: Vec<&str> = conns
+        .iter()
+        .zip(pattern)
+        .filter(|(_, &p)| p != 0)
+        .flat_map(|(cs, _)| cs.iter().map(|c| c.from.as_str()))
+        .filter(|e| is_road(net, e))
         .collect::<HashSet<_>>()
         .into_iter()
         .collect();
@@ -260,10 +414,49 @@ fn build_one(
             .map(|(dx, dy)| (-dx).atan2(-dy).to_degrees().rem_euclid(360.0))
             .unwrap_or(f64::INFINITY)
     };
-    approach_edges.sort_by(|a, b| bearing(a).total_cmp(&bearing(b)).then(a.cmp(b)));
-    if approach_edges.len() > u8::MAX as usize {
-        return Err(tls_err(format!("{} approaches", approach_edges.len())));
+    edges.sort_by(|a, b| bearing(a).total_cmp(&bearing(b)).then(a.cmp(b)));
+    edges
+}
+
+fn turn_of(net: &NetFile, c: &NetConnection) -> Turn {
+    if net
+        .edges
+        .get(&c.from)
+        .is_some_and(|e| e.function == "crossing")
+    {
+        return Turn::Pedestrian;
     }
+    match c.dir.as_str() {
+        "l" | "L" => Turn::Left,
+        "r" | "R" => Turn::Right,
+        "t" => Turn::UTurn,
+        _ => Turn::Through,
+    }
+}
+
+/// Movement key: approach, turn order, from edge, to edge, green pattern.
+type MovementKey = (u8, u8, String, String, u16);
+
+/// How finely links are grouped into movements: links of one movement always share
+/// their green pattern, so any grouping is safe; finer ones inform the policy better.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grouping {
+    /// By approach, turn, incoming and outgoing edge (the default).
+    Edges,
+    /// By approach and turn.
+    Turns,
+    /// By approach only.
+    Approaches,
+}
+
+/// Groups links into movements; returns the groups and each link's role.
+fn group_links(
+    net: &NetFile,
+    program: &TlLogic,
+    (conns, pattern): (&LinkConns<'_>, &[u16]),
+    approaches: &[&str],
+    grouping: Grouping,
+) -> (BTreeMap<MovementKey, Vec<usize>>, Vec<LinkRole>) {
     let approach_of = |c: &NetConnection| -> u8 {
         let crossed = net
             .edges
@@ -272,32 +465,14 @@ fn build_one(
             .unwrap_or(&[]);
         std::iter::once(&c.from)
             .chain(crossed)
-            .find_map(|e| approach_edges.iter().position(|a| a == e))
+            .find_map(|e| approaches.iter().position(|a| a == e))
             .unwrap_or(0) as u8
     };
-    let turn_of = |c: &NetConnection| -> Turn {
-        let crossing = net
-            .edges
-            .get(&c.from)
-            .is_some_and(|e| e.function == "crossing");
-        if crossing {
-            return Turn::Pedestrian;
-        }
-        match c.dir.as_str() {
-            "l" | "L" => Turn::Left,
-            "r" | "R" => Turn::Right,
-            "t" => Turn::UTurn,
-            _ => Turn::Through,
-        }
-    };
-
-    // Movements: links grouped by (from edge, to edge, green pattern).
-    type Key = (u8, u8, String, String, u16);
-    let mut groups: BTreeMap<Key, Vec<usize>> = BTreeMap::new();
-    let mut links = vec![LinkRole::Red; n];
-    for i in 0..n {
-        let first_char = program.phases[0].1.as_bytes()[i];
-        let Some(&c) = conns[i].first() else {
+    let mut groups: BTreeMap<MovementKey, Vec<usize>> = BTreeMap::new();
+    let mut links = vec![LinkRole::Red; conns.len()];
+    for (i, cs) in conns.iter().enumerate() {
+        let first_char = program.phases[0].state.as_bytes()[i];
+        let Some(&c) = cs.first() else {
             links[i] = LinkRole::Fixed(first_char);
             continue;
         };
@@ -305,7 +480,7 @@ fn build_one(
             let off = program
                 .phases
                 .iter()
-                .all(|p| matches!(p.1.as_bytes()[i], b'o' | b'O'));
+                .all(|p| matches!(p.state.as_bytes()[i], b'o' | b'O'));
             links[i] = if off {
                 LinkRole::Fixed(first_char)
             } else {
@@ -313,67 +488,35 @@ fn build_one(
             };
             continue;
         }
-        let turn = turn_of(c);
-        let key = (
-            approach_of(c),
-            turn_order(turn),
-            c.from.clone(),
-            c.to.clone(),
-            pattern[i],
-        );
+        let key = match grouping {
+            Grouping::Edges => (
+                approach_of(c),
+                turn_order(turn_of(net, c)),
+                c.from.clone(),
+                c.to.clone(),
+                pattern[i],
+            ),
+            Grouping::Turns => (
+                approach_of(c),
+                turn_order(turn_of(net, c)),
+                String::new(),
+                String::new(),
+                pattern[i],
+            ),
+            Grouping::Approaches => (approach_of(c), 0, String::new(), String::new(), pattern[i]),
+        };
         groups.entry(key).or_default().push(i);
     }
-    if groups.len() > MAX_MOVEMENTS {
-        return Err(tls_err(format!(
-            "{} movements (signal groups); greenwave supports at most {MAX_MOVEMENTS}",
-            groups.len()
-        )));
-    }
+    (groups, links)
+}
 
-    let mut movements = Vec::with_capacity(groups.len());
-    let mut movement_links: Vec<&[usize]> = Vec::with_capacity(groups.len());
-    let mut movement_pattern = Vec::with_capacity(groups.len());
-    let mut movement_edges = Vec::with_capacity(groups.len());
-    let mut movement_in_lanes = Vec::with_capacity(groups.len());
-    let mut movement_out_lanes = Vec::with_capacity(groups.len());
-    for (m, (key, ls)) in groups.iter().enumerate() {
-        let c = conns[ls[0]][0];
-        movements.push(Movement::new(key.0, turn_of(c)));
-        movement_links.push(ls.as_slice());
-        movement_pattern.push(key.4);
-        movement_edges.push((key.2.clone(), key.3.clone()));
-        let lanes = |f: fn(&NetConnection) -> String, keep: &dyn Fn(&str) -> bool| {
-            let mut v: Vec<String> = ls
-                .iter()
-                .flat_map(|&i| conns[i].iter())
-                .map(|c| f(c))
-                .filter(|l| keep(l))
-                .collect();
-            v.sort();
-            v.dedup();
-            v
-        };
-        let is_road_lane = |l: &str| road(l.rsplit_once('_').map(|(e, _)| e).unwrap_or(l));
-        movement_in_lanes.push(lanes(NetConnection::from_lane_id, &is_road_lane));
-        movement_out_lanes.push(lanes(NetConnection::to_lane_id, &is_road_lane));
-        for &i in ls.iter() {
-            links[i] = LinkRole::Movement(m as u8);
-        }
-    }
-    for lane in movement_in_lanes
-        .iter()
-        .chain(movement_out_lanes.iter())
-        .flatten()
-    {
-        if !net.lanes.contains_key(lane) {
-            return Err(SumoError::Net {
-                path: net.path.clone(),
-                message: format!("traffic light {id} uses lane {lane}, which the net lacks"),
-            });
-        }
-    }
-
-    // Conflicts.
+/// The conflict matrix: junction foes the static program never shows green together.
+fn conflicts_of(
+    foes: &FoeIndex<'_>,
+    conns: &LinkConns<'_>,
+    movement_links: &[&[usize]],
+    movement_pattern: &[u16],
+) -> (ConflictMatrix, bool) {
     let slots: Vec<Vec<Option<(&str, usize)>>> = movement_links
         .iter()
         .map(|ls| {
@@ -384,10 +527,11 @@ fn build_one(
         })
         .collect();
     let informed = |m: usize| slots[m].iter().all(Option::is_some);
-    let conflicts_from_junction = (0..movements.len()).all(informed);
+    let n = movement_links.len();
+    let from_junction = (0..n).all(informed);
     let mut conflicts = ConflictMatrix::default();
-    for a in 0..movements.len() {
-        for b in a + 1..movements.len() {
+    for a in 0..n {
+        for b in a + 1..n {
             if movement_pattern[a] & movement_pattern[b] != 0 {
                 continue; // the static program runs them together
             }
@@ -402,26 +546,140 @@ fn build_one(
             }
         }
     }
+    (conflicts, from_junction)
+}
 
-    let phases: Vec<Phase> = (0..greens.len())
-        .map(|k| {
-            let mut set = MovementSet::EMPTY;
-            for (m, &p) in movement_pattern.iter().enumerate() {
-                if p & (1 << k) != 0 {
-                    set.insert(MovementId(m as u8));
-                }
-            }
-            Phase {
-                movements: set,
-                timing,
-            }
+/// Sorted, deduplicated road lanes of a movement's links (`f` picks the end).
+fn movement_lanes(
+    net: &NetFile,
+    conns: &LinkConns<'_>,
+    links: &[usize],
+    f: fn(&NetConnection) -> String,
+) -> Vec<String> {
+    let mut v: Vec<String> = links
+        .iter()
+        .flat_map(|&i| conns[i].iter())
+        .map(|c| f(c))
+        .filter(|l| is_road(net, l.rsplit_once('_').map(|(e, _)| e).unwrap_or(l)))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn build_one(
+    net: &NetFile,
+    foes: &FoeIndex<'_>,
+    program: &TlLogic,
+    opts: ModelOptions<'_>,
+) -> Result<TlsModel, Refusal> {
+    let id = program.id.as_str();
+    let (n, conns) = link_connections(net, program)?;
+    let min_green_s = opts
+        .timing
+        .overrides_for(id)
+        .min_green_s
+        .unwrap_or(DEFAULT_MIN_GREEN_S);
+    let greens = drop_transitions(
+        plan_greens(net, program, &conns, opts.program.is_none()),
+        min_green_s,
+    );
+    if greens.len() < 2 {
+        return Err(Refusal::Static(format!(
+            "its program has {} distinct green phase(s) serving a connection: nothing to \
+             choose between",
+            greens.len()
+        )));
+    }
+    if greens.len() > MAX_PHASES {
+        return Err(Refusal::Static(format!(
+            "its program has {} distinct green phases; greenwave plans hold at most \
+             {MAX_PHASES} (merge phases in the program, e.g. with netedit)",
+            greens.len()
+        )));
+    }
+    // Green pattern of each link: bit k = green in green phase k.
+    let pattern: Vec<u16> = (0..n)
+        .map(|i| {
+            greens
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.mask[i])
+                .fold(0u16, |acc, (k, _)| acc | (1 << k))
         })
         .collect();
-    let plan =
-        PhasePlan::new(&movements, conflicts, &phases).map_err(|source| SumoError::Plan {
-            tls: id.to_string(),
-            source,
-        })?;
+    let approaches = approach_edges(net, &conns, &pattern);
+    if approaches.len() > u8::MAX as usize {
+        return Err(Refusal::Static(format!("{} approaches", approaches.len())));
+    }
+    let grouped = |g| group_links(net, program, (&conns, &pattern), &approaches, g);
+    let (mut groups, mut links) = grouped(Grouping::Edges);
+    for coarser in [Grouping::Turns, Grouping::Approaches] {
+        if groups.len() > MAX_MOVEMENTS {
+            (groups, links) = grouped(coarser);
+        }
+    }
+    if groups.len() > MAX_MOVEMENTS {
+        return Err(Refusal::Static(format!(
+            "{} movements (signal groups); greenwave supports at most {MAX_MOVEMENTS}",
+            groups.len()
+        )));
+    }
+    let mut movements = Vec::with_capacity(groups.len());
+    let mut movement_links: Vec<&[usize]> = Vec::with_capacity(groups.len());
+    let mut movement_pattern = Vec::with_capacity(groups.len());
+    let mut movement_edges = Vec::with_capacity(groups.len());
+    let mut movement_in_lanes = Vec::with_capacity(groups.len());
+    let mut movement_out_lanes = Vec::with_capacity(groups.len());
+    for (m, (key, ls)) in groups.iter().enumerate() {
+        movements.push(Movement::new(key.0, turn_of(net, conns[ls[0]][0])));
+        movement_links.push(ls.as_slice());
+        movement_pattern.push(key.4);
+        let first = conns[ls[0]][0];
+        movement_edges.push((first.from.clone(), first.to.clone()));
+        movement_in_lanes.push(movement_lanes(net, &conns, ls, NetConnection::from_lane_id));
+        movement_out_lanes.push(movement_lanes(net, &conns, ls, NetConnection::to_lane_id));
+        for &i in ls.iter() {
+            links[i] = LinkRole::Movement(m as u8);
+        }
+    }
+    if let Some(lane) = movement_in_lanes
+        .iter()
+        .chain(movement_out_lanes.iter())
+        .flatten()
+        .find(|l| !net.lanes.contains_key(*l))
+    {
+        return Err(Refusal::Static(format!(
+            "it uses lane {lane}, which the net lacks"
+        )));
+    }
+    let (conflicts, conflicts_from_junction) =
+        conflicts_of(foes, &conns, &movement_links, &movement_pattern);
+
+    let over = opts.timing.overrides_for(id);
+    let mut timing_notes = Vec::new();
+    let mut phases = Vec::with_capacity(greens.len());
+    for (k, g) in greens.iter().enumerate() {
+        let net_timing = net_phase_timing(g.program, g.index, opts.step_ms);
+        let timing = resolve(id, net_timing, &over, opts.step_ms, &mut timing_notes)?;
+        let mut set = MovementSet::EMPTY;
+        for (m, &p) in movement_pattern.iter().enumerate() {
+            if p & (1 << k) != 0 {
+                set.insert(MovementId(m as u8));
+            }
+        }
+        phases.push(Phase {
+            movements: set,
+            timing,
+        });
+    }
+    timing_notes.sort();
+    timing_notes.dedup();
+    let plan = PhasePlan::new(&movements, conflicts, &phases).map_err(|source| {
+        Refusal::Static(format!(
+            "its derived phase plan is refused ({source}); check the program's phases"
+        ))
+    })?;
 
     let mut in_lanes: Vec<(u8, String)> = groups
         .keys()
@@ -436,20 +694,22 @@ fn build_one(
 
     Ok(TlsModel {
         id: id.to_string(),
+        program_id: program.program_id.clone(),
         plan,
         links,
-        static_phases: greens.iter().map(|g| g.0).collect(),
+        static_phases: greens.iter().map(|g| g.index).collect(),
         phase_states: greens
             .iter()
-            .map(|g| program.phases[g.0].1.clone())
+            .map(|g| g.program.phases[g.index].state.clone())
             .collect(),
         movement_edges,
         movement_in_lanes,
         movement_out_lanes,
         in_lanes: in_lanes.into_iter().map(|l| l.1).collect(),
         out_lanes,
-        approaches: approach_edges.iter().map(|s| s.to_string()).collect(),
+        approaches: approaches.iter().map(|s| s.to_string()).collect(),
         conflicts_from_junction,
+        timing_notes,
     })
 }
 
@@ -495,5 +755,151 @@ impl TlsModel {
             .collect();
         // Every byte is ASCII: from the state strings of a valid net or a literal.
         String::from_utf8(bytes).unwrap_or_default()
+    }
+}
+
+/// What a display audit found wrong in the states sent to one light.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("traffic light {tls}, {at_ms} ms into the episode: {message} (state {state:?})")]
+pub struct DisplayFault {
+    /// The light.
+    pub tls: String,
+    /// When the state was sent (ms since the episode began).
+    pub at_ms: u64,
+    /// The state string at fault.
+    pub state: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A movement's display, as read back from a state string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shown {
+    Red,
+    Yellow,
+    Green,
+}
+
+impl TlsModel {
+    /// What each movement shows in `state`: its links must agree.
+    fn shown(&self, state: &[u8]) -> Result<Vec<Shown>, String> {
+        let mut shown: Vec<Option<Shown>> = vec![None; self.plan.movements().len()];
+        for (i, role) in self.links.iter().enumerate() {
+            let LinkRole::Movement(m) = *role else {
+                continue;
+            };
+            let s = match state.get(i) {
+                Some(b'G' | b'g') => Shown::Green,
+                Some(b'y' | b'Y') => Shown::Yellow,
+                Some(b'r' | b'R' | b's') => Shown::Red,
+                other => return Err(format!("link {i} shows {other:?}")),
+            };
+            let slot = &mut shown[m as usize];
+            if slot.is_some_and(|p| p != s) {
+                return Err(format!("movement {m}: its links show different signals"));
+            }
+            *slot = Some(s);
+        }
+        Ok(shown.into_iter().map(|s| s.unwrap_or(Shown::Red)).collect())
+    }
+
+    /// Checks every state sent to this light in one episode (`(ms, state)` in time order,
+    /// as [`SumoEnv::state_history`](super::SumoEnv::state_history) returns them),
+    /// independently of the sequencer that made them:
+    ///
+    /// * the right length, and no link of a movement red while another is not;
+    /// * no two conflicting movements of the plan non-red together;
+    /// * a green is never followed directly by red: it shows yellow for at least the
+    ///   shortest yellow of the plan;
+    /// * no movement turns green before every conflicting movement has been red for at
+    ///   least the shortest all-red of the plan.
+    pub fn audit_states(&self, history: &[(u64, String)]) -> Result<(), DisplayFault> {
+        let phases = self.plan.phases();
+        let min_yellow = phases
+            .iter()
+            .map(|p| p.timing.yellow.0 as u64)
+            .min()
+            .unwrap_or(0);
+        let min_all_red = phases
+            .iter()
+            .map(|p| p.timing.all_red.0 as u64)
+            .min()
+            .unwrap_or(0);
+        let n = self.plan.movements().len();
+        let mut prev: Option<Vec<Shown>> = None;
+        let mut since = vec![0u64; n];
+        for (t, state) in history {
+            let fault = |message: String| DisplayFault {
+                tls: self.id.clone(),
+                at_ms: *t,
+                state: state.clone(),
+                message,
+            };
+            if state.len() != self.n_links() {
+                return Err(fault(format!(
+                    "{} links, the light has {}",
+                    state.len(),
+                    self.n_links()
+                )));
+            }
+            let now = self.shown(state.as_bytes()).map_err(fault)?;
+            for a in 0..n {
+                for b in a + 1..n {
+                    let both = now[a] != Shown::Red && now[b] != Shown::Red;
+                    if both
+                        && self
+                            .plan
+                            .conflicts()
+                            .conflicts(MovementId(a as u8), MovementId(b as u8))
+                    {
+                        return Err(fault(format!(
+                            "conflicting movements {a} and {b} both non-red"
+                        )));
+                    }
+                }
+            }
+            if let Some(prev) = &prev {
+                for m in 0..n {
+                    match (prev[m], now[m]) {
+                        (Shown::Green, Shown::Red) => {
+                            return Err(fault(format!("movement {m} went from green to red with no yellow")))
+                        }
+                        (Shown::Yellow, Shown::Red) if t - since[m] < min_yellow => {
+                            return Err(fault(format!(
+                                "movement {m} showed yellow for {} ms, the plan's shortest is {min_yellow} ms",
+                                t - since[m]
+                            )))
+                        }
+                        (Shown::Red, Shown::Green) => {
+                            let foes = self.plan.conflicts().foes(MovementId(m as u8));
+                            // How long each foe has been red (0: it turns red now).
+                            let red_for = |f: usize| {
+                                if prev[f] == Shown::Red {
+                                    t - since[f]
+                                } else {
+                                    0
+                                }
+                            };
+                            if let Some(f) = foes
+                                .iter()
+                                .map(|f| f.0 as usize)
+                                .find(|&f| now[f] == Shown::Red && red_for(f) < min_all_red)
+                            {
+                                return Err(fault(format!(
+                                    "movement {m} turned green {} ms after conflicting movement {f} turned red; all-red is {min_all_red} ms",
+                                    red_for(f)
+                                )));
+                            }
+                        }
+                        _ => {}
+                    }
+                    if prev[m] != now[m] {
+                        since[m] = *t;
+                    }
+                }
+            }
+            prev = Some(now);
+        }
+        Ok(())
     }
 }

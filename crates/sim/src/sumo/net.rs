@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use super::xml::{scan, Node};
@@ -20,6 +20,8 @@ use super::SumoError;
 pub struct NetLane {
     /// Length (m).
     pub length_m: f64,
+    /// Speed limit (m/s), if given.
+    pub speed_mps: Option<f64>,
     /// Travel direction at the lane's end (last shape segment, not normalised), if the
     /// lane has a shape.
     pub end_direction: Option<(f64, f64)>,
@@ -34,15 +36,30 @@ pub struct NetEdge {
     pub crossing_edges: Vec<String>,
 }
 
-/// A traffic light's static program.
+/// One phase of a traffic-light program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlPhase {
+    /// Duration (s); for actuated programs the phase's initial duration.
+    pub duration_s: f64,
+    /// The state string, one character per link.
+    pub state: String,
+    /// Shortest duration of an actuated phase (`minDur`), if given.
+    pub min_dur_s: Option<f64>,
+    /// Longest duration of an actuated phase (`maxDur`), if given.
+    pub max_dur_s: Option<f64>,
+}
+
+/// A traffic light's program (`<tlLogic>`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TlLogic {
     /// Traffic light id.
     pub id: String,
     /// Program id.
     pub program_id: String,
-    /// Phases: `(duration s, state string)`.
-    pub phases: Vec<(f64, String)>,
+    /// Program type: `static`, `actuated`, `delay_based`, ...
+    pub kind: String,
+    /// Phases in program order.
+    pub phases: Vec<TlPhase>,
 }
 
 /// One `<connection>`: a link from a lane to a lane.
@@ -98,7 +115,8 @@ pub struct NetFile {
     pub lanes: HashMap<String, NetLane>,
     /// Edges by id.
     pub edges: HashMap<String, NetEdge>,
-    /// Traffic-light programs, first program of each light, in file order.
+    /// Every traffic-light program, in file order (a light may have several; SUMO runs
+    /// the last one loaded, see [`NetFile::active_program`]).
     pub tl_logics: Vec<TlLogic>,
     /// All connections, in file order.
     pub connections: Vec<NetConnection>,
@@ -107,23 +125,58 @@ pub struct NetFile {
 }
 
 impl NetFile {
-    /// Reads `path`. Errors name the file and the element at fault.
+    /// Reads `path`, plain or gzip-compressed (`.net.xml.gz`, recognised by its magic
+    /// bytes as SUMO does). Errors name the file and the element at fault.
     pub fn read(path: &Path) -> Result<Self, SumoError> {
         let err = |message: String| SumoError::Net {
             path: path.to_path_buf(),
             message,
         };
-        let file = File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
-        let mut net = NetFile::parse(BufReader::new(file)).map_err(err)?;
+        let mut file =
+            BufReader::new(File::open(path).map_err(|e| err(format!("cannot open: {e}")))?);
+        let gzip = file
+            .fill_buf()
+            .map_err(|e| err(format!("cannot read: {e}")))?
+            .starts_with(&[0x1f, 0x8b]);
+        let parsed = if gzip {
+            NetFile::parse(BufReader::new(flate2::bufread::MultiGzDecoder::new(file)))
+        } else {
+            NetFile::parse(file)
+        };
+        let mut net = parsed.map_err(err)?;
         net.path = path.to_path_buf();
         Ok(net)
+    }
+
+    /// Ids of the traffic lights, each once, in the order their first program appears.
+    pub fn tls_ids(&self) -> Vec<&str> {
+        let mut ids: Vec<&str> = Vec::new();
+        for t in &self.tl_logics {
+            if !ids.contains(&t.id.as_str()) {
+                ids.push(&t.id);
+            }
+        }
+        ids
+    }
+
+    /// The program of light `id` that runs: `wanted` if the light has a program of that
+    /// id, else the last one in the file (SUMO makes the last program loaded active).
+    pub fn active_program(&self, id: &str, wanted: Option<&str>) -> Option<&TlLogic> {
+        let of_light = self.tl_logics.iter().filter(|t| t.id == id);
+        match wanted {
+            Some(w) => of_light
+                .clone()
+                .find(|t| t.program_id == w)
+                .or(of_light.last()),
+            None => of_light.last(),
+        }
     }
 
     /// Parses a network from XML text (for tests and in-memory nets).
     pub fn parse(input: impl std::io::BufRead) -> Result<Self, String> {
         let mut net = NetFile::default();
         let mut edge: Option<String> = None;
-        // Index into tl_logics of the program being read; None for a light's 2nd program.
+        // Index into tl_logics of the program being read.
         let mut tl: Option<usize> = None;
         let mut junction: Option<String> = None;
         let mut saw_net = false;
@@ -156,32 +209,28 @@ impl NetFile {
                             return Err(format!("<lane id=\"{id}\"> has length {length_m}"));
                         }
                         let end_direction = attrs.get("shape").and_then(shape_end_direction);
+                        let speed_mps = attrs.num(name, "speed")?.filter(|&v| v > 0.0);
                         net.lanes.insert(
                             id,
                             NetLane {
                                 length_m,
+                                speed_mps,
                                 end_direction,
                             },
                         );
                     }
                     "tlLogic" => {
-                        let id = attrs.need(name, "id")?.to_string();
-                        if net.tl_logics.iter().any(|t| t.id == id) {
-                            tl = None;
-                        } else {
-                            net.tl_logics.push(TlLogic {
-                                id,
-                                program_id: attrs.get("programID").unwrap_or("").to_string(),
-                                phases: Vec::new(),
-                            });
-                            tl = (!empty).then_some(net.tl_logics.len() - 1);
-                        }
+                        net.tl_logics.push(TlLogic {
+                            id: attrs.need(name, "id")?.to_string(),
+                            program_id: attrs.get("programID").unwrap_or("").to_string(),
+                            kind: attrs.get("type").unwrap_or("static").to_string(),
+                            phases: Vec::new(),
+                        });
+                        tl = (!empty).then_some(net.tl_logics.len() - 1);
                     }
                     "phase" => {
                         if let Some(i) = tl {
-                            let state = attrs.need(name, "state")?.to_string();
-                            let duration = attrs.num(name, "duration")?.unwrap_or(0.0);
-                            net.tl_logics[i].phases.push((duration, state));
+                            net.tl_logics[i].phases.push(read_phase(attrs)?);
                         }
                     }
                     "junction" => {
@@ -224,8 +273,12 @@ impl NetFile {
                             }
                             Ok(v as u32)
                         };
+                        // linkIndex -1: a link of a signalised junction that no signal
+                        // controls (netconvert writes it for e.g. a through lane that
+                        // bypasses the light); treated as uncontrolled.
                         let link_index = match attrs.num(name, "linkIndex")? {
                             None => None,
+                            Some(v) if v == -1.0 => None,
                             Some(v) if v >= 0.0 && v.fract() == 0.0 && v < 1e6 => Some(v as usize),
                             Some(v) => {
                                 return Err(format!("<connection linkIndex=\"{v}\">: bad index"))
@@ -258,6 +311,23 @@ impl NetFile {
         }
         Ok(net)
     }
+}
+
+/// One `<phase>`: its state, duration and (actuated programs) duration bounds.
+fn read_phase(attrs: &super::xml::Attrs) -> Result<TlPhase, String> {
+    let state = attrs.need("phase", "state")?.to_string();
+    let secs = |key: &str| -> Result<Option<f64>, String> {
+        match attrs.num("phase", key)? {
+            Some(v) if v < 0.0 => Err(format!("<phase {key}=\"{v}\">: negative duration")),
+            v => Ok(v),
+        }
+    };
+    Ok(TlPhase {
+        duration_s: secs("duration")?.unwrap_or(0.0),
+        min_dur_s: secs("minDur")?,
+        max_dur_s: secs("maxDur")?,
+        state,
+    })
 }
 
 /// Direction of the last segment of a SUMO shape (`"x,y x,y ..."`).

@@ -51,6 +51,8 @@ pub(crate) mod var {
     pub const LAST_STEP_TIME_SINCE_DETECTION: u8 = 0x16;
     /// Traffic light: the red/yellow/green state string.
     pub const TL_RED_YELLOW_GREEN_STATE: u8 = 0x20;
+    /// Traffic light: the running program's id (string; set switches program).
+    pub const TL_PROGRAM: u8 = 0x23;
     /// Vehicle: seconds between intended and actual (or, if pending, current) departure.
     pub const VEHICLE_DEPART_DELAY: u8 = 0x3b;
     /// Simulation: current time (s).
@@ -222,6 +224,15 @@ impl Message {
         put_string(&mut body, tls);
         body.push(ty::STRING);
         put_string(&mut body, state);
+        self.command(cmd::SET_TL, &body)
+    }
+
+    /// Switches traffic light `tls` to its program `program` (`trafficlight.setProgram`).
+    pub fn set_tl_program(&mut self, tls: &str, program: &str) -> &mut Self {
+        let mut body = vec![var::TL_PROGRAM];
+        put_string(&mut body, tls);
+        body.push(ty::STRING);
+        put_string(&mut body, program);
         self.command(cmd::SET_TL, &body)
     }
 

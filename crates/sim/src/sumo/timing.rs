@@ -1,0 +1,417 @@
+//! Signal timing on SUMO networks: taken from each light's own program by default,
+//! overridable by a timing file and by command-line values.
+//!
+//! Per phase of a derived plan (see [`model`](super::model)), the net gives:
+//!
+//! * **yellow**: the total duration of the program's yellow phases that follow that green
+//!   phase (phases showing a `y`), until the next phase without one;
+//! * **all-red**: the total duration of the phases after those yellows that show no green
+//!   and no yellow (0 when the program has none);
+//! * **max green**: the phase's `maxDur` in an actuated or delay-based program, else the
+//!   larger of [`DEFAULT_MAX_GREEN_S`] and the static green's own duration (so no
+//!   controller is held to a shorter green than the program it is compared with);
+//! * **min green**: [`DEFAULT_MIN_GREEN_S`].
+//!
+//! Net values are rounded up to the SUMO step. A net yellow below the ITE floor of
+//! greenwave-core ([`YELLOW_RANGE`], 3 s) is raised to it, and a clearance above the ceiling
+//! lowered to it, each with a note; a value given by the user outside those bounds is
+//! refused. Overrides apply in this order, each beating the one before: the net, the timing
+//! file's `[defaults]`, its `[signals.ID]` table, then the command line.
+//!
+//! ```toml
+//! # greenwave timing file: every key is optional
+//! decision_interval_s = 5
+//!
+//! [defaults]            # every controlled signal
+//! min_green_s = 6
+//! all_red_s = 1
+//!
+//! [signals."cluster_25_26"]   # one signal, by its SUMO id
+//! yellow_s = 4
+//! max_green_s = 45
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use greenwave_core::plan::{ALL_RED_RANGE, MIN_GREEN_FLOOR, YELLOW_RANGE};
+use greenwave_core::{Millis, PhaseTiming};
+use serde::{Deserialize, Serialize};
+
+use super::net::TlLogic;
+use super::SumoError;
+
+/// Min green when nothing sets it (s).
+pub const DEFAULT_MIN_GREEN_S: f64 = 5.0;
+/// Max green of a static program's phase whose own green is shorter (s).
+pub const DEFAULT_MAX_GREEN_S: f64 = 60.0;
+/// Longest max green accepted from a user (s): a green held longer starves the others.
+pub const MAX_GREEN_CEILING_S: f64 = 300.0;
+
+/// Timing values that replace the net's, each optional (absent: keep the value below).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingOverrides {
+    /// Yellow change interval (s), 3–6.
+    pub yellow_s: Option<f64>,
+    /// All-red clearance (s), 0–6.
+    pub all_red_s: Option<f64>,
+    /// Min green (s), at least 1 and below max green.
+    pub min_green_s: Option<f64>,
+    /// Max green (s), at most 300.
+    pub max_green_s: Option<f64>,
+}
+
+impl TimingOverrides {
+    /// Whether nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        *self == TimingOverrides::default()
+    }
+
+    /// `self` with every value `over` sets replaced.
+    fn then(&self, over: &TimingOverrides) -> TimingOverrides {
+        TimingOverrides {
+            yellow_s: over.yellow_s.or(self.yellow_s),
+            all_red_s: over.all_red_s.or(self.all_red_s),
+            min_green_s: over.min_green_s.or(self.min_green_s),
+            max_green_s: over.max_green_s.or(self.max_green_s),
+        }
+    }
+}
+
+/// Where timing comes from: the net, then these overrides (a timing file and flags).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingSpec {
+    /// Seconds between decisions, if the file sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_interval_s: Option<f64>,
+    /// For every controlled signal.
+    #[serde(default, skip_serializing_if = "TimingOverrides::is_empty")]
+    pub defaults: TimingOverrides,
+    /// Per signal, by SUMO traffic-light id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signals: BTreeMap<String, TimingOverrides>,
+    /// From the command line: beats everything else.
+    #[serde(default, skip_serializing_if = "TimingOverrides::is_empty")]
+    pub command_line: TimingOverrides,
+}
+
+impl TimingSpec {
+    /// Parses a timing file's text; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, SumoError> {
+        let spec: TimingSpec = toml::from_str(text).map_err(|e| {
+            SumoError::Config(format!("timing file {origin}: {}", e.to_string().trim()))
+        })?;
+        if !spec.command_line.is_empty() {
+            return Err(SumoError::Config(format!(
+                "timing file {origin}: `command_line` is set by flags, not by the file"
+            )));
+        }
+        Ok(spec)
+    }
+
+    /// Reads a timing file.
+    pub fn load(path: &Path) -> Result<Self, SumoError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SumoError::Io {
+            what: format!("reading timing file {}", path.display()),
+            source,
+        })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// The overrides that apply to signal `id`, in order.
+    pub fn overrides_for(&self, id: &str) -> TimingOverrides {
+        let mut o = self.defaults.clone();
+        if let Some(s) = self.signals.get(id) {
+            o = o.then(s);
+        }
+        o.then(&self.command_line)
+    }
+
+    /// Refuses `[signals.ID]` tables naming a light the net lacks.
+    pub fn check_signal_ids<'a>(
+        &self,
+        net_ids: impl IntoIterator<Item = &'a str> + Clone,
+    ) -> Result<(), SumoError> {
+        for id in self.signals.keys() {
+            if !net_ids.clone().into_iter().any(|n| n == id) {
+                let known: Vec<&str> = net_ids.into_iter().collect();
+                return Err(SumoError::Config(format!(
+                    "timing for signal {id:?}: the net has no traffic light of that id (it has: {})",
+                    known.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One phase's timing as the net gives it, before overrides (ms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetPhaseTiming {
+    /// Yellow after this green.
+    pub yellow: Millis,
+    /// All-red after that yellow.
+    pub all_red: Millis,
+    /// Max green.
+    pub max_green: Millis,
+}
+
+fn has_green(state: &str) -> bool {
+    state.bytes().any(|c| c == b'G' || c == b'g')
+}
+
+fn has_yellow(state: &str) -> bool {
+    state.bytes().any(|c| c == b'y' || c == b'Y')
+}
+
+fn secs_to_step(s: f64, step_ms: u32) -> Millis {
+    let step = step_ms.max(1) as f64;
+    Millis(((s * 1000.0 / step).ceil() * step).min(u32::MAX as f64) as u32)
+}
+
+/// The clearance that follows green phase `k` of `program`: (yellow, all-red) in seconds.
+/// A green followed directly by another green has none.
+pub fn clearance_after(program: &TlLogic, k: usize) -> (f64, f64) {
+    let n = program.phases.len();
+    let mut yellow_s = 0.0;
+    let mut all_red_s = 0.0;
+    for step in 1..n {
+        let p = &program.phases[(k + step) % n];
+        if has_yellow(&p.state) && all_red_s == 0.0 {
+            yellow_s += p.duration_s;
+        } else if !has_green(&p.state) && !has_yellow(&p.state) {
+            all_red_s += p.duration_s;
+        } else {
+            break;
+        }
+    }
+    (yellow_s, all_red_s)
+}
+
+/// Net timing of the green phase at index `k` of `program`, rounded up to the SUMO step.
+pub fn net_phase_timing(program: &TlLogic, k: usize, step_ms: u32) -> NetPhaseTiming {
+    let (yellow_s, all_red_s) = clearance_after(program, k);
+    let phase = &program.phases[k];
+    let max_green_s = match phase.max_dur_s.filter(|_| program.kind != "static") {
+        Some(max) => max,
+        None => phase.duration_s.max(DEFAULT_MAX_GREEN_S),
+    };
+    NetPhaseTiming {
+        yellow: secs_to_step(yellow_s, step_ms),
+        all_red: secs_to_step(all_red_s, step_ms),
+        max_green: secs_to_step(max_green_s, step_ms),
+    }
+}
+
+/// A net value outside `range`, brought inside it, with a note saying so.
+fn clamp_net(
+    value: Millis,
+    range: (Millis, Millis),
+    what: &str,
+    notes: &mut Vec<String>,
+) -> Millis {
+    if value < range.0 {
+        notes.push(format!("{what} {value} raised to the {} floor", range.0));
+        range.0
+    } else if value > range.1 {
+        notes.push(format!("{what} {value} lowered to the {} ceiling", range.1));
+        range.1
+    } else {
+        value
+    }
+}
+
+/// A user's value in seconds: a whole number of SUMO steps inside `[lo, hi]`.
+fn user_value(
+    signal: &str,
+    what: &str,
+    s: f64,
+    (lo, hi): (Millis, Millis),
+    step_ms: u32,
+) -> Result<Millis, SumoError> {
+    let bad =
+        |why: String| SumoError::Config(format!("timing for signal {signal}: {what} {s} s {why}"));
+    let ms = Millis::from_secs_f32(s as f32).ok_or_else(|| bad("is not a duration".into()))?;
+    if ms < lo || ms > hi {
+        return Err(bad(format!("is outside the safe range {lo} to {hi}")));
+    }
+    if ms.0 % step_ms.max(1) != 0 {
+        return Err(bad(format!(
+            "is not a multiple of the SUMO step ({} ms): display changes must fall on SUMO steps",
+            step_ms
+        )));
+    }
+    Ok(ms)
+}
+
+/// The timing of one phase of signal `signal`: the net's, then `over`. Notes say where a
+/// net value was brought into the safe range; user values out of range are errors.
+pub fn resolve(
+    signal: &str,
+    net: NetPhaseTiming,
+    over: &TimingOverrides,
+    step_ms: u32,
+    notes: &mut Vec<String>,
+) -> Result<PhaseTiming, SumoError> {
+    let user = |v: Option<f64>, what: &str, range| {
+        v.map(|s| user_value(signal, what, s, range, step_ms))
+            .transpose()
+    };
+    let green_range = (
+        MIN_GREEN_FLOOR,
+        Millis((MAX_GREEN_CEILING_S * 1000.0) as u32),
+    );
+    let yellow = match user(over.yellow_s, "yellow", YELLOW_RANGE)? {
+        Some(v) => v,
+        None => clamp_net(net.yellow, YELLOW_RANGE, "yellow", notes),
+    };
+    let all_red = match user(over.all_red_s, "all-red", ALL_RED_RANGE)? {
+        Some(v) => v,
+        None => clamp_net(net.all_red, ALL_RED_RANGE, "all-red", notes),
+    };
+    let min_green = user(over.min_green_s, "min green", green_range)?
+        .unwrap_or(secs_to_step(DEFAULT_MIN_GREEN_S, step_ms));
+    let max_green = match user(over.max_green_s, "max green", green_range)? {
+        Some(v) => v,
+        None if net.max_green > min_green => net.max_green,
+        None => {
+            let raised = min_green.saturating_add(Millis(step_ms.max(1)));
+            notes.push(format!(
+                "max green {} raised above min green to {raised}",
+                net.max_green
+            ));
+            raised
+        }
+    };
+    if min_green >= max_green {
+        return Err(SumoError::Config(format!(
+            "timing for signal {signal}: min green {min_green} must be below max green {max_green}"
+        )));
+    }
+    Ok(PhaseTiming {
+        min_green,
+        max_green,
+        yellow,
+        all_red,
+        pedestrian: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::net::TlPhase;
+    use super::*;
+
+    fn program(kind: &str, phases: &[(f64, &str)]) -> TlLogic {
+        TlLogic {
+            id: "J".into(),
+            program_id: "0".into(),
+            kind: kind.into(),
+            phases: phases
+                .iter()
+                .map(|&(d, s)| TlPhase {
+                    duration_s: d,
+                    state: s.into(),
+                    min_dur_s: None,
+                    max_dur_s: Some(d + 30.0),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn clearance_comes_from_the_program() {
+        let p = program(
+            "static",
+            &[
+                (31.0, "GGrr"),
+                (4.0, "yyrr"),
+                (2.0, "rrrr"),
+                (20.0, "rrGG"),
+                (3.0, "rryy"),
+            ],
+        );
+        let t = net_phase_timing(&p, 0, 1000);
+        assert_eq!((t.yellow, t.all_red), (Millis(4000), Millis(2000)));
+        assert_eq!(t.max_green, Millis(60_000), "static: max(60 s, green)");
+        let t = net_phase_timing(&p, 3, 1000);
+        assert_eq!(
+            (t.yellow, t.all_red),
+            (Millis(3000), Millis::ZERO),
+            "wraps around"
+        );
+        let a = program(
+            "actuated",
+            &[(31.0, "GGrr"), (3.0, "yyrr"), (20.0, "rrGG"), (3.0, "rryy")],
+        );
+        assert_eq!(
+            net_phase_timing(&a, 0, 1000).max_green,
+            Millis(61_000),
+            "maxDur"
+        );
+    }
+
+    #[test]
+    fn net_values_are_clamped_with_a_note_user_values_refused() {
+        let net = NetPhaseTiming {
+            yellow: Millis(2000),
+            all_red: Millis::ZERO,
+            max_green: Millis(60_000),
+        };
+        let mut notes = Vec::new();
+        let t = resolve("J", net, &TimingOverrides::default(), 1000, &mut notes).unwrap();
+        assert_eq!(t.yellow, Millis(3000));
+        assert_eq!(t.min_green, Millis(5000));
+        assert!(notes[0].contains("raised"), "{notes:?}");
+        let over = TimingOverrides {
+            yellow_s: Some(2.0),
+            ..Default::default()
+        };
+        let err = resolve("J", net, &over, 1000, &mut notes)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("signal J") && err.contains("yellow 2 s"),
+            "{err}"
+        );
+        let over = TimingOverrides {
+            all_red_s: Some(1.5),
+            ..Default::default()
+        };
+        let err = resolve("J", net, &over, 1000, &mut notes)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("multiple of the SUMO step"), "{err}");
+        let over = TimingOverrides {
+            min_green_s: Some(30.0),
+            max_green_s: Some(20.0),
+            ..Default::default()
+        };
+        assert!(resolve("J", net, &over, 1000, &mut notes).is_err());
+    }
+
+    #[test]
+    fn overrides_stack_file_then_signal_then_flags() {
+        let mut spec = TimingSpec::from_toml(
+            "decision_interval_s = 4\n[defaults]\nmin_green_s = 6\nyellow_s = 4\n\
+             [signals.A]\nyellow_s = 5\n",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(spec.decision_interval_s, Some(4.0));
+        assert_eq!(spec.overrides_for("A").yellow_s, Some(5.0));
+        assert_eq!(spec.overrides_for("B").yellow_s, Some(4.0));
+        spec.command_line.yellow_s = Some(6.0);
+        assert_eq!(spec.overrides_for("A").yellow_s, Some(6.0));
+        assert_eq!(spec.overrides_for("A").min_green_s, Some(6.0));
+        assert!(spec.check_signal_ids(["A", "B"]).is_ok());
+        let err = spec.check_signal_ids(["B"]).unwrap_err().to_string();
+        assert!(err.contains("\"A\"") && err.contains("it has: B"), "{err}");
+        let err = TimingSpec::from_toml("[defaults]\nyelow_s = 3\n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("t.toml") && err.contains("yelow_s"), "{err}");
+    }
+}

@@ -1,0 +1,166 @@
+//! The real-network suite (feature `sumo`, needs SUMO): every net of the development set
+//! (`tests/real_nets/mod.rs`: SUMO's `tools/game` nets, sumo-rl's non-RESCO nets, three
+//! seeded random nets) loads, and runs under its static program, actuated and max-pressure
+//! control with every state string sent to SUMO audited (conflicts, yellow, all-red) and
+//! read back from SUMO every minute. Episodes are short here (`GREENWAVE_REAL_NET_SECONDS`,
+//! default 600 s); the hour-long comparison is `benches/real_networks.rs`.
+#![cfg(feature = "sumo")]
+
+mod real_nets;
+
+use greenwave_sim::sumo::{SumoEnv, TimingOverrides};
+use greenwave_sim::Env;
+use real_nets::{dev_set, run_checked, sumo_home, CONTROLLERS};
+
+fn seconds() -> f64 {
+    std::env::var("GREENWAVE_REAL_NET_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600.0)
+}
+
+fn work_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("greenwave-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Skips (with a message) without SUMO, except in CI.
+fn have_sumo() -> bool {
+    if sumo_home().is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run the real-network suite: set SUMO_HOME"
+    );
+    eprintln!("skipping: SUMO_HOME not set");
+    false
+}
+
+#[test]
+fn every_development_net_loads_and_runs_audited_under_every_controller() {
+    if !have_sumo() {
+        return;
+    }
+    let work = work_dir("real-nets");
+    let nets = dev_set(&work).unwrap();
+    assert!(nets.len() >= 18, "{} nets", nets.len());
+    let mut controlled = 0;
+    for net in &nets {
+        let models = real_nets::config(net, 60.0, 1)
+            .models()
+            .unwrap_or_else(|e| panic!("{} does not load: {e}", net.name));
+        for s in &models.on_program {
+            assert!(!s.reason.is_empty());
+            eprintln!("{}: {s}", net.name);
+        }
+        controlled += models.models.len();
+        for c in CONTROLLERS {
+            let m = run_checked(net, c, seconds(), 1)
+                .unwrap_or_else(|e| panic!("{} under {c}: {e}", net.name));
+            assert!(m.mean_delay_s.is_finite(), "{} under {c}: {m:?}", net.name);
+            eprintln!(
+                "{} {c}: delay {:.1} s, throughput {}, never inserted {}",
+                net.name, m.mean_delay_s, m.throughput_veh, m.backlog_veh
+            );
+        }
+    }
+    assert!(controlled > 100, "only {controlled} lights controlled");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn timing_comes_from_the_net_and_flags_override_it() {
+    if !have_sumo() {
+        return;
+    }
+    let home = sumo_home().unwrap();
+    // Ingolstadt (gzip net): its light gneJ21 has 3 s yellows after its stages.
+    let net = home.join("tools/game/fkk_in/ingolstadt.net.xml.gz");
+    let routes = home.join("tools/game/fkk_in/fkk_in.rou.xml");
+    let mut cfg = greenwave_sim::sumo::SumoConfig::new(&net, &routes);
+    let models = cfg.models().unwrap();
+    let light = models.models.iter().find(|m| m.id == "gneJ21").unwrap();
+    let t = light.plan.phases()[0].timing;
+    assert_eq!(t.yellow.0, 3000);
+    assert_eq!(t.min_green.0, 5000);
+    let hash_net = light.plan.hash();
+
+    let flags = TimingOverrides {
+        yellow_s: Some(4.0),
+        all_red_s: Some(2.0),
+        ..Default::default()
+    };
+    cfg.set_timing(None, flags, Some(4.0), None).unwrap();
+    assert_eq!(cfg.decision_interval_s, 4.0);
+    let models = cfg.models().unwrap();
+    let light = models.models.iter().find(|m| m.id == "gneJ21").unwrap();
+    for p in light.plan.phases() {
+        assert_eq!((p.timing.yellow.0, p.timing.all_red.0), (4000, 2000));
+    }
+    assert_ne!(
+        light.plan.hash(),
+        hash_net,
+        "timing is part of the plan hash"
+    );
+
+    // A timing file: per-signal values beat its defaults; flags beat both.
+    let work = work_dir("timing");
+    let file = work.join("timing.toml");
+    std::fs::write(
+        &file,
+        "decision_interval_s = 3\n[defaults]\nmin_green_s = 7\n[signals.gneJ21]\nmax_green_s = 40\n",
+    )
+    .unwrap();
+    cfg.set_timing(Some(&file), TimingOverrides::default(), None, None)
+        .unwrap();
+    assert_eq!(cfg.decision_interval_s, 3.0);
+    let models = cfg.models().unwrap();
+    let light = models.models.iter().find(|m| m.id == "gneJ21").unwrap();
+    let t = light.plan.phases()[0].timing;
+    assert_eq!((t.min_green.0, t.max_green.0), (7000, 40_000));
+    // Unsafe values and unknown signals are refused with the reason.
+    let bad = TimingOverrides {
+        yellow_s: Some(2.0),
+        ..Default::default()
+    };
+    cfg.set_timing(None, bad, None, None).unwrap();
+    let err = cfg.models().unwrap_err().to_string();
+    assert!(
+        err.contains("yellow 2 s") && err.contains("safe range"),
+        "{err}"
+    );
+    std::fs::write(&file, "[signals.nosuch]\nyellow_s = 4\n").unwrap();
+    cfg.set_timing(Some(&file), TimingOverrides::default(), None, None)
+        .unwrap();
+    let err = cfg.models().unwrap_err().to_string();
+    assert!(err.contains("nosuch") && err.contains("gneJ21"), "{err}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_light_with_one_green_stays_on_its_program_and_the_net_still_runs() {
+    if !have_sumo() {
+        return;
+    }
+    let home = sumo_home().unwrap();
+    // kuehne: four junctions are controllable, eight one-link lights (G / y / r) are not.
+    let dir = home.join("tools/game/kuehne");
+    let mut cfg = greenwave_sim::sumo::SumoConfig::new(
+        dir.join("kuehne.net.xml"),
+        dir.join("kuehne.rou.xml"),
+    );
+    cfg.seconds = 120.0;
+    let mut env = SumoEnv::new(cfg).unwrap();
+    assert_eq!(env.signals().len(), 4);
+    assert_eq!(env.on_program().len(), 8);
+    let s = env.on_program()[0].to_string();
+    assert!(
+        s.contains("stays on its program") && s.contains("green phase"),
+        "{s}"
+    );
+    let n = env.signals().len();
+    while !env.step(&vec![0; n]).unwrap().done {}
+    assert!(env.metrics().throughput_veh > 0);
+}
