@@ -23,6 +23,7 @@ use greenwave_core::{
     ActionSource, Interval, LaneReading, Millis, MovementId, MovementSet, ObsLayout, PhaseId,
     PhasePlan, RewardInputs, RewardKind, Sequencer,
 };
+use serde::{Deserialize, Serialize};
 
 use crate::board::{BoardConfig, BoardPins};
 use crate::clock::{MonotonicClock, Uptime};
@@ -42,7 +43,7 @@ pub const DEFAULT_RING_CAPACITY: usize = 12;
 pub const FIELD_REWARD: RewardKind = RewardKind::Queue;
 
 /// What the controller is doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Mode {
     /// Steady all-red before the first green (power-up, or after a reset from flash).
     StartupAllRed,
@@ -53,7 +54,7 @@ pub enum Mode {
 }
 
 /// One decision, as reported by [`Controller::poll`].
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     /// The phase requested (by the policy, or by the fixed-time program).
     pub requested: u8,

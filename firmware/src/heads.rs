@@ -5,11 +5,12 @@
 
 use embedded_hal::digital::{Error as _, ErrorKind, InputPin, OutputPin};
 use greenwave_core::{MovementId, Signal, SignalFrame};
+use serde::{Deserialize, Serialize};
 
 use crate::board::Polarity;
 
 /// Which lamps of one head are lit (commanded, or sensed).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Lamps {
     /// Red lamp lit.
     pub red: bool,
@@ -69,7 +70,7 @@ impl Lamps {
 }
 
 /// One lamp of a head.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Lamp {
     /// The red lamp.
     Red,

@@ -21,6 +21,7 @@
 
 use greenwave_core::plan::MAX_MOVEMENTS;
 use greenwave_core::PhasePlan;
+use serde::{Deserialize, Serialize};
 
 use crate::heads::{Lamp, Lamps};
 
@@ -266,7 +267,7 @@ impl MonitorCard {
 }
 
 /// What the monitor found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
 pub enum FaultKind {
     /// Two conflicting channels showed green or yellow together.
     #[error("conflict: channels {a} and {b} not red together")]
@@ -351,7 +352,7 @@ pub enum FaultKind {
 }
 
 /// A latched fault and when it latched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MonitorFault {
     /// What was found.
     pub kind: FaultKind,

@@ -307,7 +307,17 @@ impl<'a> MlpBlob<'a> {
         let p = self.params;
         for (i, &o) in obs.iter().enumerate() {
             let x = (o - f32_at(p, i)) * f32_at(p, dim + i);
-            a[i] = x.clamp(-self.obs_clip, self.obs_clip);
+            // `f32::clamp` without its panic path (it panics when min > max, formatting both
+            // floats: that pulled `core::fmt`'s float printing, ~10 kB, into MCU flash). Same
+            // result for every clip `validate` accepts; NaN passes through as with `clamp`.
+            let clip = self.obs_clip;
+            a[i] = if x < -clip {
+                -clip
+            } else if x > clip {
+                clip
+            } else {
+                x
+            };
         }
         let mut off = 8 * dim;
         let (mut cur, mut next) = (a, b);
