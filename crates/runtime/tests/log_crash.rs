@@ -146,8 +146,18 @@ fn corrupt_record_in_a_sealed_segment_skips_only_that_record() {
     assert_eq!(issues.len(), 1, "{issues:?}");
     let issue = &issues[0];
     assert_eq!(
-        (issue.segment, issue.offset, issue.skipped_bytes, issue.newest),
-        (victim.index, target.offset, next.offset - target.offset, false)
+        (
+            issue.segment,
+            issue.offset,
+            issue.skipped_bytes,
+            issue.newest
+        ),
+        (
+            victim.index,
+            target.offset,
+            next.offset - target.offset,
+            false
+        )
     );
     assert!(matches!(issue.kind, IssueKind::Crc { .. }), "{issue}");
     assert!(issue.to_string().contains("CRC"), "{issue}");

@@ -99,10 +99,17 @@ fn one_flipped_bit_loses_one_record_before_and_after_a_writer_restart() {
         w.append(&field_record(s)).unwrap();
     }
     w.close().unwrap();
-    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "the damaged segment was modified");
+    assert_eq!(
+        std::fs::read(&seg).unwrap(),
+        bytes,
+        "the damaged segment was modified"
+    );
     let all: BTreeSet<u64> = (0..1440).collect();
     let read = read_seqs(&dir, field_record);
-    assert_eq!(all.difference(&read).copied().collect::<Vec<_>>(), vec![hit.2]);
+    assert_eq!(
+        all.difference(&read).copied().collect::<Vec<_>>(),
+        vec![hit.2]
+    );
 
     // The operator's report names the damaged range.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_greenwave-controller"))
@@ -290,7 +297,10 @@ fn run_battery(cases: std::ops::Range<u64>) -> (u64, u64) {
             .union(&appended)
             .filter(|s| !after.contains(s))
             .collect();
-        assert!(lost.is_empty(), "case {case} {d:?}: after reopen lost {lost:?}");
+        assert!(
+            lost.is_empty(),
+            "case {case} {d:?}: after reopen lost {lost:?}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
     (touched_total, damaged_files_quarantined)
@@ -361,6 +371,9 @@ fn a_damaged_header_loses_no_record_and_keeps_the_epoch_of_its_neighbours() {
     std::fs::write(&segs[1].path, &bytes).unwrap();
     let (after, issues) = read_all(&dir).unwrap();
     assert_eq!(after, before, "{issues:?}");
-    assert_eq!((issues.len(), issues[0].offset, issues[0].skipped_bytes), (1, 0, 28));
+    assert_eq!(
+        (issues.len(), issues[0].offset, issues[0].skipped_bytes),
+        (1, 0, 28)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

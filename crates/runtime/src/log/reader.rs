@@ -133,16 +133,14 @@ impl Records<'_> {
     fn load(&mut self, i: usize) {
         let seg = &self.segments[i];
         let newest = i + 1 == self.segments.len();
-        let issue = |offset: u64, skipped_bytes: u64, to_end: bool, kind: IssueKind| {
-            SegmentIssue {
-                segment: seg.index,
-                path: seg.path.clone(),
-                offset,
-                skipped_bytes,
-                to_end,
-                newest,
-                kind,
-            }
+        let issue = |offset: u64, skipped_bytes: u64, to_end: bool, kind: IssueKind| SegmentIssue {
+            segment: seg.index,
+            path: seg.path.clone(),
+            offset,
+            skipped_bytes,
+            to_end,
+            newest,
+            kind,
         };
         let bytes = match std::fs::read(&seg.path) {
             Ok(b) => b,
@@ -161,10 +159,7 @@ impl Records<'_> {
                 return;
             }
             Ok(h) => h.epoch_unix_ms,
-            Err(_) => self
-                .last_epoch
-                .or_else(|| self.later_epoch(i))
-                .unwrap_or(0),
+            Err(_) => self.last_epoch.or_else(|| self.later_epoch(i)).unwrap_or(0),
         };
         self.last_epoch = Some(epoch);
         let len = bytes.len() as u64;

@@ -499,7 +499,10 @@ mod tests {
             parse_quarantine_name(&quarantine_name(7, 19_823)),
             Some((7, 19_823))
         );
-        assert_eq!(quarantine_name(7, 5), "seg-00000000000000000007.gwlog.quarantine-5");
+        assert_eq!(
+            quarantine_name(7, 5),
+            "seg-00000000000000000007.gwlog.quarantine-5"
+        );
         assert_eq!(parse_quarantine_name("seg-7.gwlog.quarantine-5"), None);
         assert_eq!(parse_quarantine_name(&segment_name(7)), None);
     }
