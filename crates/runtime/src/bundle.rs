@@ -496,6 +496,31 @@ fn parse_signature(text: &str) -> Result<SignatureFile, BundleError> {
     })
 }
 
+/// Parses the text of a `SIGNATURE` file without checking the signature (the first step
+/// of [`verify`]); returns how many files it lists. For tools and the fuzz targets.
+pub fn parse_signature_text(text: &str) -> Result<usize, BundleError> {
+    parse_signature(text).map(|sig| sig.files.len())
+}
+
+/// Checks a bundle's policy files against each other, as [`verify`] and [`pack_and_sign`]
+/// do: the manifest JSON equals the manifest inside the ONNX model, and the blobs parse and
+/// agree with it. Returns the manifest.
+pub fn check_policy_files(
+    model: &[u8],
+    manifest: &[u8],
+    blob: &[u8],
+    blob_int8: Option<&[u8]>,
+) -> Result<Manifest, BundleError> {
+    let mut files = BTreeMap::new();
+    files.insert(MODEL_FILE, model.to_vec());
+    files.insert(MANIFEST_FILE, manifest.to_vec());
+    files.insert(BLOB_FILE, blob.to_vec());
+    if let Some(b) = blob_int8 {
+        files.insert(BLOB_INT8_FILE, b.to_vec());
+    }
+    check_contents(files).map(|c| c.manifest)
+}
+
 /// A bundle that passed every check, with its contents.
 #[derive(Clone, Debug)]
 pub struct VerifiedBundle {

@@ -525,6 +525,16 @@ fn drive_field<F: Field>(
     log_cfg.max_segment_bytes = args.segment_mib << 20;
     log_cfg.max_total_bytes = args.log_cap_mib << 20;
     let (log, open) = LogWriter::open(log_cfg).context("opening the transition log")?;
+    for d in &open.damage {
+        eprintln!(
+            "transition log: segment {} offset {} length {} damaged ({}); copied to {}",
+            d.segment,
+            d.offset,
+            d.length,
+            d.kind,
+            d.quarantine.display()
+        );
+    }
     if let Some(r) = &open.repair {
         eprintln!("transition log repaired on open: {r:?}");
     }
@@ -663,6 +673,22 @@ struct LogSummary {
     by_source: std::collections::BTreeMap<String, usize>,
     policy_versions: std::collections::BTreeMap<u32, usize>,
     issues: Vec<String>,
+    /// Damaged byte ranges still in the segments (the reader skips them).
+    damaged: Vec<ByteRange>,
+    /// Damaged bytes a writer copied out before cutting them.
+    quarantined: Vec<ByteRange>,
+}
+
+#[derive(Serialize)]
+struct ByteRange {
+    segment: u64,
+    offset: u64,
+    length: u64,
+    /// The segment file, or the quarantine file holding the bytes.
+    path: PathBuf,
+    /// What was found there (damaged ranges only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
 }
 
 fn log_summary(args: LogArgs) -> Result<()> {
@@ -674,6 +700,27 @@ fn log_summary(args: LogArgs) -> Result<()> {
         by_source: Default::default(),
         policy_versions: Default::default(),
         issues: issues.iter().map(|i| i.to_string()).collect(),
+        damaged: issues
+            .iter()
+            .map(|i| ByteRange {
+                segment: i.segment,
+                offset: i.offset,
+                length: i.skipped_bytes,
+                path: i.path.clone(),
+                kind: Some(i.kind.to_string()),
+            })
+            .collect(),
+        quarantined: reader
+            .quarantine()?
+            .into_iter()
+            .map(|q| ByteRange {
+                segment: q.segment,
+                offset: q.offset,
+                length: q.length,
+                path: q.path,
+                kind: None,
+            })
+            .collect(),
     };
     for r in &records {
         let src = match r.transition.source {
@@ -692,8 +739,24 @@ fn log_summary(args: LogArgs) -> Result<()> {
         println!("{} records in {} segments", s.records, s.segments);
         println!("by source: {:?}", s.by_source);
         println!("by policy version: {:?}", s.policy_versions);
-        for i in &s.issues {
-            println!("problem: {i}");
+        for d in &s.damaged {
+            println!(
+                "damaged: segment {} offset {} length {}: {} ({})",
+                d.segment,
+                d.offset,
+                d.length,
+                d.kind.as_deref().unwrap_or(""),
+                d.path.display()
+            );
+        }
+        for q in &s.quarantined {
+            println!(
+                "quarantined: segment {} offset {} length {} in {}",
+                q.segment,
+                q.offset,
+                q.length,
+                q.path.display()
+            );
         }
     }
     Ok(())

@@ -1,9 +1,8 @@
 //! The transition log under damage and crashes.
 //!
-//! * Every possible torn tail (a cut at each byte of the last segment) is reported, cut
-//!   on reopen, and never read back as a record.
-//! * A corrupt record in a sealed segment is reported and only the rest of that segment is
-//!   skipped.
+//! * Every possible torn tail (a cut at each byte of the last segment) is reported,
+//!   quarantined and cut on reopen, and never read back as a record.
+//! * A corrupt record in a sealed segment is reported and only that record is skipped.
 //! * Rotation and the disk cap drop the oldest segments first, and count them.
 //! * Crash test: a child process appending records is killed with SIGKILL at random
 //!   points, ≥ 200 times; after each kill no record reported committed is lost, no
@@ -19,41 +18,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::tmp;
-use greenwave_core::{ActionSource, Transition};
+use common::{log_record as record, tmp};
 use greenwave_runtime::log::{
     read_all, IssueKind, LogConfig, LogReader, LogWriter, SyncPolicy, TailRepair, HEADER_BYTES,
 };
 use rand::{Rng, SeedableRng};
-
-/// The record with sequence number `seq`: its content is a pure function of `seq`, and
-/// its size varies with it.
-fn record(seq: u64) -> Transition {
-    let n = 5 + (seq % 23) as usize;
-    let obs = (0..n)
-        .map(|j| ((seq * 31 + j as u64) % 97) as f32 / 97.0)
-        .collect::<Vec<_>>();
-    let next = (0..n)
-        .map(|j| ((seq * 17 + j as u64) % 89) as f32 / 89.0)
-        .collect::<Vec<_>>();
-    Transition {
-        timestamp_ms: seq,
-        signal: (seq % 3) as u16,
-        obs: heapless::Vec::from_slice(&obs).unwrap(),
-        requested: (seq % 4) as u8,
-        action: ((seq + 1) % 4) as u8,
-        log_prob: -((seq % 7) as f32) / 7.0,
-        reward: (seq % 11) as f32 - 5.0,
-        next_obs: heapless::Vec::from_slice(&next).unwrap(),
-        done: seq % 50 == 49,
-        policy_version: 1 + (seq / 100) as u32,
-        source: [
-            ActionSource::Policy,
-            ActionSource::Supervisor,
-            ActionSource::Fallback,
-        ][(seq % 3) as usize],
-    }
-}
 
 fn config(dir: &Path, sync: SyncPolicy) -> LogConfig {
     let mut c = LogConfig::new(dir);
@@ -130,11 +99,20 @@ fn every_torn_tail_is_reported_then_cut_and_never_read() {
             drop(w);
             match report.repair {
                 None => assert!(at_boundary, "cut at {cut} not repaired"),
-                Some(TailRepair::Cut { offset, .. }) => {
+                Some(TailRepair::Cut {
+                    offset, quarantine, ..
+                }) => {
                     assert!(!at_boundary);
                     assert_eq!(offset, bounds[complete as usize]);
+                    // The cut bytes were kept aside first.
+                    let kept = std::fs::read(quarantine).unwrap();
+                    assert_eq!(kept, bytes[offset as usize..cut as usize]);
                 }
-                Some(other) => panic!("cut at {cut}: unexpected repair {other:?}"),
+                // A segment left without a single record is removed (its bytes quarantined).
+                Some(TailRepair::Removed { quarantine, .. }) => {
+                    assert_eq!(complete, 0, "cut at {cut}");
+                    assert!(quarantine.is_some());
+                }
             }
             let (n2, issues) = read_checked(&work);
             assert_eq!(n2, complete);
@@ -145,7 +123,7 @@ fn every_torn_tail_is_reported_then_cut_and_never_read() {
 }
 
 #[test]
-fn corrupt_record_in_a_sealed_segment_skips_only_the_rest_of_that_segment() {
+fn corrupt_record_in_a_sealed_segment_skips_only_that_record() {
     let dir = tmp("sealed");
     let mut cfg = config(&dir, SyncPolicy::EveryRecords(NonZeroU32::new(8).unwrap()));
     cfg.max_segment_bytes = 4096;
@@ -159,21 +137,31 @@ fn corrupt_record_in_a_sealed_segment_skips_only_the_rest_of_that_segment() {
         .filter(|r| r.segment == victim.index)
         .collect();
     let target = in_victim[in_victim.len() / 2];
-    let lost = in_victim.len() - in_victim.len() / 2;
+    let next = in_victim[in_victim.len() / 2 + 1];
     let mut bytes = std::fs::read(&victim.path).unwrap();
-    bytes[target.offset as usize + 12] ^= 0x40;
+    bytes[target.offset as usize + 20] ^= 0x40; // in the payload
     std::fs::write(&victim.path, &bytes).unwrap();
 
     let (after, issues) = read_all(&dir).unwrap();
     assert_eq!(issues.len(), 1, "{issues:?}");
     let issue = &issues[0];
     assert_eq!(
-        (issue.segment, issue.offset, issue.newest),
-        (victim.index, target.offset, false)
+        (
+            issue.segment,
+            issue.offset,
+            issue.skipped_bytes,
+            issue.newest
+        ),
+        (
+            victim.index,
+            target.offset,
+            next.offset - target.offset,
+            false
+        )
     );
     assert!(matches!(issue.kind, IssueKind::Crc { .. }), "{issue}");
     assert!(issue.to_string().contains("CRC"), "{issue}");
-    assert_eq!(after.len(), records.len() - lost);
+    assert_eq!(after.len(), records.len() - 1);
     for r in &after {
         assert_eq!(r.transition, record(r.transition.timestamp_ms));
     }
@@ -229,22 +217,24 @@ fn torn_and_corrupt_headers_are_handled_without_losing_records() {
     let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
     drop(w);
     assert!(
-        matches!(report.repair, Some(TailRepair::RemovedTornHeader { .. })),
+        matches!(report.repair, Some(TailRepair::Removed { .. })),
         "{report:?}"
     );
     assert!(!torn.exists());
     assert_eq!(read_checked(&dir), (5, vec![]));
-    // A newest segment with a corrupt header and data behind it is set aside, untouched.
+    // A newest segment with nothing valid in it is quarantined whole, then removed.
     let bad = dir.join("seg-00000000000000000020.gwlog");
     std::fs::write(&bad, vec![0x11u8; 200]).unwrap();
     let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
     drop(w);
     match report.repair {
-        Some(TailRepair::SetAside { renamed_to, .. }) => {
-            assert_eq!(std::fs::read(renamed_to).unwrap(), vec![0x11u8; 200])
-        }
+        Some(TailRepair::Removed {
+            quarantine: Some(q),
+            ..
+        }) => assert_eq!(std::fs::read(q).unwrap(), vec![0x11u8; 200]),
         other => panic!("{other:?}"),
     }
+    assert!(!bad.exists());
     assert_eq!(read_checked(&dir), (5, vec![]));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -372,7 +362,9 @@ fn crash_rounds(rounds: usize, seed: u64) {
             let torn_header =
                 matches!(i.kind, IssueKind::BadHeader(_)) && i.skipped_bytes < HEADER_BYTES as u64;
             assert!(
-                i.newest && (matches!(i.kind, IssueKind::Truncated { .. }) || torn_header),
+                i.newest
+                    && i.to_end
+                    && (matches!(i.kind, IssueKind::Truncated { .. }) || torn_header),
                 "round {round}: {i}"
             );
             torn_seen += 1;

@@ -77,7 +77,7 @@ fn source_name(s: ActionSource) -> &'static str {
 /// Reads every intact record of the log in `dir` for a policy with `layout` and `norm`.
 ///
 /// A problem in a segment (torn tail, CRC mismatch, bad header…) is reported in
-/// [`LogSummary::issues`] and the rest of that segment skipped; every other segment is read.
+/// [`LogSummary::issues`] and only that damaged range skipped; every valid record is read.
 /// Records from every source are kept: the served action is real experience for the
 /// Q-critic whoever chose it (see the module docs of [`super`]).
 pub fn read_log(
@@ -114,7 +114,7 @@ pub fn read_log(
         let rec = match item {
             Ok(r) => r,
             Err(issue) => {
-                tracing::warn!("transition log: {issue}; the rest of that segment is skipped");
+                tracing::warn!("transition log: {issue}; that range is skipped");
                 summary.issues.push(issue.to_string());
                 issues.push(issue);
                 continue;

@@ -6,14 +6,16 @@
 //! Each segment is a 28-byte header followed by records:
 //!
 //! ```text
-//! header: "GWTL" | version u16 = 1 | header length u16 = 28 | segment index u64
+//! header: "GWTL" | version u16 = 2 | header length u16 = 28 | segment index u64
 //!         | epoch_unix_ms u64 | crc32 u32 of the 24 bytes before it          (little-endian)
-//! record: len u32 | crc32(payload) u32 | payload = postcard(Transition)       (little-endian)
+//! record: magic 9e 47 57 52 | len u32 | crc32(payload) u32 | crc32(previous 12 bytes) u32
+//!         | payload = postcard(Transition)                                      (little-endian)
 //! ```
 //!
+//! Version 1 segments (records `len u32 | crc32(payload) u32 | payload`) stay readable.
 //! A record's `timestamp_ms` counts from its segment's `epoch_unix_ms` (the controller's
 //! start). `len` is 1..=[`MAX_RECORD_BYTES`]; CRC-32 is IEEE (crc32fast), the same checksum
-//! the firmware's serial frames carry, so collected frames are appended without re-encoding.
+//! the firmware's serial frames carry.
 //!
 //! ## Commit semantics
 //!
@@ -25,16 +27,20 @@
 //! record survives power loss. Sealing a segment (rotation) syncs it first, and new segment
 //! files are synced together with their directory entry.
 //!
-//! ## Recovery
+//! ## Damage and recovery
 //!
-//! [`LogWriter::open`] checks the newest segment (the only one that can have been active in
-//! a crash): a torn or corrupt tail is reported (in [`OpenReport`] and through `tracing`) and
-//! cut at the last intact record; a newest segment with a torn header and no room for a
-//! record is removed, one with a corrupt header is renamed `*.corrupt` and kept aside. Each
-//! writer session then starts a new segment. [`LogReader`] never modifies files: it reports a
-//! problem in any segment (torn tail, CRC mismatch, bad length, undecodable payload) as a
-//! [`SegmentIssue`] and skips the rest of that segment only; other segments are read as
-//! usual. No record that fails its CRC or does not decode is ever yielded.
+//! [`scan_segment`] reads a segment's bytes: valid frames are records; anything else starts
+//! a damaged range that ends where the next whole valid frame starts (found by the frame
+//! magic and checked by both CRCs and the decode), or at the end of the file. Records and
+//! damaged ranges tile the file; a damaged header loses no record. [`LogReader`] never
+//! modifies files: it yields every valid record and one [`SegmentIssue`] per damaged range.
+//!
+//! [`LogWriter::open`] checks the newest segment (the only one a crash can have left open):
+//! it copies every damaged range to a quarantine file next to the segment
+//! (`seg-….gwlog.quarantine-<offset>`, synced) *before* changing anything, then cuts a
+//! damaged tail only if nothing valid follows it (a torn write), and removes the segment
+//! only if it holds no valid record. Damage followed by valid records stays in place. Each
+//! writer session then starts a new segment. See [`OpenReport`].
 //!
 //! ## Rotation and disk cap
 //!
@@ -51,8 +57,16 @@ mod writer;
 use std::path::PathBuf;
 
 pub use reader::{read_all, LogReader, LogRecord, Records, SegmentIssue};
-pub use segment::{IssueKind, SegmentFile, HEADER_BYTES, MAX_RECORD_BYTES, SEGMENT_MAGIC};
-pub use writer::{Commit, LogConfig, LogStats, LogWriter, OpenReport, SyncPolicy, TailRepair};
+#[doc(hidden)]
+pub use segment::{encode_frame_v1, encode_header};
+pub use segment::{
+    scan_segment, Damage, Header, IssueKind, QuarantineFile, SegmentFile, SegmentScan, FRAME_MAGIC,
+    FRAME_OVERHEAD, HEADER_BYTES, MAX_RECORD_BYTES, SEGMENT_MAGIC, SEGMENT_VERSION,
+    SEGMENT_VERSION_V1,
+};
+pub use writer::{
+    Commit, LogConfig, LogStats, LogWriter, OpenReport, QuarantinedRange, SyncPolicy, TailRepair,
+};
 
 /// Why the log could not be opened, written or listed.
 #[derive(Debug, thiserror::Error)]

@@ -1,13 +1,13 @@
-//! Reading a log back: every intact record, oldest first, with per-segment problem reports.
+//! Reading a log back: every intact record, oldest first, with every damaged range reported.
 
-use std::fs::File;
-use std::io::BufReader;
+use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use greenwave_core::Transition;
 
 use super::segment::{
-    list_segments, read_header, FrameScanner, IssueKind, SegmentFile, HEADER_BYTES,
+    list_quarantine, list_segments, scan_segment, Header, IssueKind, QuarantineFile, SegmentFile,
+    HEADER_BYTES,
 };
 use super::LogError;
 
@@ -19,28 +19,36 @@ pub struct LogRecord {
     /// Byte offset of its frame in the segment.
     pub offset: u64,
     /// The segment's epoch: the record's `timestamp_ms` counts from this Unix time (ms).
+    /// For a segment whose header is damaged, the epoch of the nearest segment with an
+    /// intact header (a writer session writes one epoch into all its segments).
     pub epoch_unix_ms: u64,
     /// The record.
     pub transition: Transition,
 }
 
-/// A problem in one segment. The rest of that segment (from `offset`) is skipped; reading
-/// goes on with the next segment.
+/// A damaged byte range in one segment. Reading goes on with the next valid record after
+/// it (in the same segment, or the next).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("segment {path} at byte {offset}: {kind}{}", if *newest { " (newest segment)" } else { "" })]
+#[error(
+    "segment {path} bytes {offset}..{} ({skipped_bytes} bytes skipped): {kind}{}",
+    offset + skipped_bytes,
+    if *newest && *to_end { " (torn tail of the newest segment)" } else { "" }
+)]
 pub struct SegmentIssue {
     /// Index of the segment.
     pub segment: u64,
     /// Its path.
     pub path: PathBuf,
-    /// Where the problem starts (0 for a header problem).
+    /// Where the damaged range starts (0 for a header problem).
     pub offset: u64,
-    /// Bytes skipped from `offset` to the end of the segment.
+    /// Length of the damaged range: no valid record starts inside it.
     pub skipped_bytes: u64,
+    /// Whether the range runs to the end of the segment (nothing valid after it).
+    pub to_end: bool,
     /// Whether this is the newest segment (where a torn tail after a crash is expected
-    /// until a writer reopens the log and cuts it).
+    /// until a writer reopens the log, quarantines and cuts it).
     pub newest: bool,
-    /// What is wrong.
+    /// What was found at `offset`.
     pub kind: IssueKind,
 }
 
@@ -69,17 +77,26 @@ impl LogReader {
         &self.segments
     }
 
-    /// Every intact record, oldest first, interleaved with one `Err` per segment problem.
+    /// Quarantine files in the directory: damaged bytes a writer copied out of a segment
+    /// before cutting them (see [`super::LogWriter::open`]).
+    pub fn quarantine(&self) -> Result<Vec<QuarantineFile>, LogError> {
+        list_quarantine(&self.dir)
+    }
+
+    /// Every intact record, oldest first, interleaved (in file order) with one `Err` per
+    /// damaged range.
     pub fn records(&self) -> Records<'_> {
         Records {
             segments: &self.segments,
+            indices: self.segments.iter().map(|s| s.index).collect(),
             next: 0,
-            current: None,
+            pending: VecDeque::new(),
+            last_epoch: None,
         }
     }
 }
 
-/// Reads all of `dir`: the records, and the problems met on the way.
+/// Reads all of `dir`: the records, and the damaged ranges met on the way.
 pub fn read_all(dir: impl AsRef<Path>) -> Result<(Vec<LogRecord>, Vec<SegmentIssue>), LogError> {
     let reader = LogReader::open(dir)?;
     let mut records = Vec::new();
@@ -93,37 +110,94 @@ pub fn read_all(dir: impl AsRef<Path>) -> Result<(Vec<LogRecord>, Vec<SegmentIss
     Ok((records, issues))
 }
 
-struct OpenSegment<'a> {
-    seg: &'a SegmentFile,
-    newest: bool,
-    epoch_unix_ms: u64,
-    scanner: FrameScanner<BufReader<File>>,
-}
-
-/// Iterator over a log's records; see [`LogReader::records`].
+/// Iterator over a log's records; see [`LogReader::records`]. Holds one segment's records
+/// in memory at a time.
 pub struct Records<'a> {
     segments: &'a [SegmentFile],
+    indices: BTreeSet<u64>,
     next: usize,
-    current: Option<OpenSegment<'a>>,
+    pending: VecDeque<Result<LogRecord, SegmentIssue>>,
+    last_epoch: Option<u64>,
 }
 
 impl Records<'_> {
-    fn issue(
-        seg: &SegmentFile,
-        newest: bool,
-        offset: u64,
-        size: u64,
-        kind: IssueKind,
-    ) -> SegmentIssue {
-        SegmentIssue {
+    /// The epoch of the first segment after `after` whose header is intact.
+    fn later_epoch(&self, after: usize) -> Option<u64> {
+        self.segments[after + 1..].iter().find_map(|s| {
+            let bytes = read_prefix(&s.path, HEADER_BYTES).ok()?;
+            Header::decode(&bytes).ok().map(|h| h.epoch_unix_ms)
+        })
+    }
+
+    /// Reads segment `i` into `pending`.
+    fn load(&mut self, i: usize) {
+        let seg = &self.segments[i];
+        let newest = i + 1 == self.segments.len();
+        let issue = |offset: u64, skipped_bytes: u64, to_end: bool, kind: IssueKind| SegmentIssue {
             segment: seg.index,
             path: seg.path.clone(),
             offset,
-            skipped_bytes: size.saturating_sub(offset),
+            skipped_bytes,
+            to_end,
             newest,
             kind,
+        };
+        let bytes = match std::fs::read(&seg.path) {
+            Ok(b) => b,
+            Err(e) => {
+                let kind = IssueKind::Io(e.to_string());
+                self.pending.push_back(Err(issue(0, seg.bytes, true, kind)));
+                return;
+            }
+        };
+        let scan = scan_segment(&bytes);
+        let epoch = match &scan.header {
+            Ok(h) if h.index != seg.index && self.indices.contains(&h.index) => {
+                let kind = IssueKind::Duplicate { of: h.index };
+                self.pending
+                    .push_back(Err(issue(0, bytes.len() as u64, true, kind)));
+                return;
+            }
+            Ok(h) => h.epoch_unix_ms,
+            Err(_) => self.last_epoch.or_else(|| self.later_epoch(i)).unwrap_or(0),
+        };
+        self.last_epoch = Some(epoch);
+        let len = bytes.len() as u64;
+        let mut records = scan.records.into_iter().peekable();
+        let mut damage = scan.damage.into_iter().peekable();
+        loop {
+            let take_record = match (records.peek(), damage.peek()) {
+                (Some(r), Some(d)) => r.0 < d.offset,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if take_record {
+                let (offset, _, transition) = records.next().expect("peeked");
+                self.pending.push_back(Ok(LogRecord {
+                    segment: seg.index,
+                    offset,
+                    epoch_unix_ms: epoch,
+                    transition,
+                }));
+            } else {
+                let d = damage.next().expect("peeked");
+                let to_end = d.offset + d.length == len;
+                self.pending
+                    .push_back(Err(issue(d.offset, d.length, to_end, d.kind)));
+            }
         }
     }
+}
+
+/// The first `n` bytes of a file (fewer if it is shorter).
+fn read_prefix(path: &Path, n: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(n);
+    std::fs::File::open(path)?
+        .take(n as u64)
+        .read_to_end(&mut buf)?;
+    Ok(buf)
 }
 
 impl Iterator for Records<'_> {
@@ -131,53 +205,14 @@ impl Iterator for Records<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(cur) = &mut self.current {
-                match cur.scanner.next_record() {
-                    Some(Ok((offset, transition))) => {
-                        return Some(Ok(LogRecord {
-                            segment: cur.seg.index,
-                            offset,
-                            epoch_unix_ms: cur.epoch_unix_ms,
-                            transition,
-                        }))
-                    }
-                    Some(Err((offset, kind))) => {
-                        let (seg, newest) = (cur.seg, cur.newest);
-                        // The size may have grown since listing (a live writer).
-                        let size = std::fs::metadata(&seg.path).map_or(seg.bytes, |m| m.len());
-                        self.current = None;
-                        return Some(Err(Self::issue(seg, newest, offset, size, kind)));
-                    }
-                    None => self.current = None,
-                }
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
             }
-            let seg = self.segments.get(self.next)?;
+            if self.next >= self.segments.len() {
+                return None;
+            }
             self.next += 1;
-            let newest = self.next == self.segments.len();
-            let file = match File::open(&seg.path) {
-                Ok(f) => f,
-                Err(e) => {
-                    return Some(Err(Self::issue(
-                        seg,
-                        newest,
-                        0,
-                        seg.bytes,
-                        IssueKind::Io(e.to_string()),
-                    )))
-                }
-            };
-            let mut r = BufReader::new(file);
-            match read_header(&mut r, seg.index) {
-                Ok(h) => {
-                    self.current = Some(OpenSegment {
-                        seg,
-                        newest,
-                        epoch_unix_ms: h.epoch_unix_ms,
-                        scanner: FrameScanner::new(r, HEADER_BYTES as u64),
-                    })
-                }
-                Err(kind) => return Some(Err(Self::issue(seg, newest, 0, seg.bytes, kind))),
-            }
+            self.load(self.next - 1);
         }
     }
 }

@@ -1,7 +1,6 @@
 //! Segment files: naming, the header, and the frame scanner shared by recovery and reading.
 
 use std::fs;
-use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use greenwave_core::Transition;
@@ -10,18 +9,26 @@ use super::LogError;
 
 /// First four bytes of every segment.
 pub const SEGMENT_MAGIC: [u8; 4] = *b"GWTL";
-/// Segment format version.
-pub const SEGMENT_VERSION: u16 = 1;
+/// Segment format version written: 2 (resynchronisable frames). Version 1 stays readable.
+pub const SEGMENT_VERSION: u16 = 2;
+/// The first format: records framed `len | crc32(payload) | payload`, no frame magic.
+pub const SEGMENT_VERSION_V1: u16 = 1;
 /// Bytes in a segment header.
 pub const HEADER_BYTES: usize = 28;
-/// Bytes of a record's frame before its payload (`len`, `crc32`).
-pub const FRAME_OVERHEAD: usize = 8;
+/// First four bytes of every version-2 record frame (never the start of a segment header).
+pub const FRAME_MAGIC: [u8; 4] = [0x9e, b'G', b'W', b'R'];
+/// Bytes of a version-2 frame before its payload: magic, `len`, `crc32(payload)`, and
+/// `crc32` of those 12 bytes.
+pub const FRAME_OVERHEAD: usize = 16;
+/// Bytes of a version-1 frame before its payload (`len`, `crc32(payload)`).
+pub const FRAME_OVERHEAD_V1: usize = 8;
 /// Largest payload accepted. A `Transition` with the default 96-float observations encodes
 /// to under 1 kB; anything far larger can only be a corrupt length field.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 
 const PREFIX: &str = "seg-";
 const SUFFIX: &str = ".gwlog";
+const QUARANTINE_INFIX: &str = ".quarantine-";
 
 /// One segment file found in a log directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +54,16 @@ pub enum IssueKind {
         needed: u64,
         /// Bytes present from this offset.
         available: u64,
+    },
+    /// A version-2 frame header that is not one: wrong magic, or its checksum fails.
+    #[error("no valid record frame here: {0}")]
+    BadFrame(String),
+    /// A segment whose header is intact but names another segment that the log also holds:
+    /// a copy. Its records are not read twice.
+    #[error("copy of segment {of} (its header names that segment): not read")]
+    Duplicate {
+        /// The segment its header names.
+        of: u64,
     },
     /// A length field of 0 or above [`MAX_RECORD_BYTES`].
     #[error("record length {0} is outside 1..={MAX_RECORD_BYTES}")]
@@ -81,6 +98,59 @@ pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The quarantine file holding the damaged bytes found at `offset` of segment `index`.
+pub(crate) fn quarantine_name(index: u64, offset: u64) -> String {
+    format!("{}{QUARANTINE_INFIX}{offset}", segment_name(index))
+}
+
+/// The segment index and offset in a quarantine file name, if it is one.
+pub(crate) fn parse_quarantine_name(name: &str) -> Option<(u64, u64)> {
+    let (segment, offset) = name.split_once(QUARANTINE_INFIX)?;
+    if offset.is_empty() || !offset.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((parse_segment_name(segment)?, offset.parse().ok()?))
+}
+
+/// A quarantine file: bytes copied out of a segment before a writer cut or removed them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuarantineFile {
+    /// The segment the bytes came from.
+    pub segment: u64,
+    /// Where in that segment they started.
+    pub offset: u64,
+    /// How many bytes (the file's size).
+    pub length: u64,
+    /// The file.
+    pub path: PathBuf,
+}
+
+/// Quarantine files of `dir`, by segment and offset.
+pub(crate) fn list_quarantine(dir: &Path) -> Result<Vec<QuarantineFile>, LogError> {
+    let entries = fs::read_dir(dir).map_err(|e| LogError::io("listing", dir, e))?;
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("listing", dir, e))?;
+        let name = entry.file_name();
+        let Some((segment, offset)) = name.to_str().and_then(parse_quarantine_name) else {
+            continue;
+        };
+        let path = entry.path();
+        let length = entry
+            .metadata()
+            .map_err(|e| LogError::io("reading metadata of", &path, e))?
+            .len();
+        out.push(QuarantineFile {
+            segment,
+            offset,
+            length,
+            path,
+        });
+    }
+    out.sort_by_key(|q| (q.segment, q.offset));
+    Ok(out)
+}
+
 /// Segment files of `dir`, oldest first. Other files (`*.corrupt`, anything foreign) are
 /// left alone.
 pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentFile>, LogError> {
@@ -105,16 +175,20 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentFile>, LogError> {
 
 /// A segment header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Header {
+pub struct Header {
+    /// The segment index it names.
     pub index: u64,
+    /// Records' `timestamp_ms` count from this Unix time (ms).
     pub epoch_unix_ms: u64,
+    /// The frame format of the records behind it (1 or 2).
+    pub version: u16,
 }
 
 impl Header {
     pub(crate) fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut h = [0u8; HEADER_BYTES];
         h[0..4].copy_from_slice(&SEGMENT_MAGIC);
-        h[4..6].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+        h[4..6].copy_from_slice(&self.version.to_le_bytes());
         h[6..8].copy_from_slice(&(HEADER_BYTES as u16).to_le_bytes());
         h[8..16].copy_from_slice(&self.index.to_le_bytes());
         h[16..24].copy_from_slice(&self.epoch_unix_ms.to_le_bytes());
@@ -123,21 +197,15 @@ impl Header {
         h
     }
 
-    /// Decodes and checks a header; `expected_index` is the index in the file name.
-    pub(crate) fn decode(bytes: &[u8], expected_index: u64) -> Result<Header, IssueKind> {
+    /// Decodes and checks a header (not against the file name: see [`scan_segment`]).
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Header, IssueKind> {
         if bytes.len() < HEADER_BYTES {
             return Err(IssueKind::BadHeader(format!(
                 "{} of {HEADER_BYTES} header bytes present",
                 bytes.len()
             )));
         }
-        let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]);
-        let u64_at = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[i..i + 8]);
-            u64::from_le_bytes(b)
-        };
-        let stored = u32::from_le_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]);
+        let stored = u32_at(bytes, 24);
         let computed = crc32fast::hash(&bytes[..24]);
         if stored != computed {
             return Err(IssueKind::BadHeader(format!(
@@ -147,27 +215,33 @@ impl Header {
         if bytes[0..4] != SEGMENT_MAGIC {
             return Err(IssueKind::BadHeader("magic is not GWTL".into()));
         }
-        if u16_at(4) != SEGMENT_VERSION || u16_at(6) as usize != HEADER_BYTES {
+        let version = u16::from_le_bytes([bytes[4], bytes[5]]);
+        let header_len = u16::from_le_bytes([bytes[6], bytes[7]]);
+        let known = version == SEGMENT_VERSION || version == SEGMENT_VERSION_V1;
+        if !known || header_len as usize != HEADER_BYTES {
             return Err(IssueKind::BadHeader(format!(
-                "format version {} / header length {} not supported",
-                u16_at(4),
-                u16_at(6)
-            )));
-        }
-        let index = u64_at(8);
-        if index != expected_index {
-            return Err(IssueKind::BadHeader(format!(
-                "header says segment {index}, file name says {expected_index}"
+                "format version {version} / header length {header_len} not supported"
             )));
         }
         Ok(Header {
-            index,
-            epoch_unix_ms: u64_at(16),
+            index: u64_at(bytes, 8),
+            epoch_unix_ms: u64_at(bytes, 16),
+            version,
         })
     }
 }
 
-/// Encodes one record frame into `out` (cleared first).
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Encodes one version-2 record frame into `out` (cleared first).
 pub(crate) fn encode_frame(t: &Transition, out: &mut Vec<u8>) -> Result<(), LogError> {
     out.clear();
     out.extend_from_slice(&[0u8; FRAME_OVERHEAD]);
@@ -181,119 +255,227 @@ pub(crate) fn encode_frame(t: &Transition, out: &mut Vec<u8>) -> Result<(), LogE
         });
     }
     let crc = crc32fast::hash(&buf[FRAME_OVERHEAD..]);
-    buf[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-    buf[4..8].copy_from_slice(&crc.to_le_bytes());
+    buf[0..4].copy_from_slice(&FRAME_MAGIC);
+    buf[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+    buf[8..12].copy_from_slice(&crc.to_le_bytes());
+    let head_crc = crc32fast::hash(&buf[0..12]);
+    buf[12..16].copy_from_slice(&head_crc.to_le_bytes());
     *out = buf;
     Ok(())
 }
 
-/// Reads until `buf` is full or the input ends; returns the bytes read.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
+/// Encodes one version-1 record frame (the old format; kept so that tests and the fuzz
+/// corpora can write old segments).
+#[doc(hidden)]
+pub fn encode_frame_v1(t: &Transition) -> Result<Vec<u8>, LogError> {
+    let payload = postcard::to_stdvec(t).map_err(LogError::Encode)?;
+    let mut out = Vec::with_capacity(FRAME_OVERHEAD_V1 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
+/// A segment header as bytes (for tests and corpora writing segments by hand).
+#[doc(hidden)]
+pub fn encode_header(index: u64, epoch_unix_ms: u64, version: u16) -> [u8; HEADER_BYTES] {
+    Header {
+        index,
+        epoch_unix_ms,
+        version,
     }
-    Ok(n)
+    .encode()
 }
 
-/// Reads a segment's header from `r`.
-pub(crate) fn read_header(r: &mut impl Read, index: u64) -> Result<Header, IssueKind> {
-    let mut h = [0u8; HEADER_BYTES];
-    let n = read_full(r, &mut h).map_err(|e| IssueKind::Io(e.to_string()))?;
-    Header::decode(&h[..n], index)
-}
-
-/// Iterates the records of one segment after its header. Stops for good at the first
-/// problem, which it returns with the offset where the bad record starts.
-pub(crate) struct FrameScanner<R> {
-    r: R,
-    offset: u64,
-    buf: Vec<u8>,
-    done: bool,
-}
-
-impl<R: Read> FrameScanner<R> {
-    /// A scanner whose next record starts at `offset` of the file.
-    pub(crate) fn new(r: R, offset: u64) -> Self {
-        FrameScanner {
-            r,
-            offset,
-            buf: Vec::new(),
-            done: false,
-        }
+/// Checks the payload of a frame and decodes it.
+fn payload(bytes: &[u8], stored_crc: u32) -> Result<Transition, IssueKind> {
+    let computed = crc32fast::hash(bytes);
+    if computed != stored_crc {
+        return Err(IssueKind::Crc {
+            stored: stored_crc,
+            computed,
+        });
     }
+    match postcard::take_from_bytes::<Transition>(bytes) {
+        Ok((t, [])) => Ok(t),
+        Ok((_, rest)) => Err(IssueKind::Decode(format!(
+            "{} bytes follow the record",
+            rest.len()
+        ))),
+        Err(e) => Err(IssueKind::Decode(e.to_string())),
+    }
+}
 
-    /// The next record and its offset, `None` at a clean end, or the problem and the
-    /// offset of the record it spoils.
-    pub(crate) fn next_record(&mut self) -> Option<Result<(u64, Transition), (u64, IssueKind)>> {
-        if self.done {
-            return None;
+/// The length field's check, and whether the file holds the whole frame.
+fn frame_len(len: u32, overhead: usize, available: usize) -> Result<usize, IssueKind> {
+    if len == 0 || len as usize > MAX_RECORD_BYTES {
+        return Err(IssueKind::BadLength(len));
+    }
+    let needed = overhead + len as usize;
+    if available < needed {
+        return Err(IssueKind::Truncated {
+            needed: needed as u64,
+            available: available as u64,
+        });
+    }
+    Ok(needed)
+}
+
+/// The record frame starting at `bytes[0]` in format `version`: its length and record.
+fn frame_at(version: u16, bytes: &[u8]) -> Result<(usize, Transition), IssueKind> {
+    let overhead = if version == SEGMENT_VERSION_V1 {
+        FRAME_OVERHEAD_V1
+    } else {
+        FRAME_OVERHEAD
+    };
+    if bytes.len() < overhead {
+        return Err(IssueKind::Truncated {
+            needed: overhead as u64,
+            available: bytes.len() as u64,
+        });
+    }
+    if version == SEGMENT_VERSION_V1 {
+        let n = frame_len(u32_at(bytes, 0), overhead, bytes.len())?;
+        return Ok((n, payload(&bytes[overhead..n], u32_at(bytes, 4))?));
+    }
+    if bytes[0..4] != FRAME_MAGIC {
+        return Err(IssueKind::BadFrame("frame magic missing".into()));
+    }
+    let (stored, computed) = (u32_at(bytes, 12), crc32fast::hash(&bytes[0..12]));
+    if stored != computed {
+        return Err(IssueKind::BadFrame(format!(
+            "frame header CRC {computed:#010x} does not match the stored {stored:#010x}"
+        )));
+    }
+    let n = frame_len(u32_at(bytes, 4), overhead, bytes.len())?;
+    Ok((n, payload(&bytes[overhead..n], u32_at(bytes, 8))?))
+}
+
+/// The offset of the next whole, valid frame at or after `from`, if any.
+fn resync(version: u16, bytes: &[u8], from: usize) -> Option<usize> {
+    let mut p = from;
+    while p < bytes.len() {
+        if version != SEGMENT_VERSION_V1 {
+            // Only a magic word can start a version-2 frame.
+            let skip = bytes[p..].windows(4).position(|w| w == FRAME_MAGIC)?;
+            p += skip;
         }
-        let at = self.offset;
-        let result = self.read_one();
-        match result {
-            Ok(Some((t, bytes))) => {
-                self.offset += bytes;
-                Some(Ok((at, t)))
-            }
-            Ok(None) => {
-                self.done = true;
-                None
+        if frame_at(version, &bytes[p..]).is_ok() {
+            return Some(p);
+        }
+        p += 1;
+    }
+    None
+}
+
+/// A damaged byte range of a segment: nothing in it is a valid record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Where it starts.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub length: u64,
+    /// What was found at `offset`.
+    pub kind: IssueKind,
+}
+
+/// Everything in one segment file: the header (if intact), the valid records, and the
+/// damaged ranges between them. Records and damage tile the file after the header (the
+/// whole file if the header is damaged), in offset order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SegmentScan {
+    /// The header, or why it is unusable (then the frame format was guessed from the
+    /// frames found).
+    pub header: Result<Header, IssueKind>,
+    /// The frame format the records were read in.
+    pub version: u16,
+    /// Valid records: the offset of each frame and its length.
+    pub records: Vec<(u64, u64, Transition)>,
+    /// Damaged ranges, in offset order.
+    pub damage: Vec<Damage>,
+}
+
+impl SegmentScan {
+    /// Whether the last damaged range runs to the end of the file (nothing valid after
+    /// it): a torn tail, if this is the segment a writer had open.
+    pub fn torn_tail(&self) -> Option<&Damage> {
+        let last_record_end = self.records.last().map_or(0, |r| r.0 + r.1);
+        self.damage.last().filter(|d| d.offset >= last_record_end)
+    }
+}
+
+/// Scans records from `start` in format `version`, resynchronising after damage.
+fn scan_frames(version: u16, bytes: &[u8], start: usize) -> SegmentScan {
+    let mut scan = SegmentScan {
+        header: Err(IssueKind::BadHeader("not read".into())),
+        version,
+        records: Vec::new(),
+        damage: Vec::new(),
+    };
+    let mut p = start;
+    while p < bytes.len() {
+        match frame_at(version, &bytes[p..]) {
+            Ok((n, t)) => {
+                scan.records.push((p as u64, n as u64, t));
+                p += n;
             }
             Err(kind) => {
-                self.done = true;
-                Some(Err((at, kind)))
+                let next = resync(version, bytes, p + 1).unwrap_or(bytes.len());
+                scan.damage.push(Damage {
+                    offset: p as u64,
+                    length: (next - p) as u64,
+                    kind,
+                });
+                p = next;
             }
         }
     }
+    scan
+}
 
-    fn read_one(&mut self) -> Result<Option<(Transition, u64)>, IssueKind> {
-        let io = |e: io::Error| IssueKind::Io(e.to_string());
-        let mut head = [0u8; FRAME_OVERHEAD];
-        let n = read_full(&mut self.r, &mut head).map_err(io)?;
-        if n == 0 {
-            return Ok(None);
+/// Reads a whole segment file's bytes. A damaged header does not stop the scan: version-2
+/// frames are found by their magic word (and checked), version-1 frames from byte 28 on.
+pub fn scan_segment(bytes: &[u8]) -> SegmentScan {
+    let header = match Header::decode(bytes) {
+        Ok(h) => {
+            let mut scan = scan_frames(h.version, bytes, HEADER_BYTES);
+            scan.header = Ok(h);
+            return scan;
         }
-        if n < FRAME_OVERHEAD {
-            return Err(IssueKind::Truncated {
-                needed: FRAME_OVERHEAD as u64,
-                available: n as u64,
-            });
+        Err(kind) => kind,
+    };
+    let whole = |kind: IssueKind| Damage {
+        offset: 0,
+        length: bytes.len() as u64,
+        kind,
+    };
+    let mut scan = scan_frames(SEGMENT_VERSION, bytes, 0);
+    if scan.records.is_empty() && bytes.len() > HEADER_BYTES {
+        let mut v1 = scan_frames(SEGMENT_VERSION_V1, bytes, HEADER_BYTES);
+        if !v1.records.is_empty() {
+            v1.damage.insert(
+                0,
+                Damage {
+                    offset: 0,
+                    length: HEADER_BYTES as u64,
+                    kind: header.clone(),
+                },
+            );
+            scan = v1;
         }
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
-        let stored = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        if len == 0 || len as usize > MAX_RECORD_BYTES {
-            return Err(IssueKind::BadLength(len));
-        }
-        self.buf.resize(len as usize, 0);
-        let got = read_full(&mut self.r, &mut self.buf).map_err(io)?;
-        if got < len as usize {
-            return Err(IssueKind::Truncated {
-                needed: (FRAME_OVERHEAD + len as usize) as u64,
-                available: (FRAME_OVERHEAD + got) as u64,
-            });
-        }
-        let computed = crc32fast::hash(&self.buf);
-        if computed != stored {
-            return Err(IssueKind::Crc { stored, computed });
-        }
-        let t: Transition = match postcard::take_from_bytes(&self.buf) {
-            Ok((t, [])) => t,
-            Ok((_, rest)) => {
-                return Err(IssueKind::Decode(format!(
-                    "{} bytes follow the record",
-                    rest.len()
-                )))
-            }
-            Err(e) => return Err(IssueKind::Decode(e.to_string())),
-        };
-        Ok(Some((t, (FRAME_OVERHEAD + len as usize) as u64)))
     }
+    if scan.records.is_empty() {
+        scan.damage = if bytes.is_empty() {
+            Vec::new()
+        } else {
+            vec![whole(header.clone())]
+        };
+    } else if let Some(first) = scan.damage.first_mut().filter(|d| d.offset == 0) {
+        // The damage at the start is the header's.
+        first.kind = header.clone();
+    }
+    scan.header = Err(header);
+    scan
 }
 
 #[cfg(test)]
@@ -308,10 +490,21 @@ mod tests {
             "seg-7.gwlog",
             "seg-0000000000000000000x.gwlog",
             "seg-00000000000000000007.gwlog.corrupt",
+            "seg-00000000000000000007.gwlog.quarantine-19823",
             "x",
         ] {
             assert_eq!(parse_segment_name(bad), None, "{bad}");
         }
+        assert_eq!(
+            parse_quarantine_name(&quarantine_name(7, 19_823)),
+            Some((7, 19_823))
+        );
+        assert_eq!(
+            quarantine_name(7, 5),
+            "seg-00000000000000000007.gwlog.quarantine-5"
+        );
+        assert_eq!(parse_quarantine_name("seg-7.gwlog.quarantine-5"), None);
+        assert_eq!(parse_quarantine_name(&segment_name(7)), None);
     }
 
     #[test]
@@ -319,21 +512,18 @@ mod tests {
         let h = Header {
             index: 9,
             epoch_unix_ms: 1_700_000_000_000,
+            version: SEGMENT_VERSION,
         };
         let bytes = h.encode();
-        assert_eq!(Header::decode(&bytes, 9), Ok(h));
+        assert_eq!(Header::decode(&bytes), Ok(h));
         assert!(matches!(
-            Header::decode(&bytes, 8),
-            Err(IssueKind::BadHeader(_))
-        ));
-        assert!(matches!(
-            Header::decode(&bytes[..20], 9),
+            Header::decode(&bytes[..20]),
             Err(IssueKind::BadHeader(_))
         ));
         for i in 0..HEADER_BYTES {
             let mut b = bytes;
             b[i] ^= 0x10;
-            assert!(Header::decode(&b, 9).is_err(), "flip at byte {i}");
+            assert!(Header::decode(&b).is_err(), "flip at byte {i}");
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use greenwave_core::Transition;
 
 use super::segment::{
-    encode_frame, list_segments, read_header, segment_name, FrameScanner, Header, IssueKind,
-    SegmentFile, HEADER_BYTES,
+    encode_frame, list_segments, quarantine_name, scan_segment, segment_name, Damage, Header,
+    IssueKind, SegmentFile, HEADER_BYTES, SEGMENT_VERSION,
 };
 use super::LogError;
 
@@ -122,37 +122,50 @@ pub struct Commit {
     pub committed: u64,
 }
 
-/// What recovery did to the newest segment on open.
+/// What recovery did to the newest segment on open. Whatever it cuts or removes was
+/// copied to a quarantine file (and synced) first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TailRepair {
-    /// A torn or corrupt tail was cut at the last intact record.
+    /// A torn or damaged tail (nothing valid after it) was cut after the last valid record.
     Cut {
         /// The segment.
         segment: PathBuf,
-        /// Where the bad record started (the new file length).
+        /// Where the damage started (the new file length).
         offset: u64,
         /// Bytes removed.
         bytes_cut: u64,
         /// What was wrong there.
         reason: IssueKind,
+        /// The file holding the removed bytes.
+        quarantine: PathBuf,
     },
-    /// A segment whose header was torn while it was being created (it cannot hold a
-    /// record) was removed.
-    RemovedTornHeader {
+    /// A segment without a single valid record (a header torn while it was being created,
+    /// or nothing but damage) was removed.
+    Removed {
         /// The segment.
         segment: PathBuf,
-        /// What was wrong with the header.
+        /// Its size.
+        bytes: u64,
+        /// What was wrong with it.
         reason: IssueKind,
+        /// The file holding its bytes (`None` if it was empty).
+        quarantine: Option<PathBuf>,
     },
-    /// A segment with a corrupt header and more data was renamed aside, untouched.
-    SetAside {
-        /// The segment.
-        segment: PathBuf,
-        /// Its new name.
-        renamed_to: PathBuf,
-        /// What was wrong with the header.
-        reason: IssueKind,
-    },
+}
+
+/// A damaged byte range the writer found in the newest segment, and its quarantine copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuarantinedRange {
+    /// The segment index.
+    pub segment: u64,
+    /// Where the range starts.
+    pub offset: u64,
+    /// Its length.
+    pub length: u64,
+    /// What was found there.
+    pub kind: IssueKind,
+    /// The copy.
+    pub quarantine: PathBuf,
 }
 
 /// What [`LogWriter::open`] found and did.
@@ -160,9 +173,12 @@ pub enum TailRepair {
 pub struct OpenReport {
     /// Segment files found.
     pub segments_found: usize,
-    /// Intact records in the newest segment found (after any cut).
+    /// Intact records in the newest segment found.
     pub tail_records: u64,
-    /// The repair of the newest segment, if it needed one.
+    /// Every damaged range of the newest segment, copied to quarantine. Ranges with valid
+    /// records after them stay in the segment (the reader skips them).
+    pub damage: Vec<QuarantinedRange>,
+    /// The cut or removal at the newest segment's end, if it needed one.
     pub repair: Option<TailRepair>,
     /// The segment this writer appends to.
     pub segment: PathBuf,
@@ -212,17 +228,21 @@ impl LogWriter {
         let mut segments = list_segments(&cfg.dir)?;
         let segments_found = segments.len();
         let next_index = segments.last().map_or(0, |s| s.index + 1);
-        let mut repair = None;
-        let mut tail_records = 0;
+        let mut recovery = Recovery::default();
         if let Some(last) = segments.pop() {
-            let (kept, records, rep) = recover_tail(&last)?;
-            tail_records = records;
-            repair = rep;
-            if let Some(kept) = kept {
+            recovery = recover_tail(&last)?;
+            if let Some(kept) = recovery.kept.take() {
                 segments.push(kept);
             }
         }
-        if let Some(r) = &repair {
+        for d in &recovery.damage {
+            tracing::warn!(
+                segment = d.segment, offset = d.offset, length = d.length, kind = %d.kind,
+                quarantine = %d.quarantine.display(),
+                "transition log: damaged range in the newest segment, copied to quarantine"
+            );
+        }
+        if let Some(r) = &recovery.repair {
             tracing::warn!(repair = ?r, "transition log: repaired the newest segment on open");
         }
         let sealed_bytes = segments.iter().map(|s| s.bytes).sum();
@@ -250,8 +270,9 @@ impl LogWriter {
             w,
             OpenReport {
                 segments_found,
-                tail_records,
-                repair,
+                tail_records: recovery.records,
+                damage: recovery.damage,
+                repair: recovery.repair,
                 segment: path,
             },
         ))
@@ -430,6 +451,7 @@ fn create_segment(dir: &Path, index: u64, epoch_unix_ms: u64) -> Result<(File, P
     let header = Header {
         index,
         epoch_unix_ms,
+        version: SEGMENT_VERSION,
     };
     file.write_all(&header.encode())
         .and_then(|()| file.sync_all())
@@ -444,77 +466,95 @@ fn sync_dir(dir: &Path) -> Result<(), LogError> {
         .map_err(|e| LogError::io("syncing directory", dir, e))
 }
 
-/// Checks and repairs the newest segment. Returns the segment if it is kept (with its new
-/// size), its intact record count, and the repair done.
-fn recover_tail(
-    seg: &SegmentFile,
-) -> Result<(Option<SegmentFile>, u64, Option<TailRepair>), LogError> {
-    let file = File::open(&seg.path).map_err(|e| LogError::io("opening", &seg.path, e))?;
-    let mut r = BufReader::new(file);
-    if let Err(reason) = read_header(&mut r, seg.index) {
-        drop(r);
-        if seg.bytes <= HEADER_BYTES as u64 {
-            fs::remove_file(&seg.path).map_err(|e| LogError::io("removing", &seg.path, e))?;
-            let dir = seg.path.parent().unwrap_or(Path::new("."));
-            sync_dir(dir)?;
-            let repair = TailRepair::RemovedTornHeader {
-                segment: seg.path.clone(),
-                reason,
-            };
-            return Ok((None, 0, Some(repair)));
-        }
-        let mut renamed = seg.path.clone().into_os_string();
-        renamed.push(".corrupt");
-        let renamed = PathBuf::from(renamed);
-        fs::rename(&seg.path, &renamed).map_err(|e| LogError::io("renaming", &seg.path, e))?;
-        let repair = TailRepair::SetAside {
+/// What recovery found in, and did to, the newest segment.
+#[derive(Debug, Default)]
+struct Recovery {
+    /// The segment, if kept (with its new size).
+    kept: Option<SegmentFile>,
+    /// Its valid records.
+    records: u64,
+    /// Its damaged ranges, each copied to quarantine.
+    damage: Vec<QuarantinedRange>,
+    /// The cut or removal done.
+    repair: Option<TailRepair>,
+}
+
+/// Checks the newest segment (the only one a crash can have left open). Every damaged
+/// range is copied to a quarantine file first; then a damaged tail with nothing valid
+/// after it is cut, and a segment without a single valid record is removed. Damage with
+/// valid records after it is left in place: nothing valid is ever cut.
+fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
+    // A read error is not evidence of a bad tail: never cut on it.
+    let bytes = fs::read(&seg.path).map_err(|e| LogError::io("reading", &seg.path, e))?;
+    let scan = scan_segment(&bytes);
+    let dir = seg.path.parent().unwrap_or(Path::new("."));
+    let mut rec = Recovery {
+        records: scan.records.len() as u64,
+        ..Recovery::default()
+    };
+    for d in &scan.damage {
+        rec.damage.push(QuarantinedRange {
+            segment: seg.index,
+            offset: d.offset,
+            length: d.length,
+            kind: d.kind.clone(),
+            quarantine: quarantine(dir, seg.index, &bytes, d)?,
+        });
+    }
+    if scan.records.is_empty() {
+        // A session that never appended (header only), a header torn at creation, or
+        // nothing but damage: nothing to keep.
+        fs::remove_file(&seg.path).map_err(|e| LogError::io("removing", &seg.path, e))?;
+        sync_dir(dir)?;
+        rec.repair = scan.damage.first().map(|d| TailRepair::Removed {
             segment: seg.path.clone(),
-            renamed_to: renamed,
-            reason,
-        };
-        return Ok((None, 0, Some(repair)));
+            bytes: bytes.len() as u64,
+            reason: d.kind.clone(),
+            quarantine: rec.damage.first().map(|q| q.quarantine.clone()),
+        });
+        return Ok(rec);
     }
-    let mut scanner = FrameScanner::new(r, HEADER_BYTES as u64);
-    let mut records = 0u64;
-    let mut problem = None;
-    while let Some(item) = scanner.next_record() {
-        match item {
-            Ok(_) => records += 1,
-            Err((offset, kind)) => problem = Some((offset, kind)),
-        }
+    let mut kept = seg.clone();
+    kept.bytes = bytes.len() as u64;
+    if let Some(tail) = scan.torn_tail() {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&seg.path)
+            .map_err(|e| LogError::io("opening for repair", &seg.path, e))?;
+        file.set_len(tail.offset)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| LogError::io("cutting the tail of", &seg.path, e))?;
+        kept.bytes = tail.offset;
+        rec.repair = Some(TailRepair::Cut {
+            segment: seg.path.clone(),
+            offset: tail.offset,
+            bytes_cut: tail.length,
+            reason: tail.kind.clone(),
+            quarantine: dir.join(quarantine_name(seg.index, tail.offset)),
+        });
     }
-    let Some((offset, reason)) = problem else {
-        if records == 0 {
-            // A session that never appended leaves a header-only segment: nothing to keep.
-            fs::remove_file(&seg.path).map_err(|e| LogError::io("removing", &seg.path, e))?;
-            return Ok((None, 0, None));
-        }
-        return Ok((Some(seg.clone()), records, None));
-    };
-    if let IssueKind::Io(_) = reason {
-        // A read error is not evidence of a bad tail: never cut on it.
-        return Err(LogError::io(
-            "reading",
-            &seg.path,
-            std::io::Error::other(reason.to_string()),
-        ));
+    rec.kept = Some(kept);
+    Ok(rec)
+}
+
+/// Copies the damaged range `d` of segment `index` to its quarantine file, durably (file
+/// written to a temporary name, synced, renamed, directory synced). A quarantine file
+/// already holding exactly these bytes (an earlier open found the same damage) is kept.
+fn quarantine(dir: &Path, index: u64, bytes: &[u8], d: &Damage) -> Result<PathBuf, LogError> {
+    let name = quarantine_name(index, d.offset);
+    let path = dir.join(&name);
+    let range = &bytes[d.offset as usize..(d.offset + d.length) as usize];
+    if fs::read(&path).is_ok_and(|old| old == range) {
+        return Ok(path);
     }
-    let file = OpenOptions::new()
-        .write(true)
-        .open(&seg.path)
-        .map_err(|e| LogError::io("opening for repair", &seg.path, e))?;
-    file.set_len(offset)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| LogError::io("cutting the tail of", &seg.path, e))?;
-    let repair = TailRepair::Cut {
-        segment: seg.path.clone(),
-        offset,
-        bytes_cut: seg.bytes - offset,
-        reason,
+    let tmp = dir.join(format!("{name}.tmp"));
+    let write = || -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(range)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)
     };
-    let kept = SegmentFile {
-        bytes: offset,
-        ..seg.clone()
-    };
-    Ok((Some(kept), records, Some(repair)))
+    write().map_err(|e| LogError::io("writing quarantine file", &path, e))?;
+    sync_dir(dir)?;
+    Ok(path)
 }

@@ -362,3 +362,32 @@ impl PolicyBackend for FaultyBackend {
         Ok(v)
     }
 }
+
+/// The record with sequence number `seq`: its content is a pure function of `seq`, and
+/// its size varies with it.
+pub fn log_record(seq: u64) -> greenwave_core::Transition {
+    let n = 5 + (seq % 23) as usize;
+    let obs = (0..n)
+        .map(|j| ((seq * 31 + j as u64) % 97) as f32 / 97.0)
+        .collect::<Vec<_>>();
+    let next = (0..n)
+        .map(|j| ((seq * 17 + j as u64) % 89) as f32 / 89.0)
+        .collect::<Vec<_>>();
+    greenwave_core::Transition {
+        timestamp_ms: seq,
+        signal: (seq % 3) as u16,
+        obs: heapless::Vec::from_slice(&obs).unwrap(),
+        requested: (seq % 4) as u8,
+        action: ((seq + 1) % 4) as u8,
+        log_prob: -((seq % 7) as f32) / 7.0,
+        reward: (seq % 11) as f32 - 5.0,
+        next_obs: heapless::Vec::from_slice(&next).unwrap(),
+        done: seq % 50 == 49,
+        policy_version: 1 + (seq / 100) as u32,
+        source: [
+            greenwave_core::ActionSource::Policy,
+            greenwave_core::ActionSource::Supervisor,
+            greenwave_core::ActionSource::Fallback,
+        ][(seq % 3) as usize],
+    }
+}

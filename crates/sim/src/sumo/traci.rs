@@ -86,6 +86,9 @@ const SUBSCRIBE_FOREVER: (f64, f64) = (-1_073_741_824.0, 1_073_741_824.0);
 /// Largest reply accepted; anything bigger is taken as a corrupt length prefix.
 const MAX_REPLY_BYTES: usize = 256 << 20;
 
+/// Deepest nesting of compound values accepted (SUMO's own replies nest two levels).
+const MAX_COMPOUND_DEPTH: usize = 16;
+
 /// What went wrong talking to SUMO.
 #[derive(Debug, thiserror::Error)]
 pub enum TraciError {
@@ -333,11 +336,16 @@ impl<'a> Reader<'a> {
     }
 
     fn typed_value(&mut self) -> Result<Value, TraciError> {
-        let t = self.u8()?;
-        self.value_of_type(t)
+        self.typed_value_nested(0)
     }
 
-    fn value_of_type(&mut self, t: u8) -> Result<Value, TraciError> {
+    /// A typed value inside `depth` compounds.
+    fn typed_value_nested(&mut self, depth: usize) -> Result<Value, TraciError> {
+        let t = self.u8()?;
+        self.value_of_type(t, depth)
+    }
+
+    fn value_of_type(&mut self, t: u8, depth: usize) -> Result<Value, TraciError> {
         Ok(match t {
             ty::INTEGER => Value::Int(self.i32()?),
             ty::DOUBLE => Value::Double(self.f64()?),
@@ -377,9 +385,16 @@ impl<'a> Reader<'a> {
                 Value::Other(t)
             }
             ty::COMPOUND => {
+                // Nesting is bounded so that a hostile reply cannot exhaust the stack.
+                if depth >= MAX_COMPOUND_DEPTH {
+                    return Err(TraciError::Protocol(format!(
+                        "compounds nested deeper than {MAX_COMPOUND_DEPTH} at offset {}",
+                        self.pos - 1
+                    )));
+                }
                 let n = self.count(1)?;
                 for _ in 0..n {
-                    self.typed_value()?;
+                    self.typed_value_nested(depth + 1)?;
                 }
                 Value::Other(t)
             }
@@ -516,6 +531,24 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Decodes the body of one reply message (after its length prefix) to a message whose
+/// commands were `commands`: one [`Reply`] per command, and nothing left over. Any
+/// malformed body is a [`TraciError`], never a panic.
+pub fn decode_replies(body: &[u8], commands: &[u8]) -> Result<Vec<Reply>, TraciError> {
+    let mut r = Reader::new(body);
+    let mut answers = Vec::with_capacity(commands.len());
+    for &c in commands {
+        answers.push(r.reply(c)?);
+    }
+    if !r.at_end() {
+        return Err(TraciError::Protocol(format!(
+            "{} unexpected bytes after the replies",
+            body.len() - r.pos
+        )));
+    }
+    Ok(answers)
+}
+
 /// A TraCI connection with a read timeout on every reply.
 pub struct Traci {
     stream: TcpStream,
@@ -566,18 +599,7 @@ impl Traci {
         let mut replies = Vec::with_capacity(messages.len());
         for m in messages {
             self.read_message()?;
-            let mut r = Reader::new(&self.reply);
-            let mut answers = Vec::with_capacity(m.commands.len());
-            for &c in &m.commands {
-                answers.push(r.reply(c)?);
-            }
-            if !r.at_end() {
-                return Err(TraciError::Protocol(format!(
-                    "{} unexpected bytes after the replies",
-                    self.reply.len() - r.pos
-                )));
-            }
-            replies.push(answers);
+            replies.push(decode_replies(&self.reply, &m.commands)?);
         }
         Ok(replies)
     }
@@ -702,6 +724,26 @@ mod tests {
         for cut in 0..m.len() {
             assert!(Reader::new(&m[..cut]).reply(cmd::GET_TL).is_err());
         }
+    }
+
+    #[test]
+    fn deeply_nested_compounds_are_refused_not_a_stack_overflow() {
+        // A getter reply whose value is a compound of one compound of one ... (10^6 deep).
+        let depth = 1_000_000;
+        let mut body = vec![0xb2, var::TL_RED_YELLOW_GREEN_STATE];
+        put_string(&mut body, "J");
+        for _ in 0..depth {
+            body.push(ty::COMPOUND);
+            body.extend_from_slice(&1i32.to_be_bytes());
+        }
+        body.push(ty::INTEGER);
+        body.extend_from_slice(&0i32.to_be_bytes());
+        let mut m = status(cmd::GET_TL, 0, "");
+        m.push(0);
+        m.extend_from_slice(&((body.len() + 5) as i32).to_be_bytes());
+        m.extend_from_slice(&body);
+        let err = decode_replies(&m, &[cmd::GET_TL]).unwrap_err();
+        assert!(err.to_string().contains("nested deeper"), "{err}");
     }
 
     /// A fake server that answers the first message with `answer` (or never, if `None`).

@@ -1,0 +1,190 @@
+//! One function per fuzz target. Each states the property it checks beyond "no panic".
+
+use greenwave_core::mlp::MlpBlob;
+use greenwave_core::transition::MAX_OBS_DIM;
+use greenwave_core::Transition;
+use greenwave_firmware::frames::{decode_frame, encode_frame, FrameReader, MAX_FRAME_BYTES};
+use greenwave_learn::onnx;
+use greenwave_runtime::bundle;
+use greenwave_runtime::inference::MatvecBackend;
+use greenwave_runtime::PolicyBackend;
+use greenwave_sim::Scenario;
+
+/// The shipped policy's model and blobs: the `bundle` target checks fuzzed manifests and
+/// blobs against them, as `verify` checks a bundle's files against each other.
+const MODEL: &[u8] = include_bytes!("../../../models/single-4way.onnx");
+const BLOB: &[u8] = include_bytes!("../../../models/single-4way.blob");
+
+/// The first byte picks one of two parsers; the rest is that parser's input.
+fn split_selector(data: &[u8]) -> Option<(bool, &[u8])> {
+    let (&first, rest) = data.split_first()?;
+    Some((first % 2 == 0, rest))
+}
+
+/// A transition-log segment file (what `LogReader` and `LogWriter::open` read). Checks:
+/// every record yielded passed its checks and lies inside the file; the damaged ranges
+/// and the records do not overlap and cover the file after the header exactly.
+pub fn log_segment(data: &[u8]) {
+    use greenwave_runtime::log::{scan_segment, HEADER_BYTES};
+    let scan = scan_segment(data);
+    let mut at = if scan.header.is_ok() {
+        HEADER_BYTES as u64
+    } else {
+        0
+    };
+    let mut records = scan.records.iter().peekable();
+    let mut damage = scan.damage.iter().peekable();
+    loop {
+        let next_record = records.peek().map(|r| r.0);
+        let next_damage = damage.peek().map(|d| d.offset);
+        if next_record == Some(at) {
+            let (_, len, _) = records.next().expect("peeked");
+            assert!(*len > 0);
+            at += len;
+        } else if next_damage == Some(at) {
+            let d = damage.next().expect("peeked");
+            assert!(d.length > 0, "empty damaged range at {at}");
+            at += d.length;
+        } else {
+            assert!(
+                next_record.is_none() && next_damage.is_none(),
+                "gap or overlap at {at}: record {next_record:?}, damage {next_damage:?}"
+            );
+            break;
+        }
+    }
+    assert_eq!(
+        at,
+        data.len() as u64,
+        "records and damage do not tile the file"
+    );
+}
+
+/// A bundle's `SIGNATURE` text (even first byte), or its `manifest.json` (odd first byte:
+/// checked against the shipped model, and the same bytes parsed as a firmware blob).
+pub fn bundle(data: &[u8]) {
+    let Some((signature, rest)) = split_selector(data) else {
+        return;
+    };
+    if signature {
+        if let Ok(text) = std::str::from_utf8(rest) {
+            let _ = bundle::parse_signature_text(text);
+        }
+        return;
+    }
+    if let Ok(m) = bundle::check_policy_files(MODEL, rest, BLOB, None) {
+        // Only the manifest inside the model itself can pass.
+        assert_eq!(Ok(&m), onnx::read_manifest(MODEL).as_ref().map_err(|_| ()));
+    }
+    if let Ok(blob) = MlpBlob::parse(rest) {
+        // A blob that validates can be run: the forward pass must not index out of bounds.
+        let obs = vec![0.5f32; blob.obs_layout.dim()];
+        let mut scratch = vec![0.0f32; 2 * blob.max_width()];
+        let mut logits = vec![0.0f32; blob.obs_layout.n_phases as usize];
+        let _ = blob.forward(&obs, &mut scratch, &mut logits);
+    }
+}
+
+/// A scenario TOML file (`greenwave_sim::load` on a path). Checks: a scenario that loads
+/// writes itself back as TOML that loads again.
+pub fn scenario_toml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(s) = Scenario::from_toml_str(text, "fuzz") else {
+        return;
+    };
+    let again = s.to_toml_string();
+    if let Err(e) = Scenario::from_toml_str(&again, "round trip") {
+        panic!("a loaded scenario does not load back from its own TOML: {e}\n{again}");
+    }
+}
+
+/// Firmware serial frames (what `greenwave-controller collect` reads from a cabinet): the
+/// stream through the frame reader, and the whole input as one frame. Checks: a frame that
+/// decodes re-encodes to a frame that decodes to the same record.
+pub fn firmware_frames(data: &[u8]) {
+    let mut reader = FrameReader::<MAX_FRAME_BYTES>::new();
+    for &b in data {
+        if let Some(Ok(t)) = reader.push::<MAX_OBS_DIM>(b) {
+            round_trip(&t);
+        }
+    }
+    let mut whole = data.to_vec();
+    if let Ok(t) = decode_frame::<MAX_OBS_DIM>(&mut whole) {
+        round_trip(&t);
+    }
+}
+
+/// Room for any host record (96-float observations), not only a firmware one.
+const HOST_FRAME_BYTES: usize = 4096;
+
+fn round_trip(t: &Transition) {
+    let mut buf = [0u8; HOST_FRAME_BYTES];
+    let frame = encode_frame(t, &mut buf).expect("a decoded record fits a frame");
+    let first = frame.to_vec();
+    let back = decode_frame::<MAX_OBS_DIM>(frame).expect("own frame decodes");
+    // Compare encodings, not values: NaN payloads must survive too.
+    let mut again = [0u8; HOST_FRAME_BYTES];
+    let second = encode_frame(&back, &mut again).expect("re-encodes");
+    assert_eq!(first, second.to_vec());
+}
+
+/// An ONNX policy (`policy.onnx`): the manifest reader, greenwave's weight import, and the
+/// matvec backend built from it, run once. Checks: a model that imports runs to finite or
+/// refused output, without panicking.
+pub fn onnx_policy(data: &[u8]) {
+    let _ = onnx::read_manifest(data);
+    let Ok((_, manifest)) = onnx::import(data) else {
+        return;
+    };
+    let layout = manifest.obs_layout;
+    let Ok(mut backend) = MatvecBackend::load(data, layout) else {
+        return;
+    };
+    let obs = vec![0.25f32; layout.dim()];
+    let mut logits = vec![0.0f32; layout.n_phases as usize];
+    let _ = backend.infer(&obs, &mut logits);
+}
+
+/// SUMO XML: a network (even first byte; parsed, then every traffic light modelled) or a
+/// tripinfo output (odd first byte).
+#[cfg(feature = "sumo")]
+pub fn sumo_xml(data: &[u8]) {
+    use greenwave_core::PhaseTiming;
+    use greenwave_sim::sumo::{model::build_models, tripinfo::summarize_from, NetFile};
+    let Some((net, rest)) = split_selector(data) else {
+        return;
+    };
+    if net {
+        if let Ok(net) = NetFile::parse(rest) {
+            let _ = build_models(&net, PhaseTiming::from_secs(5, 60, 3, 2));
+        }
+    } else {
+        let _ = summarize_from(rest, &[12.0, 0.0]);
+    }
+}
+
+/// TraCI reply bodies: the first byte picks which request they answer (a getVersion, a
+/// simulation step, a lane getter, a subscribe, a traffic-light set; or two of them).
+#[cfg(feature = "sumo")]
+pub fn traci_reply(data: &[u8]) {
+    use greenwave_sim::sumo::traci::decode_replies;
+    const REQUESTS: [&[u8]; 8] = [
+        &[0x00],
+        &[0x02],
+        &[0xa3],
+        &[0xd3],
+        &[0xc2],
+        &[0xc2, 0x02],
+        &[0xab, 0xab],
+        &[0x7f],
+    ];
+    let Some((&first, body)) = data.split_first() else {
+        return;
+    };
+    let commands = REQUESTS[first as usize % REQUESTS.len()];
+    if let Ok(replies) = decode_replies(body, commands) {
+        assert_eq!(replies.len(), commands.len());
+    }
+}
