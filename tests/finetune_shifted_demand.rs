@@ -75,7 +75,10 @@ fn a_policy_deployed_under_shifted_demand_improves_after_one_day_of_fine_tuning(
         assert!(r.gate.reason.starts_with("refused: "), "{}", r.gate.reason);
         assert!(r.update.policy.epochs > 0, "an update was made and judged");
         let running = bundle::verify(&store.current_link(), &[site_pub]).unwrap();
-        assert_eq!(running.manifest.policy_version, 1, "the deployed version stays");
+        assert_eq!(
+            running.manifest.policy_version, 1,
+            "the deployed version stays"
+        );
         return;
     }
     let v = store.next_version(1).unwrap();

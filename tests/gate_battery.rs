@@ -321,7 +321,7 @@ fn report(rows: &[Row], a: &Setting, s: &Setting) {
             reason
         ));
     }
-    let worse = |r: &&Row| !(r.effect_pct < 0.0);
+    let worse = |r: &&Row| r.effect_pct.is_nan() || r.effect_pct >= 0.0;
     let better = |r: &&Row| r.effect_pct < -1.0;
     let n_bad = rows.iter().filter(worse).count();
     let false_acc = rows.iter().filter(worse).filter(|r| r.accepted).count();

@@ -219,13 +219,16 @@ pub fn greedy_actions(probs: &[Vec<f32>]) -> Vec<usize> {
         .map(|r| {
             r.iter()
                 .enumerate()
-                .fold((0, f32::NEG_INFINITY), |b, (i, &x)| {
-                    if x > b.1 {
-                        (i, x)
-                    } else {
-                        b
-                    }
-                })
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |b, (i, &x)| {
+                        if x > b.1 {
+                            (i, x)
+                        } else {
+                            b
+                        }
+                    },
+                )
                 .0
         })
         .collect()
@@ -932,6 +935,9 @@ mod tests {
             after <= before + 1.0,
             "a reversed learner must not pass: {before:.3} -> {after:.3}"
         );
-        assert!(after < before, "it makes the greedy policy worse: {before:.3} -> {after:.3}");
+        assert!(
+            after < before,
+            "it makes the greedy policy worse: {before:.3} -> {after:.3}"
+        );
     }
 }

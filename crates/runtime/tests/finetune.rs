@@ -126,7 +126,11 @@ fn a_zero_learning_rate_changes_nothing_and_the_gate_refuses_the_no_op() {
     assert_eq!(r.gate.greedy_changed, 0.0);
     assert_eq!(r.gate.estimate, 0.0);
     assert!(!r.gate.accepted, "a no-op is not an improvement");
-    assert!(r.gate.reason.contains("nothing would change"), "{}", r.gate.reason);
+    assert!(
+        r.gate.reason.contains("nothing would change"),
+        "{}",
+        r.gate.reason
+    );
     // Re-exported, it is the same model with a new manifest.
     let m = candidate_manifest(&out.parent, 2, r, &cfg, "test");
     let bytes = onnx::reexport(&out.weights, &m);
@@ -196,7 +200,11 @@ fn attempts_against_the_same_log_are_limited() {
     cfg.seed = 2;
     let g = run(&log, &cfg).report.gate;
     assert!(!g.accepted);
-    assert!(g.reason.contains("2 candidates of v1 were already judged"), "{}", g.reason);
+    assert!(
+        g.reason.contains("2 candidates of v1 were already judged"),
+        "{}",
+        g.reason
+    );
     // New data (another session appended) is a new log: judged again.
     log_sessions(&log, 1, 1800);
     let g = run(&log, &cfg).report.gate;
@@ -404,7 +412,13 @@ fn the_finetune_and_rollback_commands() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["switched"], false, "{j}");
-    assert!(j["gate"]["reason"].as_str().unwrap().contains("nothing would change"), "{j}");
+    assert!(
+        j["gate"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("nothing would change"),
+        "{j}"
+    );
 
     // A version installed as an accepted fine-tune would be (through the store's API:
     // the gate's acceptances are tested on the simulator), then run and rolled back by

@@ -14,7 +14,9 @@ use greenwave_core::{Millis, ObsLayout};
 use greenwave_runtime::controller::{
     Controller, ControllerConfig, Fallback, FallbackKind, Policy, RollbackEvent, SimField,
 };
-use greenwave_runtime::inference::{load_backend, BackendKind, Explorer, InferenceError, PolicyBackend};
+use greenwave_runtime::inference::{
+    load_backend, BackendKind, Explorer, InferenceError, PolicyBackend,
+};
 use greenwave_sim::EmbeddedEnv;
 
 /// A broken policy: always asks for phase 0 (the supervisor still cycles the others at
@@ -29,14 +31,19 @@ impl PolicyBackend for AlwaysFirstPhase {
     }
 
     fn infer(&mut self, _obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError> {
-        logits.iter_mut().take(self.n).enumerate().for_each(|(i, z)| *z = -(i as f32));
+        logits
+            .iter_mut()
+            .take(self.n)
+            .enumerate()
+            .for_each(|(i, z)| *z = -(i as f32));
         Ok(0.0)
     }
 }
 
 fn trained(version: u32, n: &ObsLayout) -> Policy {
-    let model = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/single-4way.onnx"))
-        .unwrap();
+    let model =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/single-4way.onnx"))
+            .unwrap();
     Policy {
         backend: load_backend(BackendKind::Tract, &model, *n, None).unwrap(),
         version,
@@ -46,7 +53,9 @@ fn trained(version: u32, n: &ObsLayout) -> Policy {
 
 /// Runs the trained policy for an hour, switches to `next` (version 2), runs 50 more
 /// minutes; returns the watch's verdicts and the version running at the end.
-fn switch_and_watch(make_next: impl FnOnce(&ObsLayout) -> Box<dyn PolicyBackend>) -> (Vec<RollbackEvent>, u32, u64) {
+fn switch_and_watch(
+    make_next: impl FnOnce(&ObsLayout) -> Box<dyn PolicyBackend>,
+) -> (Vec<RollbackEvent>, u32, u64) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/finetune-shift.toml");
     let scenario = greenwave_sim::load(path.to_str().unwrap()).unwrap();
     let mut field = SimField::new(EmbeddedEnv::from_scenario(&scenario, 11));
@@ -82,15 +91,21 @@ fn switch_and_watch(make_next: impl FnOnce(&ObsLayout) -> Box<dyn PolicyBackend>
 
 #[test]
 fn a_bad_policy_switched_in_behind_the_gates_back_is_rolled_back_within_the_window() {
-    let (events, version, switched_at) =
-        switch_and_watch(|s| Box::new(AlwaysFirstPhase { n: s.n_phases as usize }));
+    let (events, version, switched_at) = switch_and_watch(|s| {
+        Box::new(AlwaysFirstPhase {
+            n: s.n_phases as usize,
+        })
+    });
     assert_eq!(events.len(), 1, "{events:?}");
     let e = &events[0];
     eprintln!("{}", serde_json::to_string_pretty(e).unwrap());
     assert!(e.rolled_back, "{e:?}");
     assert_eq!((e.from_version, e.to_version), (2, 1));
     assert_eq!(e.switched_at_ms, switched_at);
-    let window = ControllerConfig::new(Millis::from_secs(5)).rollback.window.0 as u64;
+    let window = ControllerConfig::new(Millis::from_secs(5))
+        .rollback
+        .window
+        .0 as u64;
     assert!(
         e.at_ms - switched_at <= window + 5_000,
         "verdict {} ms after the switch",

@@ -134,7 +134,12 @@ impl RegressionWatch {
             return;
         }
         let mean = |f: fn(&LaneReading) -> f32| {
-            lanes.iter().flat_map(|l| l.iter()).map(|r| f(r) as f64).sum::<f64>() / n as f64
+            lanes
+                .iter()
+                .flat_map(|l| l.iter())
+                .map(|r| f(r) as f64)
+                .sum::<f64>()
+                / n as f64
         };
         self.sum.queue += mean(|r| r.queue);
         self.sum.wait_proxy += mean(|r| r.density);
@@ -275,8 +280,9 @@ fn combinations(n: usize, k: usize) -> Option<Vec<Vec<usize>>> {
             return Some(out);
         };
         cur[i] += 1;
-        for j in i + 1..k {
-            cur[j] = cur[j - 1] + 1;
+        let base = cur[i];
+        for (off, c) in cur[i + 1..].iter_mut().enumerate() {
+            *c = base + off + 1;
         }
     }
 }
@@ -309,7 +315,11 @@ mod tests {
             let mut t = 0;
             let mut verdict = None;
             for i in 0..120u64 {
-                let q = if w.watching.is_some() { after_queue } else { 0.2 };
+                let q = if w.watching.is_some() {
+                    after_queue
+                } else {
+                    0.2
+                };
                 let wobble = 0.01 * ((i * 7 % 5) as f32);
                 let lane = [LaneReading {
                     queue: q + wobble,

@@ -109,7 +109,7 @@ impl GateConfig {
         if self.ensemble == 0 || self.bootstrap < 100 || self.block_records == 0 {
             return Err("gate: ensemble ≥ 1, bootstrap ≥ 100, block ≥ 1 record".into());
         }
-        if !(self.max_importance_weight >= 1.0) {
+        if self.max_importance_weight.is_nan() || self.max_importance_weight < 1.0 {
             return Err("gate: the importance-weight cap must be ≥ 1".into());
         }
         Ok(())
@@ -269,8 +269,7 @@ fn fit_view(
             }
             let mut v = q_s[i][gn] - q_s[i][go];
             let served = held.actions[i] as usize;
-            if let (Some(mu), ActionSource::Policy) = (j.meta[i].behaviour_prob, j.meta[i].source)
-            {
+            if let (Some(mu), ActionSource::Policy) = (j.meta[i].behaviour_prob, j.meta[i].source) {
                 let w = (1.0 / mu).min(cap);
                 if served == gn {
                     v += w * resid[i];
@@ -348,10 +347,17 @@ pub fn judge(
     let views: Vec<CriticView> = (0..cfg.ensemble)
         .map(|_| fit_view(j, &g, hidden, cfg, rng))
         .collect::<Result<_, _>>()?;
-    rep.explained_variance = views
-        .iter()
-        .map(|v| v.explained_variance)
-        .fold(f32::INFINITY, |a, b| if b.is_nan() { f32::NAN } else { a.min(b) });
+    rep.explained_variance =
+        views
+            .iter()
+            .map(|v| v.explained_variance)
+            .fold(f32::INFINITY, |a, b| {
+                if a.is_nan() || b.is_nan() {
+                    f32::NAN
+                } else {
+                    a.min(b)
+                }
+            });
     let k = views.len() as f32;
     rep.running_value = views.iter().map(|v| v.running_value).sum::<f32>() / k;
     rep.estimate = views
@@ -363,7 +369,11 @@ pub fn judge(
     let mut reps: Vec<f32> = (0..cfg.bootstrap)
         .map(|b| {
             let v = &views[b % views.len()].delta;
-            block_resample(m, block, rng).iter().map(|&i| v[i]).sum::<f32>() / m as f32
+            block_resample(m, block, rng)
+                .iter()
+                .map(|&i| v[i])
+                .sum::<f32>()
+                / m as f32
         })
         .collect();
     rep.lower_bound = quantile(&mut reps, 1.0 - cfg.level);
@@ -404,7 +414,7 @@ fn precheck(rep: &GateReport, cfg: &GateConfig) -> Option<String> {
 
 fn verdict(rep: &mut GateReport, cfg: &GateConfig) -> String {
     let pct = 100.0 * cfg.level;
-    if !(rep.explained_variance >= cfg.min_explained_variance) {
+    if rep.explained_variance.is_nan() || rep.explained_variance < cfg.min_explained_variance {
         return format!(
             "refused: the evaluation critics explain only {:.2} of the variance of their \
              held-back targets (at least {:.2} needed): too little or too noisy data to judge",
