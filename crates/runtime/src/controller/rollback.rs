@@ -198,7 +198,7 @@ impl RegressionWatch {
 
     fn verdict(&self, w: Watched, now_ms: u64) -> RollbackEvent {
         let each = self.cfg.alpha / 2.0;
-        let kpis: [(&'static str, fn(&KpiBatch) -> f64); 2] =
+        let kpis: [(&'static str, KpiOf); 2] =
             [("queue", |b| b.queue), ("wait proxy", |b| b.wait_proxy)];
         let evidence: Vec<KpiTest> = kpis
             .iter()
@@ -228,6 +228,9 @@ impl RegressionWatch {
         }
     }
 }
+
+/// Reads one KPI of a batch.
+type KpiOf = fn(&KpiBatch) -> f64;
 
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
