@@ -801,6 +801,7 @@ mod tests {
     }
 
     /// Every allowed `(s, a)` 32 times, with its reward and next state.
+    #[allow(clippy::needless_range_loop)] // `s` and `a` are states and actions, not just indices
     fn mdp_data() -> ReplayBatch {
         let mut b = ReplayBatch {
             obs_dim: 3,
@@ -838,8 +839,8 @@ mod tests {
         let layer = greenwave_core::mlp::DenseLayer {
             inputs: 3,
             outputs: 3,
-            weights: w.into(),
-            bias: vec![0.0; 3].into(),
+            weights: w,
+            bias: vec![0.0; 3],
         };
         MlpNet::from_dense(&[layer], &Device::Cpu).unwrap()
     }
