@@ -30,22 +30,24 @@ fn toy_training() -> TrainConfig {
     c
 }
 
-/// Fine-tune settings for a toy log: few records, short fits; the gate's thresholds
-/// opened so that the install, reload and rollback hand-overs are always exercised (the
-/// gate's own decisions are tested in greenwave-runtime).
+/// Fine-tune settings for a toy log: few records, short fits. A toy log cannot show an
+/// improvement at the gate's level, so the candidate is installed whatever the verdict:
+/// this test exercises the install, reload and rollback hand-overs (the gate's own
+/// decisions are tested in greenwave-runtime and measured by the gate battery).
 fn toy_finetune() -> FinetuneConfig {
     let mut f = FinetuneConfig {
         min_records: 100,
-        block_records: 20,
         ..FinetuneConfig::default()
     };
     f.update.q_epochs = 5;
     f.update.epochs = 2;
     f.update.minibatch = 64;
     f.gate.min_states = 10;
-    f.gate.min_explored = 0;
+    f.gate.min_covered = 0;
     f.gate.q_epochs = 5;
-    f.gate.margin = f32::MAX;
+    f.gate.ensemble = 2;
+    f.gate.bootstrap = 100;
+    f.gate.block_records = 20;
     f.gate.max_kl = f32::MAX;
     f
 }
@@ -108,11 +110,12 @@ fn train_export_sign_run_log_finetune_reload() {
         assert!(t.reward.is_finite() && t.log_prob <= 0.0, "{t:?}");
     }
 
-    // Log → fine-tune → a candidate signed with the controller's own key, switched in.
+    // Log → fine-tune → a candidate signed with the controller's own key, switched in
+    // (installed whatever the gate said: see `toy_finetune`).
     let cfg = toy_finetune();
     let out = finetune::finetune(&verified.model, &log, &cfg, &mut |_| {}).unwrap();
     assert_eq!(out.report.log.records_used, records.len() as u64);
-    assert!(out.report.gate.accepted, "{}", out.report.gate.reason);
+    assert!(!out.report.gate.reason.is_empty());
     let v2 = store.next_version(v1).unwrap();
     assert!(v2 > v1);
     let m = candidate_manifest(&out.parent, v2, &out.report, &cfg, "e2e chain test");

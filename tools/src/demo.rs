@@ -331,7 +331,7 @@ fn markdown(
         r.wall_s,
         match shift.switched_to {
             Some(v) => format!("accepted, switched to v{v} (signed with the controller's own key)"),
-            None => "rejected, the deployed policy stays".to_string(),
+            None => "refused, the deployed policy stays (the gate switches a version in only when the log shows, at 95 % one-sided, that it is better; the reason says what was missing)".to_string(),
         },
         r.gate.reason
     );

@@ -6,6 +6,7 @@
 //! CPU by default; feature `cuda` builds candle with CUDA (never in CI).
 #![warn(missing_docs)]
 
+pub mod discount;
 pub mod gae;
 pub mod manifest;
 pub mod nets;
@@ -15,6 +16,7 @@ pub mod onnx;
 pub mod ppo;
 pub mod weights;
 
+pub use discount::Discount;
 pub use manifest::{Manifest, Provenance};
 pub use nets::{ActorCritic, Adam, MlpNet};
 pub use normalizer::RunningObsStats;

@@ -252,7 +252,7 @@ struct FinetuneArgs {
     /// Also write the report (JSON) to this file.
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Seed (critic initialisation, minibatches, resampling, held-back blocks).
+    /// Seed (critic initialisation, minibatches, bootstrap).
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Policy epochs K.
@@ -270,24 +270,29 @@ struct FinetuneArgs {
     /// KL limit of the gate (on held-back states).
     #[arg(long)]
     gate_max_kl: Option<f32>,
-    /// Gate margin: accept while the estimated change is at least −margin.
+    /// One-sided confidence level of the gate's lower bound on the improvement (default
+    /// 0.95).
     #[arg(long)]
-    gate_margin: Option<f32>,
-    /// Gate conservatism: standard errors subtracted from the estimate.
+    gate_level: Option<f32>,
+    /// Fewest held-back records where exploration served the candidate's changed choice.
     #[arg(long)]
-    gate_z: Option<f32>,
-    /// Discount γ of the update's critic.
+    gate_min_covered: Option<usize>,
+    /// Candidates judged against the same log before the gate refuses (default 3).
     #[arg(long)]
-    gamma: Option<f32>,
+    max_attempts: Option<u32>,
+    /// Discount half-life in seconds (update and gate; γ per decision follows from the
+    /// policy's decision interval). Default: the same as training (60 s).
+    #[arg(long)]
+    discount_half_life_s: Option<f64>,
     /// Critic fitting epochs.
     #[arg(long)]
     q_epochs: Option<usize>,
     /// Expectations over actions: `exact`, or `sampled:M` (M sampled actions).
     #[arg(long, default_value = "exact")]
     expectation: String,
-    /// Every this many blocks of records, one is held back for the gate.
+    /// The most recent fraction of the log, held back for the gate (default 0.3).
     #[arg(long)]
-    held_back_every: Option<usize>,
+    holdout_fraction: Option<f64>,
     /// Fewest usable records to fine-tune on.
     #[arg(long)]
     min_records: Option<usize>,
@@ -834,12 +839,13 @@ fn finetune_config(args: &FinetuneArgs) -> Result<greenwave_runtime::finetune::F
     set!(u.learning_rate, args.lr);
     set!(u.clip_eps, args.clip);
     set!(u.max_kl, args.max_kl);
-    set!(u.gamma, args.gamma);
     set!(u.q_epochs, args.q_epochs);
+    set!(cfg.discount.half_life_s, args.discount_half_life_s);
     set!(cfg.gate.max_kl, args.gate_max_kl);
-    set!(cfg.gate.margin, args.gate_margin);
-    set!(cfg.gate.z, args.gate_z);
-    set!(cfg.held_back_every, args.held_back_every);
+    set!(cfg.gate.level, args.gate_level);
+    set!(cfg.gate.min_covered, args.gate_min_covered);
+    set!(cfg.max_attempts, args.max_attempts);
+    set!(cfg.holdout_fraction, args.holdout_fraction);
     set!(cfg.min_records, args.min_records);
     cfg.validate()?;
     Ok(cfg)

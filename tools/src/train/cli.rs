@@ -56,6 +56,10 @@ pub struct TrainArgs {
     /// Stop early once approx-KL exceeds this (PPO).
     #[arg(long)]
     pub target_kl: Option<f32>,
+    /// Discount half-life in seconds (γ per decision follows from the decision interval;
+    /// the same definition and default, 60 s, as on-device fine-tuning).
+    #[arg(long, default_value_t = greenwave_learn::discount::DEFAULT_HALF_LIFE_S)]
+    pub discount_half_life_s: f64,
     /// Episode length override (s); on SUMO the default is 3600 s from `--begin`.
     #[arg(long)]
     pub episode_seconds: Option<u32>,
@@ -88,6 +92,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         cfg.offpolicy.learning_rate = lr;
     }
     cfg.ppo.target_kl = args.target_kl;
+    cfg.discount = greenwave_learn::Discount::from_half_life_s(args.discount_half_life_s)?;
     cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
     let s = train(&cfg, &args.out, args.resume, !args.quiet)?;
     println!(

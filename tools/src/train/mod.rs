@@ -25,6 +25,7 @@ use greenwave_core::ObsLayout;
 use greenwave_learn::gae::{gae, Trajectory};
 use greenwave_learn::offpolicy::{self, OffPolicyConfig, QCritic, ReplayBatch};
 use greenwave_learn::ppo::{self, PpoBatch, PpoConfig};
+use greenwave_learn::Discount;
 use greenwave_learn::{ActorCritic, Adam, RunningObsStats};
 use greenwave_sim::{EmbeddedEnv, Env, Scenario};
 use rand::rngs::StdRng;
@@ -80,7 +81,12 @@ pub struct TrainConfig {
     pub hidden: Vec<usize>,
     /// Rollout worker threads.
     pub threads: usize,
-    /// On-policy PPO settings.
+    /// The discount, per second (a half-life), shared with on-device fine-tuning: at the
+    /// start of a run it sets `ppo.gamma` and `offpolicy.gamma` from the environment's
+    /// decision interval, so the horizon in seconds does not depend on the interval.
+    #[serde(default)]
+    pub discount: Discount,
+    /// On-policy PPO settings (`gamma` is set from `discount`).
     pub ppo: PpoConfig,
     /// Off-policy PPO settings.
     pub offpolicy: OffPolicyConfig,
@@ -112,6 +118,7 @@ impl TrainConfig {
             rollout_steps: 180,
             hidden: vec![64, 64],
             threads: 2,
+            discount: Discount::default(),
             ppo: PpoConfig::default(),
             offpolicy: OffPolicyConfig {
                 epochs: 4,
@@ -445,6 +452,19 @@ fn train_sumo(
     Err(crate::backend::sumo_not_built())
 }
 
+/// `cfg` with both learners' γ per decision set from its per-second discount at the
+/// decision interval `interval_s`.
+pub fn with_discount(cfg: &TrainConfig, interval_s: f64) -> Result<TrainConfig> {
+    let gamma = cfg
+        .discount
+        .per_decision(interval_s)
+        .context("training discount")?;
+    let mut c = cfg.clone();
+    c.ppo.gamma = gamma;
+    c.offpolicy.gamma = gamma;
+    Ok(c)
+}
+
 /// The training loop on environments made by `make(seed)` (one per slot, first episode
 /// seeded `seed`), whatever their backend.
 fn train_on<E: Env + Send>(
@@ -469,6 +489,7 @@ fn train_on<E: Env + Send>(
         .collect::<Result<_>>()?;
     let layout = shared_layout(&slots[0].env)?;
     let (d, a) = (layout.dim(), layout.n_phases as usize);
+    let cfg = &with_discount(cfg, slots[0].env.decision_interval_s())?;
 
     let mut learner = if resume {
         let l = checkpoint::load(out, cfg, layout).context("resuming")?;

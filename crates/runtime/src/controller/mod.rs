@@ -11,6 +11,7 @@
 mod fallback;
 mod field;
 mod replay;
+mod rollback;
 #[cfg(feature = "sim")]
 mod sim_field;
 mod watchdog;
@@ -34,6 +35,7 @@ pub use field::{
     DetectorError, DetectorSource, Field, NullSink, Readback, SignalSink, SinkError, Split,
 };
 pub use replay::{ReplayRecorder, ReplaySource};
+pub use rollback::{KpiBatch, KpiTest, RollbackConfig, RollbackEvent};
 #[cfg(feature = "sim")]
 pub use sim_field::SimField;
 pub use watchdog::{Fault, FaultKind, Mode, Watchdog, WatchdogCounts};
@@ -63,6 +65,8 @@ pub struct ControllerConfig {
     /// Pace decisions and displays by the wall clock instead of running as fast as the
     /// source allows.
     pub realtime: bool,
+    /// The automatic rollback of a switched-in policy on a live KPI regression.
+    pub rollback: RollbackConfig,
 }
 
 impl ControllerConfig {
@@ -74,6 +78,7 @@ impl ControllerConfig {
             inference_budget: Duration::from_millis(20),
             healthy_period: Millis::from_secs(60),
             realtime: false,
+            rollback: RollbackConfig::default(),
         }
     }
 }
@@ -171,6 +176,9 @@ pub struct ControllerStats {
     pub inference_p99_us: f64,
     /// Slowest.
     pub inference_max_us: f64,
+    /// Verdicts of the automatic rollback watch on switched-in policies (kept or rolled
+    /// back, with the KPI evidence).
+    pub rollback_events: Vec<RollbackEvent>,
 }
 
 /// A snapshot for status lines.
@@ -194,6 +202,8 @@ pub struct Controller {
     signals: Vec<SignalSpec>,
     seqs: Vec<Sequencer>,
     policy: Result<Policy, String>,
+    previous: Option<Policy>,
+    watch: rollback::RegressionWatch,
     fallback: Fallback,
     watchdog: Watchdog,
     log: Option<LogWriter>,
@@ -284,6 +294,8 @@ impl Controller {
             segments: Vec::new(),
             ended: false,
             started: Instant::now(),
+            watch: rollback::RegressionWatch::new(cfg.rollback.clone()),
+            previous: None,
             cfg,
             signals,
             seqs,
@@ -347,6 +359,51 @@ impl Controller {
         s.inference_p99_us = self.latency.percentile_us(0.99);
         s.inference_max_us = self.latency.max_us;
         s
+    }
+
+    /// Switches to `policy` now (the caller has verified it, e.g. a gated fine-tune),
+    /// keeping the running one as the previous version. With the rollback watch enabled,
+    /// the new version's live KPIs are compared with the previous one's over the
+    /// configured window and it is rolled back by itself on a significant regression.
+    /// Returns whether the switch is watched (it is not when disabled, or without two
+    /// batches of KPI history from before the switch).
+    pub fn switch_policy(&mut self, policy: Policy) -> bool {
+        let new_version = policy.version;
+        let old = std::mem::replace(&mut self.policy, Ok(policy));
+        let old_version = old.as_ref().map_or(0, |p| p.version);
+        self.previous = old.ok();
+        tracing::info!(
+            from = old_version,
+            to = new_version,
+            "policy switched; previous version kept for rollback"
+        );
+        self.previous.is_some() && self.watch.start(self.now_ms(), new_version, old_version)
+    }
+
+    /// Ends a finished KPI batch; on a watched version's verdict, logs it and rolls back
+    /// if it regressed.
+    fn watch_kpis(&mut self) {
+        let Some(event) = self.watch.tick(self.now_ms()) else {
+            return;
+        };
+        if event.rolled_back {
+            if let Some(prev) = self.previous.take() {
+                tracing::warn!(
+                    from = event.from_version,
+                    to = event.to_version,
+                    evidence = %serde_json::to_string(&event.evidence).unwrap_or_default(),
+                    "live KPIs regressed after the switch: rolled back"
+                );
+                self.policy = Ok(prev);
+            }
+        } else {
+            tracing::info!(
+                version = event.from_version,
+                evidence = %serde_json::to_string(&event.evidence).unwrap_or_default(),
+                "switched-in policy kept: no significant KPI regression"
+            );
+        }
+        self.stats.rollback_events.push(event);
     }
 
     /// Reads signal `i`'s detectors and builds its observation into `self.obs[i]`.
@@ -509,6 +566,14 @@ impl Controller {
                 self.stats.transitions_dropped += 1;
             }
         }
+        let observed: Vec<&[LaneReading]> = self
+            .lanes
+            .iter()
+            .zip(&self.pending)
+            .filter(|(_, p)| p.is_some())
+            .map(|(l, _)| l.as_slice())
+            .collect();
+        self.watch.record(&observed);
         self.play_interval(field)?;
         let rewards = field
             .advance(self.cfg.decision_interval)
@@ -528,6 +593,7 @@ impl Controller {
             }
         }
         self.check_readback(field)?;
+        self.watch_kpis();
         if let Some(log) = &mut self.log {
             if let Err(e) = log.commit_if_due() {
                 self.stats.log_errors += 1;

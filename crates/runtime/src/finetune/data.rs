@@ -1,6 +1,7 @@
 //! The transition log as training data: every intact record, normalised with the running
 //! policy's own normalisation, with its action mask recovered from the observation, split
-//! into a training part and a held-back part for the gate.
+//! into a training part and a held-back part for the gate (the most recent records: a
+//! forward-in-time holdout).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -54,12 +55,26 @@ pub struct LogSummary {
     pub issues: Vec<String>,
 }
 
+/// What the gate needs of a record beyond the replay arrays: who chose the served phase
+/// and with what probability.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RecordMeta {
+    /// Who chose the served phase.
+    pub source: ActionSource,
+    /// The behaviour probability of the served phase, where the log states it: records the
+    /// policy chose (greedy: 1; ε-greedy: the logged `exp(log π(a|s))`). `None` where the
+    /// supervisor or the fallback chose (the logged probability is not of the served phase).
+    pub behaviour_prob: Option<f32>,
+}
+
 /// The log read into flat arrays.
 #[derive(Clone, Debug)]
 pub struct LoggedData {
     /// All usable records (normalised observations, masks from the observations, served
     /// actions, logged rewards).
     pub batch: ReplayBatch,
+    /// Per record of `batch`: source and behaviour probability.
+    pub meta: Vec<RecordMeta>,
     /// Summary.
     pub summary: LogSummary,
     /// The problems, as the reader reported them.
@@ -100,6 +115,7 @@ pub fn read_log(
         ..Default::default()
     };
     let mut issues = Vec::new();
+    let mut meta = Vec::new();
     let mut norm_buf = vec![0.0f32; d];
     let push_mask = |out: &mut Vec<u8>, obs: &[f32]| -> bool {
         match layout.mask_from_obs(obs) {
@@ -152,6 +168,12 @@ pub fn read_log(
         batch.next_obs.extend_from_slice(&norm_buf);
         batch.actions.push(t.action as u32);
         batch.rewards.push(t.reward);
+        let p = t.log_prob.exp();
+        meta.push(RecordMeta {
+            source: t.source,
+            behaviour_prob: (t.source == ActionSource::Policy && p.is_finite() && p > 0.0)
+                .then_some(p.min(1.0)),
+        });
         summary.records_used += 1;
         *summary
             .by_source
@@ -171,31 +193,25 @@ pub fn read_log(
     }
     Ok(LoggedData {
         batch,
+        meta,
         summary,
         issues,
     })
 }
 
-/// Splits record indices `0..n` into (training, held back): contiguous blocks of `block`
-/// records, every `every`-th block (offset by `phase`) held back. Blocks rather than single
-/// records, because neighbouring decisions are strongly correlated: a held-back record
-/// whose neighbours were trained on would not be held back in any useful sense.
-pub fn split_blocks(
-    n: usize,
-    block: usize,
-    every: usize,
-    phase: usize,
-) -> (Vec<usize>, Vec<usize>) {
-    let (block, every) = (block.max(1), every.max(2));
-    let (mut train, mut held) = (Vec::with_capacity(n), Vec::with_capacity(n / every + block));
-    for i in 0..n {
-        if (i / block + phase) % every == 0 {
-            held.push(i);
-        } else {
-            train.push(i);
-        }
-    }
-    (train, held)
+/// Splits record indices `0..n` (log order, which is time order) into (training, held
+/// back): the most recent `ceil(n · holdout_fraction)` records are held back, everything
+/// before them is trained on. A forward-in-time holdout: the gate judges the candidate on
+/// the latest traffic, which the update never saw, and no held-back record has trained-on
+/// neighbours on both sides.
+pub fn split_forward(n: usize, holdout_fraction: f64) -> (Vec<usize>, Vec<usize>) {
+    let f = if holdout_fraction.is_finite() {
+        holdout_fraction.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let held = ((n as f64 * f).ceil() as usize).min(n);
+    ((0..n - held).collect(), (n - held..n).collect())
 }
 
 /// Indices of the states where more than one phase is allowed: the only states where the
@@ -218,11 +234,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn blocks_alternate_and_cover_everything() {
-        let (t, h) = split_blocks(100, 10, 5, 0);
-        assert_eq!(t.len() + h.len(), 100);
-        assert_eq!(h, (0..10).chain(50..60).collect::<Vec<_>>());
-        let (_, h) = split_blocks(100, 10, 5, 1);
-        assert_eq!(h, (40..50).chain(90..100).collect::<Vec<_>>());
+    fn the_holdout_is_the_most_recent_records() {
+        let (t, h) = split_forward(100, 0.3);
+        assert_eq!(t, (0..70).collect::<Vec<_>>());
+        assert_eq!(h, (70..100).collect::<Vec<_>>());
+        let (t, h) = split_forward(10, 0.25);
+        assert_eq!((t.len(), h.len()), (7, 3));
+        assert_eq!(split_forward(5, f64::NAN).1.len(), 0);
     }
 }

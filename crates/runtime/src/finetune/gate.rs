@@ -1,73 +1,118 @@
-//! The gate: is the candidate policy at least as good as the running one, judged on logged
-//! data the update never saw, with the reward that was actually logged?
+//! The gate: a one-sided statistical test that the candidate's **greedy** policy is better
+//! than the running policy's greedy policy, judged on logged data the update never saw (the
+//! most recent records), with the reward that was actually logged.
 //!
-//! The controller acts **greedily** (masked argmax; ε-greedy only while collecting data), so
-//! what must not get worse is the greedy policy. The gate:
+//! The controller acts greedily (masked argmax; ε-greedy only while collecting data), so
+//! the gate compares `g_new(s) = argmax π_new(·|s)` with `g_old(s) = argmax π_old(·|s)`
+//! under the deployed masks. On the held-back records it:
 //!
-//! 1. fits an *evaluation* critic `Q_e` by fitted-Q evaluation of the running greedy policy
-//!    `g_old` on the held-back records only, with their logged rewards:
-//!    `Q_e(s, a) ← r + γ Q_e(s', g_old(s'))` (a fresh network, independent of the critic the
-//!    update was trained with, so an update cannot pass by exploiting its own critic's errors,
-//!    and a reward knob on the update cannot reach it);
-//! 2. estimates the change of return from switching to the candidate's greedy choice
-//!    `g_new` over the held-back decision states:
-//!    `Δ = mean_s [Q_e(s, g_new(s)) − Q_e(s, g_old(s))]` — by the performance-difference
-//!    lemma, the first-order change of the expected discounted return, accurate while the
-//!    two policies visit similar states (which the KL limit keeps so);
-//! 3. accepts iff `Δ − z·stderr(Δ) ≥ −margin`, `KL(π_old ‖ π_new) ≤ max_kl` on the held-back
-//!    states, there are enough held-back decision states, and — where the greedy choice
-//!    changed — the log holds experience of phases other than the running policy's choice
-//!    (without it `Q_e` of any other phase is pure extrapolation).
+//! 1. refuses a candidate whose greedy choice changes nowhere (nothing to gain), and one
+//!    whose changed choices the log has not tried: it needs `min_covered` held-back records
+//!    where `g_new(s) ≠ g_old(s)` and the policy's exploration served exactly `g_new(s)`
+//!    (supervisor and fallback records do not count: they were not chosen in that state);
+//! 2. fits an ensemble of `ensemble` evaluation critics by fitted-Q evaluation of `g_old`,
+//!    `Q_k(s, a) ← r + γ Q_k(s', g_old(s'))`, each on its own moving-block bootstrap
+//!    resample of the held-back records (fresh networks, independent of the update's critic,
+//!    so a candidate cannot pass by exploiting that critic's errors);
+//! 3. checks each critic's fit on the records its resample left out: the explained
+//!    variance of its one-step targets, `1 − Var(y − Q_k(s, a)) / Var(y)`, must reach
+//!    `min_explained_variance`, else the gate refuses (the critic has not learnt enough to
+//!    judge);
+//! 4. estimates, per held-back decision state, the doubly-robust change of return of
+//!    deviating to `g_new` once and then following `g_old`
+//!    (`Δ_i = Q(s, g_new) − Q(s, g_old) + (1[a = g_new] − 1[a = g_old]) / μ(a|s) · δ`,
+//!    `δ = r + γ Q(s', g_old(s')) − Q(s, a)`, with the logged behaviour probability `μ`
+//!    where the policy chose the served phase, the direct estimate alone elsewhere); by the
+//!    performance-difference lemma its mean is the first-order change of the discounted
+//!    return;
+//! 5. forms `bootstrap` replicates of the mean, each with one critic of the ensemble (in
+//!    turn) and a moving-block bootstrap of the per-state series over time (blocks of
+//!    `block_records` consecutive records, so autocorrelated neighbours stay together):
+//!    the spread covers both the sampling of traffic and the critic's own error;
+//! 6. accepts only when the lower `1 − level` quantile of the replicates is above zero
+//!    (default: a one-sided 95 % lower bound), and the KL to the running policy is within
+//!    `max_kl` (a trust region: the estimate is first order).
 //!
-//! The same `Q_e` also gives the stochastic policies' estimate
-//! `Σ_a (π_new − π_old)(a|s) Q_e(s, a)`, reported for information.
+//! Every refusal names the failed check with its numbers.
 
 use candle_core::{Device, Tensor};
+use greenwave_core::ActionSource;
 use greenwave_learn::nets::Adam;
-use greenwave_learn::offpolicy::{self, mean_kl, OffPolicyConfig, QCritic, ReplayBatch};
+use greenwave_learn::offpolicy::{
+    self, greedy_actions, mean_kl, one_hot, OffPolicyConfig, QCritic, ReplayBatch,
+};
 use greenwave_learn::MlpNet;
 use rand::rngs::StdRng;
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use super::data::RecordMeta;
 use super::FinetuneError;
 
 /// Gate settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GateConfig {
-    /// Accept while the estimated change of return is at least `−margin` (return units,
-    /// i.e. discounted reward; 0 = "not worse").
-    pub margin: f32,
-    /// Standard errors subtracted from the estimate before the comparison (0 = the point
-    /// estimate; larger = more conservative).
-    pub z: f32,
+    /// One-sided confidence level of the lower bound on the improvement (0.95: accept only
+    /// if the improvement is positive with 95 % confidence).
+    pub level: f32,
     /// Largest KL(π_old ‖ π_new) accepted, averaged over the held-back decision states.
     pub max_kl: f32,
     /// Fewest held-back decision states to judge on.
     pub min_states: usize,
-    /// Fewest held-back decision records whose served phase is not the running policy's
-    /// greedy choice (exploration, supervisor or fallback), required when the candidate's
-    /// greedy choice differs anywhere.
-    pub min_explored: usize,
-    /// Discount of the evaluation critic.
-    pub gamma: f32,
-    /// Epochs of the evaluation critic.
+    /// Fewest held-back records where the candidate's greedy choice differs from the
+    /// running one's and the policy's exploration served exactly the candidate's choice.
+    pub min_covered: usize,
+    /// Evaluation critics in the ensemble (each on its own bootstrap resample).
+    pub ensemble: usize,
+    /// Bootstrap replicates of the mean improvement.
+    pub bootstrap: usize,
+    /// Records per moving block (consecutive decisions, all signals): the bootstrap's unit.
+    pub block_records: usize,
+    /// Smallest explained variance of each critic's one-step targets on the held-back
+    /// records its resample left out.
+    pub min_explained_variance: f32,
+    /// Largest importance weight `1 / μ(a|s)` in the doubly-robust correction.
+    pub max_importance_weight: f32,
+    /// Epochs of each evaluation critic.
     pub q_epochs: usize,
-    /// Learning rate of the evaluation critic.
+    /// Learning rate of the evaluation critics.
     pub q_learning_rate: f64,
 }
 
 impl Default for GateConfig {
     fn default() -> Self {
         GateConfig {
-            margin: 0.0,
-            z: 0.0,
+            level: 0.95,
             max_kl: 0.03,
             min_states: 200,
-            min_explored: 20,
-            gamma: 0.9,
-            q_epochs: 30,
+            min_covered: 30,
+            ensemble: 5,
+            bootstrap: 2000,
+            block_records: 120,
+            min_explained_variance: 0.5,
+            max_importance_weight: 50.0,
+            q_epochs: 60,
             q_learning_rate: 1e-3,
         }
+    }
+}
+
+impl GateConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.level > 0.5 && self.level < 1.0) {
+            return Err(format!("gate level {} must be in (0.5, 1)", self.level));
+        }
+        if !(self.max_kl > 0.0 && self.max_kl.is_finite()) {
+            return Err(format!("gate KL limit {} must be > 0", self.max_kl));
+        }
+        if self.ensemble == 0 || self.bootstrap < 100 || self.block_records == 0 {
+            return Err("gate: ensemble ≥ 1, bootstrap ≥ 100, block ≥ 1 record".into());
+        }
+        if self.max_importance_weight.is_nan() || self.max_importance_weight < 1.0 {
+            return Err("gate: the importance-weight cap must be ≥ 1".into());
+        }
+        Ok(())
     }
 }
 
@@ -76,25 +121,27 @@ impl Default for GateConfig {
 pub struct GateReport {
     /// Whether the candidate may be switched in.
     pub accepted: bool,
-    /// Why (for a rejection: which check failed, with the numbers).
+    /// Why (for a refusal: which check failed, with the numbers).
     pub reason: String,
     /// Held-back records.
     pub held_back_records: usize,
     /// Held-back decision states (more than one phase allowed).
     pub held_back_decision_states: usize,
-    /// Held-back decision records whose served phase differs from the running policy's
-    /// greedy choice.
-    pub explored_records: usize,
-    /// Final loss of the evaluation critic.
-    pub eval_critic_loss: f32,
-    /// Δ: estimated change of the greedy policy's return per decision state.
+    /// Held-back decision states where the candidate's greedy choice differs.
+    pub changed_states: usize,
+    /// Of those, records where the policy's exploration served the candidate's choice.
+    pub covered_records: usize,
+    /// Smallest explained variance of the ensemble's critics (out of resample).
+    pub explained_variance: f32,
+    /// Δ: estimated change of discounted return per decision state (mean over the
+    /// ensemble, doubly robust).
     pub estimate: f32,
-    /// Standard error of Δ over the held-back decision states.
-    pub estimate_stderr: f32,
-    /// Mean `E_{π_old}[Q_e]` over the held-back decision states (the scale of Δ).
+    /// The lower bound of Δ at `level`.
+    pub lower_bound: f32,
+    /// The confidence level of `lower_bound`.
+    pub level: f32,
+    /// Mean `Q(s, g_old(s))` over the held-back decision states (the scale of Δ).
     pub running_value: f32,
-    /// The stochastic policies' estimate (information only).
-    pub stochastic_estimate: f32,
     /// Fraction of held-back decision states where the greedy choice changed.
     pub greedy_changed: f32,
     /// KL(π_old ‖ π_new) over the held-back decision states.
@@ -113,130 +160,307 @@ fn probs(actor: &MlpNet, data: &ReplayBatch, next: bool) -> Result<Vec<Vec<f32>>
     Ok(offpolicy::policy_probs(actor, &obs, &mask)?)
 }
 
-/// The greedy choice per row (the controller's masked argmax; ties to the lower index).
-fn greedy(p: &[Vec<f32>]) -> Vec<usize> {
-    p.iter()
-        .map(|r| {
-            r.iter()
-                .enumerate()
-                .fold(
-                    (0, f32::NEG_INFINITY),
-                    |b, (i, &x)| if x > b.1 { (i, x) } else { b },
-                )
-                .0
-        })
-        .collect()
+fn q_rows(q: &QCritic, obs: &[f32], n: usize, d: usize) -> Result<Vec<Vec<f32>>, FinetuneError> {
+    let t = Tensor::from_slice(obs, (n, d), &Device::Cpu)?;
+    Ok(q.net.forward(&t)?.to_vec2()?)
 }
 
-fn one_hot(idx: &[usize], a: usize) -> Vec<Vec<f32>> {
-    idx.iter()
-        .map(|&i| {
-            let mut r = vec![0.0; a];
-            r[i] = 1.0;
-            r
-        })
-        .collect()
+/// Moving-block bootstrap indices of a series of length `n`: `ceil(n / block)` blocks of
+/// `block` consecutive indices, each starting uniformly in `0..=n − block`, cut to `n`.
+pub fn block_resample(n: usize, block: usize, rng: &mut StdRng) -> Vec<usize> {
+    let block = block.clamp(1, n.max(1));
+    let mut idx = Vec::with_capacity(n + block);
+    while idx.len() < n {
+        let start = rng.random_range(0..=n - block);
+        idx.extend(start..start + block);
+    }
+    idx.truncate(n);
+    idx
 }
 
-/// Judges `new` against `old` on the held-back records `held` (logged rewards).
-/// `hidden` sizes the evaluation critic.
+/// The `p` quantile of `v` (sorted in place; nearest rank).
+fn quantile(v: &mut [f32], p: f32) -> f32 {
+    v.sort_by(f32::total_cmp);
+    let k = ((p * v.len() as f32).floor() as usize).min(v.len().saturating_sub(1));
+    v[k]
+}
+
+/// What one evaluation critic says about the held-back records.
+struct CriticView {
+    /// Per decision state (in order): doubly-robust Δ.
+    delta: Vec<f32>,
+    /// Mean `Q(s, g_old(s))` over the decision states.
+    running_value: f32,
+    /// Explained variance of the one-step targets out of resample.
+    explained_variance: f32,
+}
+
+/// The held-back data and the two greedy policies on it.
+pub struct Judged<'a> {
+    /// Held-back records.
+    pub held: &'a ReplayBatch,
+    /// Their sources and behaviour probabilities.
+    pub meta: &'a [RecordMeta],
+    /// The per-decision discount.
+    pub gamma: f32,
+}
+
+struct Greedy {
+    decision: Vec<usize>,
+    old: Vec<usize>,
+    new: Vec<usize>,
+    next_old: Vec<usize>,
+}
+
+fn fit_view(
+    j: &Judged<'_>,
+    g: &Greedy,
+    hidden: &[usize],
+    cfg: &GateConfig,
+    rng: &mut StdRng,
+) -> Result<CriticView, FinetuneError> {
+    let held = j.held;
+    let (n, d, a) = (held.len(), held.obs_dim, held.n_actions);
+    let sample = block_resample(n, cfg.block_records, rng);
+    let mut in_sample = vec![false; n];
+    sample.iter().for_each(|&i| in_sample[i] = true);
+    let fit_on = held.select(&sample);
+    let next_old: Vec<usize> = sample.iter().map(|&i| g.next_old[i]).collect();
+    let q = QCritic::new(d, a, hidden, rng, &Device::Cpu)?;
+    let mut opt = Adam::new(q.net.vars(), 1e-5)?;
+    let qcfg = OffPolicyConfig {
+        gamma: j.gamma,
+        q_epochs: cfg.q_epochs,
+        q_learning_rate: cfg.q_learning_rate,
+        ..OffPolicyConfig::default()
+    };
+    offpolicy::fit_critic_for(&q, &mut opt, &one_hot(&next_old, a), &fit_on, &qcfg, rng)?;
+    let q_s = q_rows(&q, &held.obs, n, d)?;
+    let q_next = q_rows(&q, &held.next_obs, n, d)?;
+    // One-step targets and residuals, for the fit check (out of resample) and δ.
+    let target: Vec<f32> = (0..n)
+        .map(|i| held.rewards[i] + j.gamma * q_next[i][g.next_old[i]])
+        .collect();
+    let resid: Vec<f32> = (0..n)
+        .map(|i| target[i] - q_s[i][held.actions[i] as usize])
+        .collect();
+    let oob: Vec<usize> = (0..n).filter(|&i| !in_sample[i]).collect();
+    let var = |v: &mut dyn Iterator<Item = f32>| {
+        let v: Vec<f32> = v.collect();
+        let m = v.iter().sum::<f32>() / v.len().max(1) as f32;
+        v.iter().map(|x| (x - m).powi(2)).sum::<f32>() / v.len().max(1) as f32
+    };
+    let var_y = var(&mut oob.iter().map(|&i| target[i]));
+    let var_r = var(&mut oob.iter().map(|&i| resid[i]));
+    let explained_variance = if oob.len() < 2 || var_y <= 0.0 {
+        f32::NAN
+    } else {
+        1.0 - var_r / var_y
+    };
+    let cap = cfg.max_importance_weight;
+    let delta = g
+        .decision
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| {
+            let (go, gn) = (g.old[k], g.new[k]);
+            if go == gn {
+                return 0.0;
+            }
+            let mut v = q_s[i][gn] - q_s[i][go];
+            let served = held.actions[i] as usize;
+            if let (Some(mu), ActionSource::Policy) = (j.meta[i].behaviour_prob, j.meta[i].source) {
+                let w = (1.0 / mu).min(cap);
+                if served == gn {
+                    v += w * resid[i];
+                } else if served == go {
+                    v -= w * resid[i];
+                }
+            }
+            v
+        })
+        .collect();
+    let running_value = g
+        .decision
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| q_s[i][g.old[k]])
+        .sum::<f32>()
+        / g.decision.len().max(1) as f32;
+    Ok(CriticView {
+        delta,
+        running_value,
+        explained_variance,
+    })
+}
+
+/// Judges `new` against `old` on the held-back records. `hidden` sizes the evaluation
+/// critics.
 pub fn judge(
     old: &MlpNet,
     new: &MlpNet,
-    held: &ReplayBatch,
+    j: &Judged<'_>,
     hidden: &[usize],
     cfg: &GateConfig,
     rng: &mut StdRng,
 ) -> Result<GateReport, FinetuneError> {
-    let (n, d, a) = (held.len(), held.obs_dim, held.n_actions);
-    let decision: Vec<usize> = super::data::decision_states(held);
+    let held = j.held;
+    let decision = super::data::decision_states(held);
     let mut rep = GateReport {
-        held_back_records: n,
+        held_back_records: held.len(),
         held_back_decision_states: decision.len(),
+        level: cfg.level,
         ..Default::default()
     };
     if decision.len() < cfg.min_states.max(1) {
         rep.reason = format!(
-            "rejected: only {} held-back decision states (at least {} needed); log more",
+            "refused: only {} held-back decision states (at least {} needed); log more",
             decision.len(),
             cfg.min_states.max(1)
         );
         return Ok(rep);
     }
-    // 1. Fitted-Q evaluation of the running greedy policy on the held-back records.
-    let next_greedy = one_hot(&greedy(&probs(old, held, true)?), a);
-    let q = QCritic::new(d, a, hidden, rng, &Device::Cpu)?;
-    let mut opt = Adam::new(q.net.vars(), 1e-5)?;
-    let qcfg = OffPolicyConfig {
-        gamma: cfg.gamma,
-        q_epochs: cfg.q_epochs,
-        q_learning_rate: cfg.q_learning_rate,
-        ..OffPolicyConfig::default()
-    };
-    rep.eval_critic_loss = offpolicy::fit_critic_for(&q, &mut opt, &next_greedy, held, &qcfg, rng)?;
-    // 2. Estimates over the decision states.
     let sub = held.select(&decision);
-    let obs = Tensor::from_slice(&sub.obs, (sub.len(), d), &Device::Cpu)?;
-    let q_all: Vec<Vec<f32>> = q.net.forward(&obs)?.to_vec2()?;
     let (p_old, p_new) = (probs(old, &sub, false)?, probs(new, &sub, false)?);
-    let (g_old, g_new) = (greedy(&p_old), greedy(&p_new));
-    let m = sub.len() as f32;
-    let diffs: Vec<f32> = (0..sub.len())
-        .map(|i| q_all[i][g_new[i]] - q_all[i][g_old[i]])
-        .collect();
-    let mean = diffs.iter().sum::<f32>() / m;
-    let var = diffs.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / (m - 1.0).max(1.0);
-    rep.estimate = mean;
-    rep.estimate_stderr = (var / m).sqrt();
-    let dot = |p: &[f32], q: &[f32]| p.iter().zip(q).map(|(p, q)| p * q).sum::<f32>();
-    rep.running_value = (0..sub.len())
-        .map(|i| dot(&p_old[i], &q_all[i]))
-        .sum::<f32>()
-        / m;
-    rep.stochastic_estimate = (0..sub.len())
-        .map(|i| dot(&p_new[i], &q_all[i]) - dot(&p_old[i], &q_all[i]))
-        .sum::<f32>()
-        / m;
-    let changed = (0..sub.len()).filter(|&i| g_new[i] != g_old[i]).count();
-    rep.greedy_changed = changed as f32 / m;
-    rep.explored_records = (0..sub.len())
-        .filter(|&i| sub.actions[i] as usize != g_old[i])
+    let g = Greedy {
+        old: greedy_actions(&p_old),
+        new: greedy_actions(&p_new),
+        next_old: greedy_actions(&probs(old, held, true)?),
+        decision,
+    };
+    let m = g.decision.len();
+    let changed: Vec<usize> = (0..m).filter(|&k| g.old[k] != g.new[k]).collect();
+    rep.changed_states = changed.len();
+    rep.greedy_changed = changed.len() as f32 / m as f32;
+    rep.covered_records = changed
+        .iter()
+        .filter(|&&k| {
+            let i = g.decision[k];
+            j.meta[i].source == ActionSource::Policy && held.actions[i] as usize == g.new[k]
+        })
         .count();
     rep.kl = mean_kl(&p_old, &p_new);
-    // 3. The decision; the first failed check is the reason.
-    let lower = rep.estimate - cfg.z * rep.estimate_stderr;
-    rep.reason = if !rep.kl.is_finite() || rep.kl > cfg.max_kl {
-        format!(
-            "rejected: KL to the running policy {:.4} exceeds the limit {:.4}",
-            rep.kl, cfg.max_kl
-        )
-    } else if changed > 0 && rep.explored_records < cfg.min_explored {
-        format!(
-            "rejected: the greedy choice changes in {:.1}% of states, but only {} held-back \
-             records served another phase than the running policy's (at least {} needed); \
-             collect with exploration (run --epsilon)",
-            100.0 * rep.greedy_changed,
-            rep.explored_records,
-            cfg.min_explored
-        )
-    } else if !lower.is_finite() || lower < -cfg.margin {
-        format!(
-            "rejected: off-policy estimate says worse than the running policy: \
-             Δ = {:+.4} ± {:.4} per decision (running value {:.3}), below −{} with z = {}",
-            rep.estimate, rep.estimate_stderr, rep.running_value, cfg.margin, cfg.z
-        )
-    } else {
-        rep.accepted = true;
-        format!(
-            "accepted: Δ = {:+.4} ± {:.4} per decision (running value {:.3}), greedy choice \
-             changed in {:.1}% of states, KL {:.4} ≤ {:.4}",
-            rep.estimate,
-            rep.estimate_stderr,
-            rep.running_value,
-            100.0 * rep.greedy_changed,
-            rep.kl,
-            cfg.max_kl
-        )
-    };
+    if let Some(why) = precheck(&rep, cfg) {
+        rep.reason = why;
+        return Ok(rep);
+    }
+    let views: Vec<CriticView> = (0..cfg.ensemble)
+        .map(|_| fit_view(j, &g, hidden, cfg, rng))
+        .collect::<Result<_, _>>()?;
+    rep.explained_variance =
+        views
+            .iter()
+            .map(|v| v.explained_variance)
+            .fold(f32::INFINITY, |a, b| {
+                if a.is_nan() || b.is_nan() {
+                    f32::NAN
+                } else {
+                    a.min(b)
+                }
+            });
+    let k = views.len() as f32;
+    rep.running_value = views.iter().map(|v| v.running_value).sum::<f32>() / k;
+    rep.estimate = views
+        .iter()
+        .map(|v| v.delta.iter().sum::<f32>() / m as f32)
+        .sum::<f32>()
+        / k;
+    let block = (cfg.block_records * m).div_ceil(held.len().max(1)).max(1);
+    let mut reps: Vec<f32> = (0..cfg.bootstrap)
+        .map(|b| {
+            let v = &views[b % views.len()].delta;
+            block_resample(m, block, rng)
+                .iter()
+                .map(|&i| v[i])
+                .sum::<f32>()
+                / m as f32
+        })
+        .collect();
+    rep.lower_bound = quantile(&mut reps, 1.0 - cfg.level);
+    rep.reason = verdict(&mut rep, cfg);
     Ok(rep)
+}
+
+/// The checks that need no critic; `Some(reason)` refuses.
+fn precheck(rep: &GateReport, cfg: &GateConfig) -> Option<String> {
+    if rep.changed_states == 0 {
+        return Some(format!(
+            "refused: the candidate's greedy choice equals the running policy's in all {} \
+             held-back decision states: nothing would change",
+            rep.held_back_decision_states
+        ));
+    }
+    if !rep.kl.is_finite() || rep.kl > cfg.max_kl {
+        return Some(format!(
+            "refused: KL to the running policy {:.4} exceeds the limit {:.4}",
+            rep.kl, cfg.max_kl
+        ));
+    }
+    if rep.covered_records < cfg.min_covered {
+        return Some(format!(
+            "refused: the greedy choice changes in {} held-back decision states ({:.1}%), but \
+             the policy's exploration served the new choice in only {} of them (at least {} \
+             needed): log more with exploration (run --epsilon 0.1); at this rate about {:.0}× \
+             the held-back data",
+            rep.changed_states,
+            100.0 * rep.greedy_changed,
+            rep.covered_records,
+            cfg.min_covered,
+            (cfg.min_covered as f32 / rep.covered_records.max(1) as f32).ceil()
+        ));
+    }
+    None
+}
+
+fn verdict(rep: &mut GateReport, cfg: &GateConfig) -> String {
+    let pct = 100.0 * cfg.level;
+    if rep.explained_variance.is_nan() || rep.explained_variance < cfg.min_explained_variance {
+        return format!(
+            "refused: the evaluation critics explain only {:.2} of the variance of their \
+             held-back targets (at least {:.2} needed): too little or too noisy data to judge",
+            rep.explained_variance, cfg.min_explained_variance
+        );
+    }
+    let what = format!(
+        "Δ = {:+.4} per decision (running value {:.3}), {pct:.0}% lower bound {:+.4}; greedy \
+         choice changed in {:.1}% of {} held-back decision states, {} covered by \
+         exploration; critics' explained variance ≥ {:.2}; KL {:.4}",
+        rep.estimate,
+        rep.running_value,
+        rep.lower_bound,
+        100.0 * rep.greedy_changed,
+        rep.held_back_decision_states,
+        rep.covered_records,
+        rep.explained_variance,
+        rep.kl
+    );
+    if rep.lower_bound.is_finite() && rep.lower_bound > 0.0 {
+        rep.accepted = true;
+        format!("accepted: {what}")
+    } else {
+        format!("refused: improvement not shown at {pct:.0}%: {what}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn block_resample_keeps_blocks_and_length() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let idx = block_resample(100, 10, &mut rng);
+        assert_eq!(idx.len(), 100);
+        for c in idx.chunks(10) {
+            assert!(c.windows(2).all(|w| w[1] == w[0] + 1), "{c:?}");
+        }
+        assert_eq!(block_resample(3, 10, &mut rng).len(), 3);
+    }
+
+    #[test]
+    fn quantile_is_nearest_rank() {
+        let mut v: Vec<f32> = (0..100).rev().map(|x| x as f32).collect();
+        assert_eq!(quantile(&mut v, 0.05), 5.0);
+    }
 }

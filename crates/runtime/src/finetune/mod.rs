@@ -1,25 +1,34 @@
 //! On-device fine-tuning: small, clipped, off-policy PPO updates from the controller's own
 //! transition log, gated so that a worse policy is never switched in.
 //!
+//! One objective throughout: the controller runs the **greedy** policy (masked argmax of the
+//! logits; ε-greedy only while collecting data), so the update improves the greedy policy
+//! under the deployed masks and the gate judges greedy against greedy. One discount,
+//! [`FinetuneConfig::discount`] (a half-life in seconds, the same default as training),
+//! converted to γ per decision by the running policy's decision interval.
+//!
 //! One fine-tune ([`finetune`]):
 //!
 //! 1. **Data** ([`data::read_log`]): every intact record of the log; a corrupt segment is
 //!    reported and the rest of it skipped, every other segment is used. Observations are
 //!    normalised with the running policy's own (baked-in) normalisation; each record's action
 //!    mask is recovered from its observation ([`greenwave_core::ObsLayout::mask_from_obs`]).
-//!    Records are split into blocks; every `held_back_every`-th block is held back for the
-//!    gate and never trained on.
-//! 2. **Critic**: a fresh `Q_φ(s, a)` fitted on the training records to expected-SARSA
-//!    targets under the running policy `π_θt`: `y = r + γ Σ_a' π_θt(a'|s') Q_φ(s', a')`
-//!    (exact expectation by default, or sampled: [`Expectation`]).
-//! 3. **Update**: advantages `Â(s, a) = Q_φ(s, a) − E_{π_θt}[Q_φ(s, ·)]` for actions resampled
-//!    from `π_θt` (or all actions, weighted by `π_θt`), `K` epochs of the clipped objective
-//!    with ratio `π_θ(a|s) / π_θt(a|s)`, Adam at a small learning rate, stopped — and the
-//!    crossing epoch undone — once `KL(π_θt ‖ π_θ)` exceeds the limit. Only the actor
+//!    The most recent `holdout_fraction` of the records is held back for the gate and never
+//!    trained on (a forward-in-time holdout).
+//! 2. **Critic**: a fresh `Q_φ(s, a)` fitted on the training records to targets under the
+//!    running greedy policy `g_t(s) = argmax π_θt(·|s)`: `y = r + γ Q_φ(s', g_t(s'))`.
+//! 3. **Update**: advantages `Â(s, a) = Q_φ(s, a) − Q_φ(s, g_t(s))` (how much better than the
+//!    deployed choice), `K` epochs of the clipped objective with ratio `π_θ(a|s) / π_θt(a|s)`
+//!    over all allowed actions weighted by `π_θt`, Adam at a small learning rate, stopped —
+//!    and the crossing epoch undone — once `KL(π_θt ‖ π_θ)` exceeds the limit. The greedy
+//!    choice moves where another phase is worth more than the deployed one. Only the actor
 //!    changes; normalisation and the value head are kept, so the graph is the same.
-//! 4. **Gate** ([`gate::judge`]): on the held-back records with the *logged* reward, an
-//!    independent evaluation critic estimates whether the candidate's greedy choices are
-//!    at least as good as the running policy's, and the KL must be within its limit.
+//! 4. **Gate** ([`gate::judge`]): a one-sided test on the held-back records that the
+//!    candidate's greedy policy beats the running one's (doubly-robust off-policy estimate,
+//!    block bootstrap over time × an ensemble of evaluation critics), with coverage and
+//!    critic-fit checks; and a limit on attempts against the same log
+//!    ([`FinetuneConfig::max_attempts`]), so that retrying with other seeds until something
+//!    passes is refused.
 //!
 //! [`store::PolicyStore`] then writes the accepted candidate as a new signed bundle (new
 //! ONNX with the same graph, manifest with the version bumped and the provenance) and
@@ -29,13 +38,13 @@
 //!
 //! Every record's *served* phase (`Transition::action`) is real experience of what that
 //! phase did in that state, whoever chose it, so every record is used to fit `Q_φ`
-//! (steps 2 and 4). No step uses a logged action as a sample of the policy: the update's
-//! ratios are between the new and the running policy on actions *resampled* from the running
-//! policy, and the gate evaluates by fitted Q, not by importance weights. So records where the
-//! supervisor overrode the request (`Supervisor`: the logged `log_prob` is of the request,
-//! not of what was served) or the fallback acted (`Fallback`: `log_prob` 0, the policy was
-//! not consulted), and records from older policy versions or ε-greedy exploration, need no
-//! importance correction and cannot bias the update; their logged `log_prob` is not used.
+//! (steps 2 and 4). The update never uses a logged action as a sample of the policy (its
+//! ratios are between the new and the running policy over all allowed actions). The gate
+//! uses the logged behaviour probability `exp(log π(a|s))` only where the policy chose the
+//! served phase (`Policy`): its doubly-robust correction and its coverage count. Records
+//! where the supervisor overrode the request (`Supervisor`: the logged `log_prob` is of the
+//! request, not of what was served) or the fallback acted (`Fallback`) enter through the
+//! critics only.
 //! The states of all records are states the junction was really in, so the update improves
 //! the policy on all of them.
 //!
@@ -48,6 +57,7 @@
 //! computer one thread is several times faster for these small networks. The
 //! `greenwave-controller` binary sets it to 1 unless it is set.
 
+mod attempts;
 pub mod data;
 pub mod gate;
 #[cfg(feature = "sim")]
@@ -61,13 +71,13 @@ use candle_core::Device;
 use greenwave_learn::manifest::Manifest;
 use greenwave_learn::nets::Adam;
 pub use greenwave_learn::offpolicy::Expectation;
-use greenwave_learn::offpolicy::{self, OffPolicyConfig, OffPolicyStats, QCritic};
-use greenwave_learn::{onnx, MlpNet, PolicyWeights};
+use greenwave_learn::offpolicy::{self, OffPolicyConfig, OffPolicyStats, QCritic, TargetPolicy};
+use greenwave_learn::{onnx, Discount, MlpNet, PolicyWeights};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-pub use data::{LogPosition, LogSummary};
+pub use data::{LogPosition, LogSummary, RecordMeta};
 pub use gate::{GateConfig, GateReport};
 pub use store::{PolicyStore, StoreError};
 
@@ -107,15 +117,24 @@ pub enum FinetuneError {
 /// Fine-tuning settings. The defaults are conservative: they run unattended on field data.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FinetuneConfig {
-    /// The off-policy PPO settings (γ, critic and policy epochs, learning rates, clip ε,
-    /// KL limit, expectations).
+    /// The discount, per second: converted to γ per decision by the running policy's
+    /// decision interval for the update and the gate (`update.gamma` is overwritten).
+    pub discount: Discount,
+    /// The off-policy PPO settings (critic and policy epochs, learning rates, clip ε, KL
+    /// limit, expectations; the target is the greedy policy).
     pub update: OffPolicyConfig,
     /// The gate.
     pub gate: GateConfig,
-    /// Every this many blocks of records, one is held back for the gate (5 = 20 %).
-    pub held_back_every: usize,
-    /// Records per block (consecutive decisions, all signals).
-    pub block_records: usize,
+    /// The most recent fraction of the records, held back for the gate.
+    pub holdout_fraction: f64,
+    /// Attempts (candidates judged) allowed against the same log; later ones are refused
+    /// without judging, so the gate's error rate is not multiplied by retries. Counted in
+    /// `attempts_file`.
+    pub max_attempts: u32,
+    /// Where attempts are counted (default: `.finetune-attempts.json` in the log
+    /// directory).
+    #[serde(default)]
+    pub attempts_file: Option<PathBuf>,
     /// Fewest usable records to fine-tune on.
     pub min_records: usize,
     /// Seed of the critic initialisation, minibatch order and resampling.
@@ -129,9 +148,10 @@ pub struct FinetuneConfig {
 impl Default for FinetuneConfig {
     fn default() -> Self {
         FinetuneConfig {
+            discount: Discount::default(),
             update: OffPolicyConfig {
                 gamma: 0.95,
-                q_epochs: 30,
+                q_epochs: 60,
                 q_learning_rate: 1e-3,
                 epochs: 10,
                 learning_rate: 3e-4,
@@ -142,10 +162,12 @@ impl Default for FinetuneConfig {
                 max_grad_norm: 0.5,
                 expectation: Expectation::Exact,
                 resample: 4,
+                target: TargetPolicy::Greedy,
             },
             gate: GateConfig::default(),
-            held_back_every: 5,
-            block_records: 60,
+            holdout_fraction: 0.3,
+            max_attempts: 3,
+            attempts_file: None,
             min_records: 1000,
             seed: 0,
             flip_reward_sign: false,
@@ -158,8 +180,11 @@ impl FinetuneConfig {
     pub fn validate(&self) -> Result<(), FinetuneError> {
         let u = &self.update;
         let bad = |s: String| Err(FinetuneError::Config(s));
-        if !(0.0..1.0).contains(&u.gamma) {
-            return bad(format!("gamma {} must be in [0, 1)", u.gamma));
+        if let Err(e) = self.discount.per_second() {
+            return bad(e.to_string());
+        }
+        if u.target != TargetPolicy::Greedy {
+            return bad("the update must target the greedy policy the controller runs".into());
         }
         if !(u.learning_rate.is_finite() && u.learning_rate >= 0.0) {
             return bad(format!("learning rate {} must be ≥ 0", u.learning_rate));
@@ -176,14 +201,15 @@ impl FinetuneConfig {
         if !(u.max_kl > 0.0 && u.max_kl.is_finite()) {
             return bad(format!("KL limit {} must be > 0", u.max_kl));
         }
-        if !(self.gate.max_kl > 0.0 && self.gate.max_kl.is_finite()) {
-            return bad(format!("gate KL limit {} must be > 0", self.gate.max_kl));
+        self.gate.validate().map_err(FinetuneError::Config)?;
+        if !(self.holdout_fraction > 0.0 && self.holdout_fraction < 1.0) {
+            return bad(format!(
+                "holdout fraction {} must be in (0, 1)",
+                self.holdout_fraction
+            ));
         }
-        if !(0.0..1.0).contains(&self.gate.gamma) {
-            return bad(format!("gate gamma {} must be in [0, 1)", self.gate.gamma));
-        }
-        if u.minibatch == 0 || self.block_records == 0 || self.held_back_every < 2 {
-            return bad("minibatch and block size must be ≥ 1, held-back-every ≥ 2".into());
+        if u.minibatch == 0 || self.max_attempts == 0 {
+            return bad("minibatch and attempts must be ≥ 1".into());
         }
         if let Expectation::Sampled(0) = u.expectation {
             return bad("a sampled expectation needs at least one sample".into());
@@ -236,24 +262,48 @@ pub struct Outcome {
     pub report: FinetuneReport,
 }
 
-/// Fine-tunes the policy in `model` (ONNX bytes of the running, verified bundle) on the
-/// log in `log_dir`. `progress` receives one line per stage.
-pub fn finetune(
+/// The log read and split for one running policy: what the update and the gate work on.
+pub struct Prepared {
+    /// The running policy's parameters.
+    pub weights: PolicyWeights,
+    /// Its manifest.
+    pub parent: Manifest,
+    /// What was read.
+    pub summary: LogSummary,
+    /// The records trained on (all but the most recent).
+    pub train: offpolicy::ReplayBatch,
+    /// The held-back (most recent) records.
+    pub held: offpolicy::ReplayBatch,
+    /// Sources and behaviour probabilities of `held`.
+    pub held_meta: Vec<RecordMeta>,
+    /// γ per decision: the discount at the policy's decision interval.
+    pub gamma: f32,
+}
+
+/// Reads the log in `log_dir` for the policy in `model` and splits it forward in time.
+pub fn prepare(
     model: &[u8],
     log_dir: &Path,
     cfg: &FinetuneConfig,
     progress: &mut dyn FnMut(&str),
-) -> Result<Outcome, FinetuneError> {
+) -> Result<Prepared, FinetuneError> {
     cfg.validate()?;
-    let started = Instant::now();
     let (weights, parent) = onnx::import(model)?;
     let layout = weights.obs_layout;
+    let gamma = cfg
+        .discount
+        .per_decision(f64::from(parent.decision_interval_s))
+        .map_err(|e| FinetuneError::Config(format!("running policy's manifest: {e}")))?;
     progress(&format!(
-        "running policy v{} ({} lanes × {} phases, hidden {:?}); reading {}",
+        "running policy v{} ({} lanes × {} phases, hidden {:?}, decision every {} s: γ = {:.4} \
+         for a {} s half-life); reading {}",
         parent.policy_version,
         layout.n_lanes,
         layout.n_phases,
         weights.hidden(),
+        parent.decision_interval_s,
+        gamma,
+        cfg.discount.half_life_s,
         log_dir.display()
     ));
     let logged = data::read_log(log_dir, layout, &weights.norm)?;
@@ -284,34 +334,129 @@ pub fn finetune(
             ),
         });
     }
-    let all = logged.batch;
-    let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let (train_idx, held_idx) = data::split_blocks(
-        all.len(),
-        cfg.block_records,
-        cfg.held_back_every,
-        (cfg.seed % cfg.held_back_every as u64) as usize,
-    );
-    let held = all.select(&held_idx);
-    let mut train = all.select(&train_idx);
-    drop(all);
+    let (train_idx, held_idx) = data::split_forward(logged.batch.len(), cfg.holdout_fraction);
+    Ok(Prepared {
+        train: logged.batch.select(&train_idx),
+        held: logged.batch.select(&held_idx),
+        held_meta: held_idx.iter().map(|&i| logged.meta[i]).collect(),
+        weights,
+        parent,
+        summary,
+        gamma,
+    })
+}
+
+/// The gate's verdict on `candidate` (an actor of the running policy's shape) against the
+/// running policy, on the prepared log's held-back records. Counts no attempt: for
+/// benchmarks and tests that judge many candidates of known quality on one log.
+pub fn judge_candidate(
+    p: &Prepared,
+    candidate: &MlpNet,
+    cfg: &FinetuneConfig,
+) -> Result<GateReport, FinetuneError> {
+    let old = MlpNet::from_dense(&p.weights.actor, &Device::Cpu)?;
+    let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x9a7e);
+    let judged = gate::Judged {
+        held: &p.held,
+        meta: &p.held_meta,
+        gamma: p.gamma,
+    };
+    gate::judge(
+        &old,
+        candidate,
+        &judged,
+        &p.weights.hidden(),
+        &cfg.gate,
+        &mut rng,
+    )
+}
+
+/// Fine-tunes the policy in `model` (ONNX bytes of the running, verified bundle) on the
+/// log in `log_dir`. `progress` receives one line per stage.
+pub fn finetune(
+    model: &[u8],
+    log_dir: &Path,
+    cfg: &FinetuneConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Outcome, FinetuneError> {
+    let started = Instant::now();
+    let p = prepare(model, log_dir, cfg, progress)?;
+    let ucfg = OffPolicyConfig {
+        gamma: p.gamma,
+        ..cfg.update.clone()
+    };
+    let mut train = p.train.clone();
     if cfg.flip_reward_sign {
         // Diagnostic: the update optimises the opposite of the logged reward. The held-back
         // records (the gate's data) keep the logged reward.
         train.rewards.iter_mut().for_each(|r| *r = -*r);
     }
+    let (actor, update) = update_actor(&p, &train, &ucfg, cfg, progress)?;
+    drop(train);
+    let attempts = attempts::Ledger::at(cfg, log_dir);
+    let key = attempts::key(&p.summary, p.parent.policy_version);
+    let tried = attempts.count(&key);
+    let gate = if tried >= cfg.max_attempts {
+        GateReport {
+            held_back_records: p.held.len(),
+            reason: format!(
+                "refused: {tried} candidates of v{} were already judged on this log (limit {}); \
+                 retrying on the same data until one passes would defeat the test: log new data",
+                p.parent.policy_version, cfg.max_attempts
+            ),
+            ..Default::default()
+        }
+    } else {
+        if let Err(e) = attempts.record(&key) {
+            tracing::warn!("could not record the gate attempt: {e}");
+        }
+        progress(&format!(
+            "gate: judging greedy vs greedy on the {} most recent records (attempt {} of {})",
+            p.held.len(),
+            tried + 1,
+            cfg.max_attempts
+        ));
+        judge_candidate(&p, &actor, cfg)?
+    };
+    progress(&gate.reason);
+    let new_weights = PolicyWeights {
+        actor: actor.to_dense()?,
+        ..p.weights
+    };
+    let report = FinetuneReport {
+        parent_version: p.parent.policy_version,
+        log: p.summary,
+        update,
+        gate,
+        wall_s: started.elapsed().as_secs_f64(),
+        peak_rss_kib: crate::peak_rss_kib(),
+    };
+    Ok(Outcome {
+        parent: p.parent,
+        weights: new_weights,
+        report,
+    })
+}
 
-    // The running policy, twice: one copy is updated, the other is the reference.
+/// Steps 2–3: the greedy-target critic on `train`, then the clipped policy epochs.
+fn update_actor(
+    p: &Prepared,
+    train: &offpolicy::ReplayBatch,
+    ucfg: &OffPolicyConfig,
+    cfg: &FinetuneConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(MlpNet, UpdateReport), FinetuneError> {
     let dev = Device::Cpu;
-    let old = MlpNet::from_dense(&weights.actor, &dev)?;
-    let actor = MlpNet::from_dense(&weights.actor, &dev)?;
-    let hidden = weights.hidden();
-
+    let layout = p.weights.obs_layout;
+    let old = MlpNet::from_dense(&p.weights.actor, &dev)?;
+    let actor = MlpNet::from_dense(&p.weights.actor, &dev)?;
+    let hidden = p.weights.hidden();
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
     progress(&format!(
-        "fitting Q(s, a) on {} records ({} epochs, γ = {})",
+        "fitting Q(s, a) of the running greedy policy on {} records ({} epochs, γ = {:.4})",
         train.len(),
-        cfg.update.q_epochs,
-        cfg.update.gamma
+        ucfg.q_epochs,
+        ucfg.gamma
     ));
     let q = QCritic::new(
         layout.dim(),
@@ -321,24 +466,23 @@ pub fn finetune(
         &dev,
     )?;
     let mut qopt = Adam::new(q.net.vars(), 1e-5)?;
-    let critic_loss = offpolicy::fit_critic(&q, &mut qopt, &old, &train, &cfg.update, &mut rng)?;
-
+    let critic_loss = offpolicy::fit_critic(&q, &mut qopt, &old, train, ucfg, &mut rng)?;
     // Only states with a real choice enter the policy step: elsewhere the sequencer forces
     // the target phase, every ratio is 1 and every advantage 0.
-    let policy_batch = train.select(&data::decision_states(&train));
+    let policy_batch = train.select(&data::decision_states(train));
     progress(&format!(
         "updating the policy on {} decision states (≤ {} epochs, lr {}, clip {}, KL ≤ {})",
         policy_batch.len(),
-        cfg.update.epochs,
-        cfg.update.learning_rate,
-        cfg.update.clip_eps,
-        cfg.update.max_kl
+        ucfg.epochs,
+        ucfg.learning_rate,
+        ucfg.clip_eps,
+        ucfg.max_kl
     ));
     let stats = if policy_batch.is_empty() {
         OffPolicyStats::default()
     } else {
         let mut opt = Adam::new(actor.vars(), 1e-5)?;
-        offpolicy::update_policy(&actor, &mut opt, &q, &policy_batch, &cfg.update, &mut rng)?
+        offpolicy::update_policy(&actor, &mut opt, &q, &policy_batch, ucfg, &mut rng)?
     };
     let update = UpdateReport {
         training_records: train.len(),
@@ -347,31 +491,7 @@ pub fn finetune(
         policy: stats,
         flipped_reward_sign: cfg.flip_reward_sign,
     };
-    drop((train, policy_batch, q, qopt));
-
-    progress(&format!(
-        "gate: evaluating on {} held-back records with the logged reward",
-        held.len()
-    ));
-    let gate = gate::judge(&old, &actor, &held, &hidden, &cfg.gate, &mut rng)?;
-    progress(&gate.reason);
-    let new_weights = PolicyWeights {
-        actor: actor.to_dense()?,
-        ..weights
-    };
-    let report = FinetuneReport {
-        parent_version: parent.policy_version,
-        log: summary,
-        update,
-        gate,
-        wall_s: started.elapsed().as_secs_f64(),
-        peak_rss_kib: crate::peak_rss_kib(),
-    };
-    Ok(Outcome {
-        parent,
-        weights: new_weights,
-        report,
-    })
+    Ok((actor, update))
 }
 
 /// The candidate's manifest: the parent's, with `version`, and provenance naming the

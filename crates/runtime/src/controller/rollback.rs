@@ -1,0 +1,348 @@
+//! Rollback by itself: after a policy switch the controller watches live detector KPIs and
+//! switches back to the previous version on a significant regression.
+//!
+//! Two KPIs, from the detectors every decision interval, averaged over all signals' lanes:
+//! **queue** (halted vehicles / lane storage) and a **wait proxy** (vehicles present /
+//! lane storage: by Little's law, vehicles present integrate to the time they spend at the
+//! junction). Per-interval values are averaged into batches of `batch` controller time
+//! (5 min by default), which removes most of the autocorrelation of neighbouring
+//! intervals. The controller keeps the last `window` of batch means at all times; at a
+//! switch, those are the previous version's **comparable period** (the window right
+//! before the switch). When the new version has run one full `window`, each KPI's batch
+//! means after the switch are compared with those before by a one-sided exact
+//! permutation test of the difference of means (all splits of the pooled batches, or
+//! 4096 random ones when there are more); the version is rolled back if, for either KPI
+//! (Bonferroni: `alpha / 2` each), `p < alpha / 2` **and** the mean rose by at least
+//! `min_relative_increase`. One test per switch, at the end of the window: no repeated
+//! peeking, so `alpha` is the false-rollback rate under unchanged traffic.
+
+use greenwave_core::{LaneReading, Millis};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::Serialize;
+
+/// Settings of the automatic rollback.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RollbackConfig {
+    /// Watch switched-in versions and roll back on a regression (on by default).
+    pub enabled: bool,
+    /// Controller time after a switch before the test, and the length of the comparable
+    /// period before it.
+    pub window: Millis,
+    /// Length of one batch (the test's unit).
+    pub batch: Millis,
+    /// Significance level of the test over both KPIs (one-sided).
+    pub alpha: f64,
+    /// Smallest relative rise of a KPI's mean that counts as a regression.
+    pub min_relative_increase: f64,
+}
+
+impl Default for RollbackConfig {
+    fn default() -> Self {
+        RollbackConfig {
+            enabled: true,
+            window: Millis::from_secs(1800),
+            batch: Millis::from_secs(300),
+            alpha: 0.05,
+            min_relative_increase: 0.05,
+        }
+    }
+}
+
+/// The KPIs of one batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct KpiBatch {
+    /// Mean queue (halted / storage) over lanes and intervals.
+    pub queue: f64,
+    /// Mean vehicles present (density) over lanes and intervals.
+    pub wait_proxy: f64,
+}
+
+/// The evidence for one KPI.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KpiTest {
+    /// Which KPI.
+    pub kpi: &'static str,
+    /// Batch means before the switch.
+    pub before: Vec<f64>,
+    /// Batch means after it.
+    pub after: Vec<f64>,
+    /// Relative change of the mean (after / before − 1).
+    pub relative_change: f64,
+    /// One-sided permutation p-value of "after is higher".
+    pub p_value: f64,
+}
+
+/// What the watch concluded about a switched-in version.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RollbackEvent {
+    /// Controller time of the verdict (ms).
+    pub at_ms: u64,
+    /// Controller time of the switch (ms).
+    pub switched_at_ms: u64,
+    /// The watched version.
+    pub from_version: u32,
+    /// The version before it.
+    pub to_version: u32,
+    /// Whether it was rolled back (else kept).
+    pub rolled_back: bool,
+    /// The tests.
+    pub evidence: Vec<KpiTest>,
+}
+
+/// Collects batches and runs the test.
+#[derive(Clone, Debug)]
+pub(crate) struct RegressionWatch {
+    cfg: RollbackConfig,
+    sum: KpiBatch,
+    intervals: u64,
+    batch_start_ms: u64,
+    history: Vec<KpiBatch>,
+    watching: Option<Watched>,
+}
+
+#[derive(Clone, Debug)]
+struct Watched {
+    switched_at_ms: u64,
+    from_version: u32,
+    to_version: u32,
+    before: Vec<KpiBatch>,
+    after: Vec<KpiBatch>,
+}
+
+impl RegressionWatch {
+    pub(crate) fn new(cfg: RollbackConfig) -> Self {
+        RegressionWatch {
+            cfg,
+            sum: KpiBatch::default(),
+            intervals: 0,
+            batch_start_ms: 0,
+            history: Vec::new(),
+            watching: None,
+        }
+    }
+
+    fn batches_per_window(&self) -> usize {
+        (self.cfg.window.0 / self.cfg.batch.0.max(1)).max(2) as usize
+    }
+
+    /// One decision interval's readings (all signals' lanes observed in it).
+    pub(crate) fn record(&mut self, lanes: &[&[LaneReading]]) {
+        let n: usize = lanes.iter().map(|l| l.len()).sum();
+        if n == 0 {
+            return;
+        }
+        let mean = |f: fn(&LaneReading) -> f32| {
+            lanes
+                .iter()
+                .flat_map(|l| l.iter())
+                .map(|r| f(r) as f64)
+                .sum::<f64>()
+                / n as f64
+        };
+        self.sum.queue += mean(|r| r.queue);
+        self.sum.wait_proxy += mean(|r| r.density);
+        self.intervals += 1;
+    }
+
+    /// Closes a batch when `now_ms` reaches its end; returns a verdict when the watched
+    /// window is complete.
+    pub(crate) fn tick(&mut self, now_ms: u64) -> Option<RollbackEvent> {
+        if now_ms < self.batch_start_ms + self.cfg.batch.0 as u64 {
+            return None;
+        }
+        self.batch_start_ms = now_ms;
+        if self.intervals == 0 {
+            return None;
+        }
+        let k = self.intervals as f64;
+        let b = KpiBatch {
+            queue: self.sum.queue / k,
+            wait_proxy: self.sum.wait_proxy / k,
+        };
+        (self.sum, self.intervals) = (KpiBatch::default(), 0);
+        let keep = self.batches_per_window();
+        self.history.push(b);
+        if self.history.len() > keep {
+            self.history.remove(0);
+        }
+        let w = self.watching.as_mut()?;
+        w.after.push(b);
+        if w.after.len() < keep {
+            return None;
+        }
+        let w = self.watching.take()?;
+        Some(self.verdict(w, now_ms))
+    }
+
+    /// Starts watching a switch from `to_version` (the previous) to `from_version`.
+    /// Returns `false` (not watched) when disabled or with less than two batches of
+    /// history to compare with.
+    pub(crate) fn start(&mut self, now_ms: u64, from_version: u32, to_version: u32) -> bool {
+        self.watching = None;
+        if !self.cfg.enabled || self.history.len() < 2 {
+            return false;
+        }
+        // The batch in progress mixes versions: start a fresh one at the switch.
+        (self.sum, self.intervals, self.batch_start_ms) = (KpiBatch::default(), 0, now_ms);
+        self.watching = Some(Watched {
+            switched_at_ms: now_ms,
+            from_version,
+            to_version,
+            before: self.history.clone(),
+            after: Vec::new(),
+        });
+        true
+    }
+
+    fn verdict(&self, w: Watched, now_ms: u64) -> RollbackEvent {
+        let each = self.cfg.alpha / 2.0;
+        let kpis: [(&'static str, KpiOf); 2] =
+            [("queue", |b| b.queue), ("wait proxy", |b| b.wait_proxy)];
+        let evidence: Vec<KpiTest> = kpis
+            .iter()
+            .map(|(name, f)| {
+                let before: Vec<f64> = w.before.iter().map(f).collect();
+                let after: Vec<f64> = w.after.iter().map(f).collect();
+                let (mb, ma) = (mean(&before), mean(&after));
+                KpiTest {
+                    kpi: name,
+                    relative_change: if mb > 0.0 { ma / mb - 1.0 } else { 0.0 },
+                    p_value: permutation_p(&before, &after),
+                    before,
+                    after,
+                }
+            })
+            .collect();
+        let rolled_back = evidence
+            .iter()
+            .any(|t| t.p_value < each && t.relative_change >= self.cfg.min_relative_increase);
+        RollbackEvent {
+            at_ms: now_ms,
+            switched_at_ms: w.switched_at_ms,
+            from_version: w.from_version,
+            to_version: w.to_version,
+            rolled_back,
+            evidence,
+        }
+    }
+}
+
+/// Reads one KPI of a batch.
+type KpiOf = fn(&KpiBatch) -> f64;
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// One-sided permutation p-value of `mean(after) − mean(before)` being this large: exact
+/// over all splits when there are at most 4096, else 4096 random ones (fixed seed).
+pub(crate) fn permutation_p(before: &[f64], after: &[f64]) -> f64 {
+    let pooled: Vec<f64> = before.iter().chain(after).copied().collect();
+    let (n, k) = (pooled.len(), after.len());
+    let observed = mean(after) - mean(before);
+    let total: f64 = pooled.iter().sum();
+    let stat = |sel_sum: f64| sel_sum / k as f64 - (total - sel_sum) / (n - k) as f64;
+    let tol = 1e-12 * (1.0 + observed.abs());
+    let mut splits = combinations(n, k);
+    if splits.as_ref().is_none_or(|s| s.len() > 4096) {
+        let mut rng = StdRng::seed_from_u64(0x0b5e);
+        let mut idx: Vec<usize> = (0..n).collect();
+        splits = Some(
+            (0..4096)
+                .map(|_| {
+                    idx.shuffle(&mut rng);
+                    idx[..k].to_vec()
+                })
+                .collect(),
+        );
+    }
+    let splits = splits.unwrap_or_default();
+    let hits = splits
+        .iter()
+        .filter(|s| stat(s.iter().map(|&i| pooled[i]).sum()) >= observed - tol)
+        .count();
+    (hits as f64) / splits.len().max(1) as f64
+}
+
+/// Every `k`-subset of `0..n`, or `None` when there are more than 4096.
+fn combinations(n: usize, k: usize) -> Option<Vec<Vec<usize>>> {
+    let mut count = 1u128;
+    for i in 0..k.min(n) {
+        count = count * (n - i) as u128 / (i + 1) as u128;
+        if count > 4096 {
+            return None;
+        }
+    }
+    let mut out = Vec::new();
+    let mut cur: Vec<usize> = (0..k).collect();
+    loop {
+        out.push(cur.clone());
+        let Some(i) = (0..k).rev().find(|&i| cur[i] < n - k + i) else {
+            return Some(out);
+        };
+        cur[i] += 1;
+        let base = cur[i];
+        for (off, c) in cur[i + 1..].iter_mut().enumerate() {
+            *c = base + off + 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permutation_test_is_exact_and_one_sided() {
+        // Six after all above six before: only 1 split of 924 is as extreme.
+        let before = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95];
+        let after = [2.0, 2.1, 1.9, 2.0, 2.05, 1.95];
+        let p = permutation_p(&before, &after);
+        assert!((p - 1.0 / 924.0).abs() < 1e-9, "{p}");
+        // The other direction is not significant.
+        assert!(permutation_p(&after, &before) > 0.99);
+        assert_eq!(combinations(4, 2).unwrap().len(), 6);
+    }
+
+    #[test]
+    fn a_window_of_higher_queues_rolls_back_and_equal_ones_do_not() {
+        let cfg = RollbackConfig {
+            window: Millis::from_secs(60),
+            batch: Millis::from_secs(10),
+            ..Default::default()
+        };
+        let run = |after_queue: f32| {
+            let mut w = RegressionWatch::new(cfg.clone());
+            let mut t = 0;
+            let mut verdict = None;
+            for i in 0..120u64 {
+                let q = if w.watching.is_some() {
+                    after_queue
+                } else {
+                    0.2
+                };
+                let wobble = 0.01 * ((i * 7 % 5) as f32);
+                let lane = [LaneReading {
+                    queue: q + wobble,
+                    density: 0.3,
+                }];
+                w.record(&[&lane]);
+                t += 5000;
+                if let Some(v) = w.tick(t) {
+                    verdict = Some(v);
+                    break;
+                }
+                if i == 60 {
+                    assert!(w.start(t, 2, 1));
+                }
+            }
+            verdict.expect("a verdict within the window")
+        };
+        let bad = run(0.4);
+        assert!(bad.rolled_back, "{bad:?}");
+        assert!(bad.at_ms - bad.switched_at_ms <= 60_000 + 10_000);
+        assert!(!run(0.2).rolled_back);
+    }
+}
