@@ -27,7 +27,7 @@ fn net_models(net: &NetFile) -> Vec<greenwave_sim::sumo::TlsModel> {
     };
     build_models(net, opts).unwrap().models
 }
-use greenwave_sim::sumo::{NetFile, SumoConfig};
+use greenwave_sim::sumo::NetFile;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

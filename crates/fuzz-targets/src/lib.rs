@@ -33,6 +33,7 @@ pub fn all_targets() -> Vec<Target> {
     v.extend([
         ("sumo_xml", sumo_xml as fn(&[u8])),
         ("traci_reply", traci_reply),
+        ("sumo_timing", sumo_timing),
     ]);
     v
 }

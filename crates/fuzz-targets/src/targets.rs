@@ -151,17 +151,54 @@ pub fn onnx_policy(data: &[u8]) {
 /// tripinfo output (odd first byte).
 #[cfg(feature = "sumo")]
 pub fn sumo_xml(data: &[u8]) {
-    use greenwave_core::PhaseTiming;
-    use greenwave_sim::sumo::{model::build_models, tripinfo::summarize_from, NetFile};
+    use greenwave_sim::sumo::{
+        model::build_models, tripinfo::summarize_from, ModelOptions, NetFile, TimingSpec,
+    };
     let Some((net, rest)) = split_selector(data) else {
         return;
     };
     if net {
         if let Ok(net) = NetFile::parse(rest) {
-            let _ = build_models(&net, PhaseTiming::from_secs(5, 60, 3, 2));
+            let opts = ModelOptions {
+                program: None,
+                timing: &TimingSpec::default(),
+                step_ms: 1000,
+            };
+            if let Ok(models) = build_models(&net, opts) {
+                // Every derived plan shows conflict-free states for its own phases.
+                for m in &models.models {
+                    let _ = m.audit_states(&[]);
+                }
+            }
         }
     } else {
         let _ = summarize_from(rest, &[12.0, 0.0]);
+    }
+}
+
+/// A SUMO timing file (TOML): parsed, then applied to every phase of a fixed net timing,
+/// so the bounds checks see whatever values the file holds.
+#[cfg(feature = "sumo")]
+pub fn sumo_timing(data: &[u8]) {
+    use greenwave_core::Millis;
+    use greenwave_sim::sumo::timing::{resolve, NetPhaseTiming};
+    use greenwave_sim::sumo::TimingSpec;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(spec) = TimingSpec::from_toml(text, "fuzz") else {
+        return;
+    };
+    let net = NetPhaseTiming {
+        yellow: Millis(3000),
+        all_red: Millis(1000),
+        max_green: Millis(60_000),
+    };
+    for id in spec.signals.keys().map(String::as_str).chain(["J"]) {
+        let mut notes = Vec::new();
+        if let Ok(t) = resolve(id, net, &spec.overrides_for(id), 1000, &mut notes) {
+            assert!(t.min_green < t.max_green, "{t:?}");
+        }
     }
 }
 
