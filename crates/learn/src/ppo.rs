@@ -259,6 +259,9 @@ pub fn surrogate_grad_norm(
 }
 
 #[cfg(test)]
+mod direction_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use greenwave_core::ObsLayout;

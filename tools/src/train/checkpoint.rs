@@ -125,7 +125,7 @@ fn load_net(map: &HashMap<String, Tensor>, prefix: &str, net: &MlpNet, file: &Pa
                 v.dims()
             );
         }
-        v.set(t)?;
+        v.set(&t.to_device(v.device())?)?;
     }
     Ok(())
 }
@@ -138,8 +138,9 @@ fn load_adam(
     file: &Path,
 ) -> Result<()> {
     for i in 0..opt.m.len() {
-        opt.m[i] = take(map, &format!("{prefix}.m.{i}"), file)?.clone();
-        opt.v[i] = take(map, &format!("{prefix}.v.{i}"), file)?.clone();
+        let dev = opt.m[i].device().clone();
+        opt.m[i] = take(map, &format!("{prefix}.m.{i}"), file)?.to_device(&dev)?;
+        opt.v[i] = take(map, &format!("{prefix}.v.{i}"), file)?.to_device(&dev)?;
     }
     opt.t = t;
     Ok(())

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
+use super::device::ComputeDevice;
 use super::{train, Algo, TrainConfig};
 use crate::backend::{Backend, BackendArgs};
 
@@ -66,6 +67,10 @@ pub struct TrainArgs {
     /// Stop after this many iterations (resume later with `--resume`).
     #[arg(long)]
     pub stop_after_iterations: Option<u64>,
+    /// Where the learner's networks and updates run. `cuda` needs a build with
+    /// `--features cuda` (never in CI); rollouts always run on the CPU.
+    #[arg(long, value_enum, default_value_t = ComputeDevice::Cpu)]
+    pub device: ComputeDevice,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -87,6 +92,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.hidden = args.hidden.clone();
     cfg.episode_s = args.episode_seconds;
     cfg.stop_after_iterations = args.stop_after_iterations;
+    cfg.device = args.device;
     if let Some(lr) = args.learning_rate {
         cfg.ppo.learning_rate = lr;
         cfg.offpolicy.learning_rate = lr;

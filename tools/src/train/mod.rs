@@ -12,6 +12,7 @@
 
 pub mod checkpoint;
 pub mod cli;
+pub mod device;
 pub mod plots;
 pub mod rollout;
 
@@ -20,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use candle_core::Device;
 use greenwave_core::ObsLayout;
 use greenwave_learn::gae::{gae, Trajectory};
 use greenwave_learn::offpolicy::{self, OffPolicyConfig, QCritic, ReplayBatch};
@@ -33,6 +33,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendArgs};
+use device::ComputeDevice;
 use rollout::{collect_parallel, episode_seed, AgentTrajectory, EnvSlot};
 
 /// Normalised observations are clipped to ±this.
@@ -103,6 +104,9 @@ pub struct TrainConfig {
     /// same settings; the learning-rate schedule follows `total_steps`).
     #[serde(default)]
     pub stop_after_iterations: Option<u64>,
+    /// Where the learner runs (`--device`); absent in older runs: CPU.
+    #[serde(default)]
+    pub device: ComputeDevice,
 }
 
 impl TrainConfig {
@@ -130,6 +134,7 @@ impl TrainConfig {
             demand: None,
             command: String::new(),
             stop_after_iterations: None,
+            device: ComputeDevice::Cpu,
         }
     }
 }
@@ -348,7 +353,7 @@ pub struct Learner {
 
 impl Learner {
     fn fresh(cfg: &TrainConfig, layout: ObsLayout) -> Result<Self> {
-        let dev = Device::Cpu;
+        let dev = cfg.device.candle()?;
         let net = ActorCritic::new(layout, &cfg.hidden, cfg.seed, &dev)?;
         let opt = Adam::new(net.vars(), 1e-5)?;
         let q = match cfg.algo {
@@ -403,6 +408,8 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
         bail!("--envs, --rollout-steps and --steps must all be at least 1");
     }
     cfg.sim.check()?;
+    // Fail before any simulator starts when this build cannot give the asked device.
+    cfg.device.candle()?;
     match cfg.sim.backend {
         Backend::Embedded => {
             let scenario = scenario_of(cfg)?;
