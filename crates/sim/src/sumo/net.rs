@@ -162,14 +162,9 @@ impl NetFile {
     /// The program of light `id` that runs: `wanted` if the light has a program of that
     /// id, else the last one in the file (SUMO makes the last program loaded active).
     pub fn active_program(&self, id: &str, wanted: Option<&str>) -> Option<&TlLogic> {
-        let of_light = self.tl_logics.iter().filter(|t| t.id == id);
-        match wanted {
-            Some(w) => of_light
-                .clone()
-                .find(|t| t.program_id == w)
-                .or(of_light.last()),
-            None => of_light.last(),
-        }
+        let mut of_light = self.tl_logics.iter().filter(|t| t.id == id);
+        let chosen = wanted.and_then(|w| of_light.clone().find(|t| t.program_id == w));
+        chosen.or_else(|| of_light.next_back())
     }
 
     /// Parses a network from XML text (for tests and in-memory nets).
@@ -278,7 +273,7 @@ impl NetFile {
                         // bypasses the light); treated as uncontrolled.
                         let link_index = match attrs.num(name, "linkIndex")? {
                             None => None,
-                            Some(v) if v == -1.0 => None,
+                            Some(-1.0) => None,
                             Some(v) if v >= 0.0 && v.fract() == 0.0 && v < 1e6 => Some(v as usize),
                             Some(v) => {
                                 return Err(format!("<connection linkIndex=\"{v}\">: bad index"))
@@ -378,6 +373,49 @@ mod tests {
         let j = &net.junctions["J"];
         assert_eq!(j.foes, vec![vec![false, true], vec![true, false]]);
         assert_eq!(j.int_lanes, vec![":J_0_0", ":J_1_0"]);
+    }
+
+    #[test]
+    fn programs_the_active_one_and_uncontrolled_links() {
+        let xml = r#"<net>
+            <tlLogic id="J" type="static" programID="a"><phase duration="30" state="Gr"/></tlLogic>
+            <tlLogic id="J" type="actuated" programID="b">
+                <phase duration="30" minDur="5" maxDur="45" state="rG"/></tlLogic>
+            <connection from="x" to="y" fromLane="0" toLane="0" tl="J" linkIndex="-1"/>
+        </net>"#;
+        let net = NetFile::parse(xml.as_bytes()).unwrap();
+        assert_eq!(net.tls_ids(), ["J"]);
+        assert_eq!(net.active_program("J", None).unwrap().program_id, "b");
+        assert_eq!(net.active_program("J", Some("a")).unwrap().program_id, "a");
+        assert_eq!(net.active_program("J", Some("zz")).unwrap().program_id, "b");
+        let b = net.active_program("J", None).unwrap();
+        assert_eq!(
+            (b.kind.as_str(), b.phases[0].max_dur_s),
+            ("actuated", Some(45.0))
+        );
+        assert_eq!(
+            net.connections[0].link_index, None,
+            "linkIndex -1: uncontrolled"
+        );
+        let bad =
+            r#"<net><connection from="x" to="y" fromLane="0" toLane="0" linkIndex="-2"/></net>"#;
+        assert!(NetFile::parse(bad.as_bytes())
+            .unwrap_err()
+            .contains("bad index"));
+    }
+
+    #[test]
+    fn reads_gzip_nets() {
+        use std::io::Write;
+        let xml =
+            r#"<net><tlLogic id="J" programID="0"><phase duration="3" state="G"/></tlLogic></net>"#;
+        let path = std::env::temp_dir().join(format!("gw-net-{}.net.xml.gz", std::process::id()));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(xml.as_bytes()).unwrap();
+        std::fs::write(&path, gz.finish().unwrap()).unwrap();
+        let net = NetFile::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(net.tls_ids(), ["J"]);
     }
 
     #[test]
