@@ -224,7 +224,7 @@ pub enum EnvSource {
     Embedded(Scenario),
     /// SUMO.
     #[cfg(feature = "sumo")]
-    Sumo(greenwave_sim::sumo::SumoConfig),
+    Sumo(Box<greenwave_sim::sumo::SumoConfig>),
 }
 
 impl EnvSource {
@@ -263,7 +263,7 @@ impl EnvSource {
                 eprintln!("note: traffic light {}: {note}", m.id);
             }
         }
-        Ok(EnvSource::Sumo(cfg))
+        Ok(EnvSource::Sumo(Box::new(cfg)))
     }
 
     #[cfg(not(feature = "sumo"))]
