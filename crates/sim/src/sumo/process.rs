@@ -77,9 +77,51 @@ fn describe(status: ExitStatus) -> String {
     status.to_string()
 }
 
+/// A TCP port handed to one SUMO of this process. The OS's free port is free only until
+/// someone binds it: two SUMOs started at once (parallel seeds or environments) could be
+/// handed the same one, one of them then fails to bind and its client is reset during the
+/// handshake. Ports leased here are not handed out again until their SUMO is gone.
+struct PortLease {
+    port: u16,
+}
+
+static LEASED_PORTS: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+impl PortLease {
+    fn new() -> Result<Self, SumoError> {
+        let mut leased = LEASED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..64 {
+            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .and_then(|l| l.local_addr())
+                .map_err(|source| SumoError::Io {
+                    what: "finding a free TCP port".into(),
+                    source,
+                })?
+                .port();
+            if !leased.contains(&port) {
+                leased.push(port);
+                return Ok(PortLease { port });
+            }
+        }
+        Err(SumoError::Io {
+            what: "finding a free TCP port".into(),
+            source: std::io::Error::other("the OS kept offering ports already leased"),
+        })
+    }
+}
+
+impl Drop for PortLease {
+    fn drop(&mut self) {
+        let mut leased = LEASED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        leased.retain(|&p| p != self.port);
+    }
+}
+
 /// A running `sumo` with a TraCI connection.
 pub(crate) struct SumoProcess {
     child: Child,
+    /// Released after the `Drop` impl below has stopped SUMO (fields drop after it).
+    port: PortLease,
     traci: Option<Traci>,
     log: PathBuf,
     work: Option<WorkDir>,
@@ -98,15 +140,7 @@ impl SumoProcess {
         startup_timeout: Duration,
         reply_timeout: Duration,
     ) -> Result<Self, SumoError> {
-        // Ask the OS for a free port; the tiny window before SUMO binds it is harmless on
-        // a workstation (a clash shows up as SUMO exiting with a bind error in its log).
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .map_err(|source| SumoError::Io {
-                what: "finding a free TCP port".into(),
-                source,
-            })?
-            .port();
+        let port = PortLease::new()?;
         let log = work.file("sumo.log");
         let out = File::create(&log).map_err(|source| SumoError::Io {
             what: format!("creating {}", log.display()),
@@ -120,7 +154,7 @@ impl SumoProcess {
         let child = Command::new(binary)
             .args(args)
             .arg("--remote-port")
-            .arg(port.to_string())
+            .arg(port.port.to_string())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -131,13 +165,14 @@ impl SumoProcess {
             })?;
         let mut p = SumoProcess {
             child,
+            port,
             traci: None,
             log,
             work: Some(work),
             reply_timeout,
             version: String::new(),
         };
-        let stream = p.connect(port, startup_timeout)?;
+        let stream = p.connect(p.port.port, startup_timeout)?;
         p.traci = Some(
             Traci::new(stream, reply_timeout).map_err(|source| SumoError::Traci {
                 context: "configuring the TraCI socket".into(),
