@@ -64,6 +64,37 @@ pub struct BackendArgs {
     #[command(flatten)]
     #[serde(default)]
     pub timing: SumoTimingArgs,
+    /// The reward `train` optimises on SUMO (the embedded scenarios name their own); see
+    /// "Training on real networks" in tools/README.md.
+    #[arg(long, value_enum, default_value_t = RewardArg::WaitDelta)]
+    #[serde(default)]
+    pub reward: RewardArg,
+}
+
+/// `--reward` values: [`greenwave_core::RewardKind`] on the command line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RewardArg {
+    /// Decrease of the waiting time summed over the approach zones, per 100 s.
+    #[default]
+    WaitDelta,
+    /// Minus the vehicles halted in the approach zones, per 10.
+    Queue,
+    /// Minus |vehicles in the approach zones − vehicles on the exits|, per 10.
+    Pressure,
+    /// Minus the approach zones' delay rate (Σ 1 − speed / limit over their vehicles), per 10.
+    Delay,
+}
+
+impl From<RewardArg> for greenwave_core::RewardKind {
+    fn from(r: RewardArg) -> Self {
+        match r {
+            RewardArg::WaitDelta => greenwave_core::RewardKind::WaitDelta,
+            RewardArg::Queue => greenwave_core::RewardKind::Queue,
+            RewardArg::Pressure => greenwave_core::RewardKind::Pressure,
+            RewardArg::Delay => greenwave_core::RewardKind::Delay,
+        }
+    }
 }
 
 /// Timing options of `--backend sumo`. Each light's yellow, all-red and max green come
@@ -140,6 +171,7 @@ impl BackendArgs {
             routes: Some(routes.into()),
             begin: 0.0,
             timing: SumoTimingArgs::default(),
+            reward: RewardArg::default(),
         }
     }
 
@@ -152,11 +184,13 @@ impl BackendArgs {
                     || self.routes.is_some()
                     || self.begin != 0.0
                     || self.timing.is_set()
+                    || self.reward != RewardArg::default()
                 {
                     bail!(
-                        "--net, --routes, --begin and the timing options (--timing, --program, \
-                         --yellow, --all-red, --min-green, --max-green, --decision-interval) \
-                         are SUMO options: add `--backend sumo`"
+                        "--net, --routes, --begin, --reward and the timing options (--timing, \
+                         --program, --yellow, --all-red, --min-green, --max-green, \
+                         --decision-interval) are SUMO options: add `--backend sumo` (an \
+                         embedded scenario names its reward in its file)"
                     );
                 }
             }
@@ -198,6 +232,7 @@ impl BackendArgs {
         let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, routes);
         cfg.begin_s = self.begin;
         cfg.seed = seed;
+        cfg.reward = self.reward.into();
         if let Some(s) = seconds {
             cfg.seconds = s;
         }

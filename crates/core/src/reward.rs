@@ -14,6 +14,10 @@ pub struct RewardInputs {
     pub queue_veh: f32,
     /// Vehicles on incoming lanes minus vehicles on outgoing lanes.
     pub pressure_veh: f32,
+    /// The incoming vehicles' delay rate: the sum over them of `1 − speed / speed limit`
+    /// (a halted vehicle counts 1, one at the limit 0), in vehicle-seconds of delay per
+    /// second.
+    pub delay_veh: f32,
 }
 
 /// Which reward a signal is trained on.
@@ -26,6 +30,10 @@ pub enum RewardKind {
     Queue,
     /// Minus the absolute pressure, per 10 vehicles.
     Pressure,
+    /// Minus the incoming vehicles' delay rate, per 10 vehicles: every vehicle slower
+    /// than its speed limit counts, crawling ones too, so stop-and-go service that keeps
+    /// queues creeping does not pass for short waits.
+    Delay,
 }
 
 impl RewardKind {
@@ -35,6 +43,7 @@ impl RewardKind {
             RewardKind::WaitDelta => (prev.total_wait_s - now.total_wait_s) / 100.0,
             RewardKind::Queue => -now.queue_veh / 10.0,
             RewardKind::Pressure => -libm::fabsf(now.pressure_veh) / 10.0,
+            RewardKind::Delay => -now.delay_veh / 10.0,
         }
     }
 }
@@ -49,14 +58,17 @@ mod tests {
             total_wait_s: 300.0,
             queue_veh: 5.0,
             pressure_veh: 4.0,
+            delay_veh: 2.0,
         };
         let b = RewardInputs {
             total_wait_s: 250.0,
             queue_veh: 8.0,
             pressure_veh: -6.0,
+            delay_veh: 7.5,
         };
         assert_eq!(RewardKind::WaitDelta.reward(&a, &b), 0.5);
         assert_eq!(RewardKind::Queue.reward(&a, &b), -0.8);
         assert_eq!(RewardKind::Pressure.reward(&a, &b), -0.6);
+        assert_eq!(RewardKind::Delay.reward(&a, &b), -0.75);
     }
 }

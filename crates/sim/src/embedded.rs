@@ -521,6 +521,8 @@ impl State {
                 total_wait_s: wait_s as f32,
                 queue_veh: queue as f32,
                 pressure_veh: incoming as f32 - outgoing as f32,
+                // Vehicles here run at free speed until they join the queue.
+                delay_veh: queue as f32,
             };
             let sig = &mut self.signals[s];
             rewards.push(reward_kind.reward(&sig.reward_inputs, &inputs));

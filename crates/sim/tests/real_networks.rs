@@ -164,3 +164,39 @@ fn a_light_with_one_green_stays_on_its_program_and_the_net_still_runs() {
     while !env.step(&vec![0; n]).unwrap().done {}
     assert!(env.metrics().throughput_veh > 0);
 }
+
+/// On a junction whose stop-line lanes are 64 m pockets, a starved approach's queue runs
+/// back past the pocket: the reward (and the observation) must count it there, or a policy
+/// that starves an approach looks no worse than one that serves it.
+#[test]
+fn queues_behind_short_stop_line_lanes_count_in_the_reward() {
+    if !have_sumo() {
+        return;
+    }
+    let work = work_dir("pocket");
+    let home = sumo_home().unwrap();
+    let net = real_nets::pocket_junction(&home, &work, 0.9, 7).unwrap();
+    let mut cfg = real_nets::config(&net, 900.0, 1);
+    cfg.reward = greenwave_core::RewardKind::Queue;
+    let file = greenwave_sim::sumo::NetFile::read(&net.net).unwrap();
+    let mut env = SumoEnv::new(cfg).unwrap();
+    assert_eq!(env.models().len(), 1);
+    let pockets_veh: f64 = env.models()[0]
+        .in_lanes
+        .iter()
+        .map(|id| file.lanes[id].length_m / 7.5)
+        .sum();
+    // Always ask for phase 0: the other approaches get only what max green forces.
+    let mut halted = 0.0f64;
+    loop {
+        let out = env.step(&[0]).unwrap();
+        halted = halted.max(-10.0 * out.rewards[0] as f64);
+        if out.done {
+            break;
+        }
+    }
+    assert!(
+        halted > pockets_veh,
+        "at most {halted:.0} halted vehicles counted; the stop-line lanes alone hold {pockets_veh:.0}"
+    );
+}

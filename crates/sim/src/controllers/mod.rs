@@ -17,7 +17,7 @@ use greenwave_core::{Interval, PhaseId, Sequencer};
 
 pub use actuated::Actuated;
 pub use fixed_time::{webster_plan, FixedTime, FixedTimePlan, Stage};
-pub use max_pressure::MaxPressure;
+pub use max_pressure::{MaxPressure, DETECTION_RANGE_M};
 
 use crate::env::{Env, EnvError, EpisodeMetrics, MovementDetector};
 use crate::scenario::Scenario;

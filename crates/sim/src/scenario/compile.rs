@@ -357,6 +357,7 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
         RewardName::WaitDelta => RewardKind::WaitDelta,
         RewardName::Queue => RewardKind::Queue,
         RewardName::Pressure => RewardKind::Pressure,
+        RewardName::Delay => RewardKind::Delay,
     };
     Ok(Compiled {
         network: Network {

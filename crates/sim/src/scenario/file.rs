@@ -63,6 +63,8 @@ pub enum RewardName {
     Queue,
     /// Minus the absolute pressure.
     Pressure,
+    /// Minus the incoming vehicles' delay rate.
+    Delay,
 }
 
 /// Traffic-flow model parameters, shared by every link.

@@ -336,6 +336,7 @@ impl Scenario {
             RewardKind::WaitDelta => file::RewardName::WaitDelta,
             RewardKind::Queue => file::RewardName::Queue,
             RewardKind::Pressure => file::RewardName::Pressure,
+            RewardKind::Delay => file::RewardName::Delay,
         };
         Scenario {
             reward,

@@ -10,10 +10,11 @@ use greenwave_core::{
     LaneReading, Millis, ObsLayout, PhaseId, RewardInputs, RewardKind, Sequencer,
 };
 
+use super::approach::{approach_zone, ZoneLane, APPROACH_RANGE_M};
 use super::model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
 use super::net::{NetFile, NetLane};
 use super::process::{SumoProcess, WorkDir};
-use super::readings::{Answer, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
+use super::readings::{Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
 use super::traci::{cmd, var, Message, Reply, TraciError, Value};
 use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome};
@@ -44,20 +45,23 @@ struct Lanes {
     ids: Vec<String>,
     index: HashMap<String, usize>,
     storage_veh: Vec<f32>,
-    /// Incoming lanes of some signal: they carry a loop and a waiting-time subscription.
-    observed: Vec<bool>,
+    /// What is read of each lane.
+    role: Vec<LaneRole>,
     vehicles: Vec<f32>,
     halting: Vec<f32>,
     waiting_s: Vec<f32>,
+    mean_speed_mps: Vec<f32>,
+    /// Per lane: its speed limit (m/s).
+    limit_mps: Vec<f32>,
     since_detection_s: Vec<f32>,
     /// Per lane: the loop's setback (m) and the free-flow travel from it to the stop line (s).
     loop_at: Vec<(f64, f32)>,
 }
 
 impl Lanes {
-    fn add(&mut self, id: &str, lane: Option<&NetLane>, observed: bool) -> usize {
+    fn add(&mut self, id: &str, lane: Option<&NetLane>, role: LaneRole) -> usize {
         if let Some(&i) = self.index.get(id) {
-            self.observed[i] |= observed;
+            self.role[i] = self.role[i].max(role);
             return i;
         }
         let i = self.ids.len();
@@ -66,9 +70,12 @@ impl Lanes {
         let length_m = lane.map_or(0.0, |l| l.length_m);
         self.storage_veh
             .push((length_m / VEHICLE_SPACING_M).max(1.0) as f32);
-        let (setback_m, zone_s) = loop_setback(length_m, lane.and_then(|l| l.speed_mps));
+        let speed_mps = lane.and_then(|l| l.speed_mps);
+        self.limit_mps
+            .push(speed_mps.unwrap_or(DEFAULT_SPEED_MPS).max(0.1) as f32);
+        let (setback_m, zone_s) = loop_setback(length_m, speed_mps);
         self.loop_at.push((setback_m, zone_s as f32));
-        self.observed.push(observed);
+        self.role.push(role);
         i
     }
 
@@ -78,6 +85,7 @@ impl Lanes {
             &mut self.vehicles,
             &mut self.halting,
             &mut self.waiting_s,
+            &mut self.mean_speed_mps,
             &mut self.since_detection_s,
         ] {
             v.clear();
@@ -88,15 +96,108 @@ impl Lanes {
     fn sum(&self, lanes: &[usize], of: &[f32]) -> f32 {
         lanes.iter().map(|&l| of[l]).sum()
     }
+
+    /// The readings of an approach zone.
+    fn zone_reading(&self, zone: &[(usize, ZoneLane)]) -> ZoneReading {
+        let mut r = ZoneReading::default();
+        for (i, z) in zone {
+            let (v, h, w) = z.in_zone(self.vehicles[*i], self.halting[*i], self.waiting_s[*i]);
+            // SUMO's mean speed counts the halted vehicles at 0: the moving ones' mean is
+            // the rest. Halted vehicles are all delay, moving ones their slowdown.
+            let (n, halted) = (self.vehicles[*i], self.halting[*i]);
+            let moving_mps = if n > halted {
+                self.mean_speed_mps[*i] * n / (n - halted)
+            } else {
+                self.limit_mps[*i]
+            };
+            let slowdown = (1.0 - moving_mps / self.limit_mps[*i]).clamp(0.0, 1.0);
+            r.vehicles += v;
+            r.halting += h;
+            r.waiting_s += w;
+            r.storage_veh += z.storage_veh();
+            r.delay_veh += h + (v - h).max(0.0) * slowdown;
+        }
+        r
+    }
+}
+
+/// What an approach zone holds.
+#[derive(Clone, Copy, Debug, Default)]
+struct ZoneReading {
+    vehicles: f32,
+    halting: f32,
+    waiting_s: f32,
+    storage_veh: f32,
+    /// Σ (1 − speed / limit) over the zone's vehicles.
+    delay_veh: f32,
 }
 
 /// One signal's lanes as indices into [`Lanes`].
 #[derive(Clone, Debug)]
 struct SignalLanes {
     incoming: Vec<usize>,
+    /// Per incoming lane, its approach zone (observations).
+    approach: Vec<Vec<(usize, ZoneLane)>>,
+    /// The union of the approach zones, each lane once (rewards).
+    zone: Vec<(usize, ZoneLane)>,
     outgoing: Vec<usize>,
     movement_in: Vec<Vec<usize>>,
     movement_out: Vec<Vec<usize>>,
+}
+
+impl SignalLanes {
+    /// Registers the lanes of signal `m` in `lanes`: its stop-line lanes with their
+    /// approach zones, and its outgoing lanes.
+    fn new(net: &NetFile, m: &TlsModel, lanes: &mut Lanes) -> Self {
+        let mut add = |ids: &[String], role: LaneRole| -> Vec<usize> {
+            ids.iter()
+                .map(|id| lanes.add(id, net.lanes.get(id), role))
+                .collect()
+        };
+        let incoming = add(&m.in_lanes, LaneRole::StopLine);
+        let outgoing = add(&m.out_lanes, LaneRole::Outgoing);
+        let movement_in = m
+            .movement_in_lanes
+            .iter()
+            .map(|l| add(l, LaneRole::StopLine))
+            .collect();
+        let movement_out = m
+            .movement_out_lanes
+            .iter()
+            .map(|l| add(l, LaneRole::Outgoing))
+            .collect();
+        let approach: Vec<Vec<(usize, ZoneLane)>> = m
+            .in_lanes
+            .iter()
+            .map(|id| {
+                approach_zone(net, id, APPROACH_RANGE_M)
+                    .into_iter()
+                    .map(|z| {
+                        (
+                            lanes.add(&z.lane, net.lanes.get(&z.lane), LaneRole::Approach),
+                            z,
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut zone: Vec<(usize, ZoneLane)> = Vec::new();
+        for (i, z) in approach.iter().flatten() {
+            match zone.iter_mut().find(|(j, _)| j == i) {
+                Some((_, have)) if have.covered_m < z.covered_m => *have = z.clone(),
+                Some(_) => {}
+                None => zone.push((*i, z.clone())),
+            }
+        }
+        SignalLanes {
+            incoming,
+            approach,
+            zone,
+            outgoing,
+            movement_in,
+            movement_out,
+        }
+    }
 }
 
 /// greenwave's [`Env`] over SUMO: every traffic light of the network is a signal driven by
@@ -104,11 +205,13 @@ struct SignalLanes {
 /// display change; SUMO's static programs are not used (see
 /// [`run_static_program`](SumoEnv::run_static_program) for that).
 ///
-/// * Observations: per signal, its incoming lanes' vehicle count and halting count over the
-///   lane's storage (`length / 7.5 m`), in greenwave-core's [`ObsLayout`].
-/// * Rewards from [`RewardInputs`]: the summed waiting time of the vehicles on the incoming
-///   lanes (SUMO's lane waiting time), halting vehicles, and incoming minus outgoing
-///   vehicles (pressure).
+/// * Observations: per signal, for each incoming lane the vehicle count and halting count
+///   in its approach zone (the lane and its unsignalised feeders up to
+///   [`APPROACH_RANGE_M`], see [`super::approach`]) over the zone's storage (`length /
+///   7.5 m`), in greenwave-core's [`ObsLayout`].
+/// * Rewards from [`RewardInputs`] over the union of the approach zones: the summed waiting
+///   time (SUMO's lane waiting time), halting vehicles, vehicles minus those on the
+///   outgoing lanes (pressure), and the delay rate Σ (1 − speed / limit).
 /// * Detectors ([`Env::detectors`]): per movement, halting vehicles (queue) and vehicles on
 ///   its incoming lanes (upstream; a lane shared by two movements counts for both), on its
 ///   outgoing lanes (downstream) with their storage; `gap_s` from an induction loop the
@@ -176,17 +279,7 @@ impl SumoEnv {
         let mut lanes = Lanes::default();
         let mut signal_lanes = Vec::with_capacity(models.len());
         for m in &models {
-            let mut add = |ids: &[String], observed: bool| -> Vec<usize> {
-                ids.iter()
-                    .map(|id| lanes.add(id, net.lanes.get(id), observed))
-                    .collect()
-            };
-            signal_lanes.push(SignalLanes {
-                incoming: add(&m.in_lanes, true),
-                outgoing: add(&m.out_lanes, false),
-                movement_in: m.movement_in_lanes.iter().map(|l| add(l, true)).collect(),
-                movement_out: m.movement_out_lanes.iter().map(|l| add(l, false)).collect(),
-            });
+            signal_lanes.push(SignalLanes::new(&net, m, &mut lanes));
         }
         lanes.reset_readings();
         let mut specs = Vec::with_capacity(models.len());
@@ -213,7 +306,7 @@ impl SumoEnv {
                 .ids
                 .iter()
                 .map(String::as_str)
-                .zip(lanes.observed.iter().copied()),
+                .zip(lanes.role.iter().copied()),
         );
         let mut env = SumoEnv {
             seed: cfg.seed,
@@ -342,7 +435,7 @@ impl SumoEnv {
         let loops = work.file("greenwave-loops.add.xml");
         let mut xml = String::from("<additional>\n");
         for (i, id) in self.lanes.ids.iter().enumerate() {
-            if !self.lanes.observed[i] {
+            if self.lanes.role[i] != LaneRole::StopLine {
                 continue;
             }
             xml.push_str(&format!(
@@ -507,6 +600,7 @@ impl SumoEnv {
             Slot::Vehicles(i) => lanes.vehicles[i] = x as f32,
             Slot::Halting(i) => lanes.halting[i] = x as f32,
             Slot::Waiting(i) => lanes.waiting_s[i] = x as f32,
+            Slot::MeanSpeed(i) => lanes.mean_speed_mps[i] = x as f32,
             Slot::SinceDetection(i) => lanes.since_detection_s[i] = x as f32,
             Slot::Time => return Some(x),
         }
@@ -528,10 +622,12 @@ impl SumoEnv {
     fn reward_inputs(&self, signal: usize) -> RewardInputs {
         let sl = &self.signal_lanes[signal];
         let l = &self.lanes;
+        let zone = l.zone_reading(&sl.zone);
         RewardInputs {
-            total_wait_s: l.sum(&sl.incoming, &l.waiting_s),
-            queue_veh: l.sum(&sl.incoming, &l.halting),
-            pressure_veh: l.sum(&sl.incoming, &l.vehicles) - l.sum(&sl.outgoing, &l.vehicles),
+            total_wait_s: zone.waiting_s,
+            queue_veh: zone.halting,
+            pressure_veh: zone.vehicles - l.sum(&sl.outgoing, &l.vehicles),
+            delay_veh: zone.delay_veh,
         }
     }
 
@@ -832,10 +928,11 @@ impl Env for SumoEnv {
             .ok_or(EnvError::UnknownSignal { signal, count })?;
         let l = &self.lanes;
         let readings: Vec<LaneReading> = self.signal_lanes[signal]
-            .incoming
+            .approach
             .iter()
-            .map(|&i| {
-                let r = LaneReading::from_counts(l.vehicles[i], l.halting[i], l.storage_veh[i]);
+            .map(|zone| {
+                let z = l.zone_reading(zone);
+                let r = LaneReading::from_counts(z.vehicles, z.halting, z.storage_veh.max(1.0));
                 // Short vehicles can pack a lane past the 7.5 m-per-car storage estimate;
                 // that is real traffic, not a faulty detector, so it saturates.
                 LaneReading {

@@ -20,6 +20,7 @@ use greenwave_core::RewardKind;
 
 use crate::env::EnvError;
 
+pub mod approach;
 mod env;
 pub mod model;
 pub mod net;

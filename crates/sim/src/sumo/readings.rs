@@ -1,7 +1,8 @@
 //! What the backend reads from SUMO after every decision interval, and how.
 //!
-//! Per observed (incoming) lane: vehicles, halting vehicles, summed waiting time, and the
-//! stop-line loop's time since detection; per outgoing lane: vehicles; and SUMO's clock.
+//! Per incoming (stop-line) lane: vehicles, halting vehicles, summed waiting time, and the
+//! stop-line loop's time since detection; per lane of an approach zone upstream of it the
+//! same without a loop; per outgoing lane: vehicles; and SUMO's clock.
 //! Either as batched getters sent right behind the step (default) or as TraCI
 //! subscriptions; both cost one round trip per decision interval.
 
@@ -25,6 +26,18 @@ pub enum ReadMode {
     Subscriptions,
 }
 
+/// What the backend reads of a lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum LaneRole {
+    /// An outgoing lane: vehicles.
+    Outgoing,
+    /// A lane of an approach zone upstream of a stop-line lane: vehicles, halting vehicles,
+    /// summed waiting time.
+    Approach,
+    /// An incoming (stop-line) lane: as `Approach`, plus its stop-line loop.
+    StopLine,
+}
+
 /// Where one value goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Slot {
@@ -34,6 +47,8 @@ pub(crate) enum Slot {
     Halting(usize),
     /// Summed waiting time on lane `i`.
     Waiting(usize),
+    /// Mean speed of the vehicles on lane `i` (m/s; the speed limit when empty).
+    MeanSpeed(usize),
     /// Seconds since lane `i`'s loop last saw a vehicle.
     SinceDetection(usize),
     /// SUMO's clock.
@@ -65,11 +80,11 @@ pub(crate) struct ReadPlan {
 }
 
 impl ReadPlan {
-    /// A plan for `lanes`: `(id, observed)`, index = lane index.
-    pub(crate) fn new<'a>(lanes: impl Iterator<Item = (&'a str, bool)>) -> Self {
+    /// A plan for `lanes`: `(id, role)`, index = lane index.
+    pub(crate) fn new<'a>(lanes: impl Iterator<Item = (&'a str, LaneRole)>) -> Self {
         let mut objects = Vec::new();
-        for (i, (id, observed)) in lanes.enumerate() {
-            if observed {
+        for (i, (id, role)) in lanes.enumerate() {
+            if role >= LaneRole::Approach {
                 objects.push(Object {
                     get: cmd::GET_LANE,
                     id: id.to_string(),
@@ -77,14 +92,18 @@ impl ReadPlan {
                         (var::LAST_STEP_VEHICLE_NUMBER, Slot::Vehicles(i)),
                         (var::LAST_STEP_HALTING_NUMBER, Slot::Halting(i)),
                         (var::LANE_WAITING_TIME, Slot::Waiting(i)),
+                        (var::LAST_STEP_MEAN_SPEED, Slot::MeanSpeed(i)),
                     ],
                 });
+            }
+            if role == LaneRole::StopLine {
                 objects.push(Object {
                     get: cmd::GET_INDUCTION_LOOP,
                     id: format!("{LOOP_PREFIX}{id}"),
                     vars: vec![(var::LAST_STEP_TIME_SINCE_DETECTION, Slot::SinceDetection(i))],
                 });
-            } else {
+            }
+            if role == LaneRole::Outgoing {
                 objects.push(Object {
                     get: cmd::GET_LANE,
                     id: id.to_string(),

@@ -45,6 +45,8 @@ pub(crate) mod cmd {
 pub(crate) mod var {
     /// Lane / loop: vehicles seen in the last step.
     pub const LAST_STEP_VEHICLE_NUMBER: u8 = 0x10;
+    /// Mean speed on the lane at the last step (m/s).
+    pub const LAST_STEP_MEAN_SPEED: u8 = 0x11;
     /// Lane: halting vehicles (speed < 0.1 m/s) in the last step.
     pub const LAST_STEP_HALTING_NUMBER: u8 = 0x14;
     /// Induction loop: seconds since the last vehicle left (0 while occupied).
