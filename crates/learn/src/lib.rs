@@ -19,5 +19,5 @@ pub mod weights;
 pub use discount::Discount;
 pub use manifest::{Manifest, Provenance};
 pub use nets::{ActorCritic, Adam, MlpNet};
-pub use normalizer::RunningObsStats;
+pub use normalizer::{RewardScale, RunningObsStats};
 pub use weights::{ObsNormalization, PolicyWeights};

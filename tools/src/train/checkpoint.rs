@@ -14,7 +14,9 @@ use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use greenwave_core::{ObsLayout, PhasePlan};
 use greenwave_learn::nets::MlpNet;
-use greenwave_learn::{ActorCritic, Adam, ObsNormalization, PolicyWeights, RunningObsStats};
+use greenwave_learn::{
+    ActorCritic, Adam, ObsNormalization, PolicyWeights, RewardScale, RunningObsStats,
+};
 use greenwave_sim::Scenario;
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +82,9 @@ struct CheckpointInfo {
     slot_episodes: Vec<u64>,
     adam_t: u64,
     q_adam_t: Option<u64>,
+    /// Absent in checkpoints from before reward scaling: starts afresh.
+    #[serde(default)]
+    reward_scale: RewardScale,
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -244,6 +249,7 @@ pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
         slot_episodes: l.slot_episodes.clone(),
         adam_t: l.opt.t,
         q_adam_t: l.q.as_ref().map(|(_, o)| o.t),
+        reward_scale: l.reward_scale.clone(),
     };
     save_tensors(&out.join("checkpoint.safetensors"), &map)?;
     write_atomic(
@@ -330,6 +336,7 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
     l.iteration = info.policy.iteration;
     l.env_steps = info.policy.env_steps;
     l.slot_episodes = info.slot_episodes;
+    l.reward_scale = info.reward_scale;
     Ok(l)
 }
 

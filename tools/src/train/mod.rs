@@ -26,7 +26,7 @@ use greenwave_learn::gae::{gae, Trajectory};
 use greenwave_learn::offpolicy::{self, OffPolicyConfig, QCritic, ReplayBatch};
 use greenwave_learn::ppo::{self, PpoBatch, PpoConfig};
 use greenwave_learn::Discount;
-use greenwave_learn::{ActorCritic, Adam, RunningObsStats};
+use greenwave_learn::{ActorCritic, Adam, RewardScale, RunningObsStats};
 use greenwave_sim::{EmbeddedEnv, Env, Scenario};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -234,6 +234,27 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
+/// The trajectories with their rewards scaled by the running return spread, after adding
+/// them to it (see [`RewardScale`]).
+fn scale_rewards(
+    scale: &mut RewardScale,
+    trajs: &[AgentTrajectory],
+    gamma: f32,
+) -> Vec<AgentTrajectory> {
+    for t in trajs {
+        scale.update(&t.rewards, &t.episode_end, gamma);
+    }
+    let k = scale.factor();
+    trajs
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            t.rewards.iter_mut().for_each(|r| *r *= k);
+            t
+        })
+        .collect()
+}
+
 fn ppo_batch(trajs: &[AgentTrajectory], layout: ObsLayout, cfg: &PpoConfig) -> PpoBatch {
     let mut b = PpoBatch {
         obs_dim: layout.dim(),
@@ -341,6 +362,8 @@ pub struct Learner {
     pub q: Option<(QCritic, Adam)>,
     /// Observation statistics.
     pub stats: RunningObsStats,
+    /// Reward scaling (PPO).
+    pub reward_scale: RewardScale,
     /// Iterations done.
     pub iteration: u64,
     /// Decisions done.
@@ -376,6 +399,7 @@ impl Learner {
             opt,
             q,
             stats: RunningObsStats::new(layout.dim()),
+            reward_scale: RewardScale::default(),
             iteration: 0,
             env_steps: 0,
             slot_episodes: vec![0; cfg.n_envs],
@@ -576,7 +600,8 @@ fn train_on<E: Env + Send>(
                 } else {
                     cfg.ppo.learning_rate
                 };
-                let batch = ppo_batch(&trajs, layout, &cfg.ppo);
+                let scaled = scale_rewards(&mut learner.reward_scale, &trajs, cfg.ppo.gamma);
+                let batch = ppo_batch(&scaled, layout, &cfg.ppo);
                 let st = ppo::update(
                     &learner.net,
                     &mut learner.opt,
