@@ -1,15 +1,18 @@
 //! `greenwave export`: a run folder → ONNX policy (manifest in `metadata_props`), the
-//! firmware's postcard blobs (f32 and int8) and the manifest JSON beside it.
+//! firmware's postcard blobs (f32 and int8) and the manifest JSON beside it. A shared
+//! policy (`--policy shared`) is compiled into one per-signal MLP per signal, each exported
+//! the same way with its own plan hash.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use greenwave_core::PhasePlan;
 use greenwave_learn::manifest::plan_hash_hex;
-use greenwave_learn::{onnx, Manifest, Provenance};
-use greenwave_sim::Scenario;
+use greenwave_learn::{onnx, specialize, Incidence, Manifest, PolicyWeights, Provenance};
+use greenwave_sim::{EmbeddedEnv, Env, Scenario};
 
-use crate::train::checkpoint::load_policy;
+use crate::train::checkpoint::{load_policy, load_run_policy, PolicyInfo, RunInfo, RunPolicy};
+use crate::train::policy::PolicyKind;
 
 /// Files written by an export.
 #[derive(Clone, Debug)]
@@ -33,22 +36,8 @@ pub fn side_paths(onnx_path: &Path) -> (PathBuf, PathBuf, PathBuf) {
     )
 }
 
-/// Exports the latest policy of `run` to `out` (an `.onnx` path).
-pub fn export(run: &Path, out: &Path) -> Result<Exported> {
-    let (weights, info, pinfo) =
-        load_policy(run).with_context(|| format!("reading run folder {}", run.display()))?;
-    // The plans the environment trained on (run.json); older run folders have only their
-    // scenario.toml.
-    let plans: Vec<PhasePlan> = if info.plans.is_empty() {
-        let scenario = Scenario::from_file(&run.join("scenario.toml"))
-            .context("reading the run's scenario.toml")?;
-        scenario.plans().into_iter().cloned().collect()
-    } else {
-        info.plans.clone()
-    };
-    let plan = plans
-        .first()
-        .context("the trained environment has no signals")?;
+/// The manifest's provenance for a run (the details list every trained plan's hash).
+fn provenance(info: &RunInfo, pinfo: &PolicyInfo, plans: &[PhasePlan]) -> Provenance {
     let mut details = serde_json::Map::new();
     let hashes: Vec<String> = plans.iter().map(plan_hash_hex).collect();
     details.insert("plan_hashes".into(), serde_json::json!(hashes));
@@ -69,7 +58,7 @@ pub fn export(run: &Path, out: &Path) -> Result<Exported> {
         }
         None => info.config.scenario.clone(),
     };
-    let provenance = Provenance {
+    Provenance {
         command: info.config.command.clone(),
         git_rev: info.git_rev.clone(),
         seed: info.config.seed,
@@ -78,18 +67,40 @@ pub fn export(run: &Path, out: &Path) -> Result<Exported> {
         env_steps: pinfo.env_steps,
         parent_version: None,
         details,
-    };
+    }
+}
+
+/// The plans the environment trained on (run.json); older run folders have only their
+/// scenario.toml.
+fn trained_plans(run: &Path, info: &RunInfo) -> Result<Vec<PhasePlan>> {
+    if info.plans.is_empty() {
+        let scenario = Scenario::from_file(&run.join("scenario.toml"))
+            .context("reading the run's scenario.toml")?;
+        Ok(scenario.plans().into_iter().cloned().collect())
+    } else {
+        Ok(info.plans.clone())
+    }
+}
+
+/// Writes `weights` for `plan` to `out` (ONNX with the manifest inside) and its side files.
+fn write_policy(
+    weights: &PolicyWeights,
+    plan: &PhasePlan,
+    decision_interval_s: u32,
+    provenance: Provenance,
+    out: &Path,
+) -> Result<Exported> {
     let manifest = Manifest::new(
         plan,
         weights.obs_layout,
-        info.decision_interval_s as f32,
-        info.config.hidden.clone(),
+        decision_interval_s as f32,
+        weights.hidden(),
         provenance,
     );
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let bytes = onnx::export(&weights, &manifest);
+    let bytes = onnx::export(weights, &manifest);
     std::fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))?;
     let (blob, blob_int8, manifest_path) = side_paths(out);
     let mlp = weights.actor_mlp(plan.hash(), manifest.policy_version);
@@ -112,22 +123,159 @@ pub fn export(run: &Path, out: &Path) -> Result<Exported> {
     })
 }
 
+/// Exports the latest policy of `run` to `out` (an `.onnx` path). The run must hold a
+/// per-signal MLP (`--policy mlp`); a shared policy is exported per signal with
+/// [`export_signals`].
+pub fn export(run: &Path, out: &Path) -> Result<Exported> {
+    let (weights, info, pinfo) =
+        load_policy(run).with_context(|| format!("reading run folder {}", run.display()))?;
+    let plans = trained_plans(run, &info)?;
+    let plan = plans
+        .first()
+        .context("the trained environment has no signals")?;
+    let provenance = provenance(&info, &pinfo, &plans);
+    write_policy(&weights, plan, info.decision_interval_s, provenance, out)
+}
+
+/// One signal's compiled policy.
+#[derive(Clone, Debug)]
+pub struct SignalExport {
+    /// The signal's id.
+    pub signal_id: String,
+    /// Its files.
+    pub files: Exported,
+}
+
+/// `out` with the signal id inserted before the extension: `DIR/policy.onnx` →
+/// `DIR/policy.J1.onnx` (characters other than letters, digits, `-` and `_` become `_`).
+pub fn signal_path(out: &Path, signal_id: &str) -> PathBuf {
+    let safe: String = signal_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let stem = out
+        .file_stem()
+        .map_or("policy".into(), |s| s.to_string_lossy().into_owned());
+    out.with_file_name(format!("{stem}.{safe}.onnx"))
+}
+
+/// The signals a shared policy is compiled for: `(id, plan, incidence rows)`.
+type TargetSignal = (String, PhasePlan, Vec<Vec<bool>>);
+
+/// The trained signals of `info`, or (zero-shot) those of the embedded scenario `target`.
+fn target_signals(info: &RunInfo, target: Option<&str>) -> Result<Vec<TargetSignal>> {
+    match target {
+        Some(name) => {
+            let sc =
+                greenwave_sim::load(name).with_context(|| format!("loading scenario '{name}'"))?;
+            let env = EmbeddedEnv::from_scenario(&sc, 0);
+            Ok(env
+                .signals()
+                .iter()
+                .map(|s| (s.id.clone(), s.plan.clone(), s.incidence.clone()))
+                .collect())
+        }
+        None => {
+            if info.signal_ids.len() != info.plans.len()
+                || info.incidences.len() != info.plans.len()
+            {
+                bail!("run.json lacks the signals' ids, plans or incidences");
+            }
+            Ok(info
+                .signal_ids
+                .iter()
+                .zip(&info.plans)
+                .zip(&info.incidences)
+                .map(|((id, plan), inc)| (id.clone(), plan.clone(), inc.clone()))
+                .collect())
+        }
+    }
+}
+
+/// Compiles a shared policy of `run` for every signal (those trained on, or with
+/// `target` those of another embedded scenario: zero-shot) and writes one ONNX, blobs and
+/// manifest per signal beside `out`, named by [`signal_path`]; each manifest binds its
+/// signal's plan hash.
+pub fn export_signals(run: &Path, out: &Path, target: Option<&str>) -> Result<Vec<SignalExport>> {
+    let (policy, info, pinfo) =
+        load_run_policy(run).with_context(|| format!("reading run folder {}", run.display()))?;
+    let RunPolicy::Shared(shared) = policy else {
+        bail!(
+            "{} holds a per-signal MLP (--policy mlp): export it with one --out file",
+            run.display()
+        )
+    };
+    let plans = trained_plans(run, &info)?;
+    let mut written = Vec::new();
+    for (id, plan, rows) in target_signals(&info, target)? {
+        let inc = Incidence::new(&rows).with_context(|| format!("signal '{id}'"))?;
+        let weights = specialize(&shared, &inc).with_context(|| format!("signal '{id}'"))?;
+        let mut prov = provenance(&info, &pinfo, &plans);
+        prov.details.insert(
+            "policy".into(),
+            serde_json::json!(PolicyKind::Shared.name()),
+        );
+        prov.details
+            .insert("signal_id".into(), serde_json::json!(id));
+        prov.details
+            .insert("zero_shot".into(), serde_json::json!(target.is_some()));
+        let path = signal_path(out, &id);
+        let files = write_policy(&weights, &plan, info.decision_interval_s, prov, &path)?;
+        written.push(SignalExport {
+            signal_id: id,
+            files,
+        });
+    }
+    Ok(written)
+}
+
 /// Arguments of `greenwave export`.
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
     /// The run folder (from `greenwave train --out`).
     pub run: PathBuf,
-    /// The ONNX file to write; `.blob`, `.int8.blob` and `.manifest.json` go beside it.
+    /// The ONNX file to write; `.blob`, `.int8.blob` and `.manifest.json` go beside it. A
+    /// shared policy (`--policy shared`) writes one set per signal, `OUT_STEM.SIGNAL.onnx`.
     #[arg(long)]
     pub out: PathBuf,
+    /// Shared policy only: compile for the signals of this embedded scenario (built-in
+    /// name or TOML file) instead of those trained on — zero-shot.
+    #[arg(long)]
+    pub scenario: Option<String>,
 }
 
-/// Runs `greenwave export`.
-pub fn run(args: &ExportArgs) -> Result<()> {
-    let e = export(&args.run, &args.out)?;
+fn print_files(e: &Exported) {
     println!("wrote {}", e.onnx.display());
     println!("wrote {} (f32 firmware blob)", e.blob.display());
     println!("wrote {} (int8 firmware blob)", e.blob_int8.display());
     println!("wrote {}", e.manifest.display());
+}
+
+/// Runs `greenwave export`.
+pub fn run(args: &ExportArgs) -> Result<()> {
+    let info: RunInfo = serde_json::from_str(
+        &std::fs::read_to_string(args.run.join("run.json"))
+            .with_context(|| format!("reading {}", args.run.join("run.json").display()))?,
+    )?;
+    match info.policy() {
+        PolicyKind::Mlp => {
+            if args.scenario.is_some() {
+                bail!("--scenario needs a run with a shared policy (--policy shared)");
+            }
+            print_files(&export(&args.run, &args.out)?);
+        }
+        PolicyKind::Shared => {
+            for e in export_signals(&args.run, &args.out, args.scenario.as_deref())? {
+                println!("signal {}:", e.signal_id);
+                print_files(&e.files);
+            }
+        }
+    }
     Ok(())
 }

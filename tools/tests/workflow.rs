@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{greenwave, ok, tmp};
+use common::{failed, greenwave, ok, tmp};
 
 #[test]
 fn train_export_eval() {
@@ -151,4 +151,67 @@ fn the_committed_default_policy_loads_and_beats_fixed_time() {
             .unwrap()
     };
     assert!(delay("policy") < delay("fixed-time"), "{out}");
+}
+
+/// Mixed junction layouts: `--policy` defaults to `shared` there, `--policy mlp` is refused
+/// with the reason, and export writes one model per signal, named by signal id.
+#[test]
+fn mixed_layouts_train_a_shared_policy_and_export_per_signal() {
+    let d = tmp("mixed");
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/scenarios/arterial-mixed.toml"
+    );
+    let run = d.join("run");
+    let run_s = run.to_str().unwrap();
+    let common = [
+        "train",
+        "--scenario",
+        scenario,
+        "--steps",
+        "1200",
+        "--envs",
+        "2",
+        "--rollout-steps",
+        "60",
+        "--hidden",
+        "8,8",
+        "--episode-seconds",
+        "300",
+        "--quiet",
+        "--out",
+    ];
+    let err = failed(&greenwave(
+        &[&common[..], &[run_s, "--policy", "mlp"]].concat(),
+    ));
+    assert!(err.contains("different observation layouts"), "{err}");
+    ok(&greenwave(&[&common[..], &[run_s]].concat()));
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["config"]["policy"], "shared");
+    assert_eq!(info["signal_ids"], serde_json::json!(["J1", "J2"]));
+    let model = d.join("models/m.onnx");
+    let out = ok(&greenwave(&[
+        "export",
+        run_s,
+        "--out",
+        model.to_str().unwrap(),
+    ]));
+    for id in ["J1", "J2"] {
+        for ext in ["onnx", "blob", "int8.blob", "manifest.json"] {
+            let f = d.join(format!("models/m.{id}.{ext}"));
+            assert!(f.exists(), "{} missing; export said: {out}", f.display());
+        }
+    }
+    let zs = d.join("models/zs.onnx");
+    ok(&greenwave(&[
+        "export",
+        run_s,
+        "--out",
+        zs.to_str().unwrap(),
+        "--scenario",
+        "single-4way",
+    ]));
+    assert!(d.join("models/zs.center.onnx").exists());
+    let _ = std::fs::remove_dir_all(&d);
 }

@@ -14,10 +14,12 @@ pub mod normalizer;
 pub mod offpolicy;
 pub mod onnx;
 pub mod ppo;
+pub mod shared;
 pub mod weights;
 
 pub use discount::Discount;
 pub use manifest::{Manifest, Provenance};
 pub use nets::{ActorCritic, Adam, MlpNet};
 pub use normalizer::{RewardScale, RunningObsStats};
+pub use shared::{specialize, Incidence, SharedActorCritic, SharedWeights};
 pub use weights::{ObsNormalization, PolicyWeights};

@@ -136,6 +136,14 @@ impl MlpNet {
         Ok(x)
     }
 
+    /// Layer `i` alone, without activation: `x[batch, in] → x · Wᵀ + b`.
+    pub fn layer(&self, i: usize, x: &Tensor) -> Result<Tensor> {
+        let Some((w, b)) = self.layers.get(i) else {
+            candle_core::bail!("layer {i} of a {}-layer network", self.layers.len())
+        };
+        x.matmul(&w.as_tensor().t()?)?.broadcast_add(b.as_tensor())
+    }
+
     /// The trainable variables.
     pub fn vars(&self) -> Vec<Var> {
         self.layers

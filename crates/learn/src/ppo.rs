@@ -5,7 +5,7 @@
 //! bonus, global gradient-norm clipping, Adam (ε 1e-5), approx-KL `E[(r − 1) − log r]` and
 //! clip fraction per minibatch, optional early stop when approx-KL exceeds a target.
 
-use candle_core::{Device, Result, Tensor};
+use candle_core::{Device, Result, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
@@ -127,6 +127,36 @@ fn rows<T: Copy>(data: &[T], width: usize, idx: &[usize]) -> Vec<T> {
         .collect()
 }
 
+/// A policy the PPO update can train: logits and values per *group* of decisions that
+/// share one observation layout (one group for a per-signal MLP; one per junction layout
+/// for the shared lane–phase network).
+pub trait PolicyModel {
+    /// The trainable variables (actor and critic).
+    fn vars(&self) -> Vec<Var>;
+    /// Device of the variables.
+    fn device(&self) -> &Device;
+    /// `(logits [m, n_actions], values [m])` of normalised observations `[m, obs_dim]` of
+    /// group `group`.
+    fn forward_group(&self, group: usize, obs: &Tensor) -> Result<(Tensor, Tensor)>;
+}
+
+impl PolicyModel for ActorCritic {
+    fn vars(&self) -> Vec<Var> {
+        ActorCritic::vars(self)
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn forward_group(&self, _group: usize, obs: &Tensor) -> Result<(Tensor, Tensor)> {
+        Ok((
+            self.actor.forward(obs)?,
+            self.critic.forward(obs)?.squeeze(1)?,
+        ))
+    }
+}
+
 /// Runs `cfg.epochs` epochs of shuffled minibatch updates at learning rate `lr`.
 pub fn update(
     net: &ActorCritic,
@@ -136,9 +166,97 @@ pub fn update(
     lr: f64,
     rng: &mut StdRng,
 ) -> Result<UpdateStats> {
-    let dev: &Device = &net.device;
-    let vars = net.vars();
-    let n = batch.len();
+    update_groups(net, opt, std::slice::from_ref(batch), cfg, lr, rng)
+}
+
+/// One minibatch's per-sample loss terms (in group order) and diagnostics inputs.
+struct MinibatchTerms {
+    pg: Vec<Tensor>,
+    v_loss: Vec<Tensor>,
+    ent: Vec<Tensor>,
+    ratio: Vec<Tensor>,
+    log_ratio: Vec<Tensor>,
+}
+
+/// The per-sample loss terms of the rows `local` of group `g`, with their advantages.
+fn group_terms(
+    model: &dyn PolicyModel,
+    g: usize,
+    batch: &PpoBatch,
+    local: &[usize],
+    adv: Vec<f32>,
+    cfg: &PpoConfig,
+    t: &mut MinibatchTerms,
+) -> Result<()> {
+    let (m, dev) = (local.len(), model.device());
+    let obs = Tensor::from_vec(
+        rows(&batch.obs, batch.obs_dim, local),
+        (m, batch.obs_dim),
+        dev,
+    )?;
+    let mask = Tensor::from_vec(
+        rows(&batch.masks, batch.n_actions, local),
+        (m, batch.n_actions),
+        dev,
+    )?;
+    let act = Tensor::from_vec(rows(&batch.actions, 1, local), m, dev)?;
+    let old_lp = Tensor::from_vec(rows(&batch.old_log_probs, 1, local), m, dev)?;
+    let old_v = Tensor::from_vec(rows(&batch.old_values, 1, local), m, dev)?;
+    let ret = Tensor::from_vec(rows(&batch.returns, 1, local), m, dev)?;
+    let adv = Tensor::from_vec(adv, m, dev)?;
+    let (logits, v) = model.forward_group(g, &obs)?;
+    let lp_all = masked_log_softmax(&logits, &mask)?;
+    let lp = gather_actions(&lp_all, &act)?;
+    let log_ratio = (&lp - &old_lp)?;
+    let ratio = log_ratio.exp()?;
+    let eps = cfg.clip_eps as f64;
+    let pg1 = (adv.neg()? * &ratio)?;
+    let pg2 = (adv.neg()? * ratio.clamp(1.0 - eps, 1.0 + eps)?)?;
+    t.pg.push(pg1.maximum(&pg2)?);
+    t.v_loss.push(if cfg.clip_value {
+        let v_clip = (&old_v + (&v - &old_v)?.clamp(-eps, eps)?)?;
+        let a = (&v - &ret)?.sqr()?;
+        let b = (v_clip - &ret)?.sqr()?;
+        a.maximum(&b)?
+    } else {
+        (&v - &ret)?.sqr()?
+    });
+    t.ent.push(entropy(&lp_all)?);
+    t.ratio.push(ratio);
+    t.log_ratio.push(log_ratio);
+    Ok(())
+}
+
+/// Normalises advantages to zero mean and unit standard deviation (when `m > 1`).
+fn normalise_advantages(adv: &mut [f32]) {
+    let m = adv.len();
+    if m > 1 {
+        let mean = adv.iter().sum::<f32>() / m as f32;
+        let var = adv.iter().map(|a| (a - mean).powi(2)).sum::<f32>() / (m - 1) as f32;
+        let sd = var.sqrt() + 1e-8;
+        adv.iter_mut().for_each(|a| *a = (*a - mean) / sd);
+    }
+}
+
+/// [`update`] over decisions in several groups (`batches[g]` holds group `g`'s, each with
+/// its own observation width and action count): minibatches are drawn over all decisions
+/// together, and every loss term is the mean over the minibatch whatever the groups, so
+/// each group weighs by its count.
+pub fn update_groups(
+    model: &dyn PolicyModel,
+    opt: &mut Adam,
+    batches: &[PpoBatch],
+    cfg: &PpoConfig,
+    lr: f64,
+    rng: &mut StdRng,
+) -> Result<UpdateStats> {
+    let vars = model.vars();
+    let owner: Vec<(usize, usize)> = batches
+        .iter()
+        .enumerate()
+        .flat_map(|(g, b)| (0..b.len()).map(move |i| (g, i)))
+        .collect();
+    let n = owner.len();
     let mb = cfg.minibatch.clamp(1, n.max(1));
     let mut idx: Vec<usize> = (0..n).collect();
     let mut st = UpdateStats {
@@ -150,47 +268,34 @@ pub fn update(
         idx.shuffle(rng);
         for chunk in idx.chunks(mb) {
             let m = chunk.len();
-            let obs = Tensor::from_vec(
-                rows(&batch.obs, batch.obs_dim, chunk),
-                (m, batch.obs_dim),
-                dev,
-            )?;
-            let mask = Tensor::from_vec(
-                rows(&batch.masks, batch.n_actions, chunk),
-                (m, batch.n_actions),
-                dev,
-            )?;
-            let act = Tensor::from_vec(rows(&batch.actions, 1, chunk), m, dev)?;
-            let old_lp = Tensor::from_vec(rows(&batch.old_log_probs, 1, chunk), m, dev)?;
-            let old_v = Tensor::from_vec(rows(&batch.old_values, 1, chunk), m, dev)?;
-            let ret = Tensor::from_vec(rows(&batch.returns, 1, chunk), m, dev)?;
-            let mut adv_v = rows(&batch.advantages, 1, chunk);
-            if cfg.norm_adv && m > 1 {
-                let mean = adv_v.iter().sum::<f32>() / m as f32;
-                let var = adv_v.iter().map(|a| (a - mean).powi(2)).sum::<f32>() / (m - 1) as f32;
-                let sd = var.sqrt() + 1e-8;
-                adv_v.iter_mut().for_each(|a| *a = (*a - mean) / sd);
+            let mut adv_v: Vec<f32> = chunk
+                .iter()
+                .map(|&i| batches[owner[i].0].advantages[owner[i].1])
+                .collect();
+            if cfg.norm_adv {
+                normalise_advantages(&mut adv_v);
             }
-            let adv = Tensor::from_vec(adv_v, m, dev)?;
-
-            let lp_all = masked_log_softmax(&net.actor.forward(&obs)?, &mask)?;
-            let lp = gather_actions(&lp_all, &act)?;
-            let log_ratio = (&lp - &old_lp)?;
-            let ratio = log_ratio.exp()?;
-            let eps = cfg.clip_eps as f64;
-            let pg1 = (adv.neg()? * &ratio)?;
-            let pg2 = (adv.neg()? * ratio.clamp(1.0 - eps, 1.0 + eps)?)?;
-            let pg_loss = pg1.maximum(&pg2)?.mean_all()?;
-            let v = net.critic.forward(&obs)?.squeeze(1)?;
-            let v_loss = if cfg.clip_value {
-                let v_clip = (&old_v + (&v - &old_v)?.clamp(-eps, eps)?)?;
-                let a = (&v - &ret)?.sqr()?;
-                let b = (v_clip - &ret)?.sqr()?;
-                (a.maximum(&b)?.mean_all()? * 0.5)?
-            } else {
-                ((&v - &ret)?.sqr()?.mean_all()? * 0.5)?
+            let mut t = MinibatchTerms {
+                pg: Vec::new(),
+                v_loss: Vec::new(),
+                ent: Vec::new(),
+                ratio: Vec::new(),
+                log_ratio: Vec::new(),
             };
-            let ent = entropy(&lp_all)?.mean_all()?;
+            for (g, batch) in batches.iter().enumerate() {
+                let (local, adv): (Vec<usize>, Vec<f32>) = chunk
+                    .iter()
+                    .zip(&adv_v)
+                    .filter(|(&i, _)| owner[i].0 == g)
+                    .map(|(&i, &a)| (owner[i].1, a))
+                    .unzip();
+                if !local.is_empty() {
+                    group_terms(model, g, batch, &local, adv, cfg, &mut t)?;
+                }
+            }
+            let pg_loss = Tensor::cat(&t.pg, 0)?.mean_all()?;
+            let v_loss = (Tensor::cat(&t.v_loss, 0)?.mean_all()? * 0.5)?;
+            let ent = Tensor::cat(&t.ent, 0)?.mean_all()?;
             let loss =
                 ((&pg_loss - (&ent * cfg.ent_coef as f64)?)? + (&v_loss * cfg.vf_coef as f64)?)?;
             let mut grads = loss.backward()?;
@@ -198,8 +303,8 @@ pub fn update(
             opt.step(&grads, lr)?;
 
             // Diagnostics, from the same forward pass.
-            let r: Vec<f32> = ratio.to_vec1()?;
-            let lr_v: Vec<f32> = log_ratio.to_vec1()?;
+            let r: Vec<f32> = Tensor::cat(&t.ratio, 0)?.to_vec1()?;
+            let lr_v: Vec<f32> = Tensor::cat(&t.log_ratio, 0)?.to_vec1()?;
             if st.minibatches == 0 {
                 st.first_ratio_dev = r.iter().fold(0.0f32, |a, x| a.max((x - 1.0).abs()));
             }

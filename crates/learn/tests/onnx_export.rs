@@ -79,3 +79,82 @@ fn corrupt_models_are_refused_with_a_reason() {
         "{err}"
     );
 }
+
+/// `(logits, value)` of `n` observations through the ONNX model in tract.
+fn run_tract(bytes: &[u8], obs: &[f32], n: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
+    let model = tract_onnx::onnx()
+        .model_for_read(&mut &bytes[..])
+        .unwrap()
+        .with_input_fact(0, f32::fact([n, d]).into())
+        .unwrap()
+        .into_optimized()
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let input = tract_ndarray::Array2::from_shape_vec((n, d), obs.to_vec()).unwrap();
+    let out = model.run(tvec!(Tensor::from(input).into())).unwrap();
+    let flat = |k: usize| -> Vec<f32> {
+        out[k]
+            .to_plain_array_view::<f32>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect()
+    };
+    (flat(0), flat(1))
+}
+
+#[test]
+fn specialised_shared_policy_in_tract_equals_the_shared_network() {
+    use greenwave_learn::shared::LaneNormalization;
+    use greenwave_learn::{specialize, Incidence, SharedActorCritic};
+    let net = SharedActorCritic::new(&[8, 6], 3, &candle_core::Device::Cpu).unwrap();
+    let norm = LaneNormalization {
+        density: (0.3, 2.0),
+        queue: (0.1, 4.0),
+        clip: 10.0,
+    };
+    let mut shared = net.to_weights(norm).unwrap();
+    // Make the policy head non-trivial (its init gain is 0.01).
+    for (i, x) in shared.actor[2].weights.iter_mut().enumerate() {
+        *x += ((i * 13 % 7) as f32 - 3.0) * 0.1;
+    }
+    let (_, base_manifest) = policy();
+    let mut worst = 0.0f32;
+    for (lanes, phases) in [(10usize, 4usize), (5, 3), (12, 2)] {
+        let rows: Vec<Vec<bool>> = (0..phases)
+            .map(|p| {
+                (0..lanes)
+                    .map(|l| l % phases == p || (l + p) % 3 == 0)
+                    .collect()
+            })
+            .collect();
+        let inc = Incidence::new(&rows).unwrap();
+        let w = specialize(&shared, &inc).unwrap();
+        let mut m = base_manifest.clone();
+        m.obs_layout = inc.layout();
+        m.action_phases = (0..phases as u8).collect();
+        m.hidden = w.hidden();
+        let bytes = onnx::export(&w, &m);
+        assert_eq!(onnx::import(&bytes).unwrap().0, w, "round trip");
+        let (n, d) = (7, inc.layout().dim());
+        let obs: Vec<f32> = observations(n, d).iter().map(|x| x.abs()).collect();
+        let (logits, value) = run_tract(&bytes, &obs, n, d);
+        for (k, row) in obs.chunks(d).enumerate() {
+            let (l, v) = shared.forward(&inc, row);
+            assert_close(
+                &logits[k * phases..(k + 1) * phases],
+                &l,
+                "tract vs shared logits",
+            );
+            assert_close(&value[k..k + 1], &[v], "tract vs shared value");
+            worst = l
+                .iter()
+                .zip(&logits[k * phases..])
+                .fold(worst, |a, (x, y)| a.max((x - y).abs()));
+        }
+    }
+    eprintln!(
+        "specialised ONNX in tract vs the shared network: max |logit difference| {worst:.2e}"
+    );
+}

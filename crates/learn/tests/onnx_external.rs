@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{assert_close, candle_outputs, observations, policy};
+use common::{assert_close, candle_outputs, observations, policy, specialised_policy};
 use greenwave_learn::onnx;
 
 fn required_or_skip(what: &str) -> bool {
@@ -30,22 +30,24 @@ fn onnx_runtime_matches_candle() {
         .with_name("greenwave-test")
         .build()
         .unwrap();
-    let (w, m) = policy();
-    let d = w.obs_dim();
-    let bytes = onnx::export(&w, &m);
-    let mut session = ort::session::Session::builder(&env)
-        .unwrap()
-        .commit_from_memory(&bytes)
-        .unwrap();
-    for n in [1usize, 7] {
-        let obs = observations(n, d);
-        let input = ort::value::Tensor::from_array(([n, d], obs.clone())).unwrap();
-        let out = session.run(ort::inputs!["obs" => input]).unwrap();
-        let (_, logits) = out["logits"].try_extract_tensor::<f32>().unwrap();
-        let (_, value) = out["value"].try_extract_tensor::<f32>().unwrap();
-        let (cl, cv) = candle_outputs(&w, &obs, n);
-        assert_close(logits, &cl, "ort logits");
-        assert_close(value, &cv, "ort value");
+    // The per-signal MLP, and a shared policy compiled for one junction.
+    for (w, m) in [policy(), specialised_policy()] {
+        let d = w.obs_dim();
+        let bytes = onnx::export(&w, &m);
+        let mut session = ort::session::Session::builder(&env)
+            .unwrap()
+            .commit_from_memory(&bytes)
+            .unwrap();
+        for n in [1usize, 7] {
+            let obs = observations(n, d);
+            let input = ort::value::Tensor::from_array(([n, d], obs.clone())).unwrap();
+            let out = session.run(ort::inputs!["obs" => input]).unwrap();
+            let (_, logits) = out["logits"].try_extract_tensor::<f32>().unwrap();
+            let (_, value) = out["value"].try_extract_tensor::<f32>().unwrap();
+            let (cl, cv) = candle_outputs(&w, &obs, n);
+            assert_close(logits, &cl, "ort logits");
+            assert_close(value, &cv, "ort value");
+        }
     }
 }
 
@@ -61,21 +63,23 @@ fn passes_onnx_checker() {
         required_or_skip("Python with the onnx package (GREENWAVE_PYTHON)");
         return;
     }
-    let (w, m) = policy();
-    let path = std::env::temp_dir().join(format!("greenwave-checker-{}.onnx", std::process::id()));
-    std::fs::write(&path, onnx::export(&w, &m)).unwrap();
-    let out = std::process::Command::new(&python)
-        .args([
-            "-c",
-            "import onnx, sys; m = onnx.load(sys.argv[1]); onnx.checker.check_model(m, full_check=True); print('ok')",
-        ])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&path);
-    assert!(
-        out.status.success(),
-        "onnx.checker: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for (k, (w, m)) in [policy(), specialised_policy()].into_iter().enumerate() {
+        let path =
+            std::env::temp_dir().join(format!("greenwave-checker-{}-{k}.onnx", std::process::id()));
+        std::fs::write(&path, onnx::export(&w, &m)).unwrap();
+        let out = std::process::Command::new(&python)
+            .args([
+                "-c",
+                "import onnx, sys; m = onnx.load(sys.argv[1]); onnx.checker.check_model(m, full_check=True); print('ok')",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            out.status.success(),
+            "onnx.checker (model {k}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

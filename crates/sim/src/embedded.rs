@@ -25,7 +25,9 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::demand::{ArrivalStream, Profile};
-use crate::env::{Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome};
+use crate::env::{
+    lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
+};
 use crate::network::{Model, Network};
 use crate::scenario::{Demand, Scenario};
 
@@ -197,6 +199,13 @@ impl EmbeddedEnv {
                     n_lanes: s.in_lanes.len() as u16,
                     n_phases: s.plan.n_phases() as u8,
                 },
+                incidence: lane_phase_incidence(
+                    &s.plan,
+                    &s.in_lanes
+                        .iter()
+                        .map(|&l| net.lanes[l as usize].movements)
+                        .collect::<Vec<_>>(),
+                ),
             })
             .collect();
         let signals = net

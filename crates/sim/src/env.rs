@@ -5,7 +5,9 @@
 //! requests to each signal's [`Sequencer`] (so yellow and all-red are real in simulation
 //! too), simulates `decision_interval` seconds, and returns one reward per signal.
 
-use greenwave_core::{ObsLayout, PhaseMask, PhasePlan, Response, RewardKind, Sequencer};
+use greenwave_core::{
+    MovementSet, ObsLayout, PhaseMask, PhasePlan, Response, RewardKind, Sequencer,
+};
 use serde::{Deserialize, Serialize};
 
 /// What a signal is: its name, plan and observation layout.
@@ -17,6 +19,23 @@ pub struct SignalSpec {
     pub plan: PhasePlan,
     /// The observation layout of this signal.
     pub layout: ObsLayout,
+    /// Lane–phase incidence, `incidence[p][l]`: whether incoming lane `l` (observation
+    /// order) carries a movement that is green in phase `p`. What a shared (any-junction)
+    /// policy reads the junction's geometry from.
+    pub incidence: Vec<Vec<bool>>,
+}
+
+/// The lane–phase incidence of a plan whose incoming lanes serve `lane_movements[l]`.
+pub fn lane_phase_incidence(plan: &PhasePlan, lane_movements: &[MovementSet]) -> Vec<Vec<bool>> {
+    plan.phases()
+        .iter()
+        .map(|ph| {
+            lane_movements
+                .iter()
+                .map(|m| ph.movements.0 & m.0 != 0)
+                .collect()
+        })
+        .collect()
 }
 
 /// Per-movement detector view of one signal, for the classic controllers.

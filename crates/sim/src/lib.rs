@@ -23,5 +23,7 @@ mod test_support;
 
 pub use controllers::{run_episode, Controller, ControllerKind};
 pub use embedded::{EmbeddedEnv, VehicleCounts, GAP_NONE_S};
-pub use env::{Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome};
+pub use env::{
+    lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
+};
 pub use scenario::{load, Scenario, ScenarioError};

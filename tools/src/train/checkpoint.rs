@@ -15,11 +15,12 @@ use candle_core::{Device, Tensor};
 use greenwave_core::{ObsLayout, PhasePlan};
 use greenwave_learn::nets::MlpNet;
 use greenwave_learn::{
-    ActorCritic, Adam, ObsNormalization, PolicyWeights, RewardScale, RunningObsStats,
+    Adam, ObsNormalization, PolicyWeights, RewardScale, RunningObsStats, SharedWeights,
 };
 use greenwave_sim::Scenario;
 use serde::{Deserialize, Serialize};
 
+use super::policy::{lane_norm, PolicyKind, PolicyNet};
 use super::{IterationRow, Learner, Replay, TrainConfig, OBS_CLIP};
 
 /// `run.json`.
@@ -40,6 +41,20 @@ pub struct RunInfo {
     /// empty in runs written before this field existed (export then reads scenario.toml).
     #[serde(default)]
     pub plans: Vec<PhasePlan>,
+    /// Every signal's id, in signal order (empty in older runs).
+    #[serde(default)]
+    pub signal_ids: Vec<String>,
+    /// Every signal's lane–phase incidence `[phase][lane]`, in signal order (what export
+    /// compiles a shared policy with; empty in older runs).
+    #[serde(default)]
+    pub incidences: Vec<Vec<Vec<bool>>>,
+}
+
+impl RunInfo {
+    /// The policy architecture trained.
+    pub fn policy(&self) -> PolicyKind {
+        self.config.policy.unwrap_or(PolicyKind::Mlp)
+    }
 }
 
 /// What [`write_run_info`] records about the environment trained on.
@@ -52,6 +67,10 @@ pub struct RunFacts<'a> {
     pub scenario: Option<&'a Scenario>,
     /// Every signal's phase plan, in signal order.
     pub plans: Vec<PhasePlan>,
+    /// Every signal's id, in signal order.
+    pub signal_ids: Vec<String>,
+    /// Every signal's lane–phase incidence, in signal order.
+    pub incidences: Vec<Vec<Vec<bool>>>,
 }
 
 /// `policy.json`: the latest policy's normalisation and progress.
@@ -175,6 +194,8 @@ pub fn write_run_info(
         decision_interval_s: facts.decision_interval_s,
         git_rev: git_rev.to_string(),
         plans: facts.plans.clone(),
+        signal_ids: facts.signal_ids.clone(),
+        incidences: facts.incidences.clone(),
     };
     write_atomic(
         &out.join("run.json"),
@@ -195,8 +216,9 @@ pub fn write_run_info(
 /// Saves the policy, and (when `resumable`) the full checkpoint.
 pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
     let mut map = HashMap::new();
-    put_net(&mut map, "actor", &l.net.actor);
-    put_net(&mut map, "critic", &l.net.critic);
+    let (actor, critic) = l.net.nets();
+    put_net(&mut map, "actor", actor);
+    put_net(&mut map, "critic", critic);
     let policy = PolicyInfo {
         iteration: l.iteration,
         env_steps: l.env_steps,
@@ -279,6 +301,13 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
         );
     }
     let run: RunInfo = read_json(&out.join("run.json"))?;
+    if run.policy() != cfg.policy.unwrap_or(PolicyKind::Mlp) {
+        bail!(
+            "{} was trained with --policy {}; resume with the same policy",
+            out.display(),
+            run.policy().name()
+        );
+    }
     if run.config.algo != cfg.algo
         || run.config.hidden != cfg.hidden
         || run.config.seed != cfg.seed
@@ -309,8 +338,9 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
     let file = out.join("checkpoint.safetensors");
     let map = load_tensors(&file)?;
     let mut l = Learner::fresh(cfg, layout)?;
-    load_net(&map, "actor", &l.net.actor, &file)?;
-    load_net(&map, "critic", &l.net.critic, &file)?;
+    let (actor, critic) = l.net.nets();
+    load_net(&map, "actor", actor, &file)?;
+    load_net(&map, "critic", critic, &file)?;
     load_adam(&map, "adam", &mut l.opt, info.adam_t, &file)?;
     if let Some((q, qopt)) = l.q.as_mut() {
         load_net(&map, "q", &q.net, &file)?;
@@ -340,22 +370,55 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
     Ok(l)
 }
 
+/// The latest policy of a run folder: a per-signal MLP, or the shared network.
+pub enum RunPolicy {
+    /// One MLP for every signal.
+    Mlp(PolicyWeights),
+    /// The shared lane–phase network (compiled per signal on export).
+    Shared(SharedWeights),
+}
+
 /// The latest policy of a run folder, as plain weights, with the run's info.
-pub fn load_policy(run: &Path) -> Result<(PolicyWeights, RunInfo, PolicyInfo)> {
+pub fn load_run_policy(run: &Path) -> Result<(RunPolicy, RunInfo, PolicyInfo)> {
     let info: RunInfo = read_json(&run.join("run.json"))?;
     let pinfo: PolicyInfo = read_json(&run.join("policy.json"))?;
     let file = run.join("policy.safetensors");
     let map = load_tensors(&file)?;
-    let net = ActorCritic::new(info.obs_layout, &info.config.hidden, 0, &Device::Cpu)?;
-    load_net(&map, "actor", &net.actor, &file)?;
-    load_net(&map, "critic", &net.critic, &file)?;
     let stats = RunningObsStats {
         mean: pinfo.stats.mean.clone(),
         var: pinfo.stats.var.clone(),
         count: pinfo.stats.count,
     };
-    let norm: ObsNormalization = stats.normalization(OBS_CLIP);
-    Ok((net.to_weights(norm)?, info, pinfo))
+    let net = PolicyNet::new(
+        info.policy(),
+        info.obs_layout,
+        &info.config.hidden,
+        0,
+        &Device::Cpu,
+    )?;
+    let (actor, critic) = net.nets();
+    load_net(&map, "actor", actor, &file)?;
+    load_net(&map, "critic", critic, &file)?;
+    let policy = match &net {
+        PolicyNet::Mlp(n) => {
+            let norm: ObsNormalization = stats.normalization(OBS_CLIP);
+            RunPolicy::Mlp(n.to_weights(norm)?)
+        }
+        PolicyNet::Shared(n) => RunPolicy::Shared(n.to_weights(lane_norm(&stats, OBS_CLIP))?),
+    };
+    Ok((policy, info, pinfo))
+}
+
+/// The latest per-signal MLP policy of a run folder, with the run's info (a run with a
+/// shared policy: see [`load_run_policy`]).
+pub fn load_policy(run: &Path) -> Result<(PolicyWeights, RunInfo, PolicyInfo)> {
+    match load_run_policy(run)? {
+        (RunPolicy::Mlp(w), info, pinfo) => Ok((w, info, pinfo)),
+        (RunPolicy::Shared(_), _, _) => bail!(
+            "{} holds a shared (--policy shared) policy: export it per signal",
+            run.display()
+        ),
+    }
 }
 
 const CSV_HEADER: &str = "iteration,env_steps,wall_s,steps_per_s,episodes,episode_delay_s,episode_return,learning_rate,policy_loss,value_loss,entropy,approx_kl,clip_frac";

@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::Args;
 
 use super::device::ComputeDevice;
+use super::policy::PolicyKind;
 use super::{train, Algo, TrainConfig};
 use crate::backend::{Backend, BackendArgs};
 
@@ -48,9 +49,15 @@ pub struct TrainArgs {
     /// Rollout worker threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Hidden layer widths of actor and critic.
+    /// Hidden layer widths of actor and critic. With `--policy shared`: exactly two, the
+    /// lane encoder's and the phase layer's.
     #[arg(long, value_delimiter = ',', default_value = "64,64")]
     pub hidden: Vec<usize>,
+    /// Policy architecture: `mlp` (one MLP over the observation; every signal needs the
+    /// same layout) or `shared` (one lane–phase network for any junction, exported as one
+    /// MLP per signal). Default: `shared` when the signals' layouts differ, else `mlp`.
+    #[arg(long, value_enum)]
+    pub policy: Option<PolicyKind>,
     /// Initial learning rate (annealed linearly to 0).
     #[arg(long)]
     pub learning_rate: Option<f64>,
@@ -90,6 +97,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.rollout_steps = args.rollout_steps;
     cfg.threads = args.threads;
     cfg.hidden = args.hidden.clone();
+    cfg.policy = args.policy;
     cfg.episode_s = args.episode_seconds;
     cfg.stop_after_iterations = args.stop_after_iterations;
     cfg.device = args.device;

@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod device;
 pub mod plots;
+pub mod policy;
 pub mod rollout;
 
 use std::io::Write;
@@ -25,8 +26,9 @@ use greenwave_core::ObsLayout;
 use greenwave_learn::gae::{gae, Trajectory};
 use greenwave_learn::offpolicy::{self, OffPolicyConfig, QCritic, ReplayBatch};
 use greenwave_learn::ppo::{self, PpoBatch, PpoConfig};
+use greenwave_learn::shared::{lane_pairs, Incidence, IncidenceTensors, SharedGroups};
 use greenwave_learn::Discount;
-use greenwave_learn::{ActorCritic, Adam, RewardScale, RunningObsStats};
+use greenwave_learn::{Adam, RewardScale, RunningObsStats};
 use greenwave_sim::{EmbeddedEnv, Env, Scenario};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -34,7 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendArgs};
 use device::ComputeDevice;
-use rollout::{collect_parallel, episode_seed, AgentTrajectory, EnvSlot};
+use policy::{PolicyKind, PolicyNet};
+use rollout::{collect_parallel, episode_seed, AgentTrajectory, EnvSlot, RolloutPolicy};
 
 /// Normalised observations are clipped to ±this.
 pub const OBS_CLIP: f32 = 10.0;
@@ -78,8 +81,13 @@ pub struct TrainConfig {
     pub n_envs: usize,
     /// Decisions per environment per iteration.
     pub rollout_steps: usize,
-    /// Hidden widths of actor and critic.
+    /// Hidden widths of actor and critic (`--policy shared`: lane encoder, phase layer).
     pub hidden: Vec<usize>,
+    /// Policy architecture (`--policy`); `None` picks `shared` when the signals' layouts
+    /// differ and `mlp` otherwise. `run.json` holds the one trained (absent in older runs:
+    /// `mlp`).
+    #[serde(default)]
+    pub policy: Option<PolicyKind>,
     /// Rollout worker threads.
     pub threads: usize,
     /// The discount, per second (a half-life), shared with on-device fine-tuning: at the
@@ -121,6 +129,7 @@ impl TrainConfig {
             n_envs: 8,
             rollout_steps: 180,
             hidden: vec![64, 64],
+            policy: None,
             threads: 2,
             discount: Discount::default(),
             ppo: PpoConfig::default(),
@@ -207,7 +216,7 @@ pub fn shared_layout(env: &dyn Env) -> Result<ObsLayout> {
     for s in specs {
         if s.layout != first.layout {
             bail!(
-                "signals '{}' and '{}' have different observation layouts ({:?} vs {:?}); one shared policy needs one layout",
+                "signals '{}' and '{}' have different observation layouts ({:?} vs {:?}); one MLP policy needs one layout (--policy shared serves any layout)",
                 first.id, s.id, first.layout, s.layout
             );
         }
@@ -255,7 +264,11 @@ fn scale_rewards(
         .collect()
 }
 
-fn ppo_batch(trajs: &[AgentTrajectory], layout: ObsLayout, cfg: &PpoConfig) -> PpoBatch {
+fn ppo_batch<'a>(
+    trajs: impl IntoIterator<Item = &'a AgentTrajectory>,
+    layout: ObsLayout,
+    cfg: &PpoConfig,
+) -> PpoBatch {
     let mut b = PpoBatch {
         obs_dim: layout.dim(),
         n_actions: layout.n_phases as usize,
@@ -355,12 +368,13 @@ impl Replay {
 /// Learner state: what a checkpoint holds.
 pub struct Learner {
     /// Actor and critic.
-    pub net: ActorCritic,
+    pub net: PolicyNet,
     /// Their optimiser.
     pub opt: Adam,
     /// Q-critic (off-policy only).
     pub q: Option<(QCritic, Adam)>,
-    /// Observation statistics.
+    /// Observation statistics: per feature (MLP), or of `[density, queue]` lane pairs
+    /// (shared policy).
     pub stats: RunningObsStats,
     /// Reward scaling (PPO).
     pub reward_scale: RewardScale,
@@ -377,10 +391,14 @@ pub struct Learner {
 impl Learner {
     fn fresh(cfg: &TrainConfig, layout: ObsLayout) -> Result<Self> {
         let dev = cfg.device.candle()?;
-        let net = ActorCritic::new(layout, &cfg.hidden, cfg.seed, &dev)?;
+        let kind = cfg.policy.unwrap_or(PolicyKind::Mlp);
+        let net = PolicyNet::new(kind, layout, &cfg.hidden, cfg.seed, &dev)?;
         let opt = Adam::new(net.vars(), 1e-5)?;
         let q = match cfg.algo {
             Algo::Ppo => None,
+            Algo::OffpolicyPpo if kind == PolicyKind::Shared => {
+                bail!("--policy shared trains with --algo ppo only")
+            }
             Algo::OffpolicyPpo => {
                 let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x51);
                 let q = QCritic::new(
@@ -398,7 +416,10 @@ impl Learner {
             net,
             opt,
             q,
-            stats: RunningObsStats::new(layout.dim()),
+            stats: RunningObsStats::new(match kind {
+                PolicyKind::Mlp => layout.dim(),
+                PolicyKind::Shared => 2,
+            }),
             reward_scale: RewardScale::default(),
             iteration: 0,
             env_steps: 0,
@@ -496,6 +517,105 @@ pub fn with_discount(cfg: &TrainConfig, interval_s: f64) -> Result<TrainConfig> 
     Ok(c)
 }
 
+/// What training the shared policy needs: every signal's incidence, the distinct ones as
+/// tensors (one PPO group each), and each signal's group.
+struct SharedSetup {
+    incidences: Vec<Incidence>,
+    groups: Vec<IncidenceTensors>,
+    of_signal: Vec<usize>,
+}
+
+impl SharedSetup {
+    fn new(specs: &[greenwave_sim::SignalSpec], dev: &candle_core::Device) -> Result<Self> {
+        let incidences = policy::signal_incidences(specs)?;
+        let (distinct, of_signal) = policy::group_by_incidence(&incidences);
+        let groups = distinct
+            .iter()
+            .map(|i| IncidenceTensors::new(i, dev))
+            .collect::<candle_core::Result<_>>()?;
+        Ok(SharedSetup {
+            incidences,
+            groups,
+            of_signal,
+        })
+    }
+
+    /// Signal of trajectory `k` (trajectories are slot-major, one per signal).
+    fn signal_of(&self, k: usize) -> usize {
+        k % self.incidences.len()
+    }
+}
+
+/// The policy the next rollout acts with (the learner's, with the current statistics).
+fn rollout_policy(learner: &Learner, shared: Option<&SharedSetup>) -> Result<RolloutPolicy> {
+    Ok(match (&learner.net, shared) {
+        (PolicyNet::Mlp(net), _) => {
+            RolloutPolicy::Mlp(net.to_weights(learner.stats.normalization(OBS_CLIP))?)
+        }
+        (PolicyNet::Shared(net), Some(setup)) => RolloutPolicy::shared(
+            net.to_weights(policy::lane_norm(&learner.stats, OBS_CLIP))?,
+            &setup.incidences,
+        ),
+        (PolicyNet::Shared(_), None) => bail!("a shared policy needs its signals' incidences"),
+    })
+}
+
+/// One PPO update on a rollout: one batch (MLP), or one group per junction geometry.
+fn ppo_step(
+    learner: &mut Learner,
+    shared: Option<&SharedSetup>,
+    trajs: &[AgentTrajectory],
+    layout: ObsLayout,
+    cfg: &TrainConfig,
+    lr: f64,
+    rng: &mut StdRng,
+) -> Result<ppo::UpdateStats> {
+    Ok(match (&learner.net, shared) {
+        (PolicyNet::Mlp(net), _) => {
+            let batch = ppo_batch(trajs, layout, &cfg.ppo);
+            ppo::update(net, &mut learner.opt, &batch, &cfg.ppo, lr, rng)?
+        }
+        (PolicyNet::Shared(net), Some(setup)) => {
+            let batches: Vec<PpoBatch> = setup
+                .groups
+                .iter()
+                .enumerate()
+                .map(|(g, tensors)| {
+                    let mine = trajs
+                        .iter()
+                        .enumerate()
+                        .filter(|(k, _)| setup.of_signal[setup.signal_of(*k)] == g)
+                        .map(|(_, t)| t);
+                    ppo_batch(mine, tensors.layout, &cfg.ppo)
+                })
+                .collect();
+            let model = SharedGroups {
+                net,
+                groups: setup.groups.clone(),
+            };
+            ppo::update_groups(&model, &mut learner.opt, &batches, &cfg.ppo, lr, rng)?
+        }
+        (PolicyNet::Shared(_), None) => bail!("a shared policy needs its signals' incidences"),
+    })
+}
+
+/// Folds a rollout's raw observations into the statistics (per feature, or per lane pair).
+fn update_stats(
+    stats: &mut RunningObsStats,
+    shared: Option<&SharedSetup>,
+    trajs: &[AgentTrajectory],
+) {
+    for (k, tr) in trajs.iter().enumerate() {
+        match shared {
+            None => stats.update(&tr.raw_obs),
+            Some(setup) => {
+                let layout = setup.incidences[setup.signal_of(k)].layout();
+                stats.update(&lane_pairs(&tr.raw_obs, layout));
+            }
+        }
+    }
+}
+
 /// The training loop on environments made by `make(seed)` (one per slot, first episode
 /// seeded `seed`), whatever their backend.
 fn train_on<E: Env + Send>(
@@ -518,9 +638,20 @@ fn train_on<E: Env + Send>(
             })
         })
         .collect::<Result<_>>()?;
-    let layout = shared_layout(&slots[0].env)?;
+    let specs = slots[0].env.signals().to_vec();
+    let kind = PolicyKind::resolve(cfg.policy, &specs);
+    let layout = match kind {
+        PolicyKind::Mlp => shared_layout(&slots[0].env)?,
+        PolicyKind::Shared => specs.first().context("scenario has no signals")?.layout,
+    };
+    let shared = match kind {
+        PolicyKind::Mlp => None,
+        PolicyKind::Shared => Some(SharedSetup::new(&specs, &cfg.device.candle()?)?),
+    };
     let (d, a) = (layout.dim(), layout.n_phases as usize);
-    let cfg = &with_discount(cfg, slots[0].env.decision_interval_s())?;
+    let mut cfg = with_discount(cfg, slots[0].env.decision_interval_s())?;
+    cfg.policy = Some(kind);
+    let cfg = &cfg;
 
     let mut learner = if resume {
         let l = checkpoint::load(out, cfg, layout).context("resuming")?;
@@ -552,6 +683,8 @@ fn train_on<E: Env + Send>(
             decision_interval_s: slots[0].env.decision_interval_s().round() as u32,
             scenario: source.scenario,
             plans,
+            signal_ids: specs.iter().map(|s| s.id.clone()).collect(),
+            incidences: specs.iter().map(|s| s.incidence.clone()).collect(),
         },
         layout,
         &git_rev(),
@@ -577,11 +710,10 @@ fn train_on<E: Env + Send>(
         let it_start = Instant::now();
         let it = learner.iteration;
         let frac_left = 1.0 - it as f64 / iterations_total as f64;
-        let norm = learner.stats.normalization(OBS_CLIP);
-        let weights = learner.net.to_weights(norm.clone())?;
+        let policy = rollout_policy(&learner, shared.as_ref())?;
         let (trajs, finished) = collect_parallel(
             &mut slots,
-            &weights,
+            &policy,
             cfg.rollout_steps,
             cfg.seed,
             it,
@@ -601,12 +733,12 @@ fn train_on<E: Env + Send>(
                     cfg.ppo.learning_rate
                 };
                 let scaled = scale_rewards(&mut learner.reward_scale, &trajs, cfg.ppo.gamma);
-                let batch = ppo_batch(&scaled, layout, &cfg.ppo);
-                let st = ppo::update(
-                    &learner.net,
-                    &mut learner.opt,
-                    &batch,
-                    &cfg.ppo,
+                let st = ppo_step(
+                    &mut learner,
+                    shared.as_ref(),
+                    &scaled,
+                    layout,
+                    cfg,
                     lr,
                     &mut rng,
                 )?;
@@ -622,26 +754,16 @@ fn train_on<E: Env + Send>(
                     learner.replay.push(tr);
                 }
                 learner.replay.truncate_front(cfg.replay_capacity, d, a);
+                let norm = learner.stats.normalization(OBS_CLIP);
                 let data = learner.replay.normalized(&norm, d, a);
                 let (q, qopt) = learner.q.as_mut().expect("off-policy learner has a critic");
-                let q_loss = offpolicy::fit_critic(
-                    q,
-                    qopt,
-                    &learner.net.actor,
-                    &data,
-                    &cfg.offpolicy,
-                    &mut rng,
-                )?;
+                let actor = &learner.net.mlp()?.actor;
+                let q_loss =
+                    offpolicy::fit_critic(q, qopt, actor, &data, &cfg.offpolicy, &mut rng)?;
                 let mut opc = cfg.offpolicy.clone();
                 opc.learning_rate *= frac_left;
-                let st = offpolicy::update_policy(
-                    &learner.net.actor,
-                    &mut learner.opt,
-                    q,
-                    &data,
-                    &opc,
-                    &mut rng,
-                )?;
+                let st =
+                    offpolicy::update_policy(actor, &mut learner.opt, q, &data, &opc, &mut rng)?;
                 row.learning_rate = opc.learning_rate;
                 row.policy_loss = -st.objective;
                 row.value_loss = q_loss;
@@ -651,9 +773,7 @@ fn train_on<E: Env + Send>(
             }
         }
         // Statistics move after the update: the update used the ones the rollout used.
-        for tr in &trajs {
-            learner.stats.update(&tr.raw_obs);
-        }
+        update_stats(&mut learner.stats, shared.as_ref(), &trajs);
         learner.iteration += 1;
         learner.env_steps += steps;
         for (e, slot) in learner.slot_episodes.iter_mut().zip(&slots) {

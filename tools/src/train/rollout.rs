@@ -4,8 +4,9 @@
 
 use greenwave_core::mlp::masked_log_prob;
 use greenwave_core::PhaseMask;
+use greenwave_learn::shared::Incidence;
 use greenwave_learn::weights::dense_forward;
-use greenwave_learn::{ObsNormalization, PolicyWeights};
+use greenwave_learn::{ObsNormalization, PolicyWeights, SharedWeights};
 use greenwave_sim::{Env, EnvError, EpisodeMetrics};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -91,22 +92,79 @@ fn mask_bytes(mask: PhaseMask, n: usize) -> impl Iterator<Item = u8> {
     (0..n).map(move |i| mask.allows(greenwave_core::PhaseId(i as u8)) as u8)
 }
 
+/// The policy a rollout acts with: one per-signal MLP for every signal (one layout), or
+/// the shared lane–phase network with every signal's incidence.
+pub enum RolloutPolicy {
+    /// The same MLP for every signal.
+    Mlp(PolicyWeights),
+    /// The shared network; `signals[s]` is signal `s`'s incidence and normalisation.
+    Shared {
+        /// Shared parameters.
+        weights: SharedWeights,
+        /// Per signal: its incidence and the per-feature normalisation of its layout.
+        signals: Vec<(Incidence, ObsNormalization)>,
+    },
+}
+
+impl RolloutPolicy {
+    /// The shared network acting on signals with incidences `incidences`.
+    pub fn shared(weights: SharedWeights, incidences: &[Incidence]) -> Self {
+        let signals = incidences
+            .iter()
+            .map(|i| (i.clone(), weights.norm.for_layout(i.layout())))
+            .collect();
+        RolloutPolicy::Shared { weights, signals }
+    }
+
+    /// Observation width and action count of signal `s`.
+    fn dims(&self, s: usize) -> (usize, usize) {
+        match self {
+            RolloutPolicy::Mlp(w) => (w.obs_dim(), w.n_actions()),
+            RolloutPolicy::Shared { signals, .. } => {
+                let l = signals[s].0.layout();
+                (l.dim(), l.n_phases as usize)
+            }
+        }
+    }
+
+    /// The normalisation of signal `s`'s observations.
+    fn norm(&self, s: usize) -> &ObsNormalization {
+        match self {
+            RolloutPolicy::Mlp(w) => &w.norm,
+            RolloutPolicy::Shared { signals, .. } => &signals[s].1,
+        }
+    }
+
+    /// `(logits, value)` of signal `s` at the normalised observation `x`.
+    fn act(&self, s: usize, x: &[f32]) -> (Vec<f32>, f32) {
+        match self {
+            RolloutPolicy::Mlp(w) => (dense_forward(&w.actor, x), dense_forward(&w.critic, x)[0]),
+            RolloutPolicy::Shared { weights, signals } => {
+                weights.forward_normalised(&signals[s].0, x)
+            }
+        }
+    }
+
+    /// `V` of signal `s` at the normalised observation `x`.
+    fn value(&self, s: usize, x: &[f32]) -> f32 {
+        match self {
+            RolloutPolicy::Mlp(w) => dense_forward(&w.critic, x)[0],
+            RolloutPolicy::Shared { .. } => self.act(s, x).1,
+        }
+    }
+}
+
 /// Runs `steps` decisions on every slot of `slots`, appending to `out` (one trajectory per
 /// slot and signal, in slot-major order) and to `finished`.
 pub fn collect<E: Env>(
     slots: &mut [EnvSlot<E>],
-    weights: &PolicyWeights,
+    policy: &RolloutPolicy,
     steps: usize,
     seed: u64,
     rng: &mut StdRng,
     out: &mut Vec<AgentTrajectory>,
     finished: &mut Vec<EpisodeResult>,
 ) -> Result<(), EnvError> {
-    let d = weights.obs_dim();
-    let a = weights.n_actions();
-    let norm: &ObsNormalization = &weights.norm;
-    let mut raw = vec![0.0f32; d];
-    let mut x = vec![0.0f32; d];
     for slot in slots.iter_mut() {
         let n_sig = slot.env.signals().len();
         let base = out.len();
@@ -115,11 +173,12 @@ pub fn collect<E: Env>(
         for t in 0..steps {
             for (s, act) in actions.iter_mut().enumerate() {
                 let tr = &mut out[base + s];
+                let (d, a) = policy.dims(s);
+                let (mut raw, mut x) = (vec![0.0f32; d], vec![0.0f32; d]);
                 slot.env.observe(s, &mut raw)?;
-                norm.apply(&raw, &mut x);
+                policy.norm(s).apply(&raw, &mut x);
                 let mask = slot.env.action_mask(s);
-                let logits = dense_forward(&weights.actor, &x);
-                let value = dense_forward(&weights.critic, &x)[0];
+                let (logits, value) = policy.act(s, &x);
                 let (pick, lp) = sample_masked(&logits, mask, rng);
                 *act = pick;
                 if t > 0 && !tr.episode_end[t - 1] {
@@ -135,6 +194,8 @@ pub fn collect<E: Env>(
             let outcome = slot.env.step(&actions)?;
             for (s, &r) in outcome.rewards.iter().enumerate() {
                 let tr = &mut out[base + s];
+                let (d, a) = policy.dims(s);
+                let (mut raw, mut x) = (vec![0.0f32; d], vec![0.0f32; d]);
                 tr.rewards.push(r);
                 tr.episode_end.push(outcome.done);
                 slot.running_return += r as f64;
@@ -143,8 +204,8 @@ pub fn collect<E: Env>(
                 tr.raw_next_obs.extend_from_slice(&raw);
                 tr.next_masks.extend(mask_bytes(slot.env.action_mask(s), a));
                 if outcome.done || t + 1 == steps {
-                    norm.apply(&raw, &mut x);
-                    tr.next_values.push(dense_forward(&weights.critic, &x)[0]);
+                    policy.norm(s).apply(&raw, &mut x);
+                    tr.next_values.push(policy.value(s, &x));
                 }
             }
             if outcome.done {
@@ -170,7 +231,7 @@ pub type Rollout = (Vec<AgentTrajectory>, Vec<EpisodeResult>);
 /// order is the slot order whatever the threads' timing.
 pub fn collect_parallel<E: Env + Send>(
     slots: &mut [EnvSlot<E>],
-    weights: &PolicyWeights,
+    policy: &RolloutPolicy,
     steps: usize,
     seed: u64,
     iteration: u64,
@@ -187,7 +248,7 @@ pub fn collect_parallel<E: Env + Send>(
                         seed ^ iteration.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ ((k as u64) << 56),
                     );
                     let (mut out, mut fin) = (Vec::new(), Vec::new());
-                    collect(chunk, weights, steps, seed, &mut rng, &mut out, &mut fin)?;
+                    collect(chunk, policy, steps, seed, &mut rng, &mut out, &mut fin)?;
                     Ok((out, fin))
                 })
             })

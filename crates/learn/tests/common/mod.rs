@@ -27,6 +27,32 @@ pub fn policy() -> (PolicyWeights, Manifest) {
     (w, manifest)
 }
 
+/// A shared (any-junction) policy compiled for a 10-lane, 4-phase junction, with the
+/// manifest of [`policy`] adjusted to its layout and widths.
+pub fn specialised_policy() -> (PolicyWeights, Manifest) {
+    use greenwave_learn::shared::LaneNormalization;
+    use greenwave_learn::{specialize, Incidence, SharedActorCritic};
+    let net = SharedActorCritic::new(&[8, 6], 3, &Device::Cpu).unwrap();
+    let norm = LaneNormalization {
+        density: (0.3, 2.0),
+        queue: (0.1, 4.0),
+        clip: 10.0,
+    };
+    let mut shared = net.to_weights(norm).unwrap();
+    // Make the policy head non-trivial (its init gain is 0.01).
+    for (i, x) in shared.actor[2].weights.iter_mut().enumerate() {
+        *x += ((i * 13 % 7) as f32 - 3.0) * 0.1;
+    }
+    let rows: Vec<Vec<bool>> = (0..4)
+        .map(|p| (0..10).map(|l| l % 4 == p || (l + p) % 3 == 0).collect())
+        .collect();
+    let w = specialize(&shared, &Incidence::new(&rows).unwrap()).unwrap();
+    let (_, mut m) = policy();
+    m.obs_layout = w.obs_layout;
+    m.hidden = w.hidden();
+    (w, m)
+}
+
 pub fn observations(n: usize, d: usize) -> Vec<f32> {
     (0..n * d)
         .map(|i| ((i * 7919 % 1000) as f32) / 500.0 - 0.5)

@@ -288,6 +288,7 @@ mod actuated {
                     id: format!("signal-{i}"),
                     plan: plan.clone(),
                     layout,
+                    incidence: vec![Vec::new(); plan.n_phases()],
                 }],
                 interval_s: interval.as_secs_f32() as f64,
             }

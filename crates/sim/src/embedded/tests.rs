@@ -370,3 +370,28 @@ fn the_environment_is_send() {
     fn assert_send<T: Send>() {}
     assert_send::<EmbeddedEnv>();
 }
+
+#[test]
+fn lane_phase_incidence_follows_the_lane_turns() {
+    let env = EmbeddedEnv::from_scenario(&load("single-4way").unwrap(), 1);
+    let spec = &env.signals()[0];
+    let (p, l) = (spec.layout.n_phases as usize, spec.layout.n_lanes as usize);
+    assert_eq!(spec.incidence.len(), p);
+    assert!(spec.incidence.iter().all(|row| row.len() == l));
+    for (ph, row) in spec.incidence.iter().enumerate() {
+        assert!(row.iter().any(|&g| g), "phase {ph} serves some lane");
+    }
+    for lane in 0..l {
+        assert!(
+            spec.incidence.iter().any(|row| row[lane]),
+            "lane {lane} is served by some phase"
+        );
+    }
+    // Protected lefts: the left-turn phases serve fewer lanes than the through phases.
+    let served: Vec<usize> = spec
+        .incidence
+        .iter()
+        .map(|r| r.iter().filter(|&&g| g).count())
+        .collect();
+    assert!(served[1] < served[0] && served[3] < served[2], "{served:?}");
+}

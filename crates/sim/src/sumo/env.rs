@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use greenwave_core::observation::MAX_LANE_FRACTION;
 use greenwave_core::{
-    LaneReading, Millis, ObsLayout, PhaseId, RewardInputs, RewardKind, Sequencer,
+    LaneReading, Millis, MovementSet, ObsLayout, PhaseId, RewardInputs, RewardKind, Sequencer,
 };
 
 use super::approach::{approach_zone, ZoneLane, APPROACH_RANGE_M};
@@ -17,11 +17,29 @@ use super::process::{SumoProcess, WorkDir};
 use super::readings::{Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
 use super::traci::{cmd, var, Message, Reply, TraciError, Value};
 use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
-use crate::env::{Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome};
+use crate::env::{
+    lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
+};
 use crate::GAP_NONE_S;
 
 /// Road space one queued vehicle takes (m): SUMO's default car, 5 m long with a 2.5 m gap.
 pub const VEHICLE_SPACING_M: f64 = 7.5;
+
+/// The movements each observed incoming lane of `m` carries (a shared lane, several).
+fn lane_movements(m: &TlsModel) -> Vec<MovementSet> {
+    m.in_lanes
+        .iter()
+        .map(|lane| {
+            let mut set = MovementSet::EMPTY;
+            for (mv, lanes) in m.movement_in_lanes.iter().enumerate() {
+                if lanes.contains(lane) {
+                    set.insert(greenwave_core::MovementId(mv as u8));
+                }
+            }
+            set
+        })
+        .collect()
+}
 
 /// Seconds of free-flow travel before the stop line that a lane's detector zone covers:
 /// the loop sits that far upstream (at the lane's speed limit), like SUMO's own actuated
@@ -295,6 +313,7 @@ impl SumoEnv {
                     n_lanes,
                     n_phases: m.plan.n_phases() as u8,
                 },
+                incidence: lane_phase_incidence(&m.plan, &lane_movements(m)),
             });
         }
         let interval_ms = (cfg.decision_interval_s * 1000.0).round() as u32;

@@ -1,0 +1,225 @@
+use super::*;
+use proptest::prelude::*;
+use rand::Rng;
+
+fn random_layer(inputs: usize, outputs: usize, rng: &mut StdRng) -> DenseLayer {
+    DenseLayer {
+        inputs,
+        outputs,
+        weights: (0..inputs * outputs)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect(),
+        bias: (0..outputs).map(|_| rng.random_range(-0.5..0.5)).collect(),
+    }
+}
+
+/// Shared weights with every parameter random (not the near-zero initial policy head).
+fn random_shared(h: usize, h2: usize, seed: u64) -> SharedWeights {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let net = |rng: &mut StdRng| {
+        vec![
+            random_layer(LANE_FEATURES, h, rng),
+            random_layer(h, h2, rng),
+            random_layer(h2, 1, rng),
+        ]
+    };
+    SharedWeights {
+        norm: LaneNormalization {
+            density: (0.2, 3.0),
+            queue: (0.1, 5.0),
+            clip: 10.0,
+        },
+        actor: net(&mut rng),
+        critic: net(&mut rng),
+    }
+}
+
+/// A random incidence where every phase serves at least one lane.
+fn random_incidence(phases: usize, lanes: usize, rng: &mut StdRng) -> Incidence {
+    let rows: Vec<Vec<bool>> = (0..phases)
+        .map(|p| {
+            (0..lanes)
+                .map(|l| l % phases == p || rng.random_bool(0.3))
+                .collect()
+        })
+        .collect();
+    Incidence::new(&rows).unwrap()
+}
+
+/// A raw observation in layout v1: lane fractions, a one-hot target phase, flags.
+fn random_obs(layout: ObsLayout, rng: &mut StdRng) -> Vec<f32> {
+    let (l, p) = (layout.n_lanes as usize, layout.n_phases as usize);
+    let mut o = vec![0.0; layout.dim()];
+    for k in 0..l {
+        o[k] = rng.random_range(0.0..1.5);
+        o[l + k] = rng.random_range(0.0..=o[k]);
+    }
+    o[2 * l + rng.random_range(0..p)] = 1.0;
+    o[2 * l + p] = rng.random_bool(0.3) as u8 as f32;
+    o[2 * l + p + 1] = rng.random_bool(0.5) as u8 as f32;
+    o[2 * l + p + 2] = rng.random_range(0.0..1.0);
+    o
+}
+
+fn assert_close(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= 1e-5, "{what}: {a:?} vs {b:?}");
+    }
+}
+
+/// Specialised MLP == shared forward, for one incidence, on `n` random observations.
+fn check_specialised(shared: &SharedWeights, inc: &Incidence, n: usize, rng: &mut StdRng) {
+    let w = specialize(shared, inc).unwrap();
+    assert_eq!(w.obs_layout, inc.layout());
+    assert_eq!(w.n_actions(), inc.n_phases());
+    for _ in 0..n {
+        let obs = random_obs(inc.layout(), rng);
+        let (la, va) = shared.forward(inc, &obs);
+        let (lb, vb) = w.forward(&obs);
+        assert_close(&la, &lb, "logits");
+        assert_close(&[va], &[vb], "value");
+    }
+}
+
+#[test]
+fn specialised_mlp_equals_the_shared_network_on_several_layouts() {
+    let shared = random_shared(8, 5, 1);
+    let mut rng = StdRng::seed_from_u64(2);
+    for (lanes, phases) in [(12, 4), (8, 2), (6, 3), (1, 1), (16, 8)] {
+        let inc = random_incidence(phases, lanes, &mut rng);
+        check_specialised(&shared, &inc, 20, &mut rng);
+    }
+}
+
+#[test]
+fn a_phase_serving_no_lane_and_a_lane_in_no_phase_compile_too() {
+    let shared = random_shared(4, 3, 3);
+    let inc = Incidence::new(&[
+        vec![true, true, false],
+        vec![false, false, false],
+        vec![true, false, false],
+    ])
+    .unwrap();
+    check_specialised(&shared, &inc, 10, &mut StdRng::seed_from_u64(4));
+}
+
+#[test]
+fn candle_forward_equals_the_plain_forward() {
+    let shared = random_shared(8, 5, 5);
+    let dev = Device::Cpu;
+    let net = SharedActorCritic::new(&[8, 5], 0, &dev).unwrap();
+    net.actor.set_dense(&shared.actor).unwrap();
+    net.critic.set_dense(&shared.critic).unwrap();
+    let mut rng = StdRng::seed_from_u64(6);
+    for (lanes, phases) in [(12, 4), (6, 3)] {
+        let inc = random_incidence(phases, lanes, &mut rng);
+        let layout = inc.layout();
+        let norm = shared.norm.for_layout(layout);
+        let raw: Vec<Vec<f32>> = (0..7).map(|_| random_obs(layout, &mut rng)).collect();
+        let x: Vec<f32> = raw
+            .iter()
+            .flat_map(|o| {
+                let mut x = vec![0.0; o.len()];
+                norm.apply(o, &mut x);
+                x
+            })
+            .collect();
+        let obs = Tensor::from_vec(x, (7, layout.dim()), &dev).unwrap();
+        let g = IncidenceTensors::new(&inc, &dev).unwrap();
+        let (logits, values) = net.forward(&g, &obs).unwrap();
+        let logits: Vec<Vec<f32>> = logits.to_vec2().unwrap();
+        let values: Vec<f32> = values.to_vec1().unwrap();
+        for (i, o) in raw.iter().enumerate() {
+            let (l, v) = shared.forward(&inc, o);
+            assert_close(&logits[i], &l, "candle logits");
+            assert_close(&[values[i]], &[v], "candle value");
+        }
+    }
+}
+
+#[test]
+fn lane_normalisation_compiles_per_feature_type() {
+    let n = LaneNormalization {
+        density: (0.5, 2.0),
+        queue: (0.25, 4.0),
+        clip: 10.0,
+    };
+    let o = n.for_layout(ObsLayout {
+        n_lanes: 2,
+        n_phases: 3,
+    });
+    assert_eq!(
+        o.mean,
+        vec![0.5, 0.5, 0.25, 0.25, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    );
+    assert_eq!(
+        o.inv_std,
+        vec![2.0, 2.0, 4.0, 4.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    );
+    let pairs = lane_pairs(
+        &[0.1, 0.2, 0.3, 0.4, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        o_layout(),
+    );
+    assert_eq!(pairs, vec![0.1, 0.3, 0.2, 0.4]);
+}
+
+fn o_layout() -> ObsLayout {
+    ObsLayout {
+        n_lanes: 2,
+        n_phases: 3,
+    }
+}
+
+#[test]
+fn bad_incidences_and_shapes_are_refused() {
+    assert!(matches!(
+        Incidence::new(&[]),
+        Err(SharedError::Empty { .. })
+    ));
+    assert!(matches!(
+        Incidence::new(&[vec![true, false], vec![true]]),
+        Err(SharedError::Ragged { phase: 1, .. })
+    ));
+    let mut w = random_shared(4, 3, 7);
+    w.actor.pop();
+    let inc = Incidence::new(&[vec![true]]).unwrap();
+    assert!(matches!(specialize(&w, &inc), Err(SharedError::Shape(_))));
+    assert!(SharedActorCritic::new(&[64, 64, 64], 0, &Device::Cpu).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn specialised_equals_shared_for_any_incidence(
+        phases in 1usize..6,
+        lanes in 1usize..14,
+        cells in proptest::collection::vec(any::<bool>(), 6 * 14),
+        seed in any::<u64>(),
+    ) {
+        let rows: Vec<Vec<bool>> = (0..phases)
+            .map(|p| (0..lanes).map(|l| cells[p * 14 + l]).collect())
+            .collect();
+        let inc = Incidence::new(&rows).unwrap();
+        let shared = random_shared(6, 4, seed);
+        check_specialised(&shared, &inc, 3, &mut StdRng::seed_from_u64(seed ^ 1));
+    }
+}
+
+#[test]
+fn compiled_critic_has_the_actors_hidden_widths() {
+    let shared = random_shared(5, 3, 9);
+    let inc = random_incidence(4, 7, &mut StdRng::seed_from_u64(10));
+    let w = specialize(&shared, &inc).unwrap();
+    let widths =
+        |layers: &[DenseLayer]| -> Vec<usize> { layers.iter().map(|l| l.outputs).collect() };
+    assert_eq!(widths(&w.actor), vec![7 * 5, 4 * 3, 4]);
+    assert_eq!(widths(&w.critic), vec![7 * 5, 4 * 3, 1]);
+    let mut bad = shared.clone();
+    bad.critic = vec![
+        random_layer(LANE_FEATURES, 2, &mut StdRng::seed_from_u64(1)),
+        random_layer(2, 3, &mut StdRng::seed_from_u64(2)),
+        random_layer(3, 1, &mut StdRng::seed_from_u64(3)),
+    ];
+    assert!(matches!(specialize(&bad, &inc), Err(SharedError::Shape(_))));
+}
