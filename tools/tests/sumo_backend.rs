@@ -119,6 +119,8 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     assert_eq!(prov["scenario"], format!("sumo:{net_s}").as_str());
     assert_eq!(prov["details"]["backend"], "sumo");
 
+    bundle_is_refused_under_other_timing(&d, &model, &net);
+
     // Eval on the same net: the policy next to the static program, actuated, max-pressure.
     let t0 = Instant::now();
     let mut eval = vec!["eval", "--model", model_s];
@@ -215,4 +217,44 @@ fn a_missing_sumo_binary_is_a_clear_error() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
     let _ = std::fs::remove_dir_all(d);
+}
+
+/// The plan hash binds the timing: the exported policy, signed into a bundle, passes the
+/// controller's check (`VerifiedBundle::check_signal`, what `greenwave-controller run
+/// --sumo-net` calls for every signal) against the net's own timing, and is refused by a
+/// controller configured with another yellow (`--yellow 4`).
+fn bundle_is_refused_under_other_timing(d: &Path, model: &Path, net_path: &Path) {
+    use greenwave_runtime::bundle::{self, BundleError};
+    let key = d.join("keys/site");
+    ok(&greenwave(&["keygen", "--out", key.to_str().unwrap()]));
+    let dir = d.join("bundle");
+    ok(&greenwave(&[
+        "bundle",
+        model.to_str().unwrap(),
+        "--key",
+        key.with_extension("key").to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]));
+    let trust = bundle::load_public_key(&key.with_extension("pub")).unwrap();
+    let b = bundle::verify(&dir, &[trust]).unwrap();
+    let net = NetFile::read(net_path).unwrap();
+    let layout_of = |m: &greenwave_sim::sumo::TlsModel| greenwave_core::ObsLayout {
+        n_lanes: m.in_lanes.len() as u16,
+        n_phases: m.plan.n_phases() as u8,
+    };
+    let own = &net_models(&net)[0];
+    b.check_signal(&own.plan, layout_of(own)).unwrap();
+    let mut timing = TimingSpec::default();
+    timing.command_line.yellow_s = Some(4.0);
+    let opts = ModelOptions {
+        program: None,
+        timing: &timing,
+        step_ms: 1000,
+    };
+    let other = &build_models(&net, opts).unwrap().models[0];
+    match b.check_signal(&other.plan, layout_of(other)) {
+        Err(BundleError::PlanMismatch { .. }) => {}
+        r => panic!("a bundle exported under the net's timing ran under yellow 4 s: {r:?}"),
+    }
 }
