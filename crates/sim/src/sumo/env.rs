@@ -158,8 +158,6 @@ struct SignalLanes {
     approach: Vec<Vec<(usize, ZoneLane)>>,
     /// The union of the approach zones, each lane once (rewards).
     zone: Vec<(usize, ZoneLane)>,
-    /// Per movement, the union of its stop-line lanes' approach zones (detectors).
-    movement_zone: Vec<Vec<(usize, ZoneLane)>>,
     outgoing: Vec<usize>,
     movement_in: Vec<Vec<usize>>,
     movement_out: Vec<Vec<usize>>,
@@ -201,40 +199,23 @@ impl SignalLanes {
                     .collect()
             })
             .collect();
-        let zone = union_of(approach.iter());
-        let movement_zone = m
-            .movement_in_lanes
-            .iter()
-            .map(|ids| {
-                union_of(ids.iter().filter_map(|id| {
-                    let k = m.in_lanes.iter().position(|l| l == id)?;
-                    approach.get(k)
-                }))
-            })
-            .collect();
+        let mut zone: Vec<(usize, ZoneLane)> = Vec::new();
+        for (i, z) in approach.iter().flatten() {
+            match zone.iter_mut().find(|(j, _)| j == i) {
+                Some((_, have)) if have.covered_m < z.covered_m => *have = z.clone(),
+                Some(_) => {}
+                None => zone.push((*i, z.clone())),
+            }
+        }
         SignalLanes {
             incoming,
             approach,
             zone,
-            movement_zone,
             outgoing,
             movement_in,
             movement_out,
         }
     }
-}
-
-/// The lanes of several approach zones, each once (with its widest coverage).
-fn union_of<'a>(zones: impl Iterator<Item = &'a Vec<(usize, ZoneLane)>>) -> Vec<(usize, ZoneLane)> {
-    let mut union: Vec<(usize, ZoneLane)> = Vec::new();
-    for (i, z) in zones.flatten() {
-        match union.iter_mut().find(|(j, _)| j == i) {
-            Some((_, have)) if have.covered_m < z.covered_m => *have = z.clone(),
-            Some(_) => {}
-            None => union.push((*i, z.clone())),
-        }
-    }
-    union
 }
 
 /// greenwave's [`Env`] over SUMO: every traffic light of the network is a signal driven by
@@ -996,12 +977,8 @@ impl Env for SumoEnv {
         sl.movement_in
             .iter()
             .zip(&sl.movement_out)
-            .zip(&sl.movement_zone)
-            .map(|((ins, outs), zone)| {
-                // Queue and arrivals over the approach zones (a queue behind a short
-                // pocket counts); gaps from the stop-line loops.
-                let approach = l.zone_reading(zone);
-                let queue_veh = approach.halting;
+            .map(|(ins, outs)| {
+                let queue_veh = l.sum(ins, &l.halting);
                 // Time since the detector zone last held a vehicle: since the loop last
                 // saw one, less its travel from the loop to the stop line.
                 let gap_s = ins
@@ -1011,10 +988,10 @@ impl Env for SumoEnv {
                     .min(GAP_NONE_S);
                 MovementDetector {
                     queue_veh,
-                    upstream_veh: approach.vehicles,
-                    upstream_length_m: zone
+                    upstream_veh: l.sum(ins, &l.vehicles),
+                    upstream_length_m: ins
                         .iter()
-                        .map(|(_, z)| (z.offset_m + z.covered_m) as f32)
+                        .map(|&i| l.storage_veh[i] * VEHICLE_SPACING_M as f32)
                         .fold(0.0, f32::max),
                     downstream_veh: l.sum(outs, &l.vehicles),
                     downstream_storage_veh: l.sum(outs, &l.storage_veh),
