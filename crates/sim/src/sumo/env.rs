@@ -514,19 +514,32 @@ impl SumoEnv {
         self.episode_ms.div_ceil(self.interval_ms as u64).max(1)
     }
 
+    /// Starts a SUMO process for episode `seed`: once more on a fresh port if the first
+    /// start lost a race for its port (see [`SumoProcess::lost_startup_race`]).
+    fn launch(&self, seed: u64) -> Result<SumoProcess, SumoError> {
+        let mut attempt = 0;
+        loop {
+            let work = WorkDir::new()?;
+            let args = self.sumo_args(seed, &work)?;
+            let started = SumoProcess::start(
+                &self.binary,
+                &args,
+                work,
+                Duration::from_secs_f64(self.cfg.startup_timeout_s),
+                Duration::from_secs_f64(self.cfg.reply_timeout_s),
+            );
+            match started {
+                Err(e) if attempt < 2 && SumoProcess::lost_startup_race(&e) => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
     /// Starts SUMO for a new episode: subscriptions, sanity checks, first readings.
     fn start(&mut self, seed: u64) -> Result<(), SumoError> {
         let t0 = Instant::now();
         self.sim = None; // stops the previous SUMO first
-        let work = WorkDir::new()?;
-        let args = self.sumo_args(seed, &work)?;
-        let mut sim = SumoProcess::start(
-            &self.binary,
-            &args,
-            work,
-            Duration::from_secs_f64(self.cfg.startup_timeout_s),
-            Duration::from_secs_f64(self.cfg.reply_timeout_s),
-        )?;
+        let mut sim = self.launch(seed)?;
         let mut switches = Message::new();
         for id in &self.program_switches {
             switches.set_tl_program(id, self.cfg.program.as_deref().unwrap_or_default());

@@ -131,6 +131,20 @@ pub(crate) struct SumoProcess {
 }
 
 impl SumoProcess {
+    /// Whether `e`, from [`SumoProcess::start`], is a lost race for the TCP port or the
+    /// connection rather than anything about the simulation: worth one more start.
+    pub(crate) fn lost_startup_race(e: &SumoError) -> bool {
+        match e {
+            SumoError::Traci { context, source } => {
+                context.starts_with("handshake") && matches!(source, TraciError::Io(_))
+            }
+            SumoError::Died { log_tail, .. } => {
+                log_tail.contains("ddress already in use") || log_tail.contains("bind")
+            }
+            _ => false,
+        }
+    }
+
     /// Starts `binary` with `args` plus `--remote-port`, connects, and checks the TraCI
     /// API version. `work` receives SUMO's log and is kept alive as long as SUMO runs.
     pub(crate) fn start(
@@ -204,7 +218,12 @@ impl SumoProcess {
         let start = Instant::now();
         loop {
             if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(250)) {
-                return Ok(s);
+                // Connecting to a local port nobody listens on yet can pick that very
+                // port as our own end and connect the socket to itself (TCP simultaneous
+                // open); SUMO then cannot bind it. Drop such a socket and keep waiting.
+                if s.local_addr().ok() != Some(addr) {
+                    return Ok(s);
+                }
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(SumoError::Died {
