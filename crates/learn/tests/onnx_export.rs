@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_close, candle_outputs, observations, policy};
+use common::{assert_close, candle_outputs, incidence, observations, policy, shared_weights};
 use greenwave_learn::onnx;
 use tract_onnx::prelude::*;
 
@@ -106,30 +106,12 @@ fn run_tract(bytes: &[u8], obs: &[f32], n: usize, d: usize) -> (Vec<f32>, Vec<f3
 
 #[test]
 fn specialised_shared_policy_in_tract_equals_the_shared_network() {
-    use greenwave_learn::shared::LaneNormalization;
-    use greenwave_learn::{specialize, Incidence, SharedActorCritic};
-    let net = SharedActorCritic::new(&[8, 6], 3, &candle_core::Device::Cpu).unwrap();
-    let norm = LaneNormalization {
-        density: (0.3, 2.0),
-        queue: (0.1, 4.0),
-        clip: 10.0,
-    };
-    let mut shared = net.to_weights(norm).unwrap();
-    // Make the policy head non-trivial (its init gain is 0.01).
-    for (i, x) in shared.actor[2].weights.iter_mut().enumerate() {
-        *x += ((i * 13 % 7) as f32 - 3.0) * 0.1;
-    }
+    use greenwave_learn::specialize;
+    let shared = shared_weights();
     let (_, base_manifest) = policy();
     let mut worst = 0.0f32;
     for (lanes, phases) in [(10usize, 4usize), (5, 3), (12, 2)] {
-        let rows: Vec<Vec<bool>> = (0..phases)
-            .map(|p| {
-                (0..lanes)
-                    .map(|l| l % phases == p || (l + p) % 3 == 0)
-                    .collect()
-            })
-            .collect();
-        let inc = Incidence::new(&rows).unwrap();
+        let inc = incidence(lanes, phases);
         let w = specialize(&shared, &inc).unwrap();
         let mut m = base_manifest.clone();
         m.obs_layout = inc.layout();

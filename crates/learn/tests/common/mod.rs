@@ -27,12 +27,10 @@ pub fn policy() -> (PolicyWeights, Manifest) {
     (w, manifest)
 }
 
-/// A shared (any-junction) policy compiled for a 10-lane, 4-phase junction, with the
-/// manifest of [`policy`] adjusted to its layout and widths.
-pub fn specialised_policy() -> (PolicyWeights, Manifest) {
+/// A small shared (any-junction) policy with a non-trivial head and lane normalisation.
+pub fn shared_weights() -> greenwave_learn::SharedWeights {
     use greenwave_learn::shared::LaneNormalization;
-    use greenwave_learn::{specialize, Incidence, SharedActorCritic};
-    let net = SharedActorCritic::new(&[8, 6], 3, &Device::Cpu).unwrap();
+    let net = greenwave_learn::SharedActorCritic::new(&[8, 6], 3, &Device::Cpu).unwrap();
     let norm = LaneNormalization {
         density: (0.3, 2.0),
         queue: (0.1, 4.0),
@@ -43,10 +41,26 @@ pub fn specialised_policy() -> (PolicyWeights, Manifest) {
     for (i, x) in shared.actor[2].weights.iter_mut().enumerate() {
         *x += ((i * 13 % 7) as f32 - 3.0) * 0.1;
     }
-    let rows: Vec<Vec<bool>> = (0..4)
-        .map(|p| (0..10).map(|l| l % 4 == p || (l + p) % 3 == 0).collect())
+    shared
+}
+
+/// A lane–phase incidence of `lanes` lanes and `phases` phases where every lane and
+/// phase is used and phases overlap.
+pub fn incidence(lanes: usize, phases: usize) -> greenwave_learn::Incidence {
+    let rows: Vec<Vec<bool>> = (0..phases)
+        .map(|p| {
+            (0..lanes)
+                .map(|l| l % phases == p || (l + p) % 3 == 0)
+                .collect()
+        })
         .collect();
-    let w = specialize(&shared, &Incidence::new(&rows).unwrap()).unwrap();
+    greenwave_learn::Incidence::new(&rows).unwrap()
+}
+
+/// [`shared_weights`] compiled for a 10-lane, 4-phase junction, with the manifest of
+/// [`policy`] adjusted to its layout and widths.
+pub fn specialised_policy() -> (PolicyWeights, Manifest) {
+    let w = greenwave_learn::specialize(&shared_weights(), &incidence(10, 4)).unwrap();
     let (_, mut m) = policy();
     m.obs_layout = w.obs_layout;
     m.hidden = w.hidden();

@@ -64,10 +64,10 @@ impl ZoneLane {
     }
 }
 
-/// The approach zone of incoming lane `lane`: the lane itself first, then the lanes
-/// feeding it through unsignalised junctions, nearest first, each once.
-pub fn approach_zone(net: &NetFile, lane: &str, range_m: f64) -> Vec<ZoneLane> {
-    let feeders = feeders(net);
+/// The approach zone of incoming lane `lane` of `net`, whose feeders are `feeders`: the
+/// lane itself first, then the lanes feeding it through unsignalised junctions, nearest
+/// first, each once.
+pub fn approach_zone(net: &NetFile, feeders: &Feeders, lane: &str, range_m: f64) -> Vec<ZoneLane> {
     let mut zone: Vec<ZoneLane> = Vec::new();
     let mut queue = VecDeque::from([(lane.to_string(), 0.0f64)]);
     while let Some((id, offset_m)) = queue.pop_front() {
@@ -89,7 +89,7 @@ pub fn approach_zone(net: &NetFile, lane: &str, range_m: f64) -> Vec<ZoneLane> {
             covered_m,
         });
         if offset_m + length_m < range_m {
-            for f in feeders.get(id.as_str()).into_iter().flatten() {
+            for f in feeders.0.get(id.as_str()).into_iter().flatten() {
                 queue.push_back((f.to_string(), offset_m + length_m));
             }
         }
@@ -97,19 +97,26 @@ pub fn approach_zone(net: &NetFile, lane: &str, range_m: f64) -> Vec<ZoneLane> {
     zone
 }
 
-/// For each lane, the road lanes that feed it through a junction without a traffic light.
-fn feeders(net: &NetFile) -> HashMap<String, Vec<String>> {
-    let road = |edge: &str| net.edges.get(edge).is_none_or(|e| e.function.is_empty());
-    let mut map: HashMap<String, Vec<String>> = HashMap::new();
-    for c in &net.connections {
-        if c.tl.is_some() || !road(&c.from) || !road(&c.to) || c.dir == "t" {
-            continue;
+/// For each lane of a net, the road lanes that feed it through a junction without a
+/// traffic light: built once per net, read for every approach zone.
+#[derive(Clone, Debug, Default)]
+pub struct Feeders(HashMap<String, Vec<String>>);
+
+impl Feeders {
+    /// The feeders of every lane of `net`.
+    pub fn of(net: &NetFile) -> Self {
+        let road = |edge: &str| net.edges.get(edge).is_none_or(|e| e.function.is_empty());
+        let mut map: HashMap<String, Vec<String>> = HashMap::new();
+        for c in &net.connections {
+            if c.tl.is_some() || !road(&c.from) || !road(&c.to) || c.dir == "t" {
+                continue;
+            }
+            map.entry(c.to_lane_id())
+                .or_default()
+                .push(c.from_lane_id());
         }
-        map.entry(c.to_lane_id())
-            .or_default()
-            .push(c.from_lane_id());
+        Feeders(map)
     }
-    map
 }
 
 #[cfg(test)]
@@ -158,9 +165,14 @@ mod tests {
         net
     }
 
+    fn zone_of(lane: &str, range_m: f64) -> Vec<ZoneLane> {
+        let net = chain();
+        approach_zone(&net, &Feeders::of(&net), lane, range_m)
+    }
+
     #[test]
     fn zone_follows_unsignalised_feeders_up_to_the_range() {
-        let z = approach_zone(&chain(), "pocket_0", 200.0);
+        let z = zone_of("pocket_0", 200.0);
         let ids: Vec<_> = z.iter().map(|l| l.lane.as_str()).collect();
         assert_eq!(ids, ["pocket_0", "mid_0", "far_0"]);
         assert_eq!(z[0].covered_m, 60.0);
@@ -172,7 +184,7 @@ mod tests {
 
     #[test]
     fn a_long_stop_line_lane_is_cut_at_the_range() {
-        let z = approach_zone(&chain(), "far_0", 200.0);
+        let z = zone_of("far_0", 200.0);
         assert_eq!(z.len(), 1);
         assert_eq!(z[0].covered_m, 200.0);
         // 40 halted vehicles on 300 m: the 200 m zone holds 26.7 of them.
@@ -184,7 +196,7 @@ mod tests {
 
     #[test]
     fn readings_of_a_fully_covered_lane_are_unchanged() {
-        let z = approach_zone(&chain(), "pocket_0", 200.0);
+        let z = zone_of("pocket_0", 200.0);
         assert_eq!(z[0].in_zone(7.0, 5.0, 33.0), (7.0, 5.0, 33.0));
     }
 }

@@ -10,7 +10,7 @@ use greenwave_core::{
     LaneReading, Millis, MovementSet, ObsLayout, PhaseId, RewardInputs, RewardKind, Sequencer,
 };
 
-use super::approach::{approach_zone, ZoneLane, APPROACH_RANGE_M};
+use super::approach::{approach_zone, Feeders, ZoneLane, APPROACH_RANGE_M};
 use super::model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
 use super::net::{NetFile, NetLane};
 use super::process::{SumoProcess, WorkDir};
@@ -166,7 +166,7 @@ struct SignalLanes {
 impl SignalLanes {
     /// Registers the lanes of signal `m` in `lanes`: its stop-line lanes with their
     /// approach zones, and its outgoing lanes.
-    fn new(net: &NetFile, m: &TlsModel, lanes: &mut Lanes) -> Self {
+    fn new(net: &NetFile, feeders: &Feeders, m: &TlsModel, lanes: &mut Lanes) -> Self {
         let mut add = |ids: &[String], role: LaneRole| -> Vec<usize> {
             ids.iter()
                 .map(|id| lanes.add(id, net.lanes.get(id), role))
@@ -188,7 +188,7 @@ impl SignalLanes {
             .in_lanes
             .iter()
             .map(|id| {
-                approach_zone(net, id, APPROACH_RANGE_M)
+                approach_zone(net, feeders, id, APPROACH_RANGE_M)
                     .into_iter()
                     .map(|z| {
                         (
@@ -296,8 +296,9 @@ impl SumoEnv {
 
         let mut lanes = Lanes::default();
         let mut signal_lanes = Vec::with_capacity(models.len());
+        let feeders = Feeders::of(&net);
         for m in &models {
-            signal_lanes.push(SignalLanes::new(&net, m, &mut lanes));
+            signal_lanes.push(SignalLanes::new(&net, &feeders, m, &mut lanes));
         }
         lanes.reset_readings();
         let mut specs = Vec::with_capacity(models.len());

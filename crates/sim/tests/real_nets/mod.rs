@@ -99,14 +99,12 @@ pub fn random_trips(
     Ok(())
 }
 
-/// A seeded random signalised net with random demand, made in `work`.
-pub fn random_net(home: &Path, work: &Path, seed: u64) -> Result<DevNet, String> {
-    let net = work.join(format!("rand{seed}.net.xml"));
+/// Runs SUMO's `netgenerate` with `args`, writing `net`.
+fn netgenerate(home: &Path, net: &Path, args: &[&str]) -> Result<(), String> {
     let out = Command::new(home.join("bin/netgenerate"))
-        .args(["--rand", "--rand.iterations", "60", "--tls.guess", "--seed"])
-        .arg(seed.to_string())
-        .args(["--default.lanenumber", "2", "-o"])
-        .arg(&net)
+        .args(args)
+        .arg("-o")
+        .arg(net)
         .output()
         .map_err(|e| format!("running netgenerate: {e}"))?;
     if !out.status.success() {
@@ -115,6 +113,27 @@ pub fn random_net(home: &Path, work: &Path, seed: u64) -> Result<DevNet, String>
             String::from_utf8_lossy(&out.stderr)
         ));
     }
+    Ok(())
+}
+
+/// A seeded random signalised net with random demand, made in `work`.
+pub fn random_net(home: &Path, work: &Path, seed: u64) -> Result<DevNet, String> {
+    let net = work.join(format!("rand{seed}.net.xml"));
+    let seed_s = seed.to_string();
+    netgenerate(
+        home,
+        &net,
+        &[
+            "--rand",
+            "--rand.iterations",
+            "60",
+            "--tls.guess",
+            "--seed",
+            &seed_s,
+            "--default.lanenumber",
+            "2",
+        ],
+    )?;
     let routes = work.join(format!("rand{seed}.rou.xml"));
     random_trips(home, &net, &routes, 3.0, seed, "5")?;
     Ok(DevNet {
@@ -136,26 +155,26 @@ pub fn pocket_junction(
     seed: u64,
 ) -> Result<DevNet, String> {
     let net = work.join("pocket.net.xml");
-    let out = Command::new(home.join("bin/netgenerate"))
-        .args(["--grid", "--grid.x-number=1", "--grid.y-number=1"])
-        .args(["--grid.attach-length=400", "-L", "2", "--turn-lanes", "1"])
-        .args([
+    netgenerate(
+        home,
+        &net,
+        &[
+            "--grid",
+            "--grid.x-number=1",
+            "--grid.y-number=1",
+            "--grid.attach-length=400",
+            "-L",
+            "2",
+            "--turn-lanes",
+            "1",
             "--turn-lanes.length",
             "80",
             "--tls.guess",
             "--tls.layout",
             "opposites",
-        ])
-        .args(["--no-turnarounds", "-o"])
-        .arg(&net)
-        .output()
-        .map_err(|e| format!("running netgenerate: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "netgenerate failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+            "--no-turnarounds",
+        ],
+    )?;
     let routes = work.join(format!("pocket-{seed}.rou.xml"));
     random_trips(home, &net, &routes, period_s, seed, "max")?;
     Ok(DevNet {
