@@ -130,6 +130,14 @@ simget = status(0xab) + short(bytes([0xbb, 0x66]) + s("") + bytes([0x0b]) + stru
 put("traci_reply", "sim-getters", b"\x06" + simget + simget)
 put("traci_reply", "close", b"\x07" + status(0x7f))
 put("traci_reply", "refused", b"\x04" + status(0xc2, 0xff, "Traffic light 'X' is not known"))
+# A junction context subscription (vehicles' lane, position, accumulated waiting time).
+ctx = bytes([0x99]) + s("J1") + bytes([0xa4, 3]) + struct.pack(">i", 2)
+for veh, lane, pos, wait in [("v0", "A0B0_0", 41.5, 12.0), ("v1", ":J1_0_0", 1.0, 0.0)]:
+    ctx += (s(veh) + bytes([0x51, 0, 0x0c]) + s(lane) + bytes([0x56, 0, 0x0b])
+            + struct.pack(">d", pos) + bytes([0x87, 0, 0x0b]) + struct.pack(">d", wait))
+put("traci_reply", "context-subscribe", b"\x08" + status(0x89) + short(ctx))
+put("traci_reply", "step-with-context", b"\x01" + status(0x02) + struct.pack(">i", 2)
+    + short(sub) + short(ctx))
 
 # --- log_segment: segments in the transition log's formats (v2 written like LogWriter does;
 # v1 as the first format). crates/fuzz-targets/tests/replay_corpora.rs (`write_log_seeds`)

@@ -203,11 +203,12 @@ pub fn sumo_timing(data: &[u8]) {
 }
 
 /// TraCI reply bodies: the first byte picks which request they answer (a getVersion, a
-/// simulation step, a lane getter, a subscribe, a traffic-light set; or two of them).
+/// simulation step, a lane getter, a subscribe, a traffic-light set, a junction context
+/// subscribe; or two of them).
 #[cfg(feature = "sumo")]
 pub fn traci_reply(data: &[u8]) {
     use greenwave_sim::sumo::traci::decode_replies;
-    const REQUESTS: [&[u8]; 8] = [
+    const REQUESTS: [&[u8]; 9] = [
         &[0x00],
         &[0x02],
         &[0xa3],
@@ -216,6 +217,7 @@ pub fn traci_reply(data: &[u8]) {
         &[0xc2, 0x02],
         &[0xab, 0xab],
         &[0x7f],
+        &[0x89],
     ];
     let Some((&first, body)) = data.split_first() else {
         return;

@@ -39,23 +39,23 @@ pub struct ZoneLane {
 }
 
 impl ZoneLane {
-    /// The part of this lane's readings inside the zone: `(vehicles, halting, waiting s)`.
-    /// Halted vehicles stand from the lane's downstream end back, so the zone holds the
-    /// first `covered / spacing` of them; moving ones are spread along the lane.
-    pub fn in_zone(&self, vehicles: f32, halting: f32, waiting_s: f32) -> (f32, f32, f32) {
+    /// The part of this lane's readings inside the zone: `(vehicles, halting)`. Halted
+    /// vehicles stand from the lane's downstream end back, so the zone holds the first
+    /// `covered / spacing` of them; moving ones are spread along the lane.
+    pub fn in_zone(&self, vehicles: f32, halting: f32) -> (f32, f32) {
         if self.covered_m >= self.length_m {
-            return (vehicles, halting, waiting_s);
+            return (vehicles, halting);
         }
         let fits = (self.covered_m / VEHICLE_SPACING_M) as f32;
         let halted_in = halting.min(fits);
         let moving = (vehicles - halting).max(0.0);
         let share = (self.covered_m / self.length_m.max(1e-9)) as f32;
-        let waiting_in = if halting > 0.0 {
-            waiting_s * halted_in / halting
-        } else {
-            0.0
-        };
-        (halted_in + moving * share, halted_in, waiting_in)
+        (halted_in + moving * share, halted_in)
+    }
+
+    /// Whether a vehicle at `pos_m` from this lane's start is inside the zone.
+    pub fn holds(&self, pos_m: f64) -> bool {
+        pos_m >= self.length_m - self.covered_m
     }
 
     /// Vehicles the zone's part of this lane can store.
@@ -126,6 +126,7 @@ mod tests {
 
     fn lane(length_m: f64) -> NetLane {
         NetLane {
+            edge: String::new(),
             length_m,
             speed_mps: None,
             end_direction: None,
@@ -188,15 +189,16 @@ mod tests {
         assert_eq!(z.len(), 1);
         assert_eq!(z[0].covered_m, 200.0);
         // 40 halted vehicles on 300 m: the 200 m zone holds 26.7 of them.
-        let (veh, halt, wait) = z[0].in_zone(50.0, 40.0, 400.0);
+        let (veh, halt) = z[0].in_zone(50.0, 40.0);
         assert!((halt - 200.0 / 7.5).abs() < 1e-4);
-        assert!((wait - 400.0 * halt / 40.0).abs() < 1e-3);
+        assert!(z[0].holds(z[0].length_m - 200.0) && !z[0].holds(z[0].length_m - 200.5));
         assert!((veh - (halt + 10.0 * 2.0 / 3.0)).abs() < 1e-4);
     }
 
     #[test]
     fn readings_of_a_fully_covered_lane_are_unchanged() {
         let z = zone_of("pocket_0", 200.0);
-        assert_eq!(z[0].in_zone(7.0, 5.0, 33.0), (7.0, 5.0, 33.0));
+        assert_eq!(z[0].in_zone(7.0, 5.0), (7.0, 5.0));
+        assert!(z[0].holds(0.0));
     }
 }

@@ -15,7 +15,8 @@ use super::model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel
 use super::net::{NetFile, NetLane};
 use super::process::{SumoProcess, WorkDir};
 use super::readings::{Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
-use super::traci::{cmd, var, Message, Reply, TraciError, Value};
+use super::traci::{cmd, var, Message, Reply, SubscriptionResult, TraciError, Value};
+use super::waits::{VehicleWait, WaitWatch};
 use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
@@ -57,6 +58,9 @@ fn loop_setback(length_m: f64, speed_mps: Option<f64>) -> (f64, f64) {
     (setback, setback / speed)
 }
 
+/// The shortest `--waiting-time-memory` the backend sets (s).
+const WAIT_MEMORY_MIN_S: f64 = 1000.0;
+
 /// Per-lane readings, refreshed from the subscriptions after each step.
 #[derive(Clone, Debug, Default)]
 struct Lanes {
@@ -67,8 +71,9 @@ struct Lanes {
     role: Vec<LaneRole>,
     vehicles: Vec<f32>,
     halting: Vec<f32>,
-    waiting_s: Vec<f32>,
     mean_speed_mps: Vec<f32>,
+    /// Per lane: the vehicles on it within the wait subscriptions' range.
+    vehicle_waits: Vec<Vec<VehicleWait>>,
     /// Per lane: its speed limit (m/s).
     limit_mps: Vec<f32>,
     since_detection_s: Vec<f32>,
@@ -102,13 +107,14 @@ impl Lanes {
         for v in [
             &mut self.vehicles,
             &mut self.halting,
-            &mut self.waiting_s,
             &mut self.mean_speed_mps,
             &mut self.since_detection_s,
         ] {
             v.clear();
             v.resize(n, 0.0);
         }
+        self.vehicle_waits.clear();
+        self.vehicle_waits.resize(n, Vec::new());
     }
 
     fn sum(&self, lanes: &[usize], of: &[f32]) -> f32 {
@@ -119,7 +125,12 @@ impl Lanes {
     fn zone_reading(&self, zone: &[(usize, ZoneLane)]) -> ZoneReading {
         let mut r = ZoneReading::default();
         for (i, z) in zone {
-            let (v, h, w) = z.in_zone(self.vehicles[*i], self.halting[*i], self.waiting_s[*i]);
+            let (v, h) = z.in_zone(self.vehicles[*i], self.halting[*i]);
+            let w: f32 = self.vehicle_waits[*i]
+                .iter()
+                .filter(|x| z.holds(x.pos_m))
+                .map(|x| x.wait_s)
+                .sum();
             // SUMO's mean speed counts the halted vehicles at 0: the moving ones' mean is
             // the rest. Halted vehicles are all delay, moving ones their slowdown.
             let (n, halted) = (self.vehicles[*i], self.halting[*i]);
@@ -144,6 +155,7 @@ impl Lanes {
 struct ZoneReading {
     vehicles: f32,
     halting: f32,
+    /// Σ accumulated waiting time of the zone's vehicles (s).
     waiting_s: f32,
     storage_veh: f32,
     /// Σ (1 − speed / limit) over the zone's vehicles.
@@ -227,9 +239,10 @@ impl SignalLanes {
 ///   in its approach zone (the lane and its unsignalised feeders up to
 ///   [`APPROACH_RANGE_M`], see [`super::approach`]) over the zone's storage (`length /
 ///   7.5 m`), in greenwave-core's [`ObsLayout`].
-/// * Rewards from [`RewardInputs`] over the union of the approach zones: the summed waiting
-///   time (SUMO's lane waiting time), halting vehicles, vehicles minus those on the
-///   outgoing lanes (pressure), and the delay rate Σ (1 − speed / limit).
+/// * Rewards from [`RewardInputs`] over the union of the approach zones: the vehicles'
+///   summed accumulated waiting time (a context subscription, see [`super::waits`]),
+///   halting vehicles, vehicles minus those on the outgoing lanes (pressure), and the delay
+///   rate Σ (1 − speed / limit).
 /// * Detectors ([`Env::detectors`]): per movement, halting vehicles (queue) and vehicles on
 ///   its incoming lanes (upstream; a lane shared by two movements counts for both), on its
 ///   outgoing lanes (downstream) with their storage; `gap_s` from an induction loop the
@@ -252,6 +265,7 @@ pub struct SumoEnv {
     lanes: Lanes,
     signal_lanes: Vec<SignalLanes>,
     reads: ReadPlan,
+    waits: WaitWatch,
     sim: Option<SumoProcess>,
     /// Last state string sent per signal (empty: none yet, SUMO runs its program).
     sent: Vec<String>,
@@ -328,6 +342,10 @@ impl SumoEnv {
                 .map(String::as_str)
                 .zip(lanes.role.iter().copied()),
         );
+        let waits = WaitWatch::new(models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
+            let edge = &net.lanes.get(l)?.edge;
+            net.edges.get(edge)?.to.as_deref()
+        }));
         let mut env = SumoEnv {
             seed: cfg.seed,
             cfg,
@@ -340,6 +358,7 @@ impl SumoEnv {
             lanes,
             signal_lanes,
             reads,
+            waits,
             sim: None,
             sent: vec![String::new(); n],
             history: vec![Vec::new(); n],
@@ -498,15 +517,27 @@ impl SumoEnv {
             fmt_s(end_s).into(),
             "--step-length".into(),
             fmt_s(self.cfg.step_length_s).into(),
-            // SUMO's seed is a 31-bit int.
             "--seed".into(),
-            (seed % (1 << 31)).to_string().into(),
+            sumo_seed(seed).to_string().into(),
             "--tripinfo-output".into(),
             work.file("tripinfo.xml").into(),
             "--tripinfo-output.write-unfinished".into(),
             "--no-step-log".into(),
             "--duration-log.disable".into(),
         ];
+        // A vehicle's accumulated waiting time (the wait-delta reward, see `super::waits`)
+        // counts only the last `--waiting-time-memory` seconds, 100 by default: a vehicle
+        // starved for longer would stop costing more. Remember the whole episode instead,
+        // unless the user chose.
+        if !self
+            .cfg
+            .extra_args
+            .iter()
+            .any(|a| a.starts_with("--waiting-time-memory"))
+        {
+            args.push("--waiting-time-memory".into());
+            args.push(fmt_s(self.cfg.seconds.max(WAIT_MEMORY_MIN_S).ceil()).into());
+        }
         args.extend(self.cfg.extra_args.iter().map(OsString::from));
         Ok(args)
     }
@@ -560,7 +591,7 @@ impl SumoEnv {
         };
         // An empty message would get no reply to pair with (a net whose lights all stay
         // on their programs has no signal to check and no lane to read).
-        let messages: Vec<Message> = [checks, second]
+        let messages: Vec<Message> = [checks, second, self.waits.subscribe_message()]
             .into_iter()
             .map(|mut m| {
                 if m.is_empty() {
@@ -570,6 +601,7 @@ impl SumoEnv {
             })
             .collect();
         let mut replies = sim.exchange(&messages, "checking signals, first readings")?;
+        let waits = subscribed(replies.pop().unwrap_or_default());
         let readings = replies.pop().unwrap_or_default();
         let states = replies.pop().unwrap_or_default();
         for (model, r) in self.models.iter().zip(&states) {
@@ -595,17 +627,11 @@ impl SumoEnv {
         }
         self.lanes.reset_readings();
         if subscribing {
-            let subs: Vec<_> = readings
-                .into_iter()
-                .filter_map(|r| match r {
-                    Reply::Subscribed(s) => Some(s),
-                    _ => None,
-                })
-                .collect();
-            self.store_readings(Answer::Subscriptions(&subs))?;
+            self.store_readings(Answer::Subscriptions(&subscribed(readings)))?;
         } else {
             self.store_readings(Answer::Gets(&readings))?;
         }
+        self.store_waits(&waits)?;
         self.sim = Some(sim);
         self.seqs = new_sequencers(&self.models)?;
         for s in &mut self.sent {
@@ -632,7 +658,6 @@ impl SumoEnv {
         match slot {
             Slot::Vehicles(i) => lanes.vehicles[i] = x as f32,
             Slot::Halting(i) => lanes.halting[i] = x as f32,
-            Slot::Waiting(i) => lanes.waiting_s[i] = x as f32,
             Slot::MeanSpeed(i) => lanes.mean_speed_mps[i] = x as f32,
             Slot::SinceDetection(i) => lanes.since_detection_s[i] = x as f32,
             Slot::Time => return Some(x),
@@ -650,6 +675,14 @@ impl SumoEnv {
             })
             .map_err(malformed)?;
         Ok(time)
+    }
+
+    /// Stores the vehicles' waits from the context results among `subs`.
+    fn store_waits(&mut self, subs: &[SubscriptionResult]) -> Result<(), SumoError> {
+        let lanes = &mut self.lanes;
+        self.waits
+            .apply(subs, &lanes.index, &mut lanes.vehicle_waits)
+            .map_err(malformed)
     }
 
     fn reward_inputs(&self, signal: usize) -> RewardInputs {
@@ -709,13 +742,20 @@ impl SumoEnv {
         let mut replies = self
             .sim_mut()?
             .exchange(messages, "simulating a decision interval")?;
-        let time = if subscribing {
-            match replies.pop().and_then(|mut r| r.pop()) {
-                Some(Reply::Step(subs)) => self.store_readings(Answer::Subscriptions(&subs))?,
-                other => return Err(malformed(format!("expected step results, got {other:?}"))),
-            }
+        let reads = if subscribing {
+            Vec::new()
         } else {
-            let reads = replies.pop().unwrap_or_default();
+            replies.pop().unwrap_or_default()
+        };
+        let subs = match replies.pop().and_then(|mut r| r.pop()) {
+            Some(Reply::Step(subs)) => subs,
+            other => return Err(malformed(format!("expected step results, got {other:?}"))),
+        };
+        self.store_waits(&subs)?;
+        let time = if subscribing {
+            let variables: Vec<_> = subs.into_iter().filter(|s| !s.is_context()).collect();
+            self.store_readings(Answer::Subscriptions(&variables))?
+        } else {
             self.store_readings(Answer::Gets(&reads))?
         };
         match time {
@@ -902,6 +942,17 @@ impl SumoEnv {
     }
 }
 
+/// The subscription results among `replies` (the replies to a subscribe message).
+fn subscribed(replies: Vec<Reply>) -> Vec<SubscriptionResult> {
+    replies
+        .into_iter()
+        .filter_map(|r| match r {
+            Reply::Subscribed(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
 fn new_sequencers(models: &[TlsModel]) -> Result<Vec<Sequencer>, SumoError> {
     models
         .iter()
@@ -923,6 +974,13 @@ fn malformed(message: String) -> SumoError {
 }
 
 /// Seconds as SUMO reads them, without float noise for whole milliseconds.
+/// SUMO's seed (a 31-bit int) for episode seed `seed`: every bit of `seed` folded in, so
+/// seeds that differ only above bit 31 (training's slot bits) get different SUMO seeds;
+/// seeds below 2^31 are used as they are.
+fn sumo_seed(seed: u64) -> u64 {
+    (seed ^ (seed >> 31) ^ (seed >> 62)) & 0x7fff_ffff
+}
+
 fn fmt_s(s: f64) -> String {
     format!("{:.3}", s)
 }
@@ -1042,4 +1100,23 @@ impl Env for SumoEnv {
 /// metrics (what `--controller fixed-time` means on SUMO).
 pub fn run_static_program(cfg: SumoConfig) -> Result<EpisodeMetrics, SumoError> {
     SumoEnv::new(cfg)?.run_static_program()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sumo_seeds_keep_small_seeds_and_separate_high_bits() {
+        assert_eq!(sumo_seed(0), 0);
+        assert_eq!(sumo_seed(1000), 1000);
+        assert_eq!(sumo_seed((1 << 31) - 1), (1 << 31) - 1);
+        // Training's episode seeds put the slot in bits 40..: eight slots, eight seeds.
+        let base = 7u64.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let seeds: std::collections::HashSet<u64> = (0..8u64)
+            .map(|slot| sumo_seed(base ^ (slot << 40)))
+            .collect();
+        assert_eq!(seeds.len(), 8);
+        assert!(seeds.iter().all(|&s| s < 1 << 31));
+    }
 }

@@ -29,6 +29,7 @@ mod readings;
 pub mod timing;
 pub mod traci;
 pub mod tripinfo;
+mod waits;
 mod xml;
 
 pub use env::{run_static_program, SumoEnv};

@@ -18,6 +18,8 @@ use super::SumoError;
 /// One lane.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NetLane {
+    /// The edge it belongs to.
+    pub edge: String,
     /// Length (m).
     pub length_m: f64,
     /// Speed limit (m/s), if given.
@@ -34,6 +36,8 @@ pub struct NetEdge {
     pub function: String,
     /// For a pedestrian crossing: the road edges it crosses.
     pub crossing_edges: Vec<String>,
+    /// The junction it ends at, if given.
+    pub to: Option<String>,
 }
 
 /// One phase of a traffic-light program.
@@ -191,6 +195,7 @@ impl NetFile {
                                     .split_whitespace()
                                     .map(str::to_string)
                                     .collect(),
+                                to: attrs.get("to").map(str::to_string),
                             },
                         );
                         edge = (!empty).then_some(id);
@@ -208,6 +213,7 @@ impl NetFile {
                         net.lanes.insert(
                             id,
                             NetLane {
+                                edge: edge.clone().unwrap_or_default(),
                                 length_m,
                                 speed_mps,
                                 end_direction,

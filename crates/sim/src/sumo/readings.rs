@@ -1,8 +1,9 @@
 //! What the backend reads from SUMO after every decision interval, and how.
 //!
-//! Per incoming (stop-line) lane: vehicles, halting vehicles, summed waiting time, and the
-//! stop-line loop's time since detection; per lane of an approach zone upstream of it the
-//! same without a loop; per outgoing lane: vehicles; and SUMO's clock.
+//! Per incoming (stop-line) lane: vehicles, halting vehicles, mean speed, and the stop-line
+//! loop's time since detection; per lane of an approach zone upstream of it the same
+//! without a loop; per outgoing lane: vehicles; and SUMO's clock. (The vehicles' waiting
+//! times come from a context subscription instead, see [`super::waits`].)
 //! Either as batched getters sent right behind the step (default) or as TraCI
 //! subscriptions; both cost one round trip per decision interval.
 
@@ -32,7 +33,7 @@ pub(crate) enum LaneRole {
     /// An outgoing lane: vehicles.
     Outgoing,
     /// A lane of an approach zone upstream of a stop-line lane: vehicles, halting vehicles,
-    /// summed waiting time.
+    /// mean speed.
     Approach,
     /// An incoming (stop-line) lane: as `Approach`, plus its stop-line loop.
     StopLine,
@@ -45,8 +46,6 @@ pub(crate) enum Slot {
     Vehicles(usize),
     /// Halting vehicles on lane `i`.
     Halting(usize),
-    /// Summed waiting time on lane `i`.
-    Waiting(usize),
     /// Mean speed of the vehicles on lane `i` (m/s; the speed limit when empty).
     MeanSpeed(usize),
     /// Seconds since lane `i`'s loop last saw a vehicle.
@@ -91,7 +90,6 @@ impl ReadPlan {
                     vars: vec![
                         (var::LAST_STEP_VEHICLE_NUMBER, Slot::Vehicles(i)),
                         (var::LAST_STEP_HALTING_NUMBER, Slot::Halting(i)),
-                        (var::LANE_WAITING_TIME, Slot::Waiting(i)),
                         (var::LAST_STEP_MEAN_SPEED, Slot::MeanSpeed(i)),
                     ],
                 });

@@ -27,8 +27,19 @@ pub(crate) mod cmd {
     pub const GET_TL: u8 = 0xa2;
     pub const GET_LANE: u8 = 0xa3;
     pub const GET_VEHICLE: u8 = 0xa4;
+    pub const GET_JUNCTION: u8 = 0xa9;
     pub const GET_SIM: u8 = 0xab;
     pub const SET_TL: u8 = 0xc2;
+
+    /// The context-subscribe command of a getter's domain (`0xa_` -> `0x8_`).
+    pub const fn subscribe_context_of(get: u8) -> u8 {
+        get - 0x20
+    }
+
+    /// The context-subscription response id of a getter's domain (`0xa_` -> `0x9_`).
+    pub const fn context_response(get: u8) -> u8 {
+        get - 0x10
+    }
 
     /// The subscribe command of a getter's domain (`0xa_` -> `0xd_`).
     pub const fn subscribe_of(get: u8) -> u8 {
@@ -59,8 +70,13 @@ pub(crate) mod var {
     pub const VEHICLE_DEPART_DELAY: u8 = 0x3b;
     /// Simulation: current time (s).
     pub const SIM_TIME: u8 = 0x66;
-    /// Lane: sum of the waiting times of the vehicles on it (s).
-    pub const LANE_WAITING_TIME: u8 = 0x7a;
+    /// Vehicle: the lane it is on (string).
+    pub const VEHICLE_LANE_ID: u8 = 0x51;
+    /// Vehicle: its position on its lane, from the lane's start (m).
+    pub const VEHICLE_LANE_POSITION: u8 = 0x56;
+    /// Vehicle: its accumulated waiting time within SUMO's `--waiting-time-memory` (s).
+    /// Unlike the waiting time, it does not restart when a queued vehicle creeps forward.
+    pub const VEHICLE_ACCUMULATED_WAITING_TIME: u8 = 0x87;
     /// Simulation: vehicles whose departure time has passed but that are not inserted.
     pub const SIM_PENDING_VEHICLES: u8 = 0x94;
 }
@@ -145,10 +161,31 @@ impl Value {
 /// One object's variables from a subscription response.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SubscriptionResult {
-    /// Response id (`0xe0 + domain`).
+    /// Response id (`0xe0 + domain` for a variable subscription, `0x90 + domain` for a
+    /// context subscription).
     pub response: u8,
-    /// The object (lane, loop, ...) id.
+    /// The object (lane, loop, junction, ...) id.
     pub object: String,
+    /// Variable subscription: `(variable, value)` in subscription order. Empty for a
+    /// context subscription.
+    pub values: Vec<(u8, Value)>,
+    /// Context subscription: every object within range, with its `(variable, value)` in
+    /// subscription order. Empty for a variable subscription.
+    pub context: Vec<ContextObject>,
+}
+
+impl SubscriptionResult {
+    /// Whether this is a context subscription's result.
+    pub fn is_context(&self) -> bool {
+        (0x90..=0x9f).contains(&self.response)
+    }
+}
+
+/// One object found by a context subscription, with its variables.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContextObject {
+    /// The object's (vehicle's, ...) id.
+    pub id: String,
     /// `(variable, value)` in subscription order.
     pub values: Vec<(u8, Value)>,
 }
@@ -247,6 +284,29 @@ impl Message {
         body.extend_from_slice(&SUBSCRIBE_FOREVER.0.to_be_bytes());
         body.extend_from_slice(&SUBSCRIBE_FOREVER.1.to_be_bytes());
         put_string(&mut body, object);
+        body.push(variables.len() as u8);
+        body.extend_from_slice(variables);
+        self.command(command, &body)
+    }
+}
+
+impl Message {
+    /// Subscribes (`0x80 + domain`) to `variables` of every object of `domain` (a getter
+    /// command, e.g. vehicles) within `range_m` of `object`, for the whole run.
+    pub fn subscribe_context(
+        &mut self,
+        command: u8,
+        object: &str,
+        domain: u8,
+        range_m: f64,
+        variables: &[u8],
+    ) -> &mut Self {
+        let mut body = Vec::with_capacity(34 + object.len() + variables.len());
+        body.extend_from_slice(&SUBSCRIBE_FOREVER.0.to_be_bytes());
+        body.extend_from_slice(&SUBSCRIBE_FOREVER.1.to_be_bytes());
+        put_string(&mut body, object);
+        body.push(domain);
+        body.extend_from_slice(&range_m.to_be_bytes());
         body.push(variables.len() as u8);
         body.extend_from_slice(variables);
         self.command(command, &body)
@@ -440,14 +500,51 @@ impl<'a> Reader<'a> {
         let len = self.length()?;
         let start = self.pos;
         let response = self.u8()?;
-        // Variable subscriptions only (0xe0..=0xef); context subscriptions are not used.
-        if !(0xe0..=0xef).contains(&response) {
+        let context = (0x90..=0x9f).contains(&response);
+        if !context && !(0xe0..=0xef).contains(&response) {
             return Err(TraciError::Protocol(format!(
                 "unexpected subscription response 0x{response:02x}"
             )));
         }
         let object = self.string()?;
-        let n = self.u8()? as usize;
+        let mut result = SubscriptionResult {
+            response,
+            object,
+            values: Vec::new(),
+            context: Vec::new(),
+        };
+        if context {
+            let _domain = self.u8()?;
+            let n_vars = self.u8()? as usize;
+            // Each object is at least an empty id and, per variable, id, status and type.
+            let n_objects = self.count(4 + 3 * n_vars)?;
+            result.context.reserve(n_objects);
+            for _ in 0..n_objects {
+                let id = self.string()?;
+                let values = self.variables(n_vars, response, &id)?;
+                result.context.push(ContextObject { id, values });
+            }
+        } else {
+            let n = self.u8()? as usize;
+            result.values = self.variables(n, response, &result.object)?;
+        }
+        if self.pos - start != len {
+            return Err(TraciError::Protocol(format!(
+                "subscription response for {} has length {len}, content {}",
+                result.object,
+                self.pos - start
+            )));
+        }
+        Ok(result)
+    }
+
+    /// `n` subscribed variables of `object`: id, status, typed value each.
+    fn variables(
+        &mut self,
+        n: usize,
+        response: u8,
+        object: &str,
+    ) -> Result<Vec<(u8, Value)>, TraciError> {
         let mut values = Vec::with_capacity(n);
         for _ in 0..n {
             let variable = self.u8()?;
@@ -465,17 +562,7 @@ impl<'a> Reader<'a> {
             }
             values.push((variable, value));
         }
-        if self.pos - start != len {
-            return Err(TraciError::Protocol(format!(
-                "subscription response for {object} has length {len}, content {}",
-                self.pos - start
-            )));
-        }
-        Ok(SubscriptionResult {
-            response,
-            object,
-            values,
-        })
+        Ok(values)
     }
 
     /// The reply to `command` (status first, then its response if it has one).
@@ -523,7 +610,9 @@ impl<'a> Reader<'a> {
                 }
                 Ok(Reply::Value(value))
             }
-            c if (0xd0..=0xdf).contains(&c) => Ok(Reply::Subscribed(self.subscription()?)),
+            c if (0xd0..=0xdf).contains(&c) || (0x80..=0x8f).contains(&c) => {
+                Ok(Reply::Subscribed(self.subscription()?))
+            }
             _ => Ok(Reply::Ok),
         }
     }
@@ -684,6 +773,51 @@ mod tests {
         };
         assert_eq!(subs[0].object, "lane_0");
         assert_eq!(subs[0].values, vec![(0x10, Value::Int(7))]);
+    }
+
+    #[test]
+    fn decodes_context_subscription_results() {
+        let mut buf = status(cmd::SIMSTEP, 0, "");
+        buf.extend_from_slice(&1i32.to_be_bytes());
+        let mut sub = vec![cmd::context_response(cmd::GET_JUNCTION)];
+        put_string(&mut sub, "J1");
+        sub.extend_from_slice(&[cmd::GET_VEHICLE, 2]);
+        sub.extend_from_slice(&2i32.to_be_bytes());
+        for (veh, lane, wait) in [("v0", "a_0", 12.5f64), ("v1", "b_1", 0.0)] {
+            put_string(&mut sub, veh);
+            sub.extend_from_slice(&[var::VEHICLE_LANE_ID, 0, ty::STRING]);
+            put_string(&mut sub, lane);
+            sub.extend_from_slice(&[var::VEHICLE_ACCUMULATED_WAITING_TIME, 0, ty::DOUBLE]);
+            sub.extend_from_slice(&wait.to_be_bytes());
+        }
+        buf.push((sub.len() + 1) as u8);
+        buf.extend_from_slice(&sub);
+        let mut r = Reader::new(&buf);
+        let Reply::Step(subs) = r.reply(cmd::SIMSTEP).unwrap() else {
+            panic!("not a step reply")
+        };
+        assert!(r.at_end());
+        assert!(subs[0].is_context());
+        assert_eq!(subs[0].object, "J1");
+        assert_eq!(subs[0].context.len(), 2);
+        assert_eq!(subs[0].context[0].id, "v0");
+        assert_eq!(
+            subs[0].context[0].values,
+            vec![
+                (var::VEHICLE_LANE_ID, Value::Str("a_0".into())),
+                (var::VEHICLE_ACCUMULATED_WAITING_TIME, Value::Double(12.5)),
+            ]
+        );
+        // Every prefix fails cleanly; an object count the body cannot hold is refused.
+        for cut in 0..buf.len() {
+            assert!(Reader::new(&buf[..cut]).reply(cmd::SIMSTEP).is_err());
+        }
+        let at = buf.len() - sub.len() + 1 + 4 + 2 + 2;
+        buf[at..at + 4].copy_from_slice(&1_000_000i32.to_be_bytes());
+        assert!(matches!(
+            Reader::new(&buf).reply(cmd::SIMSTEP),
+            Err(TraciError::Protocol(_))
+        ));
     }
 
     #[test]

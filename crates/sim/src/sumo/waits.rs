@@ -1,0 +1,208 @@
+//! The vehicles' accumulated waiting times near each signal, for the wait-delta reward.
+//!
+//! SUMO's lane waiting time sums each vehicle's time since it last moved: a queue that
+//! creeps one car length starts again from zero, so a reward built on it pays for short,
+//! frequent greens that waste clearance time while an approach starves. A vehicle's
+//! *accumulated* waiting time (within `--waiting-time-memory`) keeps growing however often
+//! it creeps. No lane getter sums it, so the backend reads it per vehicle with one context
+//! subscription per junction that a signal's stop-line lanes end at: every vehicle within
+//! range, with its lane, position and accumulated waiting time. The results arrive with
+//! each `simulationStep` reply, so they cost no extra round trip.
+
+use std::collections::{HashMap, HashSet};
+
+use super::approach::APPROACH_RANGE_M;
+use super::traci::{cmd, var, Message, SubscriptionResult, Value};
+
+/// How far beyond the approach range the subscriptions reach (m): a junction's centre lies
+/// up to this far from its stop lines.
+const CENTRE_TO_STOP_LINE_M: f64 = 60.0;
+
+/// The variables read of each vehicle, in this order.
+const VARIABLES: [u8; 3] = [
+    var::VEHICLE_LANE_ID,
+    var::VEHICLE_LANE_POSITION,
+    var::VEHICLE_ACCUMULATED_WAITING_TIME,
+];
+
+/// One vehicle near a signal: its position on its lane (m from the lane's start) and its
+/// accumulated waiting time (s).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct VehicleWait {
+    pub pos_m: f64,
+    pub wait_s: f32,
+}
+
+/// The junctions watched, prepared once per network.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WaitWatch {
+    junctions: Vec<String>,
+}
+
+impl WaitWatch {
+    /// Watches `junctions` (each once, in first-seen order).
+    pub(crate) fn new<'a>(junctions: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut seen = Vec::<String>::new();
+        for j in junctions {
+            if !seen.iter().any(|s| s == j) {
+                seen.push(j.to_string());
+            }
+        }
+        WaitWatch { junctions: seen }
+    }
+
+    /// The message subscribing to the vehicles around every watched junction; empty when
+    /// there is none.
+    pub(crate) fn subscribe_message(&self) -> Message {
+        let mut m = Message::new();
+        for j in &self.junctions {
+            m.subscribe_context(
+                cmd::subscribe_context_of(cmd::GET_JUNCTION),
+                j,
+                cmd::GET_VEHICLE,
+                APPROACH_RANGE_M + CENTRE_TO_STOP_LINE_M,
+                &VARIABLES,
+            );
+        }
+        m
+    }
+
+    /// Sorts the vehicles of the context results in `subs` onto their lanes: `out[i]`
+    /// receives the vehicles on lane `index[lane id] = i`; vehicles on other lanes are
+    /// skipped, and a vehicle near two junctions counts once. `out` is cleared first.
+    pub(crate) fn apply(
+        &self,
+        subs: &[SubscriptionResult],
+        index: &HashMap<String, usize>,
+        out: &mut [Vec<VehicleWait>],
+    ) -> Result<(), String> {
+        for v in out.iter_mut() {
+            v.clear();
+        }
+        let mut seen: HashSet<&str> = HashSet::new();
+        let response = cmd::context_response(cmd::GET_JUNCTION);
+        for s in subs.iter().filter(|s| s.response == response) {
+            for o in &s.context {
+                let [(_, lane), (_, pos), (_, wait)] = o.values.as_slice() else {
+                    return Err(format!(
+                        "vehicle {} near {}: {} values, expected {}",
+                        o.id,
+                        s.object,
+                        o.values.len(),
+                        VARIABLES.len()
+                    ));
+                };
+                let Value::Str(lane) = lane else {
+                    return Err(format!("vehicle {}: lane {lane:?} is not a string", o.id));
+                };
+                let Some(&i) = index.get(lane) else {
+                    continue;
+                };
+                if !seen.insert(&o.id) {
+                    continue;
+                }
+                let number = |v: &Value, what: &str| {
+                    v.as_f64()
+                        .filter(|x| x.is_finite())
+                        .ok_or_else(|| format!("vehicle {}: {what} {v:?}", o.id))
+                };
+                let Some(slot) = out.get_mut(i) else {
+                    return Err(format!("lane index {i} of {lane} out of range"));
+                };
+                slot.push(VehicleWait {
+                    pos_m: number(pos, "lane position")?,
+                    wait_s: number(wait, "accumulated waiting time")?.max(0.0) as f32,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::traci::ContextObject;
+    use super::*;
+
+    fn vehicle(id: &str, lane: &str, pos: f64, wait: f64) -> ContextObject {
+        ContextObject {
+            id: id.into(),
+            values: vec![
+                (var::VEHICLE_LANE_ID, Value::Str(lane.into())),
+                (var::VEHICLE_LANE_POSITION, Value::Double(pos)),
+                (var::VEHICLE_ACCUMULATED_WAITING_TIME, Value::Double(wait)),
+            ],
+        }
+    }
+
+    fn result(junction: &str, vehicles: Vec<ContextObject>) -> SubscriptionResult {
+        SubscriptionResult {
+            response: cmd::context_response(cmd::GET_JUNCTION),
+            object: junction.into(),
+            values: Vec::new(),
+            context: vehicles,
+        }
+    }
+
+    #[test]
+    fn vehicles_are_sorted_onto_watched_lanes_once() {
+        let watch = WaitWatch::new(["J1", "J2", "J1"]);
+        assert_eq!(watch.junctions, ["J1", "J2"]);
+        let index = HashMap::from([("a_0".to_string(), 0), ("b_0".to_string(), 1)]);
+        let subs = [
+            result(
+                "J1",
+                vec![
+                    vehicle("v0", "a_0", 10.0, 30.0),
+                    vehicle("v1", ":J1_0_0", 1.0, 5.0),
+                ],
+            ),
+            result(
+                "J2",
+                vec![
+                    vehicle("v0", "a_0", 10.0, 30.0),
+                    vehicle("v2", "b_0", 4.0, 2.5),
+                ],
+            ),
+        ];
+        let mut out = vec![
+            vec![VehicleWait {
+                pos_m: 0.0,
+                wait_s: 9.0,
+            }],
+            Vec::new(),
+        ];
+        watch.apply(&subs, &index, &mut out).unwrap();
+        assert_eq!(
+            out[0],
+            [VehicleWait {
+                pos_m: 10.0,
+                wait_s: 30.0
+            }]
+        );
+        assert_eq!(
+            out[1],
+            [VehicleWait {
+                pos_m: 4.0,
+                wait_s: 2.5
+            }]
+        );
+    }
+
+    #[test]
+    fn malformed_vehicles_are_errors() {
+        let watch = WaitWatch::new(["J1"]);
+        let index = HashMap::from([("a_0".to_string(), 0)]);
+        let mut out = vec![Vec::new()];
+        let mut bad = vehicle("v0", "a_0", 1.0, f64::NAN);
+        let err = watch
+            .apply(&[result("J1", vec![bad.clone()])], &index, &mut out)
+            .unwrap_err();
+        assert!(err.contains("accumulated waiting time"), "{err}");
+        bad.values.pop();
+        let err = watch
+            .apply(&[result("J1", vec![bad])], &index, &mut out)
+            .unwrap_err();
+        assert!(err.contains("2 values"), "{err}");
+    }
+}
