@@ -64,6 +64,15 @@ pub struct TrainArgs {
     /// Stop early once approx-KL exceeds this (PPO).
     #[arg(long)]
     pub target_kl: Option<f32>,
+    /// Passes over each iteration's batch (PPO).
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Decisions per gradient step (PPO).
+    #[arg(long)]
+    pub minibatch: Option<usize>,
+    /// Entropy bonus coefficient (PPO).
+    #[arg(long)]
+    pub ent_coef: Option<f32>,
     /// Discount half-life in seconds (γ per decision follows from the decision interval;
     /// the same definition and default, 60 s, as on-device fine-tuning).
     #[arg(long, default_value_t = greenwave_learn::discount::DEFAULT_HALF_LIFE_S)]
@@ -106,6 +115,15 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         cfg.offpolicy.learning_rate = lr;
     }
     cfg.ppo.target_kl = args.target_kl;
+    if let Some(epochs) = args.epochs {
+        cfg.ppo.epochs = epochs;
+    }
+    if let Some(minibatch) = args.minibatch {
+        cfg.ppo.minibatch = minibatch;
+    }
+    if let Some(ent_coef) = args.ent_coef {
+        cfg.ppo.ent_coef = ent_coef;
+    }
     cfg.discount = greenwave_learn::Discount::from_half_life_s(args.discount_half_life_s)?;
     cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
     let s = train(&cfg, &args.out, args.resume, !args.quiet)?;

@@ -452,6 +452,15 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
     if cfg.n_envs == 0 || cfg.rollout_steps == 0 || cfg.total_steps == 0 {
         bail!("--envs, --rollout-steps and --steps must all be at least 1");
     }
+    if cfg.ppo.epochs == 0 || cfg.ppo.minibatch == 0 {
+        bail!("--epochs and --minibatch must both be at least 1");
+    }
+    if !(cfg.ppo.ent_coef.is_finite() && cfg.ppo.ent_coef >= 0.0) {
+        bail!(
+            "--ent-coef must be a finite number ≥ 0, got {}",
+            cfg.ppo.ent_coef
+        );
+    }
     cfg.sim.check()?;
     // Fail before any simulator starts when this build cannot give the asked device.
     cfg.device.candle()?;
