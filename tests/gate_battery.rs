@@ -1,5 +1,5 @@
 //! The fine-tune gate's battery: candidate updates of known true effect, judged by the gate
-//! and measured by simulation. Ignored by default (about ten minutes on 2 cores); run with
+//! and measured by simulation. Ignored by default (about an hour on 2 cores); run with
 //!
 //! ```text
 //! cargo test -p greenwave-e2e --release --test gate_battery -- --ignored --nocapture
@@ -20,25 +20,31 @@
 //! mean delay is lower by more than 1 %.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use greenwave_e2e::scratch;
-use greenwave_learn::{onnx, MlpNet, PolicyWeights};
-use greenwave_runtime::finetune::{self, sim, FinetuneConfig, GateReport};
+use greenwave_learn::onnx;
+use greenwave_runtime::finetune::sim;
 use greenwave_sim::Scenario;
 use greenwave_tools::train::{train, Algo, TrainConfig};
-use rand::{Rng, SeedableRng};
+
+#[path = "gate_common.rs"]
+mod gate_common;
+use gate_common::{finetuned, judge_weights, perturbed, report, Setting};
+use greenwave_runtime::finetune::FinetuneConfig;
 
 const EVAL_SEEDS: [u64; 5] = [2000, 2001, 2002, 2003, 2004];
 
-struct Setting {
-    scenario: Scenario,
-    model: Vec<u8>,
-    base_delay: f64,
-}
-
-fn mean_delay(scenario: &Scenario, model: &[u8]) -> f64 {
-    let m = sim::evaluate(scenario, model, &EVAL_SEEDS, 3600).unwrap();
-    m.iter().map(|x| x.mean_delay_s).sum::<f64>() / m.len() as f64
+/// `model` running `scenario`, judged by its greedy mean delay on the held-out seeds.
+fn setting(scenario: &Scenario, model: Vec<u8>) -> Setting {
+    let scenario = scenario.clone();
+    Setting::new(
+        model,
+        Box::new(move |m| {
+            let r = sim::evaluate(&scenario, m, &EVAL_SEEDS, 3600).unwrap();
+            r.iter().map(|x| x.mean_delay_s).sum::<f64>() / r.len() as f64
+        }),
+    )
 }
 
 /// Logs `sessions` controller sessions of `seconds` with `epsilon`, seeds from `seed`.
@@ -48,130 +54,26 @@ fn log(s: &Scenario, model: &[u8], dir: &Path, sessions: u64, seconds: u32, eps:
     }
 }
 
-fn cfg(dir: &Path, name: &str) -> FinetuneConfig {
-    FinetuneConfig {
-        attempts_file: Some(dir.join(format!("attempts-{name}.json"))),
-        ..FinetuneConfig::default()
-    }
-}
-
-/// `candidate`'s actor rewritten to read the running policy's normalised observations
-/// (the normalisation folded into its first layer; exact where no feature is clipped).
-fn in_running_norm(candidate: &PolicyWeights, running: &PolicyWeights) -> MlpNet {
-    let mut layers = candidate.actor.clone();
-    let (c, o) = (&candidate.norm, &running.norm);
-    let l = &mut layers[0];
-    for r in 0..l.outputs {
-        for j in 0..l.inputs {
-            let w = l.weights[r * l.inputs + j];
-            l.bias[r] += w * (o.mean[j] - c.mean[j]) * c.inv_std[j];
-            l.weights[r * l.inputs + j] = w * c.inv_std[j] / o.inv_std[j];
-        }
-    }
-    MlpNet::from_dense(&layers, &candidate_device()).unwrap()
-}
-
-fn candidate_device() -> candle_core::Device {
-    candle_core::Device::Cpu
-}
-
-struct Row {
-    name: String,
-    accepted: bool,
-    reason: String,
-    effect_pct: f64,
-}
-
-fn judge_weights(
-    setting: &Setting,
-    log_dir: &Path,
-    dir: &Path,
-    name: &str,
-    cand: &PolicyWeights,
-) -> Row {
-    let c = cfg(dir, name);
-    let p = finetune::prepare(&setting.model, log_dir, &c, &mut |_| {}).unwrap();
-    let actor = in_running_norm(cand, &p.weights);
-    let g = finetune::judge_candidate(&p, &actor, &c).unwrap();
-    row(setting, name, &g, cand, &p.parent)
-}
-
-fn row(
-    setting: &Setting,
-    name: &str,
-    g: &GateReport,
-    cand: &PolicyWeights,
-    parent: &greenwave_learn::Manifest,
-) -> Row {
-    let bytes = onnx::reexport(cand, parent);
-    let d = mean_delay(&setting.scenario, &bytes);
-    let r = Row {
-        name: name.into(),
-        accepted: g.accepted,
-        reason: g.reason.clone(),
-        effect_pct: 100.0 * (d / setting.base_delay - 1.0),
-    };
-    eprintln!(
-        "{:<40} {:>8} {:+7.2}%  {}",
-        r.name,
-        if r.accepted { "ACCEPT" } else { "refuse" },
-        r.effect_pct,
-        r.reason
-    );
-    r
-}
-
-fn finetuned(
-    setting: &Setting,
-    log_dir: &Path,
-    dir: &Path,
-    name: &str,
-    tweak: impl FnOnce(&mut FinetuneConfig),
-) -> Row {
-    let mut c = cfg(dir, name);
-    tweak(&mut c);
-    match finetune::finetune(&setting.model, log_dir, &c, &mut |_| {}) {
-        Ok(o) => row(setting, name, &o.report.gate, &o.weights, &o.parent),
-        Err(e) => Row {
-            name: name.into(),
-            accepted: false,
-            reason: format!("error: {e}"),
-            effect_pct: f64::NAN,
-        },
-    }
-}
-
-fn perturbed(w: &PolicyWeights, sigma: f32, seed: u64) -> PolicyWeights {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut out = w.clone();
-    for l in &mut out.actor {
-        let rms = (l.weights.iter().map(|x| x * x).sum::<f32>() / l.weights.len() as f32).sqrt();
-        for x in l.weights.iter_mut() {
-            // Box–Muller from two uniforms.
-            let (u1, u2): (f32, f32) = (rng.random(), rng.random());
-            let z = (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f32::consts::TAU * u2).cos();
-            *x += sigma * rms * z;
-        }
-    }
-    out
-}
-
-fn shift_policy(dir: &Path, scenario_path: &str) -> Vec<u8> {
-    let mut tc = TrainConfig::new(scenario_path, Algo::Ppo, 200_000, 1);
-    tc.demand = Some("train".into());
+/// A PPO policy trained for 200k decisions on `scenario` (name or file) under `demand`,
+/// exported to ONNX.
+fn trained_policy(dir: &Path, scenario: &str, demand: &str, name: &str) -> Vec<u8> {
+    let mut tc = TrainConfig::new(scenario, Algo::Ppo, 200_000, 1);
+    tc.demand = Some(demand.into());
     tc.episode_s = Some(3600);
     tc.command = "gate battery".into();
-    let run = dir.join("train");
+    let run = dir.join(format!("train-{name}"));
     train(&tc, &run, false, false).unwrap();
-    let onnx_path = dir.join("shift.onnx");
+    let onnx_path = dir.join(format!("{name}.onnx"));
     greenwave_tools::export_cmd::export(&run, &onnx_path).unwrap();
     std::fs::read(onnx_path).unwrap()
 }
 
 #[test]
-#[ignore = "the gate battery: about ten minutes on 2 cores; run with --ignored"]
+#[ignore = "the gate battery: about an hour on 2 cores; run with --ignored"]
 fn gate_battery() {
     std::env::set_var("RAYON_NUM_THREADS", "1");
+    let t0 = Instant::now();
+    let stage = |what: &str| eprintln!("[{:>6.0} s] {what}", t0.elapsed().as_secs_f64());
     let dir = scratch("gate-battery");
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let a_model = std::fs::read(repo.join("models/single-4way.onnx")).unwrap();
@@ -180,17 +82,14 @@ fn gate_battery() {
     let s_path = s_path.to_str().unwrap();
     let s_field = greenwave_sim::load(s_path).unwrap();
     let s_train = s_field.with_demand("train").unwrap();
-    let s_model = shift_policy(&dir, s_path);
-    let a = Setting {
-        base_delay: mean_delay(&a_scen, &a_model),
-        scenario: a_scen.clone(),
-        model: a_model.clone(),
-    };
-    let s = Setting {
-        base_delay: mean_delay(&s_field, &s_model),
-        scenario: s_field.clone(),
-        model: s_model.clone(),
-    };
+    // The running policy of S, and two policies trained for other demands of the same
+    // junction and plan (candidates for A).
+    let s_model = trained_policy(&dir, s_path, "train", "shift");
+    let field_model = trained_policy(&dir, s_path, "field", "field");
+    let shifted_model = trained_policy(&dir, "single-4way", "shifted", "shifted");
+    stage("three policies trained");
+    let a = setting(&a_scen, a_model.clone());
+    let s = setting(&s_field, s_model.clone());
     eprintln!(
         "base mean delay: A {:.2} s, S {:.2} s",
         a.base_delay, s.base_delay
@@ -200,17 +99,37 @@ fn gate_battery() {
     log(&a_scen, &a_model, &la, 8, 3600, 0.1, 100);
     let la_greedy = dir.join("log-a-greedy");
     log(&a_scen, &a_model, &la_greedy, 8, 3600, 0.0, 200);
-    let la_tiny = dir.join("log-a-tiny");
-    log(&a_scen, &a_model, &la_tiny, 1, 2400, 0.1, 300); // 480 records
+    let la_tiny: Vec<PathBuf> = (0..3u64)
+        .map(|k| {
+            let d = dir.join(format!("log-a-tiny-{k}"));
+            log(&a_scen, &a_model, &d, 1, 2400, 0.1, 300 + 10 * k); // 480 records
+            d
+        })
+        .collect();
     let ls = dir.join("log-s");
     log(&s_field, &s_model, &ls, 1, 86_400, 0.1, 7);
     let ls2 = dir.join("log-s-2days");
     log(&s_field, &s_model, &ls2, 2, 86_400, 0.1, 17);
+    let ls_greedy = dir.join("log-s-greedy");
+    log(&s_field, &s_model, &ls_greedy, 1, 86_400, 0.0, 37);
+    let ls_tiny = dir.join("log-s-tiny");
+    log(&s_field, &s_model, &ls_tiny, 1, 2400, 0.1, 47);
     let ls_stale = dir.join("log-s-stale");
     log(&s_train, &s_model, &ls_stale, 1, 86_400, 0.1, 27);
+    let ls6 = dir.join("log-s-6days");
+    log(&s_field, &s_model, &ls6, 6, 86_400, 0.1, 60);
+    let ls8 = dir.join("log-s-8days");
+    log(&s_field, &s_model, &ls8, 8, 86_400, 0.1, 80);
+    let ls14 = dir.join("log-s-14days");
+    log(&s_field, &s_model, &ls14, 14, 86_400, 0.1, 100);
+    let ls7_e2 = dir.join("log-s-7days-eps0.2");
+    log(&s_field, &s_model, &ls7_e2, 7, 86_400, 0.2, 120);
+    stage("logs written");
 
     let (wa, _) = onnx::import(&a_model).unwrap();
     let (ws, _) = onnx::import(&s_model).unwrap();
+    let (w_field, _) = onnx::import(&field_model).unwrap();
+    let (w_shifted, _) = onnx::import(&shifted_model).unwrap();
     let mut rows = Vec::new();
     for seed in 0..3 {
         rows.push(finetuned(
@@ -224,32 +143,36 @@ fn gate_battery() {
     rows.push(finetuned(&a, &la, &dir, "A: reward sign flipped", |c| {
         c.flip_reward_sign = true;
     }));
-    rows.push(finetuned(
-        &a,
-        &la,
-        &dir,
-        "A: reward sign flipped, large step",
-        |c| {
-            c.flip_reward_sign = true;
-            c.update.learning_rate = 3e-3;
-            c.update.max_kl = 0.5;
-            c.gate.max_kl = 1.0;
-        },
-    ));
-    for (k, sigma) in [0.02f32, 0.05, 0.1, 0.2, 0.5].iter().enumerate() {
+    for seed in 0..3 {
+        rows.push(finetuned(
+            &a,
+            &la,
+            &dir,
+            &format!("A: reward sign flipped, large step, seed {seed}"),
+            |c| {
+                c.seed = seed;
+                c.flip_reward_sign = true;
+                c.update.learning_rate = 3e-3;
+                c.update.max_kl = 0.5;
+                c.gate.max_kl = 1.0;
+            },
+        ));
+    }
+    stage("A fine-tunes judged");
+    for (k, sigma) in [0.02f32, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0].iter().enumerate() {
         for rep in 0..2u64 {
             let cand = perturbed(&wa, *sigma, 10 * k as u64 + rep);
             let name = format!("A: weights + N(0, ({sigma}·rms)²), #{rep}");
             rows.push(judge_weights(&a, &la, &dir, &name, &cand));
         }
     }
-    rows.push(judge_weights(
-        &a,
-        &la,
-        &dir,
-        "A: policy trained for S's demand",
-        &ws,
-    ));
+    for (name, w) in [
+        ("A: policy trained for S's train demand", &ws),
+        ("A: policy trained for S's field demand", &w_field),
+        ("A: policy trained for single-4way shifted", &w_shifted),
+    ] {
+        rows.push(judge_weights(&a, &la, &dir, name, w));
+    }
     rows.push(judge_weights(
         &s,
         &ls,
@@ -257,14 +180,22 @@ fn gate_battery() {
         "S: policy trained for A's demand",
         &wa,
     ));
+    stage("perturbed and other-demand policies judged");
+    for (k, d) in la_tiny.iter().enumerate() {
+        rows.push(finetuned(
+            &a,
+            d,
+            &dir,
+            &format!("A: tiny log (480 records) #{k}"),
+            |c| c.min_records = 100,
+        ));
+    }
     rows.push(finetuned(
-        &a,
-        &la_tiny,
+        &s,
+        &ls_tiny,
         &dir,
-        "A: tiny log (480 records)",
-        |c| {
-            c.min_records = 100;
-        },
+        "S: tiny log (480 records)",
+        |c| c.min_records = 100,
     ));
     rows.push(finetuned(
         &a,
@@ -275,68 +206,92 @@ fn gate_battery() {
     ));
     rows.push(finetuned(
         &s,
-        &ls_stale,
+        &ls_greedy,
         &dir,
-        "S: stale log (before the demand change)",
+        "S: log without exploration (1 day)",
         |_| {},
     ));
     for seed in 0..3 {
         rows.push(finetuned(
             &s,
-            &ls,
+            &ls_stale,
             &dir,
-            &format!("S: demand shift, 1 day, seed {seed}"),
+            &format!("S: stale log (before the demand change), seed {seed}"),
             |c| c.seed = seed,
         ));
     }
+    let flip = |c: &mut FinetuneConfig| c.flip_reward_sign = true;
+    let flip_large = |c: &mut FinetuneConfig| {
+        c.flip_reward_sign = true;
+        c.update.learning_rate = 3e-3;
+        c.update.max_kl = 0.5;
+        c.gate.max_kl = 1.0;
+    };
+    rows.push(finetuned(
+        &s,
+        &ls,
+        &dir,
+        "S: reward sign flipped, 1 day",
+        flip,
+    ));
     for seed in 0..2 {
         rows.push(finetuned(
             &s,
-            &ls2,
+            &ls,
             &dir,
-            &format!("S: demand shift, 2 days, seed {seed}"),
-            |c| c.seed = seed,
+            &format!("S: reward sign flipped, 1 day, large step, seed {seed}"),
+            |c| {
+                flip_large(c);
+                c.seed = seed;
+            },
         ));
     }
-    report(&rows, &a, &s);
-}
-
-fn report(rows: &[Row], a: &Setting, s: &Setting) {
-    let mut md = format!(
-        "Running policies' mean delay: A {:.2} s, S {:.2} s (5 held-out seeds, one hour each).\n\n\
-         | candidate | gate | true effect on mean delay | gate's reason |\n|---|---|---:|---|\n",
+    // The harmful updates where exploration covers the most: the longest logs.
+    rows.push(finetuned(
+        &s,
+        &ls14,
+        &dir,
+        "S: reward sign flipped, 14 days",
+        flip,
+    ));
+    rows.push(finetuned(
+        &s,
+        &ls14,
+        &dir,
+        "S: reward sign flipped, 14 days, large step",
+        flip_large,
+    ));
+    rows.push(finetuned(
+        &s,
+        &ls7_e2,
+        &dir,
+        "S: reward sign flipped, 7 days at ε = 0.2",
+        flip,
+    ));
+    stage("tiny, greedy, stale and flipped logs judged");
+    let shifts: [(&Path, &str, u64); 6] = [
+        (&ls, "1 day", 3),
+        (&ls2, "2 days", 2),
+        (&ls6, "6 days", 2),
+        (&ls8, "8 days", 3),
+        (&ls14, "14 days", 2),
+        (&ls7_e2, "7 days at ε = 0.2", 2),
+    ];
+    for (log_dir, what, seeds) in shifts {
+        for seed in 0..seeds {
+            rows.push(finetuned(
+                &s,
+                log_dir,
+                &dir,
+                &format!("S: demand shift, {what}, seed {seed}"),
+                |c| c.seed = seed,
+            ));
+        }
+        stage(&format!("demand shift, {what}, judged"));
+    }
+    let header = format!(
+        "Running policies' mean delay: A {:.2} s, S {:.2} s (5 held-out seeds, one hour each).",
         a.base_delay, s.base_delay
     );
-    for r in rows {
-        let reason = r.reason.split(':').next().unwrap_or("");
-        md.push_str(&format!(
-            "| {} | {} | {:+.2} % | {} |\n",
-            r.name,
-            if r.accepted {
-                "**accepted**"
-            } else {
-                "refused"
-            },
-            r.effect_pct,
-            reason
-        ));
-    }
-    let worse = |r: &&Row| r.effect_pct.is_nan() || r.effect_pct >= 0.0;
-    let better = |r: &&Row| r.effect_pct < -1.0;
-    let n_bad = rows.iter().filter(worse).count();
-    let false_acc = rows.iter().filter(worse).filter(|r| r.accepted).count();
-    let n_good = rows.iter().filter(better).count();
-    let true_acc = rows.iter().filter(better).filter(|r| r.accepted).count();
-    md.push_str(&format!(
-        "\nFalse accepts: {false_acc} of {n_bad} candidates not better than the running policy. \
-         True accepts: {true_acc} of {n_good} candidates better by more than 1 %.\n"
-    ));
-    println!("\n{md}");
-    for r in rows {
-        eprintln!("{}: {}", r.name, r.reason);
-    }
-    assert_eq!(
-        false_acc, 0,
-        "the gate accepted a candidate that is not better"
-    );
+    report(&rows, &header, 20);
 }

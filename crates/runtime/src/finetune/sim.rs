@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use greenwave_sim::{EmbeddedEnv, EpisodeMetrics, Scenario};
+use greenwave_core::{Millis, PhasePlan};
+use greenwave_sim::{EmbeddedEnv, Env, EpisodeMetrics, Scenario};
 
 use crate::controller::{
     Controller, ControllerConfig, DetectorSource, Fallback, FallbackKind, Policy, SimField,
@@ -54,20 +55,58 @@ pub fn run_controller(
     log_dir: Option<&Path>,
 ) -> Result<EpisodeMetrics, SimRunError> {
     let scenario = scenario.with_episode_s(seconds)?;
-    let mut field = SimField::new(EmbeddedEnv::from_scenario(&scenario, seed));
+    let env = EmbeddedEnv::from_scenario(&scenario, seed);
+    let fallback = Fallback::for_scenario(&scenario, FallbackKind::FixedTime);
+    let run = Run {
+        model,
+        version,
+        seed,
+        seconds,
+        epsilon,
+        log_dir,
+    };
+    run_on(env, |_, _| fallback, &run)
+}
+
+/// One controller run on any simulator: what [`run_on`] needs besides the simulator.
+#[derive(Clone, Copy, Debug)]
+pub struct Run<'a> {
+    /// The policy (ONNX bytes).
+    pub model: &'a [u8],
+    /// The policy version logged with each decision.
+    pub version: u32,
+    /// Seed of the exploration (the simulator has its own).
+    pub seed: u64,
+    /// Simulated seconds.
+    pub seconds: u32,
+    /// ε of ε-greedy exploration (0: greedy).
+    pub epsilon: f32,
+    /// Where to log every transition, if anywhere.
+    pub log_dir: Option<&'a Path>,
+}
+
+/// Runs the controller on the simulator `env` (just reset; e.g. SUMO's `Env`) as `run`
+/// says, with the fallback `fallback(plans, decision interval)` makes. Returns the episode
+/// metrics.
+pub fn run_on<E: Env>(
+    env: E,
+    fallback: impl FnOnce(&[&PhasePlan], Millis) -> Fallback,
+    run: &Run<'_>,
+) -> Result<EpisodeMetrics, SimRunError> {
+    let mut field = SimField::new(env);
     let specs = field.signal_specs();
     let interval = field.decision_interval();
-    let explorer = if epsilon > 0.0 {
-        Explorer::epsilon_greedy(epsilon, seed ^ 0x5eed)?
+    let explorer = if run.epsilon > 0.0 {
+        Explorer::epsilon_greedy(run.epsilon, run.seed ^ 0x5eed)?
     } else {
         Explorer::greedy()
     };
     let policy = Policy {
-        backend: load_backend(BackendKind::Tract, model, specs[0].layout, None)?,
-        version,
+        backend: load_backend(BackendKind::Tract, run.model, specs[0].layout, None)?,
+        version: run.version,
         explorer,
     };
-    let log = match log_dir {
+    let log = match run.log_dir {
         Some(dir) => {
             let mut cfg = LogConfig::new(dir);
             // Simulated time runs far faster than real time: group commits by count.
@@ -76,14 +115,16 @@ pub fn run_controller(
         }
         None => None,
     };
+    let plans: Vec<&PhasePlan> = specs.iter().map(|s| &s.plan).collect();
+    let fallback = fallback(&plans, interval);
     let mut c = Controller::new(
-        specs,
+        specs.clone(),
         Ok(policy),
-        Fallback::for_scenario(&scenario, FallbackKind::FixedTime),
+        fallback,
         ControllerConfig::new(interval),
         log,
     )?;
-    c.run(&mut field, seconds as f64, |_| {})?;
+    c.run(&mut field, f64::from(run.seconds), |_| {})?;
     c.close_log()?;
     field.metrics().ok_or(SimRunError::NoMetrics)
 }
