@@ -131,6 +131,12 @@ pub struct GateReport {
     pub changed_states: usize,
     /// Of those, records where the policy's exploration served the candidate's choice.
     pub covered_records: usize,
+    /// How many such records the logged exploration made likely: the sum over the
+    /// changed states of the behaviour probability of the candidate's choice (ε-greedy:
+    /// ε / allowed phases, ε recovered from each record's logged probability). Sizes the
+    /// "log more" advice; the gate decides on `covered_records`.
+    #[serde(default)]
+    pub expected_covered: f32,
     /// Smallest explained variance of the ensemble's critics (out of resample).
     pub explained_variance: f32,
     /// Δ: estimated change of discounted return per decision state (mean over the
@@ -339,6 +345,13 @@ pub fn judge(
             j.meta[i].source == ActionSource::Policy && held.actions[i] as usize == g.new[k]
         })
         .count();
+    rep.expected_covered = changed
+        .iter()
+        .map(|&k| {
+            let i = g.decision[k];
+            exploration_prob(held, &j.meta[i], i, g.old[k])
+        })
+        .sum();
     rep.kl = mean_kl(&p_old, &p_new);
     if let Some(why) = precheck(&rep, cfg) {
         rep.reason = why;
@@ -381,6 +394,31 @@ pub fn judge(
     Ok(rep)
 }
 
+/// The probability that the logged ε-greedy exploration served one given non-greedy phase
+/// in record `i` (greedy choice `greedy`): ε / n with n allowed phases, ε recovered from the
+/// logged probability of the served phase (`1 − ε + ε/n` if it was the greedy one, `ε/n`
+/// otherwise). 0 where the policy did not choose (supervisor, fallback) or nothing is
+/// logged.
+fn exploration_prob(held: &ReplayBatch, meta: &RecordMeta, i: usize, greedy: usize) -> f32 {
+    let (ActionSource::Policy, Some(p)) = (meta.source, meta.behaviour_prob) else {
+        return 0.0;
+    };
+    let a = held.n_actions;
+    let n = held.masks[i * a..(i + 1) * a]
+        .iter()
+        .filter(|&&m| m == 1)
+        .count() as f32;
+    if n < 2.0 {
+        return 0.0;
+    }
+    let eps = if held.actions[i] as usize == greedy {
+        (1.0 - p) * n / (n - 1.0)
+    } else {
+        p * n
+    };
+    eps.clamp(0.0, 1.0) / n
+}
+
 /// The checks that need no critic; `Some(reason)` refuses.
 fn precheck(rep: &GateReport, cfg: &GateConfig) -> Option<String> {
     if rep.changed_states == 0 {
@@ -397,16 +435,24 @@ fn precheck(rep: &GateReport, cfg: &GateConfig) -> Option<String> {
         ));
     }
     if rep.covered_records < cfg.min_covered {
+        let advice = if rep.expected_covered > 0.0 {
+            format!(
+                "the logged exploration makes {:.1} expected here: about {:.0}× the held-back \
+                 data at this exploration rate",
+                rep.expected_covered,
+                (cfg.min_covered as f32 / rep.expected_covered).ceil()
+            )
+        } else {
+            "the log has no exploration: run with --epsilon 0.1".to_string()
+        };
         return Some(format!(
             "refused: the greedy choice changes in {} held-back decision states ({:.1}%), but \
              the policy's exploration served the new choice in only {} of them (at least {} \
-             needed): log more with exploration (run --epsilon 0.1); at this rate about {:.0}× \
-             the held-back data",
+             needed): log more with exploration; {advice}",
             rep.changed_states,
             100.0 * rep.greedy_changed,
             rep.covered_records,
             cfg.min_covered,
-            (cfg.min_covered as f32 / rep.covered_records.max(1) as f32).ceil()
         ));
     }
     None
@@ -456,6 +502,37 @@ mod tests {
             assert!(c.windows(2).all(|w| w[1] == w[0] + 1), "{c:?}");
         }
         assert_eq!(block_resample(3, 10, &mut rng).len(), 3);
+    }
+
+    #[test]
+    fn exploration_prob_recovers_epsilon_over_allowed_phases() {
+        // Three records, four phases; ε = 0.1. Record 0: greedy phase 1 served, all four
+        // allowed. Record 1: phase 3 explored, two allowed. Record 2: the supervisor served.
+        let held = ReplayBatch {
+            n_actions: 4,
+            masks: vec![1, 1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 1],
+            actions: vec![1, 3, 0],
+            ..Default::default()
+        };
+        let policy = |p: f32| RecordMeta {
+            source: ActionSource::Policy,
+            behaviour_prob: Some(p),
+        };
+        let eps = 0.1f32;
+        let p0 = exploration_prob(&held, &policy(1.0 - eps + eps / 4.0), 0, 1);
+        assert!((p0 - eps / 4.0).abs() < 1e-6, "{p0}");
+        let p1 = exploration_prob(&held, &policy(eps / 2.0), 1, 1);
+        assert!((p1 - eps / 2.0).abs() < 1e-6, "{p1}");
+        assert_eq!(
+            exploration_prob(&held, &policy(1.0), 0, 1),
+            0.0,
+            "greedy log"
+        );
+        let sup = RecordMeta {
+            source: ActionSource::Supervisor,
+            behaviour_prob: None,
+        };
+        assert_eq!(exploration_prob(&held, &sup, 2, 1), 0.0);
     }
 
     #[test]
