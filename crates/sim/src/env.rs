@@ -92,6 +92,16 @@ pub struct StepOutcome {
     pub done: bool,
 }
 
+/// What [`Env::step_begin`] did with a decision interval.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepStarted {
+    /// The interval was simulated already (a simulator in this process): its outcome.
+    Done(StepOutcome),
+    /// The interval was handed to a simulator elsewhere (SUMO), which works on it now;
+    /// [`Env::step_end`] waits for it and returns its outcome.
+    Pending,
+}
+
 /// Errors an environment reports. Backends add their own variants' detail in the message.
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
@@ -157,6 +167,33 @@ pub trait Env {
 
     /// Applies one requested phase per signal and simulates one decision interval.
     fn step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError>;
+
+    /// The first half of [`Env::step`]: applies the requests and starts the interval. A
+    /// backend whose simulator runs in another process only sends the interval and returns
+    /// [`StepStarted::Pending`], so the caller can act on other environments meanwhile;
+    /// [`Env::step_end`] then collects the outcome. Until it has, call nothing else on this
+    /// environment but `step_end` or `reset` (which abandons the interval): observations
+    /// would still show the state before the interval. The default steps at once.
+    /// A failure leaves the environment needing `reset`, as a failed `step` does.
+    fn step_begin(&mut self, actions: &[u8]) -> Result<StepStarted, EnvError> {
+        self.step(actions).map(StepStarted::Done)
+    }
+
+    /// The second half of [`Env::step`]: waits for the interval [`Env::step_begin`]
+    /// started (when it returned [`StepStarted::Pending`]) and returns its outcome.
+    fn step_end(&mut self) -> Result<StepOutcome, EnvError> {
+        Err(EnvError::Backend(
+            "step_end without a pending step_begin".into(),
+        ))
+    }
+
+    /// With a step in flight: whether its outcome has begun to arrive, so [`Env::step_end`]
+    /// would not wait for the simulator; waits up to `wait` for it (zero: just looks).
+    /// True when nothing is in flight, or when the simulator failed (`step_end` says how).
+    /// Lets one thread serve whichever of several environments is ready first.
+    fn step_ready(&mut self, _wait: std::time::Duration) -> bool {
+        true
+    }
 
     /// Metrics of the episode so far.
     fn metrics(&self) -> EpisodeMetrics;

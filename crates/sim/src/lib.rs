@@ -25,5 +25,6 @@ pub use controllers::{run_episode, Controller, ControllerKind};
 pub use embedded::{EmbeddedEnv, VehicleCounts, GAP_NONE_S};
 pub use env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
+    StepStarted,
 };
 pub use scenario::{load, Scenario, ScenarioError};

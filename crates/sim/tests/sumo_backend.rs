@@ -362,6 +362,46 @@ fn killed_sumo_is_a_clear_error_not_a_hang() {
 }
 
 #[test]
+fn split_steps_equal_whole_steps_and_misuse_is_an_error() {
+    use greenwave_sim::StepStarted;
+    let (mut whole, mut split) = (
+        SumoEnv::new(config("single", 300.0)).unwrap(),
+        SumoEnv::new(config("single", 300.0)).unwrap(),
+    );
+    // Out of order: an end without a begin, a second begin before the end.
+    assert!(split.step_end().is_err());
+    for _ in 0..20 {
+        let a = greedy(&whole, 0);
+        let w = whole.step(&[a]).unwrap();
+        assert_eq!(split.step_begin(&[a]).unwrap(), StepStarted::Pending);
+        assert!(split.step_begin(&[a]).is_err(), "begin twice");
+        assert!(split.step_ready(std::time::Duration::from_secs(30)));
+        let s = split.step_end().unwrap();
+        assert_eq!(w, s);
+        assert_eq!(whole.detectors(0), split.detectors(0));
+    }
+    // SUMO killed while an interval is in flight: a clear error, and reset recovers.
+    split.step_begin(&[0]).unwrap();
+    let pid = split.sumo_pid().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // (It may have answered before it died; then the next interval finds it gone.)
+    let r = split.step_end().and_then(|_| {
+        split.step_begin(&[0])?;
+        split.step_end()
+    });
+    let err = r.unwrap_err().to_string();
+    assert!(err.contains("SUMO exited"), "{err}");
+    assert!(split.step_begin(&[0]).is_err());
+    split.reset(1).unwrap();
+    split.step_begin(&[0]).unwrap();
+    split.step_end().unwrap();
+}
+
+#[test]
 fn sumo_refusing_to_start_shows_its_log() {
     let mut cfg = config("single", 60.0);
     cfg.extra_args = vec!["--no-such-option".into()];

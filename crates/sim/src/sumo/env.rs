@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use greenwave_core::observation::MAX_LANE_FRACTION;
 use greenwave_core::{
-    LaneReading, Millis, MovementSet, ObsLayout, PhaseId, RewardInputs, RewardKind, Sequencer,
+    LaneReading, Millis, MovementSet, ObsLayout, PhaseId, Response, RewardInputs, RewardKind,
+    Sequencer,
 };
 
 use super::approach::{approach_zone, Feeders, ZoneLane, APPROACH_RANGE_M};
@@ -20,6 +21,7 @@ use super::waits::{VehicleWait, WaitWatch};
 use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
+    StepStarted,
 };
 use crate::GAP_NONE_S;
 
@@ -281,7 +283,19 @@ pub struct SumoEnv {
     metrics: EpisodeMetrics,
     wall: Duration,
     finished: bool,
+    /// The decision interval sent to SUMO whose replies are not read yet.
+    in_flight: Option<InFlight>,
 }
+
+/// A decision interval [`Env::step_begin`] sent, waiting for [`Env::step_end`].
+struct InFlight {
+    target_s: f64,
+    responses: Vec<Response>,
+    sent_at: Instant,
+}
+
+/// What the messages of a decision interval are about (error context).
+const STEP_CONTEXT: &str = "simulating a decision interval";
 
 impl SumoEnv {
     /// Reads the network, builds every traffic light's plan, and starts SUMO for the first
@@ -371,6 +385,7 @@ impl SumoEnv {
             metrics: EpisodeMetrics::default(),
             wall: Duration::ZERO,
             finished: false,
+            in_flight: None,
         };
         env.start(env.seed)?;
         Ok(env)
@@ -571,6 +586,7 @@ impl SumoEnv {
     fn start(&mut self, seed: u64) -> Result<(), SumoError> {
         let t0 = Instant::now();
         self.sim = None; // stops the previous SUMO first
+        self.in_flight = None;
         let mut sim = self.launch(seed)?;
         let mut switches = Message::new();
         for id in &self.program_switches {
@@ -720,28 +736,42 @@ impl SumoEnv {
     }
 
     /// Sends `messages` (the last one a simulation step) followed by the reads, stores
-    /// the readings, and checks SUMO reached `target_s`. Any failure stops SUMO: its state
-    /// is unknown then, so the episode must be reset.
-    fn run_steps(&mut self, mut messages: Vec<Message>, target_s: f64) -> Result<(), SumoError> {
-        let r = self.try_run_steps(&mut messages, target_s);
+    /// the readings, and checks SUMO reached `target_s`: [`SumoEnv::send_steps`] then
+    /// [`SumoEnv::receive_steps`], one round trip.
+    fn run_steps(&mut self, messages: Vec<Message>, target_s: f64) -> Result<(), SumoError> {
+        self.send_steps(messages)?;
+        self.receive_steps(target_s)
+    }
+
+    /// Writes `messages` (the last one a simulation step) followed by the reads, without
+    /// waiting for SUMO. Any failure stops SUMO: its state is unknown then, so the episode
+    /// must be reset.
+    fn send_steps(&mut self, mut messages: Vec<Message>) -> Result<(), SumoError> {
+        if self.cfg.read_mode != ReadMode::Subscriptions {
+            messages.push(self.reads.get_message().clone());
+        }
+        let r = self
+            .sim_mut()
+            .and_then(|sim| sim.send(&messages, STEP_CONTEXT));
         if r.is_err() {
             self.sim = None;
         }
         r
     }
 
-    fn try_run_steps(
-        &mut self,
-        messages: &mut Vec<Message>,
-        target_s: f64,
-    ) -> Result<(), SumoError> {
-        let subscribing = self.cfg.read_mode == ReadMode::Subscriptions;
-        if !subscribing {
-            messages.push(self.reads.get_message().clone());
+    /// Reads the replies to [`SumoEnv::send_steps`], stores the readings, and checks SUMO
+    /// reached `target_s`. Any failure stops SUMO, as there.
+    fn receive_steps(&mut self, target_s: f64) -> Result<(), SumoError> {
+        let r = self.try_receive_steps(target_s);
+        if r.is_err() {
+            self.sim = None;
         }
-        let mut replies = self
-            .sim_mut()?
-            .exchange(messages, "simulating a decision interval")?;
+        r
+    }
+
+    fn try_receive_steps(&mut self, target_s: f64) -> Result<(), SumoError> {
+        let subscribing = self.cfg.read_mode == ReadMode::Subscriptions;
+        let mut replies = self.sim_mut()?.receive(STEP_CONTEXT)?;
         let reads = if subscribing {
             Vec::new()
         } else {
@@ -854,6 +884,18 @@ impl SumoEnv {
     }
 
     fn try_step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError> {
+        self.try_step_begin(actions)?;
+        self.try_step_end()
+    }
+
+    /// Applies the requests and sends one decision interval's messages to SUMO (one
+    /// write), without waiting for its replies: [`SumoEnv::try_step_end`] reads them.
+    fn try_step_begin(&mut self, actions: &[u8]) -> Result<(), EnvError> {
+        if self.in_flight.is_some() {
+            return Err(EnvError::Backend(
+                "step_begin while the previous interval is in flight; call step_end first".into(),
+            ));
+        }
         let n = self.models.len();
         if actions.len() != n {
             return Err(EnvError::ActionCount {
@@ -862,7 +904,7 @@ impl SumoEnv {
             });
         }
         self.sim_mut()?;
-        let t0 = Instant::now();
+        let sent_at = Instant::now();
         if self.now_ms == 0 && self.queue_samples == 0 {
             self.sample_queue();
         }
@@ -915,7 +957,29 @@ impl SumoEnv {
         let mut step = Message::new();
         step.simulation_step(target);
         messages.push(step);
-        self.run_steps(messages, target)?;
+        self.send_steps(messages)?;
+        self.in_flight = Some(InFlight {
+            target_s: target,
+            responses,
+            sent_at,
+        });
+        Ok(())
+    }
+
+    /// Reads the replies to the interval [`SumoEnv::try_step_begin`] sent, and scores it.
+    fn try_step_end(&mut self) -> Result<StepOutcome, EnvError> {
+        let Some(InFlight {
+            target_s,
+            responses,
+            sent_at,
+        }) = self.in_flight.take()
+        else {
+            return Err(EnvError::Backend(
+                "step_end without a pending step_begin".into(),
+            ));
+        };
+        let n = self.models.len();
+        self.receive_steps(target_s)?;
         self.now_ms += self.interval_ms as u64;
         self.sample_queue();
         let rewards = (0..n)
@@ -927,7 +991,8 @@ impl SumoEnv {
             })
             .collect();
         let done = self.now_ms >= self.episode_ms;
-        self.wall += t0.elapsed();
+        // From the send: with several environments in flight, it overlaps theirs.
+        self.wall += sent_at.elapsed();
         if done {
             let t1 = Instant::now();
             self.finish()?;
@@ -1080,6 +1145,21 @@ impl Env for SumoEnv {
 
     fn step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError> {
         self.try_step(actions)
+    }
+
+    fn step_begin(&mut self, actions: &[u8]) -> Result<StepStarted, EnvError> {
+        self.try_step_begin(actions).map(|()| StepStarted::Pending)
+    }
+
+    fn step_end(&mut self) -> Result<StepOutcome, EnvError> {
+        self.try_step_end()
+    }
+
+    fn step_ready(&mut self, wait: Duration) -> bool {
+        match (&self.in_flight, self.sim.as_mut()) {
+            (Some(_), Some(sim)) => sim.reply_ready(wait),
+            _ => true,
+        }
     }
 
     fn metrics(&self) -> EpisodeMetrics {

@@ -293,10 +293,36 @@ impl SumoProcess {
         messages: &[Message],
         context: &str,
     ) -> Result<Vec<Vec<Reply>>, SumoError> {
+        self.send(messages, context)?;
+        self.receive(context)
+    }
+
+    /// Writes `messages` without waiting for the replies (see [`Traci::send`]); SUMO works
+    /// on them while the caller does something else. Read them with
+    /// [`SumoProcess::receive`]. A failure stops SUMO, as for [`SumoProcess::exchange`].
+    pub(crate) fn send(&mut self, messages: &[Message], context: &str) -> Result<(), SumoError> {
         let traci = self.traci.as_mut().ok_or_else(|| {
             SumoError::NotConnected(format!("{context}: the connection closed earlier"))
         })?;
-        match traci.exchange(messages) {
+        match traci.send(messages) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(context, e)),
+        }
+    }
+
+    /// Whether the replies to the last [`SumoProcess::send`] have begun to arrive, waiting
+    /// up to `wait` (see [`Traci::reply_ready`]); true when there is no connection (the
+    /// read then says why).
+    pub(crate) fn reply_ready(&mut self, wait: Duration) -> bool {
+        self.traci.as_mut().is_none_or(|t| t.reply_ready(wait))
+    }
+
+    /// Reads the replies to the last [`SumoProcess::send`] (see [`Traci::receive`]).
+    pub(crate) fn receive(&mut self, context: &str) -> Result<Vec<Vec<Reply>>, SumoError> {
+        let traci = self.traci.as_mut().ok_or_else(|| {
+            SumoError::NotConnected(format!("{context}: the connection closed earlier"))
+        })?;
+        match traci.receive() {
             Ok(r) => Ok(r),
             Err(e) => Err(self.fail(context, e)),
         }
@@ -352,6 +378,10 @@ impl Drop for SumoProcess {
         // Polite first (SUMO exits when its client says close), then certain.
         if let Some(mut t) = self.traci.take() {
             let _ = t.set_timeout(Duration::from_millis(500));
+            if t.awaiting_replies() {
+                // A step sent and never collected: let SUMO finish it, then say close.
+                let _ = t.receive();
+            }
             let mut m = Message::new();
             m.close();
             let _ = t.call(&m);

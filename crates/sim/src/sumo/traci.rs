@@ -28,6 +28,7 @@ pub(crate) mod cmd {
     pub const GET_LANE: u8 = 0xa3;
     pub const GET_VEHICLE: u8 = 0xa4;
     pub const GET_JUNCTION: u8 = 0xa9;
+    pub const GET_EDGE: u8 = 0xaa;
     pub const GET_SIM: u8 = 0xab;
     pub const SET_TL: u8 = 0xc2;
 
@@ -79,6 +80,8 @@ pub(crate) mod var {
     pub const VEHICLE_ACCUMULATED_WAITING_TIME: u8 = 0x87;
     /// Simulation: vehicles whose departure time has passed but that are not inserted.
     pub const SIM_PENDING_VEHICLES: u8 = 0x94;
+    /// Edge: the vehicles waiting to be inserted on it (the same id as the simulation's).
+    pub const PENDING_VEHICLES: u8 = 0x94;
 }
 
 /// Value type tags.
@@ -645,6 +648,8 @@ pub struct Traci {
     stream: TcpStream,
     timeout: Duration,
     reply: Vec<u8>,
+    /// The commands of each message sent whose replies have not been read yet.
+    awaiting: Vec<Vec<u8>>,
 }
 
 impl Traci {
@@ -658,6 +663,7 @@ impl Traci {
             stream,
             timeout,
             reply: Vec::new(),
+            awaiting: Vec::new(),
         })
     }
 
@@ -679,20 +685,78 @@ impl Traci {
     }
 
     /// Sends `messages` back to back, then reads and decodes every reply, in order: one
-    /// `Vec<Reply>` per message, one `Reply` per command.
+    /// `Vec<Reply>` per message, one `Reply` per command. [`Traci::send`] then
+    /// [`Traci::receive`].
     pub fn exchange(&mut self, messages: &[Message]) -> Result<Vec<Vec<Reply>>, TraciError> {
+        self.send(messages)?;
+        self.receive()
+    }
+
+    /// Writes `messages` back to back without waiting for SUMO: the first half of
+    /// [`Traci::exchange`], so the caller can do other work (or drive other SUMOs) while
+    /// this one computes. Their replies must be read with [`Traci::receive`] before anything
+    /// else is sent. Sending again first is an error (the replies would interleave).
+    pub fn send(&mut self, messages: &[Message]) -> Result<(), TraciError> {
+        if !self.awaiting.is_empty() {
+            return Err(TraciError::Protocol(format!(
+                "sending while the replies to {} earlier messages are unread",
+                self.awaiting.len()
+            )));
+        }
         let mut out = Vec::with_capacity(messages.iter().map(|m| m.bytes.len() + 4).sum::<usize>());
         for m in messages {
             out.extend_from_slice(&((m.bytes.len() + 4) as i32).to_be_bytes());
             out.extend_from_slice(&m.bytes);
         }
         self.stream.write_all(&out).map_err(|e| self.map_io(e))?;
-        let mut replies = Vec::with_capacity(messages.len());
-        for m in messages {
+        self.awaiting = messages.iter().map(|m| m.commands.clone()).collect();
+        Ok(())
+    }
+
+    /// Reads and decodes the replies to the messages of the last [`Traci::send`], in order:
+    /// one `Vec<Reply>` per message, one `Reply` per command. Each reply is waited for up
+    /// to the timeout. After an error the connection's state is unknown (part of a reply
+    /// may be unread): drop it.
+    pub fn receive(&mut self) -> Result<Vec<Vec<Reply>>, TraciError> {
+        let awaiting = std::mem::take(&mut self.awaiting);
+        let mut replies = Vec::with_capacity(awaiting.len());
+        for commands in &awaiting {
             self.read_message()?;
-            replies.push(decode_replies(&self.reply, &m.commands)?);
+            replies.push(decode_replies(&self.reply, commands)?);
         }
         Ok(replies)
+    }
+
+    /// Whether replies to sent messages are still unread.
+    pub fn awaiting_replies(&self) -> bool {
+        !self.awaiting.is_empty()
+    }
+
+    /// Whether a reply has begun to arrive (or the connection has closed or failed, which
+    /// [`Traci::receive`] then reports), waiting up to `wait` for it (zero: just look). Never
+    /// consumes anything.
+    pub fn reply_ready(&mut self, wait: Duration) -> bool {
+        let mut byte = [0u8; 1];
+        let r = if wait.is_zero() {
+            if self.stream.set_nonblocking(true).is_err() {
+                return true;
+            }
+            let r = self.stream.peek(&mut byte);
+            if self.stream.set_nonblocking(false).is_err() {
+                return true;
+            }
+            r
+        } else {
+            if self.stream.set_read_timeout(Some(wait)).is_err() {
+                return true;
+            }
+            let r = self.stream.peek(&mut byte);
+            if self.stream.set_read_timeout(Some(self.timeout)).is_err() {
+                return true;
+            }
+            r
+        };
+        !matches!(r, Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
     }
 
     /// Sends one message and returns its replies.
@@ -912,6 +976,24 @@ mod tests {
         m.simulation_step(5.0);
         let err = t.call(&m).unwrap_err();
         assert!(matches!(err, TraciError::Timeout { .. }), "{err}");
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn send_and_receive_are_the_halves_of_an_exchange() {
+        let (mut t, server) = fake_sumo(Some(vec![0, 0, 0, 9, 1, 2, 3, 4, 5]));
+        let mut m = Message::new();
+        m.get_version();
+        assert!(!t.awaiting_replies());
+        t.send(std::slice::from_ref(&m)).unwrap();
+        assert!(t.awaiting_replies());
+        // A second send before the replies are read would interleave them: refused.
+        let err = t.send(std::slice::from_ref(&m)).unwrap_err();
+        assert!(err.to_string().contains("unread"), "{err}");
+        assert!(t.reply_ready(Duration::from_secs(2)), "the server answered");
+        let err = t.receive().unwrap_err();
+        assert!(matches!(err, TraciError::Protocol(_)), "{err}");
+        assert!(!t.awaiting_replies());
         server.join().unwrap();
     }
 
