@@ -727,6 +727,7 @@ fn train_on<E: Env + Send>(
             cfg.seed,
             it,
             cfg.threads,
+            false, // pipelined: measured slower on the 2-core machine (BENCHMARKS.md)
         )?;
         let steps: u64 = trajs.iter().map(|t| t.actions.len() as u64).sum();
         let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed ^ it.wrapping_mul(0x9e37_79b9));
