@@ -1,5 +1,5 @@
 //! The fine-tune gate's battery: candidate updates of known true effect, judged by the gate
-//! and measured by simulation. Ignored by default (about an hour on 2 cores); run with
+//! and measured by simulation. Ignored by default (over an hour on 2 shared cores); run with
 //!
 //! ```text
 //! cargo test -p greenwave-e2e --release --test gate_battery -- --ignored --nocapture
@@ -69,7 +69,7 @@ fn trained_policy(dir: &Path, scenario: &str, demand: &str, name: &str) -> Vec<u
 }
 
 #[test]
-#[ignore = "the gate battery: about an hour on 2 cores; run with --ignored"]
+#[ignore = "the gate battery: over an hour on 2 cores; run with --ignored"]
 fn gate_battery() {
     std::env::set_var("RAYON_NUM_THREADS", "1");
     let t0 = Instant::now();
