@@ -75,7 +75,8 @@ pub struct BackendArgs {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RewardArg {
-    /// Decrease of the waiting time summed over the approach zones, per 100 s.
+    /// Decrease of the vehicles' accumulated waiting time (insertion delay included)
+    /// summed over the approach zones, per 100 s.
     #[default]
     WaitDelta,
     /// Minus the vehicles halted in the approach zones, per 10.

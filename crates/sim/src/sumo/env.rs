@@ -15,9 +15,9 @@ use super::approach::{approach_zone, Feeders, ZoneLane, APPROACH_RANGE_M};
 use super::model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
 use super::net::{NetFile, NetLane};
 use super::process::{SumoProcess, WorkDir};
-use super::readings::{Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
+use super::readings::{number, Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
 use super::traci::{cmd, var, Message, Reply, SubscriptionResult, TraciError, Value};
-use super::waits::{VehicleWait, WaitWatch};
+use super::waits::{PendingWaits, VehicleWait, WaitWatch};
 use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
@@ -268,6 +268,10 @@ pub struct SumoEnv {
     signal_lanes: Vec<SignalLanes>,
     reads: ReadPlan,
     waits: WaitWatch,
+    /// The vehicles waiting to be inserted on the approach zones' edges.
+    pending: PendingWaits,
+    /// Per signal: indices of its zones' edges in `pending`.
+    signal_pending: Vec<Vec<usize>>,
     sim: Option<SumoProcess>,
     /// Last state string sent per signal (empty: none yet, SUMO runs its program).
     sent: Vec<String>,
@@ -349,17 +353,28 @@ impl SumoEnv {
         let episode_ms = (cfg.seconds * 1000.0).round() as u64;
         let seqs = new_sequencers(&models)?;
         let n = models.len();
+        // Only the wait-delta reward reads the vehicles' waits (and those waiting to be
+        // inserted on the zones' edges): other rewards save SUMO the context subscriptions.
+        let (waits, pending_edges, signal_pending) = match cfg.reward {
+            RewardKind::WaitDelta => {
+                let waits =
+                    WaitWatch::new(models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
+                        let edge = &net.lanes.get(l)?.edge;
+                        net.edges.get(edge)?.to.as_deref()
+                    }));
+                let (edges, of_signal) = zone_edges(&net, &lanes, &signal_lanes);
+                (waits, edges, of_signal)
+            }
+            _ => (WaitWatch::default(), Vec::new(), vec![Vec::new(); n]),
+        };
         let reads = ReadPlan::new(
             lanes
                 .ids
                 .iter()
                 .map(String::as_str)
                 .zip(lanes.role.iter().copied()),
+            &pending_edges,
         );
-        let waits = WaitWatch::new(models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
-            let edge = &net.lanes.get(l)?.edge;
-            net.edges.get(edge)?.to.as_deref()
-        }));
         let mut env = SumoEnv {
             seed: cfg.seed,
             cfg,
@@ -373,6 +388,8 @@ impl SumoEnv {
             signal_lanes,
             reads,
             waits,
+            pending: PendingWaits::new(pending_edges.len()),
+            signal_pending,
             sim: None,
             sent: vec![String::new(); n],
             history: vec![Vec::new(); n],
@@ -642,6 +659,7 @@ impl SumoEnv {
             }
         }
         self.lanes.reset_readings();
+        self.pending.clear();
         if subscribing {
             self.store_readings(Answer::Subscriptions(&subscribed(readings)))?;
         } else {
@@ -670,26 +688,44 @@ impl SumoEnv {
     }
 
     /// Stores one reading; returns SUMO's clock when that is what it was.
-    fn store(lanes: &mut Lanes, slot: Slot, x: f64) -> Option<f64> {
+    fn store(
+        lanes: &mut Lanes,
+        pending: &mut PendingWaits,
+        slot: Slot,
+        value: &Value,
+    ) -> Result<Option<f64>, String> {
+        if let Slot::Pending(e) = slot {
+            let Value::StrList(ids) = value else {
+                return Err(format!("pending vehicles: expected a list, got {value:?}"));
+            };
+            pending.ids[e].clone_from(ids);
+            return Ok(None);
+        }
+        let x = number(value, "a reading")?;
         match slot {
             Slot::Vehicles(i) => lanes.vehicles[i] = x as f32,
             Slot::Halting(i) => lanes.halting[i] = x as f32,
             Slot::MeanSpeed(i) => lanes.mean_speed_mps[i] = x as f32,
             Slot::SinceDetection(i) => lanes.since_detection_s[i] = x as f32,
-            Slot::Time => return Some(x),
+            Slot::Pending(_) => {}
+            Slot::Time => return Ok(Some(x)),
         }
-        None
+        Ok(None)
     }
 
     /// Stores the readings in `answer`; returns SUMO's clock if it was among them.
     fn store_readings(&mut self, answer: Answer<'_>) -> Result<Option<f64>, SumoError> {
         let mut time = None;
-        let lanes = &mut self.lanes;
+        let (lanes, pending) = (&mut self.lanes, &mut self.pending);
         self.reads
-            .apply(answer, |slot, x| {
-                time = Self::store(lanes, slot, x).or(time);
+            .apply(answer, |slot, value| {
+                time = Self::store(lanes, pending, slot, value)?.or(time);
+                Ok(())
             })
             .map_err(malformed)?;
+        if let Some(t) = time {
+            self.pending.note(t);
+        }
         Ok(time)
     }
 
@@ -706,7 +742,7 @@ impl SumoEnv {
         let l = &self.lanes;
         let zone = l.zone_reading(&sl.zone);
         RewardInputs {
-            total_wait_s: zone.waiting_s,
+            total_wait_s: zone.waiting_s + self.pending.wait_s(&self.signal_pending[signal]),
             queue_veh: zone.halting,
             pressure_veh: zone.vehicles - l.sum(&sl.outgoing, &l.vehicles),
             delay_veh: zone.delay_veh,
@@ -1005,6 +1041,37 @@ impl SumoEnv {
             done,
         })
     }
+}
+
+/// The edges of the lanes of every signal's approach zones, each once, and per signal the
+/// indices of its own among them.
+fn zone_edges(
+    net: &NetFile,
+    lanes: &Lanes,
+    signal_lanes: &[SignalLanes],
+) -> (Vec<String>, Vec<Vec<usize>>) {
+    let mut edges: Vec<String> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let of_signal = signal_lanes
+        .iter()
+        .map(|sl| {
+            let mut mine: Vec<usize> = Vec::new();
+            for (i, _) in &sl.zone {
+                let Some(lane) = net.lanes.get(&lanes.ids[*i]) else {
+                    continue;
+                };
+                let e = *index.entry(lane.edge.clone()).or_insert_with(|| {
+                    edges.push(lane.edge.clone());
+                    edges.len() - 1
+                });
+                if !mine.contains(&e) {
+                    mine.push(e);
+                }
+            }
+            mine
+        })
+        .collect();
+    (edges, of_signal)
 }
 
 /// The subscription results among `replies` (the replies to a subscribe message).

@@ -50,6 +50,8 @@ pub(crate) enum Slot {
     MeanSpeed(usize),
     /// Seconds since lane `i`'s loop last saw a vehicle.
     SinceDetection(usize),
+    /// The vehicles waiting to be inserted on edge `e` (ids).
+    Pending(usize),
     /// SUMO's clock.
     Time,
 }
@@ -79,9 +81,20 @@ pub(crate) struct ReadPlan {
 }
 
 impl ReadPlan {
-    /// A plan for `lanes`: `(id, role)`, index = lane index.
-    pub(crate) fn new<'a>(lanes: impl Iterator<Item = (&'a str, LaneRole)>) -> Self {
+    /// A plan for `lanes`: `(id, role)`, index = lane index; and for the vehicles waiting
+    /// to be inserted on `pending_edges`, index = edge index.
+    pub(crate) fn new<'a>(
+        lanes: impl Iterator<Item = (&'a str, LaneRole)>,
+        pending_edges: &[String],
+    ) -> Self {
         let mut objects = Vec::new();
+        for (e, id) in pending_edges.iter().enumerate() {
+            objects.push(Object {
+                get: cmd::GET_EDGE,
+                id: id.clone(),
+                vars: vec![(var::PENDING_VEHICLES, Slot::Pending(e))],
+            });
+        }
         for (i, (id, role)) in lanes.enumerate() {
             if role >= LaneRole::Approach {
                 objects.push(Object {
@@ -151,7 +164,7 @@ impl ReadPlan {
     pub(crate) fn apply(
         &self,
         answer: Answer<'_>,
-        store: impl FnMut(Slot, f64),
+        store: impl FnMut(Slot, &Value) -> Result<(), String>,
     ) -> Result<(), String> {
         match answer {
             Answer::Subscriptions(subs) => self.apply_subscriptions(subs, store),
@@ -162,7 +175,7 @@ impl ReadPlan {
     fn apply_subscriptions(
         &self,
         subs: &[SubscriptionResult],
-        mut store: impl FnMut(Slot, f64),
+        mut store: impl FnMut(Slot, &Value) -> Result<(), String>,
     ) -> Result<(), String> {
         for s in subs {
             let key = (s.response, s.object.clone());
@@ -179,7 +192,7 @@ impl ReadPlan {
                     .find(|x| x.0 == *v)
                     .map(|x| x.1)
                     .ok_or_else(|| format!("unrequested variable 0x{v:02x} of {}", s.object))?;
-                store(slot, number(value, &s.object)?);
+                store(slot, value).map_err(|e| format!("{}: {e}", s.object))?;
             }
         }
         Ok(())
@@ -188,7 +201,7 @@ impl ReadPlan {
     fn apply_gets(
         &self,
         replies: &[Reply],
-        mut store: impl FnMut(Slot, f64),
+        mut store: impl FnMut(Slot, &Value) -> Result<(), String>,
     ) -> Result<(), String> {
         if replies.len() != self.get_slots.len() {
             return Err(format!(
@@ -199,7 +212,7 @@ impl ReadPlan {
         }
         for (r, &slot) in replies.iter().zip(&self.get_slots) {
             match r {
-                Reply::Value(v) => store(slot, number(v, "a reading")?),
+                Reply::Value(v) => store(slot, v)?,
                 other => return Err(format!("unexpected reply to a read: {other:?}")),
             }
         }
@@ -207,7 +220,8 @@ impl ReadPlan {
     }
 }
 
-fn number(v: &Value, what: &str) -> Result<f64, String> {
+/// A finite number, or an error naming `what`.
+pub(crate) fn number(v: &Value, what: &str) -> Result<f64, String> {
     v.as_f64()
         .filter(|x| x.is_finite())
         .ok_or_else(|| format!("non-numeric value {v:?} for {what}"))

@@ -28,6 +28,7 @@ pub(crate) mod cmd {
     pub const GET_LANE: u8 = 0xa3;
     pub const GET_VEHICLE: u8 = 0xa4;
     pub const GET_JUNCTION: u8 = 0xa9;
+    pub const GET_EDGE: u8 = 0xaa;
     pub const GET_SIM: u8 = 0xab;
     pub const SET_TL: u8 = 0xc2;
 
@@ -79,6 +80,8 @@ pub(crate) mod var {
     pub const VEHICLE_ACCUMULATED_WAITING_TIME: u8 = 0x87;
     /// Simulation: vehicles whose departure time has passed but that are not inserted.
     pub const SIM_PENDING_VEHICLES: u8 = 0x94;
+    /// Edge: the vehicles waiting to be inserted on it (the same id as the simulation's).
+    pub const PENDING_VEHICLES: u8 = 0x94;
 }
 
 /// Value type tags.

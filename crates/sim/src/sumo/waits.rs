@@ -6,8 +6,14 @@
 //! *accumulated* waiting time (within `--waiting-time-memory`) keeps growing however often
 //! it creeps. No lane getter sums it, so the backend reads it per vehicle with one context
 //! subscription per junction that a signal's stop-line lanes end at: every vehicle within
-//! range, with its lane, position and accumulated waiting time. The results arrive with
-//! each `simulationStep` reply, so they cost no extra round trip.
+//! range, with its lane, position, accumulated waiting time and departure delay (the time
+//! it waited to be inserted). The results arrive with each `simulationStep` reply, so they
+//! cost no extra round trip.
+//!
+//! Vehicles that cannot be inserted at all (their entry edge is full: the queue has spilled
+//! back to the network's edge) wait too. [`PendingWaits`] counts them on the edges of the
+//! approach zones, from when the backend first sees them pending; once inserted, their
+//! departure delay carries that wait on.
 
 use std::collections::{HashMap, HashSet};
 
@@ -19,14 +25,15 @@ use super::traci::{cmd, var, Message, SubscriptionResult, Value};
 const CENTRE_TO_STOP_LINE_M: f64 = 60.0;
 
 /// The variables read of each vehicle, in this order.
-const VARIABLES: [u8; 3] = [
+const VARIABLES: [u8; 4] = [
     var::VEHICLE_LANE_ID,
     var::VEHICLE_LANE_POSITION,
     var::VEHICLE_ACCUMULATED_WAITING_TIME,
+    var::VEHICLE_DEPART_DELAY,
 ];
 
 /// One vehicle near a signal: its position on its lane (m from the lane's start) and its
-/// accumulated waiting time (s).
+/// wait (s): accumulated waiting time plus departure delay.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct VehicleWait {
     pub pos_m: f64,
@@ -83,7 +90,7 @@ impl WaitWatch {
         let response = cmd::context_response(cmd::GET_JUNCTION);
         for s in subs.iter().filter(|s| s.response == response) {
             for o in &s.context {
-                let [(_, lane), (_, pos), (_, wait)] = o.values.as_slice() else {
+                let [(_, lane), (_, pos), (_, wait), (_, depart)] = o.values.as_slice() else {
                     return Err(format!(
                         "vehicle {} near {}: {} values, expected {}",
                         o.id,
@@ -111,11 +118,61 @@ impl WaitWatch {
                 };
                 slot.push(VehicleWait {
                     pos_m: number(pos, "lane position")?,
-                    wait_s: number(wait, "accumulated waiting time")?.max(0.0) as f32,
+                    wait_s: (number(wait, "accumulated waiting time")?.max(0.0)
+                        + number(depart, "departure delay")?.max(0.0))
+                        as f32,
                 });
             }
         }
         Ok(())
+    }
+}
+
+/// The vehicles waiting to be inserted on some edges, and since when.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PendingWaits {
+    /// Per edge: the ids pending there at the last reading.
+    pub ids: Vec<Vec<String>>,
+    /// Per pending vehicle: SUMO time (s) it was first seen pending.
+    since_s: HashMap<String, f64>,
+    /// SUMO time (s) of the last reading.
+    now_s: f64,
+}
+
+impl PendingWaits {
+    /// Watches `n_edges` edges, none pending.
+    pub(crate) fn new(n_edges: usize) -> Self {
+        PendingWaits {
+            ids: vec![Vec::new(); n_edges],
+            ..Default::default()
+        }
+    }
+
+    /// Forgets every vehicle (a new episode).
+    pub(crate) fn clear(&mut self) {
+        self.ids.iter_mut().for_each(Vec::clear);
+        self.since_s.clear();
+        self.now_s = 0.0;
+    }
+
+    /// Notes that `ids` were read at SUMO time `now_s`: vehicles seen pending for the
+    /// first time start waiting now, those no longer pending are forgotten.
+    pub(crate) fn note(&mut self, now_s: f64) {
+        let pending: HashSet<&String> = self.ids.iter().flatten().collect();
+        self.since_s.retain(|id, _| pending.contains(id));
+        for id in pending {
+            self.since_s.entry(id.clone()).or_insert(now_s);
+        }
+        self.now_s = now_s;
+    }
+
+    /// The summed wait (s) of the vehicles pending on `edges`.
+    pub(crate) fn wait_s(&self, edges: &[usize]) -> f32 {
+        edges
+            .iter()
+            .flat_map(|&e| &self.ids[e])
+            .map(|id| self.now_s - self.since_s.get(id).copied().unwrap_or(self.now_s))
+            .sum::<f64>() as f32
     }
 }
 
@@ -131,6 +188,8 @@ mod tests {
                 (var::VEHICLE_LANE_ID, Value::Str(lane.into())),
                 (var::VEHICLE_LANE_POSITION, Value::Double(pos)),
                 (var::VEHICLE_ACCUMULATED_WAITING_TIME, Value::Double(wait)),
+                // Vehicles inserted on time report 0; loaded early ones a negative delay.
+                (var::VEHICLE_DEPART_DELAY, Value::Double(-1.0)),
             ],
         }
     }
@@ -203,6 +262,40 @@ mod tests {
         let err = watch
             .apply(&[result("J1", vec![bad])], &index, &mut out)
             .unwrap_err();
-        assert!(err.contains("2 values"), "{err}");
+        assert!(err.contains("3 values"), "{err}");
+    }
+
+    #[test]
+    fn insertion_delay_adds_to_the_wait() {
+        let watch = WaitWatch::new(["J1"]);
+        let index = HashMap::from([("a_0".to_string(), 0)]);
+        let mut v = vehicle("v0", "a_0", 1.0, 4.0);
+        v.values[3].1 = Value::Double(30.0);
+        let mut out = vec![Vec::new()];
+        watch
+            .apply(&[result("J1", vec![v])], &index, &mut out)
+            .unwrap();
+        assert_eq!(out[0][0].wait_s, 34.0);
+    }
+
+    #[test]
+    fn pending_vehicles_wait_from_when_first_seen_until_inserted() {
+        let mut p = PendingWaits::new(2);
+        p.ids[0] = vec!["a".into(), "b".into()];
+        p.note(100.0);
+        assert_eq!(p.wait_s(&[0, 1]), 0.0);
+        p.ids[1] = vec!["c".into()];
+        p.note(105.0);
+        assert_eq!(p.wait_s(&[0]), 10.0);
+        assert_eq!(p.wait_s(&[0, 1]), 10.0);
+        // "a" was inserted; "b" and "c" keep waiting; "a" pending again starts afresh.
+        p.ids[0] = vec!["b".into()];
+        p.note(110.0);
+        assert_eq!(p.wait_s(&[0, 1]), 10.0 + 5.0);
+        p.ids[0] = vec!["a".into(), "b".into()];
+        p.note(115.0);
+        assert_eq!(p.wait_s(&[0]), 15.0);
+        p.clear();
+        assert_eq!(p.wait_s(&[0, 1]), 0.0);
     }
 }
