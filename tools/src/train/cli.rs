@@ -64,10 +64,12 @@ pub struct TrainArgs {
     /// Stop early once approx-KL exceeds this (PPO).
     #[arg(long)]
     pub target_kl: Option<f32>,
-    /// Passes over each iteration's batch (PPO).
+    /// Passes over each iteration's batch (PPO). Default 4 on the embedded simulator, 10 on
+    /// SUMO.
     #[arg(long)]
     pub epochs: Option<usize>,
-    /// Decisions per gradient step (PPO).
+    /// Decisions per gradient step (PPO). Default 256 on the embedded simulator, 64 on
+    /// SUMO.
     #[arg(long)]
     pub minibatch: Option<usize>,
     /// Entropy bonus coefficient (PPO).
@@ -92,6 +94,11 @@ pub struct TrainArgs {
     pub quiet: bool,
 }
 
+/// PPO epochs per iteration on SUMO.
+const SUMO_EPOCHS: usize = 10;
+/// PPO minibatch on SUMO.
+const SUMO_MINIBATCH: usize = 64;
+
 /// Runs `greenwave train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
     let scenario = match args.sim.backend {
@@ -115,6 +122,12 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         cfg.offpolicy.learning_rate = lr;
     }
     cfg.ppo.target_kl = args.target_kl;
+    if args.sim.backend == Backend::Sumo {
+        // SUMO's decisions cost ~100× the embedded simulator's: take more from each
+        // (tools/README.md, "Training on real networks").
+        cfg.ppo.epochs = SUMO_EPOCHS;
+        cfg.ppo.minibatch = SUMO_MINIBATCH;
+    }
     if let Some(epochs) = args.epochs {
         cfg.ppo.epochs = epochs;
     }
