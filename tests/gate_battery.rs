@@ -30,7 +30,7 @@ use greenwave_tools::train::{train, Algo, TrainConfig};
 
 #[path = "gate_common.rs"]
 mod gate_common;
-use gate_common::{finetuned, judge_weights, perturbed, report, Setting};
+use gate_common::{finetuned, flipped_large_step, judge_weights, perturbed, report, Setting};
 use greenwave_runtime::finetune::FinetuneConfig;
 
 const EVAL_SEEDS: [u64; 5] = [2000, 2001, 2002, 2003, 2004];
@@ -149,13 +149,7 @@ fn gate_battery() {
             &la,
             &dir,
             &format!("A: reward sign flipped, large step, seed {seed}"),
-            |c| {
-                c.seed = seed;
-                c.flip_reward_sign = true;
-                c.update.learning_rate = 3e-3;
-                c.update.max_kl = 0.5;
-                c.gate.max_kl = 1.0;
-            },
+            |c| flipped_large_step(c, seed),
         ));
     }
     stage("A fine-tunes judged");

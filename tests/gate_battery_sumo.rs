@@ -27,7 +27,7 @@ use greenwave_tools::train::{train, Algo, TrainConfig};
 
 #[path = "gate_common.rs"]
 mod gate_common;
-use gate_common::{finetuned, judge_weights, perturbed, report, Setting};
+use gate_common::{finetuned, flipped_large_step, judge_weights, perturbed, report, Setting};
 
 const SECONDS: u32 = 1800;
 const EVAL_SEEDS: [u64; 5] = [2000, 2001, 2002, 2003, 2004];
@@ -128,13 +128,7 @@ fn gate_battery_on_sumo() {
             &l,
             &dir,
             &format!("SUMO: reward sign flipped, large step, seed {seed}"),
-            |c| {
-                c.seed = seed;
-                c.flip_reward_sign = true;
-                c.update.learning_rate = 3e-3;
-                c.update.max_kl = 0.5;
-                c.gate.max_kl = 1.0;
-            },
+            |c| flipped_large_step(c, seed),
         ));
     }
     for (k, sigma) in [0.1f32, 0.2, 0.5, 1.0].iter().enumerate() {

@@ -112,6 +112,17 @@ pub fn row(
     r
 }
 
+/// The "reward sign flipped, large step" candidate's settings: a known-bad update pushed
+/// far enough (learning rate 3e-3, KL limits raised) that the gate, not the trust region,
+/// has to refuse it.
+pub fn flipped_large_step(c: &mut FinetuneConfig, seed: u64) {
+    c.seed = seed;
+    c.flip_reward_sign = true;
+    c.update.learning_rate = 3e-3;
+    c.update.max_kl = 0.5;
+    c.gate.max_kl = 1.0;
+}
+
 pub fn finetuned(
     setting: &Setting,
     log_dir: &Path,

@@ -694,21 +694,19 @@ impl SumoEnv {
         slot: Slot,
         value: &Value,
     ) -> Result<Option<f64>, String> {
-        if let Slot::Pending(e) = slot {
-            let Value::StrList(ids) = value else {
-                return Err(format!("pending vehicles: expected a list, got {value:?}"));
-            };
-            pending.ids[e].clone_from(ids);
-            return Ok(None);
-        }
-        let x = number(value, "a reading")?;
+        let reading = || number(value, "a reading").map(|x| x as f32);
         match slot {
-            Slot::Vehicles(i) => lanes.vehicles[i] = x as f32,
-            Slot::Halting(i) => lanes.halting[i] = x as f32,
-            Slot::MeanSpeed(i) => lanes.mean_speed_mps[i] = x as f32,
-            Slot::SinceDetection(i) => lanes.since_detection_s[i] = x as f32,
-            Slot::Pending(_) => {}
-            Slot::Time => return Ok(Some(x)),
+            Slot::Pending(e) => {
+                let Value::StrList(ids) = value else {
+                    return Err(format!("pending vehicles: expected a list, got {value:?}"));
+                };
+                pending.ids[e].clone_from(ids);
+            }
+            Slot::Vehicles(i) => lanes.vehicles[i] = reading()?,
+            Slot::Halting(i) => lanes.halting[i] = reading()?,
+            Slot::MeanSpeed(i) => lanes.mean_speed_mps[i] = reading()?,
+            Slot::SinceDetection(i) => lanes.since_detection_s[i] = reading()?,
+            Slot::Time => return Ok(Some(number(value, "SUMO's clock")?)),
         }
         Ok(None)
     }
