@@ -59,6 +59,27 @@ fn same_seed_same_policy_and_resume_continues_exactly() {
 }
 
 #[test]
+fn pipelined_rollouts_are_deterministic_for_a_seed() {
+    let (a, b) = (tmp("pipe-a"), tmp("pipe-b"));
+    let mut pipelined = tiny(Algo::Ppo, 240);
+    pipelined.pipelined = true;
+    train(&pipelined, &a, false, false).unwrap();
+    train(&pipelined, &b, false, false).unwrap();
+    assert!(
+        actor(&a) == actor(&b),
+        "--pipelined serves the simulators in whatever order they answer; the policy must not depend on it"
+    );
+    let run = std::fs::read_to_string(a.join("run.json")).unwrap();
+    assert!(
+        run.contains("\"pipelined\": true"),
+        "run.json records --pipelined"
+    );
+    for d in [a, b] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
 fn resume_without_checkpoint_is_a_clear_error() {
     let d = tmp("none");
     let err = train(&tiny(Algo::Ppo, 120), &d, true, false).unwrap_err();

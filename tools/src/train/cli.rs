@@ -49,6 +49,12 @@ pub struct TrainArgs {
     /// Rollout worker threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Keep a step in flight in every environment of a worker thread while the policy acts
+    /// on the others (SUMO: the simulators run while the worker waits on none of them).
+    /// Off by default: on the 2-core machine it measured slower (BENCHMARKS.md, "Training
+    /// throughput"); it is meant for machines with more cores than worker threads.
+    #[arg(long)]
+    pub pipelined: bool,
     /// Hidden layer widths of actor and critic. With `--policy shared`: exactly two, the
     /// lane encoder's and the phase layer's.
     #[arg(long, value_delimiter = ',', default_value = "64,64")]
@@ -112,6 +118,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.n_envs = args.envs;
     cfg.rollout_steps = args.rollout_steps;
     cfg.threads = args.threads;
+    cfg.pipelined = args.pipelined;
     cfg.hidden = args.hidden.clone();
     cfg.policy = args.policy;
     cfg.episode_s = args.episode_seconds;

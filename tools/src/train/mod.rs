@@ -90,6 +90,10 @@ pub struct TrainConfig {
     pub policy: Option<PolicyKind>,
     /// Rollout worker threads.
     pub threads: usize,
+    /// Pipelined rollouts (`--pipelined`): every environment of a worker keeps a step in
+    /// flight. Absent in older runs: off.
+    #[serde(default)]
+    pub pipelined: bool,
     /// The discount, per second (a half-life), shared with on-device fine-tuning: at the
     /// start of a run it sets `ppo.gamma` and `offpolicy.gamma` from the environment's
     /// decision interval, so the horizon in seconds does not depend on the interval.
@@ -131,6 +135,7 @@ impl TrainConfig {
             hidden: vec![64, 64],
             policy: None,
             threads: 2,
+            pipelined: false,
             discount: Discount::default(),
             ppo: PpoConfig::default(),
             offpolicy: OffPolicyConfig {
@@ -727,7 +732,7 @@ fn train_on<E: Env + Send>(
             cfg.seed,
             it,
             cfg.threads,
-            false, // pipelined: measured slower on the 2-core machine (BENCHMARKS.md)
+            cfg.pipelined,
         )?;
         let steps: u64 = trajs.iter().map(|t| t.actions.len() as u64).sum();
         let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed ^ it.wrapping_mul(0x9e37_79b9));
