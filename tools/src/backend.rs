@@ -66,8 +66,8 @@ pub struct BackendArgs {
     pub timing: SumoTimingArgs,
     /// The reward `train` optimises on SUMO (the embedded scenarios name their own); see
     /// "Training on real networks" in tools/README.md.
-    #[arg(long, value_enum, default_value_t = RewardArg::WaitDelta)]
-    #[serde(default)]
+    #[arg(long, value_enum, default_value_t = RewardArg::DelayDelta)]
+    #[serde(default = "RewardArg::before_delay_delta")]
     pub reward: RewardArg,
 }
 
@@ -77,7 +77,6 @@ pub struct BackendArgs {
 pub enum RewardArg {
     /// Decrease of the vehicles' accumulated waiting time (insertion delay included)
     /// summed over the approach zones, per 100 s.
-    #[default]
     WaitDelta,
     /// Minus the vehicles halted in the approach zones, per 10.
     Queue,
@@ -85,6 +84,18 @@ pub enum RewardArg {
     Pressure,
     /// Minus the approach zones' delay rate (Σ 1 − speed / limit over their vehicles), per 10.
     Delay,
+    /// Decrease of the vehicles' delay (time loss against their desired speed, insertion
+    /// delay included) summed over the approach zones, per 100 s: the default, because it
+    /// counts the stops and slow starts that waiting time misses.
+    #[default]
+    DelayDelta,
+}
+
+impl RewardArg {
+    /// The reward of runs whose `run.json` names none (written before `--reward`).
+    fn before_delay_delta() -> Self {
+        RewardArg::WaitDelta
+    }
 }
 
 impl From<RewardArg> for greenwave_core::RewardKind {
@@ -94,6 +105,7 @@ impl From<RewardArg> for greenwave_core::RewardKind {
             RewardArg::Queue => greenwave_core::RewardKind::Queue,
             RewardArg::Pressure => greenwave_core::RewardKind::Pressure,
             RewardArg::Delay => greenwave_core::RewardKind::Delay,
+            RewardArg::DelayDelta => greenwave_core::RewardKind::DelayDelta,
         }
     }
 }

@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 pub struct RewardInputs {
     /// Accumulated waiting time (s) of the vehicles now on the incoming lanes.
     pub total_wait_s: f32,
+    /// Delay (s) of the vehicles now on the incoming lanes: each one's time lost against
+    /// driving at its desired speed so far (SUMO's `timeLoss`: halted, crawling, braking
+    /// and accelerating all count) plus the time it waited to enter the network.
+    pub total_delay_s: f32,
     /// Halted vehicles on the incoming lanes.
     pub queue_veh: f32,
     /// Vehicles on incoming lanes minus vehicles on outgoing lanes.
@@ -34,6 +38,12 @@ pub enum RewardKind {
     /// than its speed limit counts, crawling ones too, so stop-and-go service that keeps
     /// queues creeping does not pass for short waits.
     Delay,
+    /// Decrease in the incoming vehicles' delay (time loss plus insertion wait) since the
+    /// last decision, per 100 s: [`RewardKind::WaitDelta`] with every second a vehicle
+    /// loses counted, not only those it stands still, so it pays for the stops, slow
+    /// starts and crawling queues that frequent switching causes — what mean trip delay
+    /// measures.
+    DelayDelta,
 }
 
 impl RewardKind {
@@ -44,6 +54,7 @@ impl RewardKind {
             RewardKind::Queue => -now.queue_veh / 10.0,
             RewardKind::Pressure => -libm::fabsf(now.pressure_veh) / 10.0,
             RewardKind::Delay => -now.delay_veh / 10.0,
+            RewardKind::DelayDelta => (prev.total_delay_s - now.total_delay_s) / 100.0,
         }
     }
 }
@@ -56,12 +67,14 @@ mod tests {
     fn rewards() {
         let a = RewardInputs {
             total_wait_s: 300.0,
+            total_delay_s: 420.0,
             queue_veh: 5.0,
             pressure_veh: 4.0,
             delay_veh: 2.0,
         };
         let b = RewardInputs {
             total_wait_s: 250.0,
+            total_delay_s: 440.0,
             queue_veh: 8.0,
             pressure_veh: -6.0,
             delay_veh: 7.5,
@@ -70,5 +83,6 @@ mod tests {
         assert_eq!(RewardKind::Queue.reward(&a, &b), -0.8);
         assert_eq!(RewardKind::Pressure.reward(&a, &b), -0.6);
         assert_eq!(RewardKind::Delay.reward(&a, &b), -0.75);
+        assert_eq!(RewardKind::DelayDelta.reward(&a, &b), -0.2);
     }
 }

@@ -528,6 +528,9 @@ impl State {
                 .sum();
             let inputs = RewardInputs {
                 total_wait_s: wait_s as f32,
+                // Vehicles here run at free speed until they join the queue: their delay
+                // is their wait.
+                total_delay_s: wait_s as f32,
                 queue_veh: queue as f32,
                 pressure_veh: incoming as f32 - outgoing as f32,
                 // Vehicles here run at free speed until they join the queue.

@@ -200,3 +200,49 @@ fn queues_behind_short_stop_line_lanes_count_in_the_reward() {
         "at most {halted:.0} halted vehicles counted; the stop-line lanes alone hold {pockets_veh:.0}"
     );
 }
+
+/// The delay-delta reward reads each vehicle's time loss, which counts braking, slow starts
+/// and crawling as well as standing still: replayed with the same actions and seed, the
+/// zones' summed time loss (minus the cumulative reward, ×100, from an empty network) is
+/// never below their summed accumulated waiting time, and well above it once queues form.
+#[test]
+fn the_delay_reward_counts_more_than_standing_still() {
+    if !have_sumo() {
+        return;
+    }
+    let work = work_dir("delay-reward");
+    let home = sumo_home().unwrap();
+    let net = real_nets::pocket_junction(&home, &work, 0.9, 7).unwrap();
+    let totals = |reward| {
+        let mut cfg = real_nets::config(&net, 600.0, 1);
+        cfg.reward = reward;
+        let mut env = SumoEnv::new(cfg).unwrap();
+        let n_phases = env.models()[0].plan.n_phases() as u8;
+        let (mut t, mut total, mut out) = (0u32, 0.0f64, Vec::new());
+        loop {
+            // Each phase for 30 s in turn.
+            let step = env.step(&[(t / 6 % n_phases as u32) as u8]).unwrap();
+            total -= 100.0 * step.rewards[0] as f64;
+            out.push(total);
+            t += 1;
+            if step.done {
+                return out;
+            }
+        }
+    };
+    let wait = totals(greenwave_core::RewardKind::WaitDelta);
+    let delay = totals(greenwave_core::RewardKind::DelayDelta);
+    assert_eq!(wait.len(), delay.len());
+    for (i, (w, d)) in wait.iter().zip(&delay).enumerate() {
+        assert!(
+            *d >= 0.99 * w - 1.0,
+            "decision {i}: time loss {d:.1} s below accumulated waiting time {w:.1} s"
+        );
+    }
+    let (w, d) = (wait.iter().sum::<f64>(), delay.iter().sum::<f64>());
+    assert!(
+        d > 1.1 * w && w > 0.0,
+        "summed over the episode, time loss {d:.0} s is not clearly above waiting {w:.0} s"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -358,6 +358,7 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
         RewardName::Queue => RewardKind::Queue,
         RewardName::Pressure => RewardKind::Pressure,
         RewardName::Delay => RewardKind::Delay,
+        RewardName::DelayDelta => RewardKind::DelayDelta,
     };
     Ok(Compiled {
         network: Network {

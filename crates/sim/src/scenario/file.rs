@@ -25,7 +25,7 @@ pub struct ScenarioFile {
     /// Episode length in seconds.
     #[serde(default = "default_episode_s")]
     pub episode_s: u32,
-    /// Reward: `wait-delta`, `queue` or `pressure`.
+    /// Reward: `wait-delta`, `queue`, `pressure`, `delay` or `delay-delta`.
     #[serde(default)]
     pub reward: RewardName,
     /// Name of the demand used unless another is chosen; the first one when absent.
@@ -65,6 +65,8 @@ pub enum RewardName {
     Pressure,
     /// Minus the incoming vehicles' delay rate.
     Delay,
+    /// Decrease in the incoming vehicles' delay.
+    DelayDelta,
 }
 
 /// Traffic-flow model parameters, shared by every link.

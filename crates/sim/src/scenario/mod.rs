@@ -337,6 +337,7 @@ impl Scenario {
             RewardKind::Queue => file::RewardName::Queue,
             RewardKind::Pressure => file::RewardName::Pressure,
             RewardKind::Delay => file::RewardName::Delay,
+            RewardKind::DelayDelta => file::RewardName::DelayDelta,
         };
         Scenario {
             reward,

@@ -17,7 +17,7 @@ use super::net::{NetFile, NetLane};
 use super::process::{SumoProcess, WorkDir};
 use super::readings::{number, Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
 use super::traci::{cmd, var, Message, Reply, SubscriptionResult, TraciError, Value};
-use super::waits::{PendingWaits, VehicleWait, WaitWatch};
+use super::waits::{PendingWaits, VehicleMeasure, VehicleWait, WaitWatch};
 use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
@@ -157,7 +157,7 @@ impl Lanes {
 struct ZoneReading {
     vehicles: f32,
     halting: f32,
-    /// Σ accumulated waiting time of the zone's vehicles (s).
+    /// Σ accumulated waiting time (or time loss, per the reward) of the zone's vehicles (s).
     waiting_s: f32,
     storage_veh: f32,
     /// Σ (1 − speed / limit) over the zone's vehicles.
@@ -242,7 +242,8 @@ impl SignalLanes {
 ///   [`APPROACH_RANGE_M`], see [`super::approach`]) over the zone's storage (`length /
 ///   7.5 m`), in greenwave-core's [`ObsLayout`].
 /// * Rewards from [`RewardInputs`] over the union of the approach zones: the vehicles'
-///   summed accumulated waiting time (a context subscription, see [`super::waits`]),
+///   summed accumulated waiting time or time loss (a context subscription, see
+///   [`super::waits`]),
 ///   halting vehicles, vehicles minus those on the outgoing lanes (pressure), and the delay
 ///   rate Σ (1 − speed / limit).
 /// * Detectors ([`Env::detectors`]): per movement, halting vehicles (queue) and vehicles on
@@ -353,19 +354,25 @@ impl SumoEnv {
         let episode_ms = (cfg.seconds * 1000.0).round() as u64;
         let seqs = new_sequencers(&models)?;
         let n = models.len();
-        // Only the wait-delta reward reads the vehicles' waits (and those waiting to be
-        // inserted on the zones' edges): other rewards save SUMO the context subscriptions.
-        let (waits, pending_edges, signal_pending) = match cfg.reward {
-            RewardKind::WaitDelta => {
-                let waits =
-                    WaitWatch::new(models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
-                        let edge = &net.lanes.get(l)?.edge;
-                        net.edges.get(edge)?.to.as_deref()
-                    }));
+        // Only the wait- and delay-delta rewards read the vehicles' waits or time losses
+        // (and those waiting to be inserted on the zones' edges): other rewards save SUMO
+        // the context subscriptions.
+        let measure = match cfg.reward {
+            RewardKind::WaitDelta => Some(VehicleMeasure::AccumulatedWait),
+            RewardKind::DelayDelta => Some(VehicleMeasure::TimeLoss),
+            RewardKind::Queue | RewardKind::Pressure | RewardKind::Delay => None,
+        };
+        let (waits, pending_edges, signal_pending) = match measure {
+            Some(measure) => {
+                let junctions = models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
+                    let edge = &net.lanes.get(l)?.edge;
+                    net.edges.get(edge)?.to.as_deref()
+                });
+                let waits = WaitWatch::new(junctions, measure);
                 let (edges, of_signal) = zone_edges(&net, &lanes, &signal_lanes);
                 (waits, edges, of_signal)
             }
-            _ => (WaitWatch::default(), Vec::new(), vec![Vec::new(); n]),
+            None => (WaitWatch::default(), Vec::new(), vec![Vec::new(); n]),
         };
         let reads = ReadPlan::new(
             lanes
@@ -739,8 +746,15 @@ impl SumoEnv {
         let sl = &self.signal_lanes[signal];
         let l = &self.lanes;
         let zone = l.zone_reading(&sl.zone);
+        // The zone's vehicles' summed wait or time loss, whichever the reward reads.
+        let watched = zone.waiting_s + self.pending.wait_s(&self.signal_pending[signal]);
+        let (total_wait_s, total_delay_s) = match self.cfg.reward {
+            RewardKind::DelayDelta => (0.0, watched),
+            _ => (watched, 0.0),
+        };
         RewardInputs {
-            total_wait_s: zone.waiting_s + self.pending.wait_s(&self.signal_pending[signal]),
+            total_wait_s,
+            total_delay_s,
             queue_veh: zone.halting,
             pressure_veh: zone.vehicles - l.sum(&sl.outgoing, &l.vehicles),
             delay_veh: zone.delay_veh,

@@ -78,6 +78,8 @@ pub(crate) mod var {
     /// Vehicle: its accumulated waiting time within SUMO's `--waiting-time-memory` (s).
     /// Unlike the waiting time, it does not restart when a queued vehicle creeps forward.
     pub const VEHICLE_ACCUMULATED_WAITING_TIME: u8 = 0x87;
+    /// Vehicle: the time it has lost so far against driving at its desired speed (s).
+    pub const VEHICLE_TIME_LOSS: u8 = 0x8c;
     /// Simulation: vehicles whose departure time has passed but that are not inserted.
     pub const SIM_PENDING_VEHICLES: u8 = 0x94;
     /// Edge: the vehicles waiting to be inserted on it (the same id as the simulation's).

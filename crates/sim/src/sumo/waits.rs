@@ -1,4 +1,5 @@
-//! The vehicles' accumulated waiting times near each signal, for the wait-delta reward.
+//! The vehicles' accumulated waiting times (or time losses) near each signal, for the
+//! wait-delta (or delay-delta) reward.
 //!
 //! SUMO's lane waiting time sums each vehicle's time since it last moved: a queue that
 //! creeps one car length starts again from zero, so a reward built on it pays for short,
@@ -9,6 +10,11 @@
 //! range, with its lane, position, accumulated waiting time and departure delay (the time
 //! it waited to be inserted). The results arrive with each `simulationStep` reply, so they
 //! cost no extra round trip.
+//!
+//! The delay-delta reward reads each vehicle's time loss instead ([`VehicleMeasure`]): the
+//! time it has lost against driving at its desired speed, which also counts the braking,
+//! slow starts and crawling that a stop costs beyond standing still — what a trip's delay
+//! is made of.
 //!
 //! Vehicles that cannot be inserted at all (their entry edge is full: the queue has spilled
 //! back to the network's edge) wait too. [`PendingWaits`] counts them on the edges of the
@@ -24,16 +30,41 @@ use super::traci::{cmd, var, Message, SubscriptionResult, Value};
 /// up to this far from its stop lines.
 const CENTRE_TO_STOP_LINE_M: f64 = 60.0;
 
-/// The variables read of each vehicle, in this order.
-const VARIABLES: [u8; 4] = [
-    var::VEHICLE_LANE_ID,
-    var::VEHICLE_LANE_POSITION,
-    var::VEHICLE_ACCUMULATED_WAITING_TIME,
-    var::VEHICLE_DEPART_DELAY,
-];
+/// What is summed of each vehicle near a signal (with its departure delay).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum VehicleMeasure {
+    /// Its accumulated waiting time (the wait-delta reward).
+    #[default]
+    AccumulatedWait,
+    /// Its time loss (the delay-delta reward).
+    TimeLoss,
+}
+
+impl VehicleMeasure {
+    /// The variables read of each vehicle, in this order.
+    fn variables(self) -> [u8; 4] {
+        let measure = match self {
+            VehicleMeasure::AccumulatedWait => var::VEHICLE_ACCUMULATED_WAITING_TIME,
+            VehicleMeasure::TimeLoss => var::VEHICLE_TIME_LOSS,
+        };
+        [
+            var::VEHICLE_LANE_ID,
+            var::VEHICLE_LANE_POSITION,
+            measure,
+            var::VEHICLE_DEPART_DELAY,
+        ]
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            VehicleMeasure::AccumulatedWait => "accumulated waiting time",
+            VehicleMeasure::TimeLoss => "time loss",
+        }
+    }
+}
 
 /// One vehicle near a signal: its position on its lane (m from the lane's start) and its
-/// wait (s): accumulated waiting time plus departure delay.
+/// wait (s): its [`VehicleMeasure`] plus departure delay.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct VehicleWait {
     pub pos_m: f64,
@@ -44,18 +75,25 @@ pub(crate) struct VehicleWait {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct WaitWatch {
     junctions: Vec<String>,
+    measure: VehicleMeasure,
 }
 
 impl WaitWatch {
-    /// Watches `junctions` (each once, in first-seen order).
-    pub(crate) fn new<'a>(junctions: impl IntoIterator<Item = &'a str>) -> Self {
+    /// Watches `measure` of the vehicles near `junctions` (each once, in first-seen order).
+    pub(crate) fn new<'a>(
+        junctions: impl IntoIterator<Item = &'a str>,
+        measure: VehicleMeasure,
+    ) -> Self {
         let mut seen = Vec::<String>::new();
         for j in junctions {
             if !seen.iter().any(|s| s == j) {
                 seen.push(j.to_string());
             }
         }
-        WaitWatch { junctions: seen }
+        WaitWatch {
+            junctions: seen,
+            measure,
+        }
     }
 
     /// The message subscribing to the vehicles around every watched junction; empty when
@@ -68,7 +106,7 @@ impl WaitWatch {
                 j,
                 cmd::GET_VEHICLE,
                 APPROACH_RANGE_M + CENTRE_TO_STOP_LINE_M,
-                &VARIABLES,
+                &self.measure.variables(),
             );
         }
         m
@@ -96,7 +134,7 @@ impl WaitWatch {
                         o.id,
                         s.object,
                         o.values.len(),
-                        VARIABLES.len()
+                        self.measure.variables().len()
                     ));
                 };
                 let Value::Str(lane) = lane else {
@@ -118,7 +156,7 @@ impl WaitWatch {
                 };
                 slot.push(VehicleWait {
                     pos_m: number(pos, "lane position")?,
-                    wait_s: (number(wait, "accumulated waiting time")?.max(0.0)
+                    wait_s: (number(wait, self.measure.name())?.max(0.0)
                         + number(depart, "departure delay")?.max(0.0))
                         as f32,
                 });
@@ -205,7 +243,7 @@ mod tests {
 
     #[test]
     fn vehicles_are_sorted_onto_watched_lanes_once() {
-        let watch = WaitWatch::new(["J1", "J2", "J1"]);
+        let watch = WaitWatch::new(["J1", "J2", "J1"], VehicleMeasure::AccumulatedWait);
         assert_eq!(watch.junctions, ["J1", "J2"]);
         let index = HashMap::from([("a_0".to_string(), 0), ("b_0".to_string(), 1)]);
         let subs = [
@@ -250,7 +288,7 @@ mod tests {
 
     #[test]
     fn malformed_vehicles_are_errors() {
-        let watch = WaitWatch::new(["J1"]);
+        let watch = WaitWatch::new(["J1"], VehicleMeasure::AccumulatedWait);
         let index = HashMap::from([("a_0".to_string(), 0)]);
         let mut out = vec![Vec::new()];
         let mut bad = vehicle("v0", "a_0", 1.0, f64::NAN);
@@ -266,8 +304,25 @@ mod tests {
     }
 
     #[test]
+    fn the_delay_reward_reads_time_loss() {
+        let watch = WaitWatch::new(["J1"], VehicleMeasure::TimeLoss);
+        assert_eq!(
+            watch.measure.variables()[2],
+            var::VEHICLE_TIME_LOSS,
+            "time loss in the measure's slot"
+        );
+        let index = HashMap::from([("a_0".to_string(), 0)]);
+        let mut out = vec![Vec::new()];
+        let bad = vehicle("v0", "a_0", 1.0, f64::INFINITY);
+        let err = watch
+            .apply(&[result("J1", vec![bad])], &index, &mut out)
+            .unwrap_err();
+        assert!(err.contains("time loss"), "{err}");
+    }
+
+    #[test]
     fn insertion_delay_adds_to_the_wait() {
-        let watch = WaitWatch::new(["J1"]);
+        let watch = WaitWatch::new(["J1"], VehicleMeasure::AccumulatedWait);
         let index = HashMap::from([("a_0".to_string(), 0)]);
         let mut v = vehicle("v0", "a_0", 1.0, 4.0);
         v.values[3].1 = Value::Double(30.0);
