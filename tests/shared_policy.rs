@@ -159,6 +159,19 @@ fn shared_policy_trains_on_mixed_layouts_and_runs_per_signal() {
         sign_and_run(e, &site.secret, &trusted, &fields[k]);
     }
 
+    // `eval` runs the per-signal exports together, each on its own junction.
+    let out = dir.join("export/policy.onnx");
+    let rows = greenwave_tools::eval_cmd::compare(&out, &scenario, &[1000], 600.0).unwrap();
+    assert_eq!(rows[0].controller, "policy");
+    assert!(rows[0].metrics.throughput_veh > 0, "{:?}", rows[0]);
+    let missing =
+        greenwave_tools::eval_cmd::compare(&dir.join("none.onnx"), &scenario, &[1000], 60.0)
+            .unwrap_err();
+    assert!(
+        format!("{missing:#}").contains("none.J1.onnx"),
+        "{missing:#}"
+    );
+
     // Each bundle binds its own junction's plan: J1's is refused on J2.
     let j2 = SimField::new(EmbeddedEnv::from_scenario(&fields[1], 0)).signal_specs();
     let refused = verify_and_load(

@@ -432,12 +432,12 @@ impl EnvSource {
     /// One episode of a policy (greedy, masked argmax), seeded `seed`, `seconds` long.
     pub fn run_policy(
         &self,
-        weights: &greenwave_learn::PolicyWeights,
+        weights: &[greenwave_learn::PolicyWeights],
         seed: u64,
         seconds: f64,
     ) -> Result<EpisodeMetrics> {
         let mut env = self.make(seed, seconds)?;
-        let mut c = PolicyController::new(weights.clone());
+        let mut c = PolicyController::per_signal(weights.to_vec());
         Ok(run_episode(env.as_mut(), &mut c, seed, seconds)?)
     }
 }

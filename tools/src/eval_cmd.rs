@@ -151,6 +151,31 @@ pub fn compare(
     )
 }
 
+/// The policy for the signals `specs` of `what`: `model` itself (one network for every
+/// signal), or, when no file has that name, the per-signal exports of a shared policy
+/// beside it (`m.onnx` → `m.<signal id>.onnx`, as `greenwave export` writes them), each
+/// checked against its own signal.
+pub fn load_policies(model: &Path, specs: &[SignalSpec], what: &str) -> Result<Vec<PolicyWeights>> {
+    if model.exists() {
+        return Ok(vec![load_policy_for_signals(model, specs, what)?]);
+    }
+    specs
+        .iter()
+        .map(|s| {
+            let path = crate::export_cmd::signal_path(model, &s.id);
+            if !path.exists() {
+                bail!(
+                    "{} does not exist, nor does {} (the export for signal '{}')",
+                    model.display(),
+                    path.display(),
+                    s.id
+                );
+            }
+            load_policy_for_signals(&path, std::slice::from_ref(s), what)
+        })
+        .collect()
+}
+
 /// The policy and the three classic controllers on the same seeds, on either backend. The
 /// policy must fit the source's signals (plan hash and observation layout), else nothing
 /// runs.
@@ -162,7 +187,7 @@ pub fn compare_on(
 ) -> Result<Vec<EvalRow>> {
     let what = source.describe();
     let specs = source.signals()?;
-    let weights = load_policy_for_signals(model, &specs, &what)?;
+    let weights = load_policies(model, &specs, &what)?;
     let mut rows = Vec::new();
     rows.push(EvalRow {
         controller: "policy".into(),
@@ -205,7 +230,8 @@ pub fn table(rows: &[EvalRow]) -> String {
 /// Arguments of `greenwave eval`.
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
-    /// The policy (ONNX from `greenwave export`).
+    /// The policy (ONNX from `greenwave export`). For a shared policy exported per signal
+    /// (`m.J1.onnx`, `m.J2.onnx`, …) give the `--out` it was exported with (`m.onnx`).
     #[arg(long)]
     pub model: std::path::PathBuf,
     /// Built-in scenario or TOML scenario file (embedded simulator).

@@ -6,18 +6,26 @@ use greenwave_learn::weights::dense_forward;
 use greenwave_learn::PolicyWeights;
 use greenwave_sim::{Controller, Env};
 
-/// Greedy (masked argmax) control by a policy, one shared network for every signal.
+/// Greedy (masked argmax) control by a policy: one network for every signal, or one per
+/// signal (a shared policy exported per junction).
 #[derive(Clone, Debug)]
 pub struct PolicyController {
-    weights: PolicyWeights,
+    /// One network (acting for every signal) or one per signal, in signal order.
+    weights: Vec<PolicyWeights>,
     raw: Vec<f32>,
     x: Vec<f32>,
 }
 
 impl PolicyController {
-    /// A controller acting with `weights`.
+    /// A controller acting with `weights` for every signal.
     pub fn new(weights: PolicyWeights) -> Self {
-        let d = weights.obs_dim();
+        Self::per_signal(vec![weights])
+    }
+
+    /// A controller acting for signal `s` with `weights[s]` (or `weights[0]` for every
+    /// signal when there is one).
+    pub fn per_signal(weights: Vec<PolicyWeights>) -> Self {
+        let d = weights.iter().map(|w| w.obs_dim()).max().unwrap_or(0);
         PolicyController {
             weights,
             raw: vec![0.0; d],
@@ -37,16 +45,84 @@ impl Controller for PolicyController {
         (0..env.signals().len())
             .map(|s| {
                 let mask = env.action_mask(s);
+                let hold = env.sequencer(s).interval().target().0;
+                let Some(w) = self.weights.get(s).or(self.weights.first()) else {
+                    return hold;
+                };
+                let d = w.obs_dim();
+                let (raw, x) = (&mut self.raw[..d], &mut self.x[..d]);
                 // An observation error (an impossible detector reading) leaves the choice
                 // to the supervisor: ask for the phase it is already serving.
-                if env.observe(s, &mut self.raw).is_err() {
-                    return env.sequencer(s).interval().target().0;
+                if env.observe(s, raw).is_err() {
+                    return hold;
                 }
-                self.weights.norm.apply(&self.raw, &mut self.x);
-                let logits = dense_forward(&self.weights.actor, &self.x);
-                masked_argmax(&logits, mask)
-                    .unwrap_or_else(|| env.sequencer(s).interval().target().0)
+                w.norm.apply(raw, x);
+                let logits = dense_forward(&w.actor, x);
+                masked_argmax(&logits, mask).unwrap_or(hold)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use greenwave_core::mlp::DenseLayer;
+    use greenwave_learn::weights::ObsNormalization;
+    use greenwave_sim::{EmbeddedEnv, SignalSpec};
+
+    /// A policy for `spec` that ignores its observation and ranks the phases by `bias`.
+    fn ranking(spec: &SignalSpec, bias: impl Fn(usize) -> f32) -> PolicyWeights {
+        let (d, n) = (spec.layout.dim(), spec.layout.n_phases as usize);
+        let layer = |outputs: usize| DenseLayer {
+            inputs: d,
+            outputs,
+            weights: vec![0.0; d * outputs],
+            bias: (0..outputs).map(&bias).collect(),
+        };
+        PolicyWeights {
+            obs_layout: spec.layout,
+            norm: ObsNormalization::identity(d, 5.0),
+            actor: vec![layer(n)],
+            critic: vec![layer(1)],
+        }
+    }
+
+    #[test]
+    fn each_signal_acts_with_its_own_network() {
+        let file = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/scenarios/arterial-mixed.toml"
+        );
+        let scenario = greenwave_sim::load(file).unwrap();
+        let mut env = EmbeddedEnv::from_scenario(&scenario, 3);
+        env.reset(3).unwrap();
+        let specs = env.signals().to_vec();
+        assert_ne!(specs[0].layout, specs[1].layout, "mixed layouts");
+        // Signal 0 prefers its last allowed phase, signal 1 its first.
+        let biases: [fn(usize) -> f32; 2] = [|p| p as f32, |p| -(p as f32)];
+        let mut c = PolicyController::per_signal(vec![
+            ranking(&specs[0], biases[0]),
+            ranking(&specs[1], biases[1]),
+        ]);
+        let mut told_apart = false;
+        for _ in 0..120 {
+            let actions = c.decide(&env);
+            for (s, &a) in actions.iter().enumerate() {
+                let mask = env.action_mask(s);
+                let n = specs[s].layout.n_phases as usize;
+                let logits: Vec<f32> = (0..n).map(biases[s]).collect();
+                assert_eq!(Some(a), masked_argmax(&logits, mask), "signal {s}");
+                let other: Vec<f32> = (0..n).map(biases[1 - s]).collect();
+                told_apart |= masked_argmax(&other, mask) != Some(a);
+            }
+            if env.step(&actions).unwrap().done {
+                break;
+            }
+        }
+        assert!(
+            told_apart,
+            "the two rankings never differed under the masks"
+        );
     }
 }

@@ -32,6 +32,9 @@ const MAX_PROFILE_MULTIPLIER: f64 = 10.0;
 /// Name of the preset plan.
 pub(crate) const PRESET_FOUR_ARM: &str = "four-arm-protected-left";
 
+/// Cumulative turning shares `(movement, cum)` of a link arriving at a signal.
+type TurnCdf = Vec<(u8, f64)>;
+
 /// Where the scenario came from, for error messages.
 pub(crate) struct Origin<'a> {
     /// File path, or a description such as "built-in scenario single-4way".
@@ -61,6 +64,11 @@ impl Origin<'_> {
             message,
         }
     }
+
+    /// An error in a top-level field (no line: the field may be absent from the file).
+    fn top(&self, field: &str, message: String) -> ScenarioError {
+        self.err(None, field.to_string(), message)
+    }
 }
 
 /// What compiling produces.
@@ -73,12 +81,39 @@ pub(crate) struct Compiled {
 
 /// Validates `file` and builds its network and demands.
 pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, ScenarioError> {
-    let top = |field: &str, message: String| origin.err(None, field.to_string(), message);
+    check_clock(file, origin)?;
+    let model = compile_model(&file.model, origin)?;
+    check_not_empty(file, origin)?;
+    let link_index = index_links(file, origin)?;
+    let wiring = wire_signal_arms(file, &link_index, origin)?;
+    let (links, lanes) = compile_links(file, &wiring, origin)?;
+    let signals = compile_signal_nodes(file, &wiring.plans, &link_index, &links, &lanes, origin)?;
+    let entry_links: Vec<u32> = (0..links.len() as u32)
+        .filter(|&l| wiring.link_start_signal[l as usize].is_none())
+        .collect();
+    let demands = compile_demands(file, &link_index, &entry_links, origin)?;
+    let active_demand = default_demand(file, &demands, origin)?;
+    Ok(Compiled {
+        network: Network {
+            links,
+            lanes,
+            signals,
+            entry_links,
+            model,
+        },
+        demands,
+        active_demand,
+        reward: reward_kind(file.reward),
+    })
+}
+
+/// The decision interval and the episode length.
+fn check_clock(file: &ScenarioFile, origin: &Origin) -> Result<(), ScenarioError> {
     if file.decision_interval_s == 0 {
-        return Err(top("decision_interval_s", "must be at least 1 s".into()));
+        return Err(origin.top("decision_interval_s", "must be at least 1 s".into()));
     }
     if file.episode_s < file.decision_interval_s {
-        return Err(top(
+        return Err(origin.top(
             "episode_s",
             format!(
                 "{} s is shorter than one decision interval ({} s)",
@@ -86,24 +121,28 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
             ),
         ));
     }
-    let model = compile_model(&file.model, origin)?;
+    Ok(())
+}
+
+/// A scenario has at least one link, one signal and one demand set.
+fn check_not_empty(file: &ScenarioFile, origin: &Origin) -> Result<(), ScenarioError> {
     if file.links.is_empty() {
-        return Err(top("links", "a scenario needs at least one link".into()));
+        return Err(origin.top("links", "a scenario needs at least one link".into()));
     }
     if file.signals.is_empty() {
-        return Err(top(
-            "signals",
-            "a scenario needs at least one signal".into(),
-        ));
+        return Err(origin.top("signals", "a scenario needs at least one signal".into()));
     }
     if file.demand.is_empty() {
-        return Err(top(
-            "demand",
-            "a scenario needs at least one demand set".into(),
-        ));
+        return Err(origin.top("demand", "a scenario needs at least one demand set".into()));
     }
+    Ok(())
+}
 
-    // Links: ids, geometry, lanes.
+/// Checks every link's id, geometry and lane count; maps link ids to their index.
+fn index_links<'f>(
+    file: &'f ScenarioFile,
+    origin: &Origin,
+) -> Result<HashMap<&'f str, u32>, ScenarioError> {
     let mut link_index: HashMap<&str, u32> = HashMap::new();
     for (i, link) in file.links.iter().enumerate() {
         let (span, l) = (link.span(), link.get_ref());
@@ -146,12 +185,32 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
             ));
         }
     }
+    Ok(link_index)
+}
 
-    // Signals: arms, plans.
-    let mut link_end: Vec<LinkEnd> = vec![LinkEnd::Exit; file.links.len()];
-    let mut link_start_signal: Vec<Option<u32>> = vec![None; file.links.len()];
+/// Which arm each link arrives at and leaves from, and every signal's phase plan.
+struct ArmWiring {
+    /// Where each link ends: an arm of a signal, or the network's edge.
+    link_end: Vec<LinkEnd>,
+    /// The signal each link leaves from (`None`: an entry link).
+    link_start_signal: Vec<Option<u32>>,
+    /// The phase plan of each signal.
+    plans: Vec<PhasePlan>,
+}
+
+/// Attaches links to the signals' arms (each link arrives at and leaves at most one arm)
+/// and compiles each signal's plan.
+fn wire_signal_arms(
+    file: &ScenarioFile,
+    link_index: &HashMap<&str, u32>,
+    origin: &Origin,
+) -> Result<ArmWiring, ScenarioError> {
+    let mut wiring = ArmWiring {
+        link_end: vec![LinkEnd::Exit; file.links.len()],
+        link_start_signal: vec![None; file.links.len()],
+        plans: Vec::with_capacity(file.signals.len()),
+    };
     let mut signal_ids: HashMap<&str, usize> = HashMap::new();
-    let mut plans = Vec::with_capacity(file.signals.len());
     for (s, signal) in file.signals.iter().enumerate() {
         let (span, sig) = (signal.span(), signal.get_ref());
         if signal_ids.insert(&sig.id, s).is_some() || sig.id.is_empty() {
@@ -172,82 +231,51 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
                     return Err(origin.err(Some(&span), field, format!("no link `{id}`")));
                 };
                 if is_in {
-                    if link_end[l as usize] != LinkEnd::Exit {
+                    if wiring.link_end[l as usize] != LinkEnd::Exit {
                         return Err(origin.err(
                             Some(&span),
                             field,
                             format!("link `{id}` already arrives at another arm"),
                         ));
                     }
-                    link_end[l as usize] = LinkEnd::Signal {
+                    wiring.link_end[l as usize] = LinkEnd::Signal {
                         signal: s as u32,
                         arm: arm as u8,
                     };
                 } else {
-                    if link_start_signal[l as usize].is_some() {
+                    if wiring.link_start_signal[l as usize].is_some() {
                         return Err(origin.err(
                             Some(&span),
                             field,
                             format!("link `{id}` already leaves another arm"),
                         ));
                     }
-                    link_start_signal[l as usize] = Some(s as u32);
+                    wiring.link_start_signal[l as usize] = Some(s as u32);
                 }
             }
         }
-        plans.push(compile_plan(sig, s, &span, origin)?);
+        wiring.plans.push(compile_plan(sig, s, &span, origin)?);
     }
+    Ok(wiring)
+}
 
-    // Lanes and turns of every link.
+/// Every link with its lanes: storage, the signal each lane queues at and the movements
+/// it serves, and the turning shares of links that arrive at a signal.
+fn compile_links(
+    file: &ScenarioFile,
+    wiring: &ArmWiring,
+    origin: &Origin,
+) -> Result<(Vec<Link>, Vec<Lane>), ScenarioError> {
     let mut lanes: Vec<Lane> = Vec::new();
     let mut links: Vec<Link> = Vec::with_capacity(file.links.len());
     for (i, link) in file.links.iter().enumerate() {
-        let (span, l) = (link.span(), link.get_ref());
+        let l = link.get_ref();
         let first_lane = lanes.len() as u32;
         let storage_veh = ((l.length_m / file.model.jam_spacing_m).floor() as u32).max(1);
-        let end = link_end[i];
-        let mut turn_cdf = Vec::new();
-        match end {
-            LinkEnd::Exit => {
-                for (key, present) in [
-                    ("lane_turns", l.lane_turns.is_some()),
-                    ("turn_ratios", l.turn_ratios.is_some()),
-                ] {
-                    if present {
-                        return Err(origin.err(
-                            Some(&span),
-                            format!("links[{i}] (`{}`).{key}", l.id),
-                            "the link arrives at no signal arm (it leaves the network), so it \
-                             has no turns"
-                                .into(),
-                        ));
-                    }
-                }
-                for _ in 0..l.lanes {
-                    lanes.push(Lane {
-                        link: i as u32,
-                        storage_veh,
-                        signal: u32::MAX,
-                        movements: MovementSet::EMPTY,
-                    });
-                }
-            }
-            LinkEnd::Signal { signal, arm } => {
-                let sig = file.signals[signal as usize].get_ref();
-                let plan: &PhasePlan = &plans[signal as usize];
-                let lane_sets = compile_lane_turns(l, i, &span, sig, arm, plan, origin)?;
-                for movements in &lane_sets {
-                    lanes.push(Lane {
-                        link: i as u32,
-                        storage_veh,
-                        signal,
-                        movements: *movements,
-                    });
-                }
-                let served = lane_sets.iter().fold(MovementSet::EMPTY, |a, &b| a.or(b));
-                turn_cdf = compile_turn_ratios(l, i, &span, arm, plan, served, origin)?;
-            }
-        }
+        let end = wiring.link_end[i];
+        let (link_lanes, turn_cdf) =
+            compile_link_lanes(file, i, end, storage_veh, &wiring.plans, origin)?;
+        lanes.extend(link_lanes);
         links.push(Link {
             id: l.id.clone(),
             free_flow_s: l.length_m / (l.speed_limit_kmh / 3.6),
@@ -263,18 +291,86 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
             },
         });
     }
+    Ok((links, lanes))
+}
 
-    // Signal nodes: observation lanes, movement → lanes, movement → out link.
+/// The lanes of link `i` and its cumulative turning shares (empty for a link that leaves
+/// the network).
+fn compile_link_lanes(
+    file: &ScenarioFile,
+    i: usize,
+    end: LinkEnd,
+    storage_veh: u32,
+    plans: &[PhasePlan],
+    origin: &Origin,
+) -> Result<(Vec<Lane>, TurnCdf), ScenarioError> {
+    let (span, l) = (file.links[i].span(), file.links[i].get_ref());
+    let lane = |signal: u32, movements: MovementSet| Lane {
+        link: i as u32,
+        storage_veh,
+        signal,
+        movements,
+    };
+    match end {
+        LinkEnd::Exit => {
+            for (key, present) in [
+                ("lane_turns", l.lane_turns.is_some()),
+                ("turn_ratios", l.turn_ratios.is_some()),
+            ] {
+                if present {
+                    return Err(origin.err(
+                        Some(&span),
+                        format!("links[{i}] (`{}`).{key}", l.id),
+                        "the link arrives at no signal arm (it leaves the network), so it \
+                         has no turns"
+                            .into(),
+                    ));
+                }
+            }
+            let lanes = (0..l.lanes)
+                .map(|_| lane(u32::MAX, MovementSet::EMPTY))
+                .collect();
+            Ok((lanes, Vec::new()))
+        }
+        LinkEnd::Signal { signal, arm } => {
+            let sig = file.signals[signal as usize].get_ref();
+            let plan: &PhasePlan = &plans[signal as usize];
+            let lane_sets = compile_lane_turns(l, i, &span, sig, arm, plan, origin)?;
+            let lanes = lane_sets.iter().map(|&m| lane(signal, m)).collect();
+            let served = lane_sets.iter().fold(MovementSet::EMPTY, |a, &b| a.or(b));
+            let turn_cdf = compile_turn_ratios(l, i, &span, arm, plan, served, origin)?;
+            Ok((lanes, turn_cdf))
+        }
+    }
+}
+
+/// The link on arm `arm` of `sig`: the one arriving (`incoming`) or the one leaving.
+fn arm_link(
+    sig: &SignalFile,
+    link_index: &HashMap<&str, u32>,
+    arm: u8,
+    incoming: bool,
+) -> Option<u32> {
+    let a = sig.arms.by_index()[arm as usize].1?;
+    let id = if incoming { &a.incoming } else { &a.out };
+    id.as_deref().map(|id| link_index[id])
+}
+
+/// Every signal node: the lanes it observes, the links leaving it, and for each movement
+/// the lanes that serve it and the link it leads to.
+fn compile_signal_nodes(
+    file: &ScenarioFile,
+    plans: &[PhasePlan],
+    link_index: &HashMap<&str, u32>,
+    links: &[Link],
+    lanes: &[Lane],
+    origin: &Origin,
+) -> Result<Vec<SignalNode>, ScenarioError> {
     let mut signals = Vec::with_capacity(file.signals.len());
     for (s, signal) in file.signals.iter().enumerate() {
         let sig = signal.get_ref();
         let plan = plans[s].clone();
-        let arms = sig.arms.by_index();
-        let link_of = |arm: u8, incoming: bool| -> Option<u32> {
-            let a = arms[arm as usize].1?;
-            let id = if incoming { &a.incoming } else { &a.out };
-            id.as_deref().map(|id| link_index[id])
-        };
+        let link_of = |arm: u8, incoming: bool| arm_link(sig, link_index, arm, incoming);
         let mut in_lanes = Vec::new();
         let mut out_links = Vec::new();
         for arm in 0..4u8 {
@@ -319,15 +415,21 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
             movement_lanes,
         });
     }
+    Ok(signals)
+}
 
-    let entry_links: Vec<u32> = (0..links.len() as u32)
-        .filter(|&l| link_start_signal[l as usize].is_none())
-        .collect();
+/// Every demand set, with distinct names.
+fn compile_demands(
+    file: &ScenarioFile,
+    link_index: &HashMap<&str, u32>,
+    entry_links: &[u32],
+    origin: &Origin,
+) -> Result<Vec<Demand>, ScenarioError> {
     let demands = file
         .demand
         .iter()
         .enumerate()
-        .map(|(d, demand)| compile_demand(demand, d, &link_index, &entry_links, origin))
+        .map(|(d, demand)| compile_demand(demand, d, link_index, entry_links, origin))
         .collect::<Result<Vec<_>, _>>()?;
     for (d, demand) in demands.iter().enumerate() {
         if demands[..d].iter().any(|o| o.name == demand.name) {
@@ -338,40 +440,38 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
             ));
         }
     }
-    let active_demand = match &file.default_demand {
-        None => 0,
-        Some(name) => demands
-            .iter()
-            .position(|d| &d.name == name)
-            .ok_or_else(|| {
-                top(
-                    "default_demand",
-                    format!(
-                        "no demand called `{name}` (have: {})",
-                        demand_names(&demands)
-                    ),
-                )
-            })?,
-    };
-    let reward = match file.reward {
+    Ok(demands)
+}
+
+/// Index of the demand set named by `default_demand` (the first when none is named).
+fn default_demand(
+    file: &ScenarioFile,
+    demands: &[Demand],
+    origin: &Origin,
+) -> Result<usize, ScenarioError> {
+    match &file.default_demand {
+        None => Ok(0),
+        Some(name) => demands.iter().position(|d| &d.name == name).ok_or_else(|| {
+            origin.top(
+                "default_demand",
+                format!(
+                    "no demand called `{name}` (have: {})",
+                    demand_names(demands)
+                ),
+            )
+        }),
+    }
+}
+
+/// The reward the scenario file names.
+fn reward_kind(name: RewardName) -> RewardKind {
+    match name {
         RewardName::WaitDelta => RewardKind::WaitDelta,
         RewardName::Queue => RewardKind::Queue,
         RewardName::Pressure => RewardKind::Pressure,
         RewardName::Delay => RewardKind::Delay,
         RewardName::DelayDelta => RewardKind::DelayDelta,
-    };
-    Ok(Compiled {
-        network: Network {
-            links,
-            lanes,
-            signals,
-            entry_links,
-            model,
-        },
-        demands,
-        active_demand,
-        reward,
-    })
+    }
 }
 
 /// Comma-separated demand names.
@@ -652,7 +752,7 @@ fn compile_turn_ratios(
     plan: &PhasePlan,
     served: MovementSet,
     origin: &Origin,
-) -> Result<Vec<(u8, f64)>, ScenarioError> {
+) -> Result<TurnCdf, ScenarioError> {
     let field = format!("links[{i}] (`{}`).turn_ratios", l.id);
     let Some(r) = &l.turn_ratios else {
         return Err(origin.err(

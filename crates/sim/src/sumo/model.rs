@@ -437,6 +437,9 @@ fn turn_of(net: &NetFile, c: &NetConnection) -> Turn {
 /// Movement key: approach, turn order, from edge, to edge, green pattern.
 type MovementKey = (u8, u8, String, String, u16);
 
+/// The links (state-string positions) of each movement, by movement key.
+type SignalGroups = BTreeMap<MovementKey, Vec<usize>>;
+
 /// How finely links are grouped into movements: links of one movement always share
 /// their green pattern, so any grouping is safe; finer ones inform the policy better.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -456,7 +459,7 @@ fn group_links(
     (conns, pattern): (&LinkConns<'_>, &[u16]),
     approaches: &[&str],
     grouping: Grouping,
-) -> (BTreeMap<MovementKey, Vec<usize>>, Vec<LinkRole>) {
+) -> (SignalGroups, Vec<LinkRole>) {
     let approach_of = |c: &NetConnection| -> u8 {
         let crossed = net
             .edges
@@ -468,7 +471,7 @@ fn group_links(
             .find_map(|e| approaches.iter().position(|a| a == e))
             .unwrap_or(0) as u8
     };
-    let mut groups: BTreeMap<MovementKey, Vec<usize>> = BTreeMap::new();
+    let mut groups: SignalGroups = BTreeMap::new();
     let mut links = vec![LinkRole::Red; conns.len()];
     for (i, cs) in conns.iter().enumerate() {
         let first_char = program.phases[0].state.as_bytes()[i];
@@ -567,6 +570,7 @@ fn movement_lanes(
     v
 }
 
+/// The model of one traffic light, or why it stays on its program.
 fn build_one(
     net: &NetFile,
     foes: &FoeIndex<'_>,
@@ -575,13 +579,54 @@ fn build_one(
 ) -> Result<TlsModel, Refusal> {
     let id = program.id.as_str();
     let (n, conns) = link_connections(net, program)?;
+    let greens = choosable_greens(net, program, &conns, opts)?;
+    let pattern = green_patterns(&greens, n);
+    let approaches = approach_edges(net, &conns, &pattern);
+    if approaches.len() > u8::MAX as usize {
+        return Err(Refusal::Static(format!("{} approaches", approaches.len())));
+    }
+    let (groups, mut links) = signal_groups(net, program, &conns, &pattern, &approaches)?;
+    let table = movement_table(net, &conns, &groups, &mut links)?;
+    let (conflicts, conflicts_from_junction) =
+        conflicts_of(foes, &conns, &table.links, &table.pattern);
+    let (plan, timing_notes) = derive_plan(id, &greens, &table, conflicts, opts)?;
+    let (in_lanes, out_lanes) = observed_lanes(&groups, &table);
+    Ok(TlsModel {
+        id: id.to_string(),
+        program_id: program.program_id.clone(),
+        plan,
+        links,
+        static_phases: greens.iter().map(|g| g.index).collect(),
+        phase_states: greens
+            .iter()
+            .map(|g| g.program.phases[g.index].state.clone())
+            .collect(),
+        movement_edges: table.edges,
+        movement_in_lanes: table.in_lanes,
+        movement_out_lanes: table.out_lanes,
+        in_lanes,
+        out_lanes,
+        approaches: approaches.iter().map(|s| s.to_string()).collect(),
+        conflicts_from_junction,
+        timing_notes,
+    })
+}
+
+/// The distinct green phases the agent chooses between (amber and short transition
+/// greens dropped): at least two and at most [`MAX_PHASES`].
+fn choosable_greens<'a>(
+    net: &'a NetFile,
+    program: &'a TlLogic,
+    conns: &LinkConns<'_>,
+    opts: ModelOptions<'_>,
+) -> Result<Vec<GreenPhase<'a>>, Refusal> {
     let min_green_s = opts
         .timing
-        .overrides_for(id)
+        .overrides_for(&program.id)
         .min_green_s
         .unwrap_or(DEFAULT_MIN_GREEN_S);
     let greens = drop_transitions(
-        plan_greens(net, program, &conns, opts.program.is_none()),
+        plan_greens(net, program, conns, opts.program.is_none()),
         min_green_s,
     );
     if greens.len() < 2 {
@@ -598,8 +643,12 @@ fn build_one(
             greens.len()
         )));
     }
-    // Green pattern of each link: bit k = green in green phase k.
-    let pattern: Vec<u16> = (0..n)
+    Ok(greens)
+}
+
+/// Green pattern of each of the `n` links: bit k = green in green phase k.
+fn green_patterns(greens: &[GreenPhase<'_>], n: usize) -> Vec<u16> {
+    (0..n)
         .map(|i| {
             greens
                 .iter()
@@ -607,12 +656,19 @@ fn build_one(
                 .filter(|(_, g)| g.mask[i])
                 .fold(0u16, |acc, (k, _)| acc | (1 << k))
         })
-        .collect();
-    let approaches = approach_edges(net, &conns, &pattern);
-    if approaches.len() > u8::MAX as usize {
-        return Err(Refusal::Static(format!("{} approaches", approaches.len())));
-    }
-    let grouped = |g| group_links(net, program, (&conns, &pattern), &approaches, g);
+        .collect()
+}
+
+/// The links grouped into movements (signal groups), by edge pair first and coarser
+/// (by turn, then by approach) until at most [`MAX_MOVEMENTS`] remain.
+fn signal_groups(
+    net: &NetFile,
+    program: &TlLogic,
+    conns: &LinkConns<'_>,
+    pattern: &[u16],
+    approaches: &[&str],
+) -> Result<(SignalGroups, Vec<LinkRole>), Refusal> {
+    let grouped = |g| group_links(net, program, (conns, pattern), approaches, g);
     let (mut groups, mut links) = grouped(Grouping::Edges);
     for coarser in [Grouping::Turns, Grouping::Approaches] {
         if groups.len() > MAX_MOVEMENTS {
@@ -625,27 +681,60 @@ fn build_one(
             groups.len()
         )));
     }
-    let mut movements = Vec::with_capacity(groups.len());
-    let mut movement_links: Vec<&[usize]> = Vec::with_capacity(groups.len());
-    let mut movement_pattern = Vec::with_capacity(groups.len());
-    let mut movement_edges = Vec::with_capacity(groups.len());
-    let mut movement_in_lanes = Vec::with_capacity(groups.len());
-    let mut movement_out_lanes = Vec::with_capacity(groups.len());
+    Ok((groups, links))
+}
+
+/// Per movement (signal group), in plan order: what the plan and the observation need.
+struct MovementTable<'g> {
+    /// The movement: approach index and turn.
+    movements: Vec<Movement>,
+    /// The links (state-string positions) it drives.
+    links: Vec<&'g [usize]>,
+    /// Its green pattern in the static program (bit k: green in green phase k).
+    pattern: Vec<u16>,
+    /// Its incoming and outgoing edge.
+    edges: Vec<(String, String)>,
+    /// Its incoming road lanes.
+    in_lanes: Vec<Vec<String>>,
+    /// Its outgoing road lanes.
+    out_lanes: Vec<Vec<String>>,
+}
+
+/// The movement table of `groups`; marks each grouped link with its movement. Refused
+/// when a movement uses a lane the net lacks.
+fn movement_table<'g>(
+    net: &NetFile,
+    conns: &LinkConns<'_>,
+    groups: &'g SignalGroups,
+    links: &mut [LinkRole],
+) -> Result<MovementTable<'g>, Refusal> {
+    let mut table = MovementTable {
+        movements: Vec::with_capacity(groups.len()),
+        links: Vec::with_capacity(groups.len()),
+        pattern: Vec::with_capacity(groups.len()),
+        edges: Vec::with_capacity(groups.len()),
+        in_lanes: Vec::with_capacity(groups.len()),
+        out_lanes: Vec::with_capacity(groups.len()),
+    };
     for (m, (key, ls)) in groups.iter().enumerate() {
-        movements.push(Movement::new(key.0, turn_of(net, conns[ls[0]][0])));
-        movement_links.push(ls.as_slice());
-        movement_pattern.push(key.4);
+        table
+            .movements
+            .push(Movement::new(key.0, turn_of(net, conns[ls[0]][0])));
+        table.links.push(ls.as_slice());
+        table.pattern.push(key.4);
         let first = conns[ls[0]][0];
-        movement_edges.push((first.from.clone(), first.to.clone()));
-        movement_in_lanes.push(movement_lanes(net, &conns, ls, NetConnection::from_lane_id));
-        movement_out_lanes.push(movement_lanes(net, &conns, ls, NetConnection::to_lane_id));
+        table.edges.push((first.from.clone(), first.to.clone()));
+        let lanes_of = |f| movement_lanes(net, conns, ls, f);
+        table.in_lanes.push(lanes_of(NetConnection::from_lane_id));
+        table.out_lanes.push(lanes_of(NetConnection::to_lane_id));
         for &i in ls.iter() {
             links[i] = LinkRole::Movement(m as u8);
         }
     }
-    if let Some(lane) = movement_in_lanes
+    if let Some(lane) = table
+        .in_lanes
         .iter()
-        .chain(movement_out_lanes.iter())
+        .chain(table.out_lanes.iter())
         .flatten()
         .find(|l| !net.lanes.contains_key(*l))
     {
@@ -653,9 +742,18 @@ fn build_one(
             "it uses lane {lane}, which the net lacks"
         )));
     }
-    let (conflicts, conflicts_from_junction) =
-        conflicts_of(foes, &conns, &movement_links, &movement_pattern);
+    Ok(table)
+}
 
+/// The phase plan: one phase per green, serving the movements green in it, with the
+/// net's timing brought into the safe range (the notes say where).
+fn derive_plan(
+    id: &str,
+    greens: &[GreenPhase<'_>],
+    table: &MovementTable<'_>,
+    conflicts: ConflictMatrix,
+    opts: ModelOptions<'_>,
+) -> Result<(PhasePlan, Vec<String>), Refusal> {
     let over = opts.timing.overrides_for(id);
     let mut timing_notes = Vec::new();
     let mut phases = Vec::with_capacity(greens.len());
@@ -663,7 +761,7 @@ fn build_one(
         let net_timing = net_phase_timing(g.program, g.index, opts.step_ms);
         let timing = resolve(id, net_timing, &over, opts.step_ms, &mut timing_notes)?;
         let mut set = MovementSet::EMPTY;
-        for (m, &p) in movement_pattern.iter().enumerate() {
+        for (m, &p) in table.pattern.iter().enumerate() {
             if p & (1 << k) != 0 {
                 set.insert(MovementId(m as u8));
             }
@@ -675,42 +773,28 @@ fn build_one(
     }
     timing_notes.sort();
     timing_notes.dedup();
-    let plan = PhasePlan::new(&movements, conflicts, &phases).map_err(|source| {
+    let plan = PhasePlan::new(&table.movements, conflicts, &phases).map_err(|source| {
         Refusal::Static(format!(
             "its derived phase plan is refused ({source}); check the program's phases"
         ))
     })?;
+    Ok((plan, timing_notes))
+}
 
+/// The observed incoming lanes (by approach, then lane id; a shared lane once) and the
+/// outgoing lanes of all movements (sorted).
+fn observed_lanes(groups: &SignalGroups, table: &MovementTable<'_>) -> (Vec<String>, Vec<String>) {
     let mut in_lanes: Vec<(u8, String)> = groups
         .keys()
-        .zip(&movement_in_lanes)
+        .zip(&table.in_lanes)
         .flat_map(|(k, ls)| ls.iter().map(move |l| (k.0, l.clone())))
         .collect();
     in_lanes.sort();
     in_lanes.dedup_by(|a, b| a.1 == b.1);
-    let mut out_lanes: Vec<String> = movement_out_lanes.iter().flatten().cloned().collect();
+    let mut out_lanes: Vec<String> = table.out_lanes.iter().flatten().cloned().collect();
     out_lanes.sort();
     out_lanes.dedup();
-
-    Ok(TlsModel {
-        id: id.to_string(),
-        program_id: program.program_id.clone(),
-        plan,
-        links,
-        static_phases: greens.iter().map(|g| g.index).collect(),
-        phase_states: greens
-            .iter()
-            .map(|g| g.program.phases[g.index].state.clone())
-            .collect(),
-        movement_edges,
-        movement_in_lanes,
-        movement_out_lanes,
-        in_lanes: in_lanes.into_iter().map(|l| l.1).collect(),
-        out_lanes,
-        approaches: approaches.iter().map(|s| s.to_string()).collect(),
-        conflicts_from_junction,
-        timing_notes,
-    })
+    (in_lanes.into_iter().map(|l| l.1).collect(), out_lanes)
 }
 
 impl TlsModel {
