@@ -9,7 +9,9 @@ use anyhow::{bail, Context, Result};
 use greenwave_core::PhasePlan;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{onnx, specialize, Incidence, Manifest, PolicyWeights, Provenance};
-use greenwave_sim::{EmbeddedEnv, Env, Scenario};
+use greenwave_sim::{EmbeddedEnv, Env, Scenario, SignalSpec};
+
+use crate::backend::{Backend, BackendArgs, EnvSource};
 
 use crate::train::checkpoint::{load_policy, load_run_policy, PolicyInfo, RunInfo, RunPolicy};
 use crate::train::policy::PolicyKind;
@@ -168,19 +170,19 @@ pub fn signal_path(out: &Path, signal_id: &str) -> PathBuf {
 /// The signals a shared policy is compiled for: `(id, plan, incidence rows)`.
 type TargetSignal = (String, PhasePlan, Vec<Vec<bool>>);
 
-/// The trained signals of `info`, or (zero-shot) those of the embedded scenario `target`.
-fn target_signals(info: &RunInfo, target: Option<&str>) -> Result<Vec<TargetSignal>> {
+/// The signals of the embedded scenario `name` (built-in or a TOML file).
+pub fn scenario_signals(name: &str) -> Result<Vec<SignalSpec>> {
+    let sc = greenwave_sim::load(name).with_context(|| format!("loading scenario '{name}'"))?;
+    Ok(EmbeddedEnv::from_scenario(&sc, 0).signals().to_vec())
+}
+
+/// The trained signals of `info`, or (zero-shot) `target`.
+fn target_signals(info: &RunInfo, target: Option<&[SignalSpec]>) -> Result<Vec<TargetSignal>> {
     match target {
-        Some(name) => {
-            let sc =
-                greenwave_sim::load(name).with_context(|| format!("loading scenario '{name}'"))?;
-            let env = EmbeddedEnv::from_scenario(&sc, 0);
-            Ok(env
-                .signals()
-                .iter()
-                .map(|s| (s.id.clone(), s.plan.clone(), s.incidence.clone()))
-                .collect())
-        }
+        Some(specs) => Ok(specs
+            .iter()
+            .map(|s| (s.id.clone(), s.plan.clone(), s.incidence.clone()))
+            .collect()),
         None => {
             if info.signal_ids.len() != info.plans.len()
                 || info.incidences.len() != info.plans.len()
@@ -203,6 +205,19 @@ fn target_signals(info: &RunInfo, target: Option<&str>) -> Result<Vec<TargetSign
 /// manifest per signal beside `out`, named by [`signal_path`]; each manifest binds its
 /// signal's plan hash.
 pub fn export_signals(run: &Path, out: &Path, target: Option<&str>) -> Result<Vec<SignalExport>> {
+    match target {
+        Some(name) => export_signals_for(run, out, Some(&scenario_signals(name)?)),
+        None => export_signals_for(run, out, None),
+    }
+}
+
+/// [`export_signals`] for the signals `target` (of any backend: a SUMO net's too), or
+/// those trained on.
+pub fn export_signals_for(
+    run: &Path,
+    out: &Path,
+    target: Option<&[SignalSpec]>,
+) -> Result<Vec<SignalExport>> {
     let (policy, info, pinfo) =
         load_run_policy(run).with_context(|| format!("reading run folder {}", run.display()))?;
     let RunPolicy::Shared(shared) = policy else {
@@ -246,8 +261,12 @@ pub struct ExportArgs {
     pub out: PathBuf,
     /// Shared policy only: compile for the signals of this embedded scenario (built-in
     /// name or TOML file) instead of those trained on — zero-shot.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "net")]
     pub scenario: Option<String>,
+    /// Shared policy only: `--backend sumo --net F.net.xml --routes F.rou.xml` (and the
+    /// timing options) compiles for the signals of that SUMO net instead — zero-shot.
+    #[command(flatten)]
+    pub sim: BackendArgs,
 }
 
 fn print_files(e: &Exported) {
@@ -265,13 +284,21 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     )?;
     match info.policy() {
         PolicyKind::Mlp => {
-            if args.scenario.is_some() {
-                bail!("--scenario needs a run with a shared policy (--policy shared)");
+            if args.scenario.is_some() || args.sim.backend == Backend::Sumo {
+                bail!(
+                    "--scenario and --backend sumo need a run with a shared policy \
+                     (--policy shared)"
+                );
             }
             print_files(&export(&args.run, &args.out)?);
         }
         PolicyKind::Shared => {
-            for e in export_signals(&args.run, &args.out, args.scenario.as_deref())? {
+            let target = match (&args.scenario, args.sim.backend) {
+                (_, Backend::Sumo) => Some(EnvSource::from_args(&args.sim, "", None)?.signals()?),
+                (Some(name), Backend::Embedded) => Some(scenario_signals(name)?),
+                (None, Backend::Embedded) => None,
+            };
+            for e in export_signals_for(&args.run, &args.out, target.as_deref())? {
                 println!("signal {}:", e.signal_id);
                 print_files(&e.files);
             }

@@ -258,3 +258,86 @@ fn bundle_is_refused_under_other_timing(d: &Path, model: &Path, net_path: &Path)
         r => panic!("a bundle exported under the net's timing ran under yellow 4 s: {r:?}"),
     }
 }
+
+/// Zero-shot onto a SUMO net: a shared policy trained on the embedded simulator's mixed
+/// arterial is compiled for the signal of a SUMO net it never saw (`export --backend sumo`),
+/// bound to that signal's plan, and evaluated there.
+#[test]
+fn a_shared_policy_exports_zero_shot_onto_a_sumo_net_and_runs_there() {
+    if !sumo_available() {
+        return;
+    }
+    let d = tmp("zero-shot");
+    let run = d.join("run");
+    let model = d.join("models/zs.onnx");
+    let mixed = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/scenarios/arterial-mixed.toml"
+    );
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let (run_s, model_s) = (run.to_str().unwrap(), model.to_str().unwrap());
+    let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
+    let sumo = ["--backend", "sumo", "--net", net_s, "--routes", routes_s];
+    ok(&greenwave(&[
+        "train",
+        "--scenario",
+        mixed,
+        "--policy",
+        "shared",
+        "--hidden",
+        "8,8",
+        "--steps",
+        "480",
+        "--envs",
+        "2",
+        "--rollout-steps",
+        "60",
+        "--episode-seconds",
+        "600",
+        "--out",
+        run_s,
+        "--quiet",
+    ]));
+    let mut export = vec!["export", run_s, "--out", model_s];
+    export.extend(sumo);
+    let out = ok(&greenwave(&export));
+    let ids: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("signal ")?.strip_suffix(':'))
+        .collect();
+    assert_eq!(ids.len(), 1, "one signal in the SUMO net: {out}");
+    let exported = model.with_file_name(format!("zs.{}.onnx", ids[0]));
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(exported.with_extension("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["plan_hash"], single_net_plan_hash().as_str());
+    assert_eq!(manifest["provenance"]["details"]["zero_shot"], true);
+
+    let mut eval = vec![
+        "eval",
+        "--model",
+        model_s,
+        "--seeds",
+        "1",
+        "--seconds",
+        "300",
+    ];
+    eval.extend(sumo);
+    let table = ok(&greenwave(&eval));
+    assert!(table.contains("| policy |"), "{table}");
+
+    // One target at a time.
+    let mut both = vec![
+        "export",
+        run_s,
+        "--out",
+        model_s,
+        "--scenario",
+        "single-4way",
+    ];
+    both.extend(sumo);
+    let err = failed(&greenwave(&both));
+    assert!(err.contains("cannot be used with"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
