@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use greenwave_core::PhasePlan;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{onnx, specialize, Incidence, Manifest, PolicyWeights, Provenance};
-use greenwave_sim::{EmbeddedEnv, Env, Scenario, SignalSpec};
+use greenwave_sim::{Scenario, SignalSpec};
 
 use crate::backend::{Backend, BackendArgs, EnvSource};
 
@@ -170,12 +170,6 @@ pub fn signal_path(out: &Path, signal_id: &str) -> PathBuf {
 /// The signals a shared policy is compiled for: `(id, plan, incidence rows)`.
 type TargetSignal = (String, PhasePlan, Vec<Vec<bool>>);
 
-/// The signals of the embedded scenario `name` (built-in or a TOML file).
-pub fn scenario_signals(name: &str) -> Result<Vec<SignalSpec>> {
-    let sc = greenwave_sim::load(name).with_context(|| format!("loading scenario '{name}'"))?;
-    Ok(EmbeddedEnv::from_scenario(&sc, 0).signals().to_vec())
-}
-
 /// The trained signals of `info`, or (zero-shot) `target`.
 fn target_signals(info: &RunInfo, target: Option<&[SignalSpec]>) -> Result<Vec<TargetSignal>> {
     match target {
@@ -206,7 +200,10 @@ fn target_signals(info: &RunInfo, target: Option<&[SignalSpec]>) -> Result<Vec<T
 /// signal's plan hash.
 pub fn export_signals(run: &Path, out: &Path, target: Option<&str>) -> Result<Vec<SignalExport>> {
     match target {
-        Some(name) => export_signals_for(run, out, Some(&scenario_signals(name)?)),
+        Some(name) => {
+            let specs = EnvSource::from_args(&BackendArgs::embedded(), name, None)?.signals()?;
+            export_signals_for(run, out, Some(&specs))
+        }
         None => export_signals_for(run, out, None),
     }
 }
@@ -293,10 +290,12 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             print_files(&export(&args.run, &args.out)?);
         }
         PolicyKind::Shared => {
-            let target = match (&args.scenario, args.sim.backend) {
-                (_, Backend::Sumo) => Some(EnvSource::from_args(&args.sim, "", None)?.signals()?),
-                (Some(name), Backend::Embedded) => Some(scenario_signals(name)?),
+            // Zero-shot onto another scenario's or net's signals, else those trained on.
+            let target = match (args.scenario.as_deref(), args.sim.backend) {
                 (None, Backend::Embedded) => None,
+                (name, _) => Some(
+                    EnvSource::from_args(&args.sim, name.unwrap_or_default(), None)?.signals()?,
+                ),
             };
             for e in export_signals_for(&args.run, &args.out, target.as_deref())? {
                 println!("signal {}:", e.signal_id);

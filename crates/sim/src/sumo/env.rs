@@ -748,9 +748,9 @@ impl SumoEnv {
         let zone = l.zone_reading(&sl.zone);
         // The zone's vehicles' summed wait or time loss, whichever the reward reads.
         let watched = zone.waiting_s + self.pending.wait_s(&self.signal_pending[signal]);
-        let (total_wait_s, total_delay_s) = match self.cfg.reward {
-            RewardKind::DelayDelta => (0.0, watched),
-            _ => (watched, 0.0),
+        let (total_wait_s, total_delay_s) = match self.waits.measure() {
+            VehicleMeasure::TimeLoss => (0.0, watched),
+            VehicleMeasure::AccumulatedWait => (watched, 0.0),
         };
         RewardInputs {
             total_wait_s,

@@ -96,6 +96,11 @@ impl WaitWatch {
         }
     }
 
+    /// What is read of each vehicle.
+    pub(crate) fn measure(&self) -> VehicleMeasure {
+        self.measure
+    }
+
     /// The message subscribing to the vehicles around every watched junction; empty when
     /// there is none.
     pub(crate) fn subscribe_message(&self) -> Message {
