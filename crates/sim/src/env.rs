@@ -162,6 +162,13 @@ pub trait Env {
     /// Per-movement detector view of signal `signal` (indexed like its plan's movements).
     fn detectors(&self, signal: usize) -> Vec<MovementDetector>;
 
+    /// Signal `signal`'s green time per phase (s) in the program greenwave replaces, where
+    /// it has one (a SUMO light's own program). Actuated control derives its max greens
+    /// from it, as from a Webster plan. None by default.
+    fn program_greens_s(&self, _signal: usize) -> Option<Vec<f64>> {
+        None
+    }
+
     /// Simulated seconds since reset.
     fn now_s(&self) -> f64;
 

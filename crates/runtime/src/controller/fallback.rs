@@ -274,10 +274,10 @@ mod actuated {
             plan: &PhasePlan,
             interval: Millis,
         ) -> Self {
-            let controller = Actuated {
-                passage_s: all.passage_s,
-                max_green_s: all.max_green_s.get(i).cloned().into_iter().collect(),
-            };
+            let controller = Actuated::new(
+                all.passage_s,
+                all.max_green_s.get(i).cloned().into_iter().collect(),
+            );
             let layout = greenwave_core::ObsLayout {
                 n_lanes: 0,
                 n_phases: plan.n_phases() as u8,

@@ -21,26 +21,42 @@ pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 /// a call: its vehicles could not leave the junction (spill-back gating, as in
 /// queue-spillback-aware actuated practice). Decisions come once per decision interval, so a gap-out
 /// takes effect at the next decision point.
+///
+/// **Max green.** Where `max_green_s` gives none for a signal, a signal that replaces a
+/// program of its own (a SUMO light) caps each phase at [`MAX_GREEN_OVER_WEBSTER`] times
+/// the program's green for it, as a timing plan caps actuated greens at 1.25–1.5 times the
+/// fixed-time greens; near saturation, gap-out alone lets each long red's queue earn the
+/// next long green, and the cycle grows until every phase maxes out at the plan's max green.
 #[derive(Clone, Debug)]
 pub struct Actuated {
     /// Largest gap (s) since the detector zone emptied that still extends the green.
     pub passage_s: f32,
-    /// Max green (s) per signal and phase; a signal or phase missing here uses its plan's
-    /// max green (which the sequencer enforces in any case).
+    /// Max green (s) per signal and phase; a signal or phase missing here uses
+    /// [`MAX_GREEN_OVER_WEBSTER`] times its program's green (see above), else its plan's max
+    /// green (which the sequencer enforces in any case).
     pub max_green_s: Vec<Vec<f64>>,
+    /// The max greens of this episode: `max_green_s`, completed at reset.
+    episode_max_green_s: Vec<Vec<f64>>,
 }
 
 impl Default for Actuated {
     /// Passage 1 s, max green from the plans.
     fn default() -> Self {
-        Actuated {
-            passage_s: 1.0,
-            max_green_s: Vec::new(),
-        }
+        Actuated::new(1.0, Vec::new())
     }
 }
 
 impl Actuated {
+    /// Actuated control with passage `passage_s` and max greens `max_green_s` (per signal
+    /// and phase; see [`Actuated::max_green_s`]).
+    pub fn new(passage_s: f32, max_green_s: Vec<Vec<f64>>) -> Self {
+        Actuated {
+            passage_s,
+            max_green_s,
+            episode_max_green_s: Vec::new(),
+        }
+    }
+
     /// Actuated control for `scenario`: max green of each phase 1.5 times its Webster green
     /// for the scenario's demand (phases Webster leaves out keep their plan's max green).
     pub fn for_scenario(scenario: &Scenario) -> Self {
@@ -63,10 +79,7 @@ impl Actuated {
                 max
             })
             .collect();
-        Actuated {
-            max_green_s,
-            ..Actuated::default()
-        }
+        Actuated::new(Actuated::default().passage_s, max_green_s)
     }
 }
 
@@ -75,15 +88,30 @@ impl Controller for Actuated {
         "actuated"
     }
 
-    fn reset(&mut self, _env: &dyn Env) {}
+    fn reset(&mut self, env: &dyn Env) {
+        self.episode_max_green_s = (0..env.signals().len())
+            .map(|i| match self.max_green_s.get(i) {
+                Some(given) if !given.is_empty() => given.clone(),
+                _ => env
+                    .program_greens_s(i)
+                    .map(|greens| greens.iter().map(|g| g * MAX_GREEN_OVER_WEBSTER).collect())
+                    .unwrap_or_default(),
+            })
+            .collect();
+    }
 
     fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
         decide_switchable(env, |i, seq, phase, detectors| {
             let plan = seq.plan();
             let green = plan.phases()[phase.0 as usize].movements;
             let elapsed_s = seq.in_interval().0 as f64 / 1000.0;
-            let max_out = self
-                .max_green_s
+            // Before any reset (a controller driven without `run_episode`): as given.
+            let caps = if self.episode_max_green_s.is_empty() {
+                &self.max_green_s
+            } else {
+                &self.episode_max_green_s
+            };
+            let max_out = caps
                 .get(i)
                 .and_then(|phases| phases.get(phase.0 as usize))
                 .is_some_and(|&max| elapsed_s + 1e-3 >= max);

@@ -19,7 +19,7 @@ fn two_phase_plan() -> PhasePlan {
 
 /// `(phase, displayed green)` of every green that ended while `controller` drove `env`
 /// for `seconds` (seen at decision points, worked back from the sequencer's state).
-fn greens(env: &mut EmbeddedEnv, controller: &mut dyn Controller, seconds: f64) -> Vec<(u8, f64)> {
+fn greens(env: &mut dyn Env, controller: &mut dyn Controller, seconds: f64) -> Vec<(u8, f64)> {
     let mut out = Vec::new();
     let mut current: Option<(u8, f64)> = None;
     while env.now_s() < seconds {
@@ -176,6 +176,76 @@ fn actuated_gaps_out_and_maxes_out() {
     }
     // Some greens gap out well before max.
     assert!(g.iter().any(|(p, gs)| *gs + 5.0 < max[*p as usize]));
+}
+
+/// The embedded simulator seen as if each signal replaced a program of its own with
+/// these greens (as a SUMO light does).
+struct WithProgram {
+    env: EmbeddedEnv,
+    greens_s: Vec<f64>,
+}
+
+impl Env for WithProgram {
+    fn signals(&self) -> &[crate::SignalSpec] {
+        self.env.signals()
+    }
+    fn decision_interval_s(&self) -> f64 {
+        self.env.decision_interval_s()
+    }
+    fn reward_kind(&self) -> greenwave_core::RewardKind {
+        self.env.reward_kind()
+    }
+    fn reset(&mut self, seed: u64) -> Result<(), crate::EnvError> {
+        self.env.reset(seed)
+    }
+    fn observe(&self, signal: usize, out: &mut [f32]) -> Result<(), crate::EnvError> {
+        self.env.observe(signal, out)
+    }
+    fn sequencer(&self, signal: usize) -> &greenwave_core::Sequencer {
+        self.env.sequencer(signal)
+    }
+    fn detectors(&self, signal: usize) -> Vec<crate::MovementDetector> {
+        self.env.detectors(signal)
+    }
+    fn program_greens_s(&self, _signal: usize) -> Option<Vec<f64>> {
+        Some(self.greens_s.clone())
+    }
+    fn now_s(&self) -> f64 {
+        self.env.now_s()
+    }
+    fn step(&mut self, actions: &[u8]) -> Result<crate::StepOutcome, crate::EnvError> {
+        self.env.step(actions)
+    }
+    fn metrics(&self) -> crate::EpisodeMetrics {
+        self.env.metrics()
+    }
+}
+
+#[test]
+fn actuated_caps_greens_at_one_and_a_half_times_the_replaced_program() {
+    let s = crate::load("single-4way").unwrap();
+    // Share of greens past 18 s rounded up to a decision point (5 s); a green runs past
+    // its max only while no other phase has a call (it rests).
+    let long_share = |env: &mut dyn Env, act: &mut Actuated| {
+        env.reset(3).unwrap();
+        act.reset(env);
+        let g = greens(env, act, 3600.0);
+        g.iter().filter(|g| g.1 > 18.0 + 5.0).count() as f64 / g.len() as f64
+    };
+    // Without a program, only the plan's max green (60 s) bounds it.
+    let mut plain = EmbeddedEnv::from_scenario(&s, 3);
+    let uncapped = long_share(&mut plain, &mut Actuated::default());
+    // Replacing a program of 12 s greens: 18 s.
+    let mut replacing = WithProgram {
+        env: EmbeddedEnv::from_scenario(&s, 3),
+        greens_s: vec![12.0; 4],
+    };
+    let capped = long_share(&mut replacing, &mut Actuated::default());
+    assert!(uncapped > 0.2, "{uncapped}");
+    assert!(capped < 0.05, "{capped}");
+    // Max greens given explicitly win over the program's.
+    let given = long_share(&mut replacing, &mut Actuated::new(1.0, vec![vec![40.0; 4]]));
+    assert!(given > 0.2, "{given}");
 }
 
 #[test]

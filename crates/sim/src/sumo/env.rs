@@ -1185,6 +1185,10 @@ impl Env for SumoEnv {
         &self.seqs[signal]
     }
 
+    fn program_greens_s(&self, signal: usize) -> Option<Vec<f64>> {
+        self.models.get(signal).map(|m| m.program_greens_s.clone())
+    }
+
     fn detectors(&self, signal: usize) -> Vec<MovementDetector> {
         let Some(sl) = self.signal_lanes.get(signal) else {
             return Vec::new();

@@ -70,6 +70,9 @@ pub struct TlsModel {
     pub static_phases: Vec<usize>,
     /// For each plan phase, the static program's state string.
     pub phase_states: Vec<String>,
+    /// For each plan phase, its green time in the light's program (s; an actuated
+    /// program's initial duration).
+    pub program_greens_s: Vec<f64>,
     /// For each movement, its incoming and outgoing edge.
     pub movement_edges: Vec<(String, String)>,
     /// For each movement, its incoming lanes (shared lanes appear in several movements).
@@ -597,6 +600,10 @@ fn build_one(
         plan,
         links,
         static_phases: greens.iter().map(|g| g.index).collect(),
+        program_greens_s: greens
+            .iter()
+            .map(|g| g.program.phases[g.index].duration_s)
+            .collect(),
         phase_states: greens
             .iter()
             .map(|g| g.program.phases[g.index].state.clone())
