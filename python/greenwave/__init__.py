@@ -1,0 +1,25 @@
+"""greenwave for Python: traffic-signal control environments on greenwave's simulators.
+
+* :class:`SignalEnv` — a Gymnasium environment driving one signal.
+* :class:`ParallelSignalEnv` — a PettingZoo ``ParallelEnv``, every signal an agent.
+* :class:`VecSignalEnv` — N copies stepped in one call in Rust (GIL released).
+
+All three run either the embedded simulator (``scenario="single-4way"``, a built-in name or a
+TOML file) or SUMO (``backend="sumo", net=..., routes=[...]``), with greenwave's phase plans,
+safety sequencer (min/max green, yellow, all-red), observations and rewards.
+"""
+
+from ._native import NativeEnv, NativeVecEnv
+from .gym_env import SignalEnv
+from .vector import VecSignalEnv
+
+__all__ = ["NativeEnv", "NativeVecEnv", "SignalEnv", "VecSignalEnv", "ParallelSignalEnv"]
+
+
+def __getattr__(name):
+    # PettingZoo is optional: import it only when asked for.
+    if name == "ParallelSignalEnv":
+        from .pettingzoo_env import ParallelSignalEnv
+
+        return ParallelSignalEnv
+    raise AttributeError(f"module 'greenwave' has no attribute {name!r}")

@@ -1,0 +1,314 @@
+//! `greenwave._native`: greenwave's environments (the embedded simulator and the SUMO
+//! backend) for Python. `python/greenwave/` wraps them as Gymnasium and PettingZoo
+//! environments; this module only moves numbers across the boundary, with every rule
+//! (phase plans, the sequencer, observations, rewards, metrics) staying in greenwave-sim.
+
+mod spec;
+mod vector;
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use greenwave_sim::sumo::TimingOverrides;
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use spec::{parse_reward, Backend, BoxEnv, EnvSpec};
+pub use vector::NativeVecEnv;
+
+/// One environment: every signal of a scenario or SUMO net, stepped together.
+#[pyclass(module = "greenwave._native")]
+pub struct NativeEnv {
+    /// Behind a mutex so the class is `Sync` (Python may touch it from any thread); the
+    /// GIL already serialises calls, so it is never contended.
+    env: Mutex<BoxEnv>,
+    spec: EnvSpec,
+}
+
+impl NativeEnv {
+    fn env(&self) -> PyResult<MutexGuard<'_, BoxEnv>> {
+        self.env
+            .lock()
+            .map_err(|_| runtime_err("the environment failed in an earlier call (a panic)"))
+    }
+}
+
+/// A `ValueError` for bad arguments.
+fn value_err(e: impl ToString) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// A `RuntimeError` for a failing simulator (SUMO died, a bad reading).
+fn runtime_err(e: impl ToString) -> PyErr {
+    PyRuntimeError::new_err(e.to_string())
+}
+
+/// The spec from the keyword arguments shared by `NativeEnv` and `NativeVecEnv`.
+#[allow(clippy::too_many_arguments)]
+fn spec_from_args(
+    backend: &str,
+    scenario: Option<String>,
+    demand: Option<String>,
+    net: Option<PathBuf>,
+    routes: Vec<PathBuf>,
+    begin_s: f64,
+    episode_s: Option<f64>,
+    decision_interval_s: Option<f64>,
+    reward: Option<String>,
+    timing: Option<PathBuf>,
+    overrides: TimingOverrides,
+    program: Option<String>,
+) -> PyResult<EnvSpec> {
+    let backend = match backend {
+        "embedded" => {
+            if net.is_some() || !routes.is_empty() {
+                return Err(value_err(
+                    "net= and routes= are for backend=\"sumo\"; the embedded simulator takes scenario=",
+                ));
+            }
+            Backend::Embedded {
+                scenario: scenario.unwrap_or_else(|| "single-4way".into()),
+                demand,
+            }
+        }
+        "sumo" => {
+            if scenario.is_some() || demand.is_some() {
+                return Err(value_err(
+                    "scenario= and demand= are for the embedded simulator; SUMO takes net= and routes=",
+                ));
+            }
+            Backend::Sumo {
+                net: net.ok_or_else(|| value_err("backend=\"sumo\" needs net="))?,
+                routes,
+                begin_s,
+                timing_file: timing,
+                overrides,
+                program,
+            }
+        }
+        other => {
+            return Err(value_err(format!(
+                "unknown backend `{other}` (known: embedded, sumo)"
+            )))
+        }
+    };
+    let reward = reward
+        .as_deref()
+        .map(parse_reward)
+        .transpose()
+        .map_err(value_err)?;
+    Ok(EnvSpec {
+        backend,
+        episode_s,
+        decision_interval_s,
+        reward,
+    })
+}
+
+/// Checks one action per signal, each a phase of that signal's plan.
+fn check_actions(env: &dyn greenwave_sim::Env, actions: &[i64]) -> Result<Vec<u8>, String> {
+    let signals = env.signals();
+    if actions.len() != signals.len() {
+        return Err(format!(
+            "expected {} actions (one per signal), got {}",
+            signals.len(),
+            actions.len()
+        ));
+    }
+    signals
+        .iter()
+        .zip(actions)
+        .map(|(s, &a)| {
+            let n = s.plan.n_phases() as i64;
+            if (0..n).contains(&a) {
+                Ok(a as u8)
+            } else {
+                Err(format!(
+                    "signal {}: action {a} is not a phase (0..{n})",
+                    s.id
+                ))
+            }
+        })
+        .collect()
+}
+
+/// Observation of signal `i` of `env`.
+fn observe(env: &dyn greenwave_sim::Env, i: usize) -> Result<Vec<f32>, String> {
+    let mut buf = vec![0.0; env.signals()[i].layout.dim()];
+    env.observe(i, &mut buf).map_err(|e| e.to_string())?;
+    Ok(buf)
+}
+
+/// Which phases signal `i` may request now (the sequencer's action mask).
+fn mask(env: &dyn greenwave_sim::Env, i: usize) -> Vec<bool> {
+    let m = env.action_mask(i);
+    (0..env.signals()[i].plan.n_phases())
+        .map(|p| m.allows(greenwave_core::PhaseId(p as u8)))
+        .collect()
+}
+
+#[pymethods]
+impl NativeEnv {
+    #[new]
+    #[pyo3(signature = (
+        backend = "embedded", scenario = None, demand = None, net = None, routes = vec![],
+        begin_s = 0.0, episode_s = None, decision_interval_s = None, reward = None,
+        timing = None, yellow_s = None, all_red_s = None, min_green_s = None,
+        max_green_s = None, program = None, seed = 0
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        backend: &str,
+        scenario: Option<String>,
+        demand: Option<String>,
+        net: Option<PathBuf>,
+        routes: Vec<PathBuf>,
+        begin_s: f64,
+        episode_s: Option<f64>,
+        decision_interval_s: Option<f64>,
+        reward: Option<String>,
+        timing: Option<PathBuf>,
+        yellow_s: Option<f64>,
+        all_red_s: Option<f64>,
+        min_green_s: Option<f64>,
+        max_green_s: Option<f64>,
+        program: Option<String>,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let overrides = TimingOverrides {
+            yellow_s,
+            all_red_s,
+            min_green_s,
+            max_green_s,
+        };
+        let spec = spec_from_args(
+            backend,
+            scenario,
+            demand,
+            net,
+            routes,
+            begin_s,
+            episode_s,
+            decision_interval_s,
+            reward,
+            timing,
+            overrides,
+            program,
+        )?;
+        let env = spec.build(seed).map_err(value_err)?;
+        Ok(NativeEnv {
+            env: Mutex::new(env),
+            spec,
+        })
+    }
+
+    /// Signal ids, in the order actions, observations and rewards use.
+    fn signal_ids(&self) -> PyResult<Vec<String>> {
+        Ok(self.env()?.signals().iter().map(|s| s.id.clone()).collect())
+    }
+
+    /// Observation size of each signal.
+    fn obs_dims(&self) -> PyResult<Vec<usize>> {
+        Ok(self
+            .env()?
+            .signals()
+            .iter()
+            .map(|s| s.layout.dim())
+            .collect())
+    }
+
+    /// Phase (action) count of each signal.
+    fn n_phases(&self) -> PyResult<Vec<usize>> {
+        Ok(self
+            .env()?
+            .signals()
+            .iter()
+            .map(|s| s.plan.n_phases())
+            .collect())
+    }
+
+    /// Seconds simulated per step.
+    fn decision_interval_s(&self) -> PyResult<f64> {
+        Ok(self.env()?.decision_interval_s())
+    }
+
+    /// Simulated seconds since reset.
+    fn now_s(&self) -> PyResult<f64> {
+        Ok(self.env()?.now_s())
+    }
+
+    /// The reward's name.
+    fn reward_name(&self) -> PyResult<String> {
+        Ok(format!("{:?}", self.env()?.reward_kind()))
+    }
+
+    /// Starts an episode; returns each signal's observation.
+    fn reset<'py>(&self, py: Python<'py>, seed: u64) -> PyResult<Vec<Bound<'py, PyArray1<f32>>>> {
+        py.detach(|| self.env().map(|mut e| e.reset(seed)))?
+            .map_err(runtime_err)?;
+        self.observations(py)
+    }
+
+    /// One phase request per signal; simulates one decision interval. Returns each
+    /// signal's observation, the rewards and whether the episode reached its end.
+    #[allow(clippy::type_complexity)]
+    fn step<'py>(
+        &self,
+        py: Python<'py>,
+        actions: Vec<i64>,
+    ) -> PyResult<(
+        Vec<Bound<'py, PyArray1<f32>>>,
+        Bound<'py, PyArray1<f32>>,
+        bool,
+    )> {
+        let actions = check_actions(self.env()?.as_ref(), &actions).map_err(value_err)?;
+        let out = py
+            .detach(|| self.env().map(|mut e| e.step(&actions)))?
+            .map_err(runtime_err)?;
+        let obs = self.observations(py)?;
+        Ok((obs, out.rewards.into_pyarray(py), out.done))
+    }
+
+    /// Each signal's current observation.
+    fn observations<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyArray1<f32>>>> {
+        let env = self.env()?;
+        (0..env.signals().len())
+            .map(|i| {
+                observe(env.as_ref(), i)
+                    .map(|o| o.into_pyarray(py))
+                    .map_err(runtime_err)
+            })
+            .collect()
+    }
+
+    /// Each signal's action mask (which phases it may request now).
+    fn action_masks<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyArray1<bool>>>> {
+        let env = self.env()?;
+        Ok((0..env.signals().len())
+            .map(|i| mask(env.as_ref(), i).into_pyarray(py))
+            .collect())
+    }
+
+    /// The episode's metrics so far, as JSON (the fields of `greenwave eval`).
+    fn metrics_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.env()?.metrics()).map_err(runtime_err)
+    }
+
+    /// A description of what was built.
+    fn __repr__(&self) -> PyResult<String> {
+        Ok(format!(
+            "NativeEnv({:?}, {} signals)",
+            self.spec.backend,
+            self.env()?.signals().len()
+        ))
+    }
+}
+
+/// The native module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeEnv>()?;
+    m.add_class::<NativeVecEnv>()?;
+    Ok(())
+}

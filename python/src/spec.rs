@@ -1,0 +1,157 @@
+//! What environment to build: the keyword arguments of `greenwave._native.NativeEnv`, checked
+//! once, and the constructor of either backend from them.
+
+use std::path::PathBuf;
+
+use greenwave_core::RewardKind;
+use greenwave_sim::sumo::{SumoConfig, SumoEnv, TimingOverrides, TimingSpec};
+use greenwave_sim::{scenario, EmbeddedEnv, Env};
+
+/// A boxed environment the vectorised step can move between threads.
+pub type BoxEnv = Box<dyn Env + Send>;
+
+/// Which simulator.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Backend {
+    /// The embedded simulator, on a built-in scenario or a TOML file.
+    Embedded {
+        /// Built-in name or path.
+        scenario: String,
+        /// Demand set, if not the scenario's.
+        demand: Option<String>,
+    },
+    /// SUMO over TraCI.
+    Sumo {
+        /// The `.net.xml` (or `.net.xml.gz`).
+        net: PathBuf,
+        /// Route files.
+        routes: Vec<PathBuf>,
+        /// Simulation time of the episode's start (s).
+        begin_s: f64,
+        /// TOML timing file.
+        timing_file: Option<PathBuf>,
+        /// Timing overrides, beating the file.
+        overrides: TimingOverrides,
+        /// Program to derive plans from, if not each light's active one.
+        program: Option<String>,
+    },
+}
+
+/// Everything needed to build one environment.
+#[derive(Clone, Debug)]
+pub struct EnvSpec {
+    /// The simulator and its inputs.
+    pub backend: Backend,
+    /// Episode length (s); the scenario's, or 3600 s on SUMO.
+    pub episode_s: Option<f64>,
+    /// Seconds between decisions; the scenario's (or the timing file's), else 5 s.
+    pub decision_interval_s: Option<f64>,
+    /// Reward; the scenario's on the embedded simulator, `delay-delta` on SUMO (as
+    /// `greenwave train`).
+    pub reward: Option<RewardKind>,
+}
+
+/// A reward by its command-line name (`greenwave train --reward`).
+pub fn parse_reward(name: &str) -> Result<RewardKind, String> {
+    Ok(match name {
+        "wait-delta" => RewardKind::WaitDelta,
+        "queue" => RewardKind::Queue,
+        "pressure" => RewardKind::Pressure,
+        "delay" => RewardKind::Delay,
+        "delay-delta" => RewardKind::DelayDelta,
+        other => {
+            return Err(format!(
+                "unknown reward `{other}` (known: wait-delta, queue, pressure, delay, delay-delta)"
+            ))
+        }
+    })
+}
+
+/// Whole seconds for a scenario setting, refusing fractions and nonsense.
+fn whole_seconds(name: &str, v: f64) -> Result<u32, String> {
+    if v.is_finite() && v >= 1.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
+        Ok(v as u32)
+    } else {
+        Err(format!(
+            "{name} = {v}: the embedded simulator takes whole seconds, at least 1"
+        ))
+    }
+}
+
+impl EnvSpec {
+    /// Builds the environment (SUMO is started on the first reset).
+    pub fn build(&self, seed: u64) -> Result<BoxEnv, String> {
+        match &self.backend {
+            Backend::Embedded { scenario, demand } => self.embedded(scenario, demand, seed),
+            Backend::Sumo {
+                net,
+                routes,
+                begin_s,
+                timing_file,
+                overrides,
+                program,
+            } => {
+                let cfg = self.sumo_config(net, routes, *begin_s, timing_file, overrides)?;
+                let cfg = SumoConfig {
+                    program: program.clone(),
+                    seed,
+                    ..cfg
+                };
+                let env = SumoEnv::new(cfg).map_err(|e| e.to_string())?;
+                Ok(Box::new(env))
+            }
+        }
+    }
+
+    fn embedded(&self, name: &str, demand: &Option<String>, seed: u64) -> Result<BoxEnv, String> {
+        let err = |e: greenwave_sim::ScenarioError| e.to_string();
+        let mut s = scenario::load(name).map_err(err)?;
+        if let Some(d) = demand {
+            s = s.with_demand(d).map_err(err)?;
+        }
+        if let Some(e) = self.episode_s {
+            s = s
+                .with_episode_s(whole_seconds("episode_s", e)?)
+                .map_err(err)?;
+        }
+        if let Some(d) = self.decision_interval_s {
+            s = s
+                .with_decision_interval_s(whole_seconds("decision_interval_s", d)?)
+                .map_err(err)?;
+        }
+        if let Some(r) = self.reward {
+            s = s.with_reward(r);
+        }
+        Ok(Box::new(EmbeddedEnv::from_scenario(&s, seed)))
+    }
+
+    fn sumo_config(
+        &self,
+        net: &PathBuf,
+        routes: &[PathBuf],
+        begin_s: f64,
+        timing_file: &Option<PathBuf>,
+        overrides: &TimingOverrides,
+    ) -> Result<SumoConfig, String> {
+        let first = routes
+            .first()
+            .ok_or("the SUMO backend needs at least one route file (routes=[...])")?;
+        let mut cfg = SumoConfig::new(net, first);
+        cfg.routes = routes.to_vec();
+        cfg.begin_s = begin_s;
+        cfg.seconds = self.episode_s.unwrap_or(3600.0);
+        cfg.reward = self.reward.unwrap_or(RewardKind::DelayDelta);
+        let mut timing = match timing_file {
+            Some(p) => TimingSpec::load(p).map_err(|e| e.to_string())?,
+            None => TimingSpec::default(),
+        };
+        cfg.decision_interval_s = self
+            .decision_interval_s
+            .or(timing.decision_interval_s)
+            .unwrap_or(5.0);
+        timing.command_line = overrides.clone();
+        cfg.timing = timing;
+        cfg.validate().map_err(|e| e.to_string())?;
+        Ok(cfg)
+    }
+}

@@ -1,0 +1,178 @@
+"""The Python environments on both backends: the Gymnasium and PettingZoo API checkers,
+the vectorised step, bad input, and determinism per seed."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from pettingzoo.test import parallel_api_test
+
+from greenwave import NativeEnv, ParallelSignalEnv, SignalEnv, VecSignalEnv
+
+FIXTURES = Path(__file__).resolve().parents[2] / "crates" / "sim" / "fixtures" / "sumo"
+
+
+def sumo_available() -> bool:
+    home = os.environ.get("SUMO_HOME")
+    return bool(home) and (Path(home) / "bin" / "sumo").exists()
+
+
+# Outside CI a machine without SUMO skips the SUMO cases; in CI they must run.
+needs_sumo = pytest.mark.skipif(
+    not sumo_available() and not os.environ.get("CI"),
+    reason="SUMO_HOME is not set (pip install eclipse-sumo==1.28.0)",
+)
+
+
+def sumo_single(**kw):
+    args = dict(backend="sumo", net=str(FIXTURES / "single.net.xml"), routes=str(FIXTURES / "single.rou.xml"), episode_s=300)
+    args.update(kw)
+    return args
+
+
+def sumo_grid(**kw):
+    args = dict(backend="sumo", net=str(FIXTURES / "grid2x2.net.xml"), routes=[str(FIXTURES / "grid2x2.rou.xml")], episode_s=300)
+    args.update(kw)
+    return args
+
+
+@pytest.mark.parametrize("mask_in_obs", [False, True])
+def test_gymnasium_checker_passes_on_the_embedded_simulator(mask_in_obs):
+    check_env(SignalEnv(scenario="single-4way", mask_in_obs=mask_in_obs), skip_render_check=True)
+
+
+@needs_sumo
+def test_gymnasium_checker_passes_on_sumo():
+    check_env(SignalEnv(**sumo_single()), skip_render_check=True)
+
+
+def test_pettingzoo_parallel_api_passes_on_the_embedded_simulator():
+    parallel_api_test(ParallelSignalEnv(scenario="arterial-3"), num_cycles=1000)
+
+
+@needs_sumo
+def test_pettingzoo_parallel_api_passes_on_sumo():
+    env = ParallelSignalEnv(**sumo_grid())
+    assert env.possible_agents == ["A0", "A1", "B0", "B1"]
+    parallel_api_test(env, num_cycles=100)
+
+
+def test_an_episode_truncates_at_its_length_with_the_eval_metrics():
+    env = SignalEnv(scenario="single-4way", episode_s=600)
+    obs, info = env.reset(seed=3)
+    assert env.observation_space.contains(obs)
+    assert info["action_mask"].shape == (4,)
+    steps = 0
+    while True:
+        obs, reward, terminated, truncated, info = env.step(int(np.argmax(info["action_mask"])))
+        steps += 1
+        assert not terminated
+        if truncated:
+            break
+    assert steps == 600 // 5
+    m = info["episode_metrics"]
+    assert {"mean_delay_s", "mean_wait_s", "throughput_veh", "backlog_veh"} <= set(m)
+    assert m["sim_seconds"] == 600
+    assert m["throughput_veh"] > 0
+
+
+def run_fixed(env_kwargs, seed, actions):
+    env = SignalEnv(**env_kwargs)
+    env.reset(seed=seed)
+    rewards = [env.step(a)[1] for a in actions]
+    return rewards, env.metrics()
+
+
+def test_the_same_seed_gives_the_same_episode():
+    actions = [k // 6 % 4 for k in range(120)]
+    a = run_fixed(dict(scenario="single-4way"), 7, actions)
+    b = run_fixed(dict(scenario="single-4way"), 7, actions)
+    c = run_fixed(dict(scenario="single-4way"), 8, actions)
+    assert a[0] == b[0]
+    assert a[1]["mean_delay_s"] == b[1]["mean_delay_s"]
+    assert a[0] != c[0]
+
+
+def test_the_mask_is_the_sequencers():
+    env = SignalEnv(scenario="single-4way")
+    _, info = env.reset(seed=1)
+    # Before min green only the green phase itself may be requested.
+    assert info["action_mask"].sum() == 1
+    for _ in range(5):
+        _, _, _, _, info = env.step(int(np.argmax(info["action_mask"])))
+    assert info["action_mask"].sum() == 4
+    assert (env.action_masks() == info["action_mask"].astype(bool)).all()
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown backend `carla`"):
+        SignalEnv(backend="carla")
+    with pytest.raises(ValueError, match="nope"):
+        SignalEnv(scenario="nope")
+    with pytest.raises(ValueError, match="unknown reward `speed`"):
+        SignalEnv(reward="speed")
+    with pytest.raises(ValueError, match="net="):
+        SignalEnv(backend="sumo")
+    with pytest.raises(ValueError, match="ParallelSignalEnv"):
+        SignalEnv(scenario="arterial-3")
+    with pytest.raises(ValueError, match="whole seconds"):
+        SignalEnv(scenario="single-4way", episode_s=0.5)
+    env = SignalEnv(scenario="single-4way")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="action 9 is not a phase"):
+        env.step(9)
+    native = NativeEnv(scenario="arterial-3")
+    native.reset(0)
+    with pytest.raises(ValueError, match="expected 3 actions"):
+        native.step([0])
+
+
+@needs_sumo
+def test_sumo_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="missing.net.xml"):
+        SignalEnv(backend="sumo", net=str(tmp_path / "missing.net.xml"), routes="r.rou.xml")
+    with pytest.raises(ValueError, match="yellow"):
+        SignalEnv(**sumo_single(yellow_s=1.0))
+
+
+def test_vectorised_step_stacks_and_resets_each_copy():
+    vec = VecSignalEnv(4, scenario="single-4way", episode_s=100)
+    obs = vec.reset(seed=5)
+    assert obs.shape == (4, 1, 31) and obs.dtype == np.float32
+    assert vec.action_masks().shape == (4, 1, 4)
+    dones_seen = 0
+    for _ in range(20):
+        obs, rewards, dones = vec.step(np.zeros((4, 1), dtype=np.int64))
+        assert rewards.shape == (4, 1) and dones.shape == (4,)
+        dones_seen += int(dones.sum())
+    # 100 s of 5 s decisions: every copy ended once, at the same step, and started again.
+    assert dones_seen == 4
+    assert all(vec.last_metrics(k)["sim_seconds"] == 100 for k in range(4))
+    with pytest.raises(ValueError, match="expected actions for 4 environments"):
+        vec.step(np.zeros((3, 1), dtype=np.int64))
+
+
+def test_vectorised_copies_equal_single_environments():
+    # Copy k of a vector seeded s runs the episode of a single environment seeded s + k.
+    actions = [k // 4 % 4 for k in range(40)]
+    vec = VecSignalEnv(2, scenario="single-4way")
+    vec.reset(seed=10)
+    vec_rewards = [vec.step(np.array([[a], [a]]))[1] for a in actions]
+    for k in range(2):
+        native = NativeEnv(scenario="single-4way")
+        native.reset(10 + k)
+        single = [native.step([a])[1][0] for a in actions]
+        assert single == [r[k, 0] for r in vec_rewards]
+
+
+@needs_sumo
+def test_vectorised_sumo_environments():
+    vec = VecSignalEnv(2, **sumo_grid(episode_s=60))
+    obs = vec.reset(seed=1)
+    assert obs.shape[:2] == (2, 4)
+    for _ in range(12):
+        obs, rewards, dones = vec.step(np.zeros((2, 4), dtype=np.int64))
+    assert dones.all()
+    assert vec.last_metrics(1)["sim_seconds"] >= 60
