@@ -20,7 +20,8 @@
 //! plans; `ort` the ONNX Runtime backend; `sumo` the SUMO field.
 #![warn(missing_docs)]
 
-pub mod bundle;
+/// Signed policy bundles (in greenwave-policy, re-exported).
+pub use greenwave_policy::bundle;
 pub mod collect;
 pub mod controller;
 pub mod finetune;
