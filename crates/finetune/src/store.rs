@@ -33,7 +33,7 @@ use greenwave_policy::manifest::Manifest;
 use greenwave_policy::{onnx, PolicyWeights};
 use serde::{Deserialize, Serialize};
 
-use crate::bundle::{self, BundleError, BundleInputs, VerifiedBundle, SIGNATURE_FILE};
+use greenwave_policy::bundle::{self, BundleError, BundleInputs, VerifiedBundle, SIGNATURE_FILE};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
