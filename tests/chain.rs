@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use greenwave_e2e::{ort_library, scratch};
+use greenwave_finetune::{self as finetune, candidate_manifest, sim, FinetuneConfig, PolicyStore};
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_runtime::bundle::{self, verify_and_load};
 use greenwave_runtime::controller::SimField;
-use greenwave_runtime::finetune::{self, candidate_manifest, sim, FinetuneConfig, PolicyStore};
 use greenwave_runtime::inference::{load_backend, BackendKind};
 use greenwave_runtime::log::read_all;
 use greenwave_sim::EmbeddedEnv;

@@ -19,8 +19,8 @@
 use std::path::Path;
 
 use greenwave_e2e::scratch;
+use greenwave_finetune::{self as finetune, candidate_manifest, sim, FinetuneConfig, PolicyStore};
 use greenwave_runtime::bundle;
-use greenwave_runtime::finetune::{self, candidate_manifest, sim, FinetuneConfig, PolicyStore};
 use greenwave_tools::train::{train, Algo, TrainConfig};
 
 const TRAIN_STEPS: u64 = 200_000;

@@ -23,15 +23,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use greenwave_e2e::scratch;
+use greenwave_finetune::sim;
 use greenwave_learn::onnx;
-use greenwave_runtime::finetune::sim;
 use greenwave_sim::Scenario;
 use greenwave_tools::train::{train, Algo, TrainConfig};
 
 #[path = "gate_common.rs"]
 mod gate_common;
 use gate_common::{finetuned, flipped_large_step, judge_weights, perturbed, report, Setting};
-use greenwave_runtime::finetune::FinetuneConfig;
+use greenwave_finetune::FinetuneConfig;
 
 const EVAL_SEEDS: [u64; 5] = [2000, 2001, 2002, 2003, 2004];
 

@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use greenwave_e2e::scratch;
+use greenwave_finetune::sim::{run_on, Run};
 use greenwave_learn::onnx;
 use greenwave_runtime::controller::Fallback;
-use greenwave_runtime::finetune::sim::{run_on, Run};
 use greenwave_sim::sumo::{SumoConfig, SumoEnv};
 use greenwave_tools::backend::BackendArgs;
 use greenwave_tools::train::{train, Algo, TrainConfig};

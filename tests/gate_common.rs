@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use greenwave_finetune::{self as finetune, FinetuneConfig, GateReport};
 use greenwave_learn::{onnx, MlpNet, PolicyWeights};
-use greenwave_runtime::finetune::{self, FinetuneConfig, GateReport};
 use rand::{Rng, SeedableRng};
 
 /// Mean delay (s) of a policy (ONNX) on held-out seeds.

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 
 use greenwave_core::mlp::MlpBlob;
 use greenwave_e2e::{ort_library, scratch};
+use greenwave_finetune::sim;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{Incidence, SharedWeights};
 use greenwave_runtime::bundle::{self, verify_and_load};
 use greenwave_runtime::controller::SimField;
-use greenwave_runtime::finetune::sim;
 use greenwave_runtime::inference::{load_backend, BackendKind};
 use greenwave_sim::{EmbeddedEnv, Env, Scenario};
 use greenwave_tools::export_cmd::{export_signals, SignalExport};

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use greenwave_finetune::{self as finetune, candidate_manifest, sim, FinetuneConfig, PolicyStore};
 use greenwave_runtime::bundle;
-use greenwave_runtime::finetune::{self, candidate_manifest, sim, FinetuneConfig, PolicyStore};
 use greenwave_runtime::log::read_all;
 use greenwave_sim::{Controller, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario};
 use plotters::prelude::*;

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use greenwave_core::mlp::{masked_argmax, DenseLayer, MlpBlob};
 use greenwave_core::{LaneReading, Millis, ObsLayout, PhaseId, PhasePlan, Sequencer};
-use greenwave_learn::{onnx, Manifest, ObsNormalization, PolicyWeights, Provenance};
+use greenwave_policy::{onnx, Manifest, ObsNormalization, PolicyWeights, Provenance};
 use greenwave_runtime::controller::{
     Controller, ControllerConfig, Fallback, FallbackKind, Policy, SimField,
 };

@@ -12,18 +12,19 @@
 //! * [`controller`]: the decision loop ([`Controller`]), its [`DetectorSource`] and
 //!   [`SignalSink`] interfaces, the watchdog and the fallback controllers.
 //! * [`log`]: the append-only, crash-safe transition log and its reader.
-//! * [`collect`]: appends transitions sent by MCU firmware (serial frames) to the log.
-//! * [`finetune`]: gated off-policy PPO fine-tuning from the log, and the policy store with
-//!   its atomic switch and rollback.
+//!
+//! Fine-tuning from the log is `greenwave-finetune` (it needs candle; this crate does not),
+//! and the `greenwave-controller` binary, with `collect` for firmware serial frames, is the
+//! `greenwave-controller` package.
 //!
 //! Feature `sim` (default) adds the simulators as fields and the scenario-derived fallback
-//! plans; `ort` the ONNX Runtime backend; `sumo` the SUMO field.
+//! plans; `ort` the ONNX Runtime backend; `sumo` the SUMO field. Without default features
+//! the library depends on neither candle, a simulator nor the firmware crate.
 #![warn(missing_docs)]
 
-pub mod bundle;
-pub mod collect;
+/// Signed policy bundles (in greenwave-policy, re-exported).
+pub use greenwave_policy::bundle;
 pub mod controller;
-pub mod finetune;
 pub mod inference;
 pub mod log;
 

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{plan_and_layout, scenario, synthetic_weights};
-use greenwave_learn::{onnx, Manifest, Provenance};
+use greenwave_policy::{onnx, Manifest, Provenance};
 use greenwave_runtime::inference::{load_backend, BackendKind, InferenceError, PolicyBackend};
 
 fn observations(n: usize, d: usize) -> Vec<Vec<f32>> {
@@ -20,14 +20,14 @@ fn observations(n: usize, d: usize) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn model() -> (Vec<u8>, greenwave_learn::PolicyWeights) {
+fn model() -> (Vec<u8>, greenwave_policy::PolicyWeights) {
     let (plan, layout) = plan_and_layout(&scenario());
     let w = synthetic_weights(layout, &[64, 64], 9);
     let m = Manifest::new(&plan, layout, 5.0, w.hidden(), Provenance::default());
     (onnx::export(&w, &m), w)
 }
 
-fn assert_matches_reference(backend: &mut dyn PolicyBackend, w: &greenwave_learn::PolicyWeights) {
+fn assert_matches_reference(backend: &mut dyn PolicyBackend, w: &greenwave_policy::PolicyWeights) {
     let d = w.obs_dim();
     let mut logits = vec![0.0; w.n_actions()];
     for obs in observations(50, d) {

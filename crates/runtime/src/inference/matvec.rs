@@ -2,7 +2,7 @@
 
 use greenwave_core::mlp::DenseLayer;
 use greenwave_core::ObsLayout;
-use greenwave_learn::{onnx, ObsNormalization};
+use greenwave_policy::{onnx, ObsNormalization};
 
 use super::{check_len, InferenceError, PolicyBackend};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use greenwave_core::mlp::DenseLayer;
 use greenwave_core::sequencer::Segment;
 use greenwave_core::{Interval, LaneReading, Millis, ObsLayout, PhaseId, PhasePlan, Response};
-use greenwave_learn::{onnx, Manifest, ObsNormalization, PolicyWeights, Provenance};
+use greenwave_policy::{onnx, Manifest, ObsNormalization, PolicyWeights, Provenance};
 use greenwave_runtime::bundle::{self, BundleInputs, KeyPairPaths};
 use greenwave_runtime::controller::{
     DetectorError, DetectorSource, Readback, SignalSink, SimField, SinkError,

@@ -9,6 +9,8 @@
 //! greenwave-controller rollback --store S --trust KEY.pub --trust OWN.pub
 //! ```
 
+mod collect;
+
 use std::io::IsTerminal;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -779,8 +781,7 @@ fn collect(args: CollectArgs) -> Result<()> {
                 .with_context(|| format!("opening {}", args.from.display()))?,
         )
     };
-    let report =
-        greenwave_runtime::collect::collect_frames(std::io::BufReader::new(input), &mut log)?;
+    let report = collect::collect_frames(std::io::BufReader::new(input), &mut log)?;
     log.close()?;
     println!(
         "{} frames appended, {} refused{}; {} bytes read",
@@ -800,8 +801,8 @@ fn collect(args: CollectArgs) -> Result<()> {
 }
 
 /// Parses `exact` or `sampled:M`.
-fn parse_expectation(s: &str) -> Result<greenwave_runtime::finetune::Expectation> {
-    use greenwave_runtime::finetune::Expectation;
+fn parse_expectation(s: &str) -> Result<greenwave_finetune::Expectation> {
+    use greenwave_finetune::Expectation;
     match s.split_once(':') {
         None if s == "exact" => Ok(Expectation::Exact),
         Some(("sampled", m)) => {
@@ -817,15 +818,15 @@ fn parse_expectation(s: &str) -> Result<greenwave_runtime::finetune::Expectation
     }
 }
 
-fn finetune_config(args: &FinetuneArgs) -> Result<greenwave_runtime::finetune::FinetuneConfig> {
-    let mut cfg = greenwave_runtime::finetune::FinetuneConfig {
+fn finetune_config(args: &FinetuneArgs) -> Result<greenwave_finetune::FinetuneConfig> {
+    let mut cfg = greenwave_finetune::FinetuneConfig {
         seed: args.seed,
         flip_reward_sign: args.diagnostic_flip_reward_sign,
         ..Default::default()
     };
     let u = &mut cfg.update;
     u.expectation = parse_expectation(&args.expectation)?;
-    if let greenwave_runtime::finetune::Expectation::Sampled(m) = u.expectation {
+    if let greenwave_finetune::Expectation::Sampled(m) = u.expectation {
         u.resample = m;
     }
     macro_rules! set {
@@ -861,11 +862,11 @@ struct FinetuneCliReport<'a> {
     /// The candidate's directory, when switched in.
     bundle: Option<String>,
     #[serde(flatten)]
-    report: &'a greenwave_runtime::finetune::FinetuneReport,
+    report: &'a greenwave_finetune::FinetuneReport,
 }
 
 fn finetune(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
-    use greenwave_runtime::finetune::{self as ft, store::HistoryEntry, PolicyStore};
+    use greenwave_finetune::{self as ft, store::HistoryEntry, PolicyStore};
     let cfg = finetune_config(&args)?;
     let key = bundle::load_signing_key(&args.key)?;
     let mut keys = trusted_keys(&args.trust)?;
@@ -1018,7 +1019,7 @@ fn finetune(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
 
 fn rollback(args: RollbackArgs) -> Result<Exit> {
     let keys = trusted_keys(&args.trust)?;
-    let store = greenwave_runtime::finetune::PolicyStore::open(&args.store)
+    let store = greenwave_finetune::PolicyStore::open(&args.store)
         .with_context(|| format!("opening the policy store {}", args.store.display()))?;
     let s = store.rollback(&keys, &args.reason)?;
     println!(

@@ -1,5 +1,9 @@
+//! # greenwave-finetune
+//!
 //! On-device fine-tuning: small, clipped, off-policy PPO updates from the controller's own
-//! transition log, gated so that a worse policy is never switched in.
+//! transition log, gated so that a worse policy is never switched in. A crate of its own
+//! (it needs candle, through `greenwave-learn`), so that the runtime library the controller
+//! runs every decision does not; the `greenwave-controller` binary includes it.
 //!
 //! One objective throughout: the controller runs the **greedy** policy (masked argmax of the
 //! logits; ε-greedy only while collecting data), so the update improves the greedy policy
@@ -57,6 +61,8 @@
 //! computer one thread is several times faster for these small networks. The
 //! `greenwave-controller` binary sets it to 1 unless it is set.
 
+#![warn(missing_docs)]
+
 mod attempts;
 pub mod data;
 pub mod gate;
@@ -68,11 +74,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use candle_core::Device;
-use greenwave_learn::manifest::Manifest;
 use greenwave_learn::nets::Adam;
 pub use greenwave_learn::offpolicy::Expectation;
 use greenwave_learn::offpolicy::{self, OffPolicyConfig, OffPolicyStats, QCritic, TargetPolicy};
-use greenwave_learn::{onnx, Discount, MlpNet, PolicyWeights};
+use greenwave_learn::{Discount, MlpNet};
+use greenwave_policy::manifest::Manifest;
+use greenwave_policy::{onnx, PolicyWeights};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -91,7 +98,7 @@ pub enum FinetuneError {
         /// The directory.
         dir: PathBuf,
         /// The reader's error.
-        source: crate::log::LogError,
+        source: greenwave_runtime::log::LogError,
     },
     /// The running policy could not be read from its ONNX model.
     #[error("running policy: {0}")]
@@ -429,7 +436,7 @@ pub fn finetune(
         update,
         gate,
         wall_s: started.elapsed().as_secs_f64(),
-        peak_rss_kib: crate::peak_rss_kib(),
+        peak_rss_kib: greenwave_runtime::peak_rss_kib(),
     };
     Ok(Outcome {
         parent: p.parent,

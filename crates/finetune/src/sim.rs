@@ -7,32 +7,32 @@ use std::path::Path;
 use greenwave_core::{Millis, PhasePlan};
 use greenwave_sim::{EmbeddedEnv, Env, EpisodeMetrics, Scenario};
 
-use crate::controller::{
+use greenwave_runtime::controller::{
     Controller, ControllerConfig, DetectorSource, Fallback, FallbackKind, Policy, SimField,
 };
-use crate::inference::{load_backend, BackendKind, Explorer};
-use crate::log::{LogConfig, LogWriter, SyncPolicy};
+use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
+use greenwave_runtime::log::{LogConfig, LogWriter, SyncPolicy};
 
 /// The fine-tuning demonstration scenario (`scenarios/finetune-shift.toml`): single-4way's
 /// junction and plan, demand `train` (north–south heavy) and `field` (the heavy direction
 /// flipped, the default). Carried in the library so the demo can write it out anywhere.
-pub const SHIFT_SCENARIO_TOML: &str = include_str!("../../scenarios/finetune-shift.toml");
+pub const SHIFT_SCENARIO_TOML: &str = include_str!("../../runtime/scenarios/finetune-shift.toml");
 
 /// Why a simulated run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SimRunError {
     /// The policy could not be loaded.
     #[error("loading the policy: {0}")]
-    Inference(#[from] crate::InferenceError),
+    Inference(#[from] greenwave_runtime::InferenceError),
     /// ε out of range.
     #[error("{0}")]
-    Epsilon(#[from] crate::inference::EpsilonOutOfRange),
+    Epsilon(#[from] greenwave_runtime::inference::EpsilonOutOfRange),
     /// The controller failed.
     #[error("controller: {0}")]
-    Controller(#[from] crate::ControllerError),
+    Controller(#[from] greenwave_runtime::ControllerError),
     /// The log failed.
     #[error("transition log: {0}")]
-    Log(#[from] crate::log::LogError),
+    Log(#[from] greenwave_runtime::log::LogError),
     /// The scenario could not be adjusted.
     #[error("scenario: {0}")]
     Scenario(#[from] greenwave_sim::ScenarioError),

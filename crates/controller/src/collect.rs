@@ -11,7 +11,7 @@ use greenwave_core::Transition;
 use greenwave_firmware::frames::MAX_FRAME_BYTES;
 use greenwave_firmware::FrameReader;
 
-use crate::log::{Commit, LogError, LogWriter};
+use greenwave_runtime::log::{Commit, LogError, LogWriter};
 
 /// What a collection run did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

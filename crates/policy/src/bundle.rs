@@ -39,13 +39,13 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::manifest::plan_hash_hex;
+use crate::{onnx, Manifest};
 use ed25519_dalek::{Signature, Signer};
 /// The key types of bundles (ed25519-dalek's), re-exported for callers.
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 use greenwave_core::mlp::MlpBlob;
 use greenwave_core::{ObsLayout, PhasePlan};
-use greenwave_learn::manifest::plan_hash_hex;
-use greenwave_learn::{onnx, Manifest};
 use sha2::{Digest, Sha256};
 
 /// The model file in a bundle.

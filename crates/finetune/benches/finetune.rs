@@ -3,7 +3,7 @@
 //! settings: 10 policy epochs (fewer if the KL limit stops them), 30 critic epochs.
 //!
 //! ```sh
-//! cargo bench -p greenwave-runtime --bench finetune
+//! cargo bench -p greenwave-finetune --bench finetune
 //! ```
 //!
 //! The logs are made first (the project's `models/single-4way.onnx` run by the controller
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use greenwave_runtime::finetune::{self, sim, FinetuneConfig};
+use greenwave_finetune::{self as finetune, sim, FinetuneConfig};
 
 fn model_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/single-4way.onnx")

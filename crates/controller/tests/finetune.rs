@@ -10,17 +10,19 @@
 //! `update_policy` alone; here the last two are checked through the whole fine-tune
 //! (log → import → update → gate → re-export).
 
+// The runtime's test fixtures (one copy: this package tests the same controller).
+#[path = "../../runtime/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::tmp;
-use greenwave_learn::onnx;
-use greenwave_runtime::bundle;
-use greenwave_runtime::finetune::{
-    self, candidate_manifest, sim, FinetuneConfig, Outcome, PolicyStore,
+use greenwave_finetune::{
+    self as finetune, candidate_manifest, sim, FinetuneConfig, Outcome, PolicyStore,
 };
+use greenwave_policy::onnx;
+use greenwave_runtime::bundle;
 use greenwave_runtime::log::SegmentIssue;
 
 fn repo() -> PathBuf {

@@ -8,6 +8,8 @@
 //! trains); the same steps with a trained policy, from `greenwave train` on, are the
 //! workspace's end-to-end chain (`tests/chain.rs`).
 
+// The runtime's test fixtures (one copy: this package tests the same controller).
+#[path = "../../runtime/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;

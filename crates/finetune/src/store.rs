@@ -29,11 +29,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
-use greenwave_learn::manifest::Manifest;
-use greenwave_learn::{onnx, PolicyWeights};
+use greenwave_policy::manifest::Manifest;
+use greenwave_policy::{onnx, PolicyWeights};
 use serde::{Deserialize, Serialize};
 
-use crate::bundle::{self, BundleError, BundleInputs, VerifiedBundle, SIGNATURE_FILE};
+use greenwave_policy::bundle::{self, BundleError, BundleInputs, VerifiedBundle, SIGNATURE_FILE};
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]

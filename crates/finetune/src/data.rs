@@ -8,10 +8,10 @@ use std::path::Path;
 
 use greenwave_core::{ActionSource, ObsLayout};
 use greenwave_learn::offpolicy::ReplayBatch;
-use greenwave_learn::ObsNormalization;
+use greenwave_policy::ObsNormalization;
 use serde::{Deserialize, Serialize};
 
-use crate::log::{LogReader, SegmentIssue};
+use greenwave_runtime::log::{LogReader, SegmentIssue};
 
 use super::FinetuneError;
 

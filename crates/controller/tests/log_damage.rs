@@ -11,6 +11,8 @@
 //! * The old (version 1) format stays readable, resynchronises after damage, and a writer
 //!   never truncates valid version-1 records behind damage.
 
+// The runtime's test fixtures (one copy: this package tests the same controller).
+#[path = "../../runtime/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeSet;
