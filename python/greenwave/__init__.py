@@ -3,6 +3,8 @@
 * :class:`SignalEnv` — a Gymnasium environment driving one signal.
 * :class:`ParallelSignalEnv` — a PettingZoo ``ParallelEnv``, every signal an agent.
 * :class:`VecSignalEnv` — N copies stepped in one call in Rust (GIL released).
+* :func:`export_sb3`, :func:`export_mlp` — a Python-trained MLP policy in greenwave's
+  contract (ONNX + manifest + firmware blobs), for ``greenwave bundle``.
 
 All three run either the embedded simulator (``scenario="single-4way"``, a built-in name or a
 TOML file) or SUMO (``backend="sumo", net=..., routes=[...]``), with greenwave's phase plans,
@@ -10,10 +12,20 @@ safety sequencer (min/max green, yellow, all-red), observations and rewards.
 """
 
 from ._native import NativeEnv, NativeVecEnv
+from .export import export_mlp, export_sb3, sb3_layers
 from .gym_env import SignalEnv
 from .vector import VecSignalEnv
 
-__all__ = ["NativeEnv", "NativeVecEnv", "SignalEnv", "VecSignalEnv", "ParallelSignalEnv"]
+__all__ = [
+    "NativeEnv",
+    "NativeVecEnv",
+    "SignalEnv",
+    "VecSignalEnv",
+    "ParallelSignalEnv",
+    "export_mlp",
+    "export_sb3",
+    "sb3_layers",
+]
 
 
 def __getattr__(name):

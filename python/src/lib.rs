@@ -3,6 +3,7 @@
 //! environments; this module only moves numbers across the boundary, with every rule
 //! (phase plans, the sequencer, observations, rewards, metrics) staying in greenwave-sim.
 
+mod export;
 mod spec;
 mod vector;
 
@@ -10,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use greenwave_sim::sumo::TimingOverrides;
-use numpy::{IntoPyArray, PyArray1};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -295,6 +296,47 @@ impl NativeEnv {
         serde_json::to_string(&self.env()?.metrics()).map_err(runtime_err)
     }
 
+    /// Writes an MLP policy for signal `signal` in greenwave's contract: `path` (`.onnx`,
+    /// manifest inside) with `.blob`, `.int8.blob` and `.manifest.json` beside it. `actor`
+    /// and `critic` are lists of `(weight [out, in], bias [out])` float32 arrays, tanh
+    /// between layers; `provenance_json` a JSON `Provenance`. Returns the paths written.
+    #[pyo3(signature = (path, signal, actor, critic, obs_mean = None, obs_std = None, clip = 10.0, provenance_json = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn export_policy(
+        &self,
+        path: PathBuf,
+        signal: usize,
+        actor: Vec<(PyReadonlyArray2<'_, f32>, PyReadonlyArray1<'_, f32>)>,
+        critic: Vec<(PyReadonlyArray2<'_, f32>, PyReadonlyArray1<'_, f32>)>,
+        obs_mean: Option<Vec<f32>>,
+        obs_std: Option<Vec<f32>>,
+        clip: f32,
+        provenance_json: Option<String>,
+    ) -> PyResult<Vec<PathBuf>> {
+        let env = self.env()?;
+        let spec = env.signals().get(signal).ok_or_else(|| {
+            value_err(format!(
+                "no signal {signal} ({} in this environment)",
+                env.signals().len()
+            ))
+        })?;
+        let provenance = match provenance_json {
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| value_err(format!("provenance: {e}")))?,
+            None => greenwave_policy::Provenance::default(),
+        };
+        let req = export::ExportRequest {
+            actor: layers(actor),
+            critic: layers(critic),
+            obs_mean,
+            obs_std,
+            clip,
+            provenance,
+        };
+        let files = export::export(spec, env.decision_interval_s(), req, &path).map_err(value_err)?;
+        Ok(vec![files.onnx, files.blob, files.blob_int8, files.manifest])
+    }
+
     /// A description of what was built.
     fn __repr__(&self) -> PyResult<String> {
         Ok(format!(
@@ -303,6 +345,22 @@ impl NativeEnv {
             self.env()?.signals().len()
         ))
     }
+}
+
+/// `(weight, bias)` arrays as layers.
+fn layers(given: Vec<(PyReadonlyArray2<'_, f32>, PyReadonlyArray1<'_, f32>)>) -> Vec<export::LayerIn> {
+    given
+        .into_iter()
+        .map(|(w, b)| {
+            let w = w.as_array();
+            export::LayerIn {
+                outputs: w.nrows(),
+                inputs: w.ncols(),
+                weight: w.iter().copied().collect(),
+                bias: b.as_array().iter().copied().collect(),
+            }
+        })
+        .collect()
 }
 
 /// The native module.

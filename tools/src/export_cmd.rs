@@ -17,28 +17,10 @@ use crate::train::checkpoint::{load_policy, load_run_policy, PolicyInfo, RunInfo
 use crate::train::policy::PolicyKind;
 
 /// Files written by an export.
-#[derive(Clone, Debug)]
-pub struct Exported {
-    /// The ONNX model.
-    pub onnx: PathBuf,
-    /// f32 firmware blob.
-    pub blob: PathBuf,
-    /// int8 firmware blob.
-    pub blob_int8: PathBuf,
-    /// Manifest JSON.
-    pub manifest: PathBuf,
-}
-
+pub use greenwave_learn::files::PolicyFiles as Exported;
 /// Paths of the side files of an ONNX model path: `X.blob`, `X.int8.blob`, `X.manifest.json`.
-pub fn side_paths(onnx_path: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    (
-        onnx_path.with_extension("blob"),
-        onnx_path.with_extension("int8.blob"),
-        onnx_path.with_extension("manifest.json"),
-    )
-}
+pub use greenwave_learn::files::side_paths;
 
-/// The manifest's provenance for a run (the details list every trained plan's hash).
 fn provenance(info: &RunInfo, pinfo: &PolicyInfo, plans: &[PhasePlan]) -> Provenance {
     let mut details = serde_json::Map::new();
     let hashes: Vec<String> = plans.iter().map(plan_hash_hex).collect();
@@ -99,30 +81,8 @@ fn write_policy(
         weights.hidden(),
         provenance,
     );
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let bytes = onnx::export(weights, &manifest);
-    std::fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))?;
-    let (blob, blob_int8, manifest_path) = side_paths(out);
-    let mlp = weights.actor_mlp(plan.hash(), manifest.policy_version);
-    std::fs::write(
-        &blob,
-        mlp.to_blob(false)
-            .map_err(|e| anyhow::anyhow!("f32 blob: {e}"))?,
-    )?;
-    std::fs::write(
-        &blob_int8,
-        mlp.to_blob(true)
-            .map_err(|e| anyhow::anyhow!("int8 blob: {e}"))?,
-    )?;
-    std::fs::write(&manifest_path, serde_json::to_string_pretty(&manifest)?)?;
-    Ok(Exported {
-        onnx: out.to_path_buf(),
-        blob,
-        blob_int8,
-        manifest: manifest_path,
-    })
+    greenwave_learn::files::write_policy_files(weights, &manifest, plan.hash(), out)
+        .with_context(|| format!("exporting to {}", out.display()))
 }
 
 /// Exports the latest policy of `run` to `out` (an `.onnx` path). The run must hold a

@@ -16,7 +16,7 @@ pub mod shared;
 
 // The policy contract lives in greenwave-policy (no candle); re-exported so that
 // `greenwave_learn::{manifest, onnx, weights}` keep working.
-pub use greenwave_policy::{manifest, onnx, weights};
+pub use greenwave_policy::{files, manifest, onnx, weights};
 
 pub use discount::Discount;
 pub use greenwave_policy::{Manifest, ObsNormalization, PolicyWeights, Provenance};

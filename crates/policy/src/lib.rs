@@ -9,11 +9,14 @@
 //!   [`ObsNormalization`]) and the plain-Rust reference forward pass.
 //! * [`onnx`]: writing the policy as ONNX (`obs` → `logits`, `value`) and reading weights
 //!   and manifest back.
+//! * [`files`]: the exported policy as files (ONNX, firmware blobs, manifest JSON), as
+//!   `greenwave export` writes them and `greenwave bundle` packs them.
 //! * [`bundle`]: signed policy bundles (ed25519 over SHA-256 digests): [`bundle::keygen`],
 //!   [`bundle::pack_and_sign`], [`bundle::verify_and_load`].
 #![warn(missing_docs)]
 
 pub mod bundle;
+pub mod files;
 pub mod manifest;
 pub mod onnx;
 pub mod weights;
