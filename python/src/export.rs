@@ -24,7 +24,12 @@ pub struct LayerIn {
 }
 
 /// Checks a network's layers chain from `inputs` to `outputs` and holds finite numbers.
-fn dense(name: &str, layers: Vec<LayerIn>, inputs: usize, outputs: usize) -> Result<Vec<DenseLayer>, String> {
+fn dense(
+    name: &str,
+    layers: Vec<LayerIn>,
+    inputs: usize,
+    outputs: usize,
+) -> Result<Vec<DenseLayer>, String> {
     if layers.is_empty() {
         return Err(format!("{name}: no layers"));
     }

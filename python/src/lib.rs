@@ -321,8 +321,9 @@ impl NativeEnv {
             ))
         })?;
         let provenance = match provenance_json {
-            Some(text) => serde_json::from_str(&text)
-                .map_err(|e| value_err(format!("provenance: {e}")))?,
+            Some(text) => {
+                serde_json::from_str(&text).map_err(|e| value_err(format!("provenance: {e}")))?
+            }
             None => greenwave_policy::Provenance::default(),
         };
         let req = export::ExportRequest {
@@ -333,8 +334,14 @@ impl NativeEnv {
             clip,
             provenance,
         };
-        let files = export::export(spec, env.decision_interval_s(), req, &path).map_err(value_err)?;
-        Ok(vec![files.onnx, files.blob, files.blob_int8, files.manifest])
+        let files =
+            export::export(spec, env.decision_interval_s(), req, &path).map_err(value_err)?;
+        Ok(vec![
+            files.onnx,
+            files.blob,
+            files.blob_int8,
+            files.manifest,
+        ])
     }
 
     /// A description of what was built.
@@ -348,7 +355,9 @@ impl NativeEnv {
 }
 
 /// `(weight, bias)` arrays as layers.
-fn layers(given: Vec<(PyReadonlyArray2<'_, f32>, PyReadonlyArray1<'_, f32>)>) -> Vec<export::LayerIn> {
+fn layers(
+    given: Vec<(PyReadonlyArray2<'_, f32>, PyReadonlyArray1<'_, f32>)>,
+) -> Vec<export::LayerIn> {
     given
         .into_iter()
         .map(|(w, b)| {

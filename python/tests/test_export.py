@@ -60,7 +60,7 @@ def test_the_exported_onnx_computes_the_python_network(tmp_path):
     assert [f.name for f in files] == ["p.onnx", "p.blob", "p.int8.blob", "p.manifest.json"]
     assert all(f.is_file() for f in files)
     manifest = json.loads(files[3].read_text())
-    assert manifest["obs_layout"] == {"n_lanes": 14, "n_phases": 4}
+    assert manifest["obs_layout"] == {"n_lanes": 12, "n_phases": 4}
     assert manifest["hidden"] == [64, 64]
     obs, _ = env.reset(seed=2)
     batch = [obs]
@@ -148,6 +148,6 @@ def test_a_python_policy_is_bundled_verified_and_run_by_the_controller(tmp_path)
     report = json.loads(out.stdout)
     assert report["decisions"] == 720, report
     assert report["transitions_committed"] == 720, report
-    assert report["metrics"]["sim_seconds"] == 3600, report["metrics"]
+    assert report["sim_seconds"] == 3600 and report["throughput_veh"] > 0, report
     summary = json.loads(run(ctl, "log", "--log-dir", logs, "--json").stdout)
     assert summary["records"] == 720, summary

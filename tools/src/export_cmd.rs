@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use greenwave_core::PhasePlan;
 use greenwave_learn::manifest::plan_hash_hex;
-use greenwave_learn::{onnx, specialize, Incidence, Manifest, PolicyWeights, Provenance};
+use greenwave_learn::{specialize, Incidence, Manifest, PolicyWeights, Provenance};
 use greenwave_sim::{Scenario, SignalSpec};
 
 use crate::backend::{Backend, BackendArgs, EnvSource};
@@ -16,10 +16,10 @@ use crate::backend::{Backend, BackendArgs, EnvSource};
 use crate::train::checkpoint::{load_policy, load_run_policy, PolicyInfo, RunInfo, RunPolicy};
 use crate::train::policy::PolicyKind;
 
-/// Files written by an export.
-pub use greenwave_learn::files::PolicyFiles as Exported;
 /// Paths of the side files of an ONNX model path: `X.blob`, `X.int8.blob`, `X.manifest.json`.
 pub use greenwave_learn::files::side_paths;
+/// Files written by an export.
+pub use greenwave_learn::files::PolicyFiles as Exported;
 
 fn provenance(info: &RunInfo, pinfo: &PolicyInfo, plans: &[PhasePlan]) -> Provenance {
     let mut details = serde_json::Map::new();

@@ -85,7 +85,10 @@ pub fn write_policy_files(
             .map_err(|source| WriteError::Blob { which, source })?;
         write(path, &bytes)?;
     }
-    write(&manifest_path, serde_json::to_string_pretty(manifest)?.as_bytes())?;
+    write(
+        &manifest_path,
+        serde_json::to_string_pretty(manifest)?.as_bytes(),
+    )?;
     Ok(PolicyFiles {
         onnx: out.to_path_buf(),
         blob,
