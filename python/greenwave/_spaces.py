@@ -1,7 +1,6 @@
 """Spaces shared by the Gymnasium and PettingZoo environments."""
 
 import json
-import os
 
 import numpy as np
 from gymnasium import spaces
@@ -22,15 +21,6 @@ def pack(obs: np.ndarray, mask: np.ndarray, mask_in_obs: bool):
     if not mask_in_obs:
         return obs
     return {"observation": obs, "action_mask": mask.astype(np.int8)}
-
-
-def native_kwargs(kwargs: dict) -> dict:
-    """Keyword arguments for the native environment, with paths made strings."""
-    out = dict(kwargs)
-    routes = out.get("routes")
-    if isinstance(routes, (str, bytes, os.PathLike)):
-        out["routes"] = [routes]
-    return out
 
 
 def metrics(native) -> dict:

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ._native import NativeEnv
-from ._spaces import metrics, native_kwargs, observation_space, pack
+from ._spaces import metrics, observation_space, pack
 
 
 class SignalEnv(gym.Env):
@@ -31,7 +31,7 @@ class SignalEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, mask_in_obs: bool = False, **kwargs: Any):
-        self._native = NativeEnv(**native_kwargs(kwargs))
+        self._native = NativeEnv(**kwargs)
         ids = self._native.signal_ids()
         if len(ids) != 1:
             raise ValueError(

@@ -10,7 +10,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from ._native import NativeEnv
-from ._spaces import metrics, native_kwargs, observation_space, pack
+from ._spaces import metrics, observation_space, pack
 
 
 class ParallelSignalEnv(ParallelEnv):
@@ -22,7 +22,7 @@ class ParallelSignalEnv(ParallelEnv):
     metadata = {"render_modes": [], "name": "greenwave_parallel_v0", "is_parallelizable": True}
 
     def __init__(self, mask_in_obs: bool = False, **kwargs: Any):
-        self._native = NativeEnv(**native_kwargs(kwargs))
+        self._native = NativeEnv(**kwargs)
         self.possible_agents = list(self._native.signal_ids())
         self.agents: list[str] = []
         self._mask_in_obs = mask_in_obs

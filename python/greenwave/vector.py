@@ -8,7 +8,6 @@ from typing import Any, Optional
 import numpy as np
 
 from ._native import NativeVecEnv
-from ._spaces import native_kwargs
 
 
 class VecSignalEnv:
@@ -22,7 +21,7 @@ class VecSignalEnv:
     the new episode's first; ``last_metrics(k)`` has the finished episode's metrics)."""
 
     def __init__(self, n_envs: int, **kwargs: Any):
-        self._native = NativeVecEnv(n_envs, **native_kwargs(kwargs))
+        self._native = NativeVecEnv(n_envs, **kwargs)
         self.n_envs = n_envs
         self.obs_dims = list(self._native.obs_dims())
         self.n_phases = list(self._native.n_phases())

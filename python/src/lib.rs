@@ -3,6 +3,7 @@
 //! environments; this module only moves numbers across the boundary, with every rule
 //! (phase plans, the sequencer, observations, rewards, metrics) staying in greenwave-sim.
 
+mod args;
 mod export;
 mod spec;
 mod vector;
@@ -10,12 +11,13 @@ mod vector;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use greenwave_sim::sumo::TimingOverrides;
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
-use spec::{parse_reward, Backend, BoxEnv, EnvSpec};
+use args::spec_from_kwargs;
+use spec::{BoxEnv, EnvSpec};
 pub use vector::NativeVecEnv;
 
 /// One environment: every signal of a scenario or SUMO net, stepped together.
@@ -43,68 +45,6 @@ fn value_err(e: impl ToString) -> PyErr {
 /// A `RuntimeError` for a failing simulator (SUMO died, a bad reading).
 fn runtime_err(e: impl ToString) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
-}
-
-/// The spec from the keyword arguments shared by `NativeEnv` and `NativeVecEnv`.
-#[allow(clippy::too_many_arguments)]
-fn spec_from_args(
-    backend: &str,
-    scenario: Option<String>,
-    demand: Option<String>,
-    net: Option<PathBuf>,
-    routes: Vec<PathBuf>,
-    begin_s: f64,
-    episode_s: Option<f64>,
-    decision_interval_s: Option<f64>,
-    reward: Option<String>,
-    timing: Option<PathBuf>,
-    overrides: TimingOverrides,
-    program: Option<String>,
-) -> PyResult<EnvSpec> {
-    let backend = match backend {
-        "embedded" => {
-            if net.is_some() || !routes.is_empty() {
-                return Err(value_err(
-                    "net= and routes= are for backend=\"sumo\"; the embedded simulator takes scenario=",
-                ));
-            }
-            Backend::Embedded {
-                scenario: scenario.unwrap_or_else(|| "single-4way".into()),
-                demand,
-            }
-        }
-        "sumo" => {
-            if scenario.is_some() || demand.is_some() {
-                return Err(value_err(
-                    "scenario= and demand= are for the embedded simulator; SUMO takes net= and routes=",
-                ));
-            }
-            Backend::Sumo {
-                net: net.ok_or_else(|| value_err("backend=\"sumo\" needs net="))?,
-                routes,
-                begin_s,
-                timing_file: timing,
-                overrides,
-                program,
-            }
-        }
-        other => {
-            return Err(value_err(format!(
-                "unknown backend `{other}` (known: embedded, sumo)"
-            )))
-        }
-    };
-    let reward = reward
-        .as_deref()
-        .map(parse_reward)
-        .transpose()
-        .map_err(value_err)?;
-    Ok(EnvSpec {
-        backend,
-        episode_s,
-        decision_interval_s,
-        reward,
-    })
 }
 
 /// Checks one action per signal, each a phase of that signal's plan.
@@ -151,52 +91,13 @@ fn mask(env: &dyn greenwave_sim::Env, i: usize) -> Vec<bool> {
 
 #[pymethods]
 impl NativeEnv {
+    /// Keyword arguments: see the Python package's README (`backend`, `scenario`,
+    /// `demand`, `net`, `routes`, `begin_s`, `episode_s`, `decision_interval_s`, `reward`,
+    /// `timing`, `yellow_s`, `all_red_s`, `min_green_s`, `max_green_s`, `program`, `seed`).
     #[new]
-    #[pyo3(signature = (
-        backend = "embedded", scenario = None, demand = None, net = None, routes = vec![],
-        begin_s = 0.0, episode_s = None, decision_interval_s = None, reward = None,
-        timing = None, yellow_s = None, all_red_s = None, min_green_s = None,
-        max_green_s = None, program = None, seed = 0
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        backend: &str,
-        scenario: Option<String>,
-        demand: Option<String>,
-        net: Option<PathBuf>,
-        routes: Vec<PathBuf>,
-        begin_s: f64,
-        episode_s: Option<f64>,
-        decision_interval_s: Option<f64>,
-        reward: Option<String>,
-        timing: Option<PathBuf>,
-        yellow_s: Option<f64>,
-        all_red_s: Option<f64>,
-        min_green_s: Option<f64>,
-        max_green_s: Option<f64>,
-        program: Option<String>,
-        seed: u64,
-    ) -> PyResult<Self> {
-        let overrides = TimingOverrides {
-            yellow_s,
-            all_red_s,
-            min_green_s,
-            max_green_s,
-        };
-        let spec = spec_from_args(
-            backend,
-            scenario,
-            demand,
-            net,
-            routes,
-            begin_s,
-            episode_s,
-            decision_interval_s,
-            reward,
-            timing,
-            overrides,
-            program,
-        )?;
+    #[pyo3(signature = (**kwargs))]
+    fn new(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let (spec, seed) = spec_from_kwargs(kwargs)?;
         let env = spec.build(seed).map_err(value_err)?;
         Ok(NativeEnv {
             env: Mutex::new(env),

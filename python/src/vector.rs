@@ -7,10 +7,10 @@ use numpy::{IntoPyArray, PyArray1, PyArray2, PyArray3, PyReadonlyArray2};
 use pyo3::prelude::*;
 use rayon::prelude::*;
 
+use crate::args::spec_from_kwargs;
 use crate::spec::{BoxEnv, EnvSpec};
-use crate::{check_actions, mask, observe, runtime_err, spec_from_args, value_err};
-use greenwave_sim::sumo::TimingOverrides;
-use std::path::PathBuf;
+use crate::{check_actions, mask, observe, runtime_err, value_err};
+use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
 
 /// One copy and its episode bookkeeping.
@@ -83,56 +83,14 @@ fn step_slot(slot: &mut Slot, actions: &[u8], next_seed: u64) -> Result<(Vec<f32
 
 #[pymethods]
 impl NativeVecEnv {
+    /// `n_envs` copies; the other keyword arguments as `NativeEnv`'s.
     #[new]
-    #[pyo3(signature = (
-        n_envs, backend = "embedded", scenario = None, demand = None, net = None,
-        routes = vec![], begin_s = 0.0, episode_s = None, decision_interval_s = None,
-        reward = None, timing = None, yellow_s = None, all_red_s = None, min_green_s = None,
-        max_green_s = None, program = None, seed = 0
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        n_envs: usize,
-        backend: &str,
-        scenario: Option<String>,
-        demand: Option<String>,
-        net: Option<PathBuf>,
-        routes: Vec<PathBuf>,
-        begin_s: f64,
-        episode_s: Option<f64>,
-        decision_interval_s: Option<f64>,
-        reward: Option<String>,
-        timing: Option<PathBuf>,
-        yellow_s: Option<f64>,
-        all_red_s: Option<f64>,
-        min_green_s: Option<f64>,
-        max_green_s: Option<f64>,
-        program: Option<String>,
-        seed: u64,
-    ) -> PyResult<Self> {
+    #[pyo3(signature = (n_envs, **kwargs))]
+    fn new(n_envs: usize, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         if n_envs == 0 {
             return Err(value_err("n_envs must be at least 1"));
         }
-        let overrides = TimingOverrides {
-            yellow_s,
-            all_red_s,
-            min_green_s,
-            max_green_s,
-        };
-        let spec: EnvSpec = spec_from_args(
-            backend,
-            scenario,
-            demand,
-            net,
-            routes,
-            begin_s,
-            episode_s,
-            decision_interval_s,
-            reward,
-            timing,
-            overrides,
-            program,
-        )?;
+        let (spec, seed): (EnvSpec, u64) = spec_from_kwargs(kwargs)?;
         let slots = (0..n_envs)
             .map(|k| {
                 let env = spec.build(seed.wrapping_add(k as u64)).map_err(value_err)?;

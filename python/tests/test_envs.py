@@ -117,6 +117,10 @@ def test_bad_input_is_a_clear_error():
         SignalEnv(backend="sumo")
     with pytest.raises(ValueError, match="ParallelSignalEnv"):
         SignalEnv(scenario="arterial-3")
+    with pytest.raises(ValueError, match="unknown argument `sceanrio`"):
+        SignalEnv(sceanrio="single-4way")
+    with pytest.raises(ValueError, match="episode_s= must be a number"):
+        SignalEnv(episode_s="long")
     with pytest.raises(ValueError, match="whole seconds"):
         SignalEnv(scenario="single-4way", episode_s=0.5)
     env = SignalEnv(scenario="single-4way")

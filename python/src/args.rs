@@ -1,0 +1,166 @@
+//! The keyword arguments of `NativeEnv` and `NativeVecEnv`, read in one place.
+
+use std::path::PathBuf;
+
+use greenwave_sim::sumo::TimingOverrides;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::spec::{parse_reward, Backend, EnvSpec};
+use crate::value_err;
+
+/// Every keyword the environments take.
+const KNOWN: [&str; 16] = [
+    "backend",
+    "scenario",
+    "demand",
+    "net",
+    "routes",
+    "begin_s",
+    "episode_s",
+    "decision_interval_s",
+    "reward",
+    "timing",
+    "yellow_s",
+    "all_red_s",
+    "min_green_s",
+    "max_green_s",
+    "program",
+    "seed",
+];
+
+/// Keyword arguments, each read with the type it must have (`None` counts as absent).
+struct Kwargs<'a, 'py>(Option<&'a Bound<'py, PyDict>>);
+
+impl<'py> Kwargs<'_, 'py> {
+    fn value(&self, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.0 {
+            Some(d) => Ok(d.get_item(key)?.filter(|v| !v.is_none())),
+            None => Ok(None),
+        }
+    }
+
+    fn bad(key: &str, want: &str, e: PyErr) -> PyErr {
+        value_err(format!("{key}= must be {want}: {e}"))
+    }
+
+    fn string(&self, key: &str) -> PyResult<Option<String>> {
+        self.value(key)?
+            .map(|v| {
+                v.extract::<String>()
+                    .map_err(|e| Self::bad(key, "a string", e))
+            })
+            .transpose()
+    }
+
+    fn number(&self, key: &str) -> PyResult<Option<f64>> {
+        self.value(key)?
+            .map(|v| {
+                v.extract::<f64>()
+                    .map_err(|e| Self::bad(key, "a number", e))
+            })
+            .transpose()
+    }
+
+    fn path(&self, key: &str) -> PyResult<Option<PathBuf>> {
+        self.value(key)?
+            .map(|v| {
+                v.extract::<PathBuf>()
+                    .map_err(|e| Self::bad(key, "a path", e))
+            })
+            .transpose()
+    }
+
+    /// One path or a list of them.
+    fn paths(&self, key: &str) -> PyResult<Vec<PathBuf>> {
+        let Some(v) = self.value(key)? else {
+            return Ok(Vec::new());
+        };
+        if let Ok(one) = v.extract::<PathBuf>() {
+            return Ok(vec![one]);
+        }
+        v.extract::<Vec<PathBuf>>()
+            .map_err(|e| Self::bad(key, "a path or a list of paths", e))
+    }
+
+    fn check_known(&self) -> PyResult<()> {
+        let Some(d) = self.0 else { return Ok(()) };
+        for k in d.keys() {
+            let k: String = k.extract()?;
+            if !KNOWN.contains(&k.as_str()) {
+                return Err(value_err(format!(
+                    "unknown argument `{k}` (known: {})",
+                    KNOWN.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The environment spec and seed from the keyword arguments.
+pub fn spec_from_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(EnvSpec, u64)> {
+    let kw = Kwargs(kwargs);
+    kw.check_known()?;
+    let backend = backend(&kw)?;
+    let reward = kw
+        .string("reward")?
+        .as_deref()
+        .map(parse_reward)
+        .transpose()
+        .map_err(value_err)?;
+    let seed = match kw.value("seed")? {
+        Some(v) => v
+            .extract::<u64>()
+            .map_err(|e| Kwargs::bad("seed", "a non-negative integer", e))?,
+        None => 0,
+    };
+    let spec = EnvSpec {
+        backend,
+        episode_s: kw.number("episode_s")?,
+        decision_interval_s: kw.number("decision_interval_s")?,
+        reward,
+    };
+    Ok((spec, seed))
+}
+
+fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
+    let (scenario, demand) = (kw.string("scenario")?, kw.string("demand")?);
+    let (net, routes) = (kw.path("net")?, kw.paths("routes")?);
+    match kw.string("backend")?.as_deref().unwrap_or("embedded") {
+        "embedded" => {
+            if net.is_some() || !routes.is_empty() {
+                return Err(value_err(
+                    "net= and routes= are for backend=\"sumo\"; the embedded simulator takes scenario=",
+                ));
+            }
+            Ok(Backend::Embedded {
+                scenario: scenario.unwrap_or_else(|| "single-4way".into()),
+                demand,
+            })
+        }
+        "sumo" => {
+            if scenario.is_some() || demand.is_some() {
+                return Err(value_err(
+                    "scenario= and demand= are for the embedded simulator; SUMO takes net= and routes=",
+                ));
+            }
+            Ok(Backend::Sumo {
+                net: net.ok_or_else(|| value_err("backend=\"sumo\" needs net="))?,
+                routes,
+                begin_s: kw.number("begin_s")?.unwrap_or(0.0),
+                timing_file: kw.path("timing")?,
+                overrides: TimingOverrides {
+                    yellow_s: kw.number("yellow_s")?,
+                    all_red_s: kw.number("all_red_s")?,
+                    min_green_s: kw.number("min_green_s")?,
+                    max_green_s: kw.number("max_green_s")?,
+                },
+                program: kw.string("program")?,
+            })
+        }
+        other => Err(value_err(format!(
+            "unknown backend `{other}` (known: embedded, sumo)"
+        ))),
+    }
+}
