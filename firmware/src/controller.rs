@@ -20,15 +20,15 @@ use embedded_io::Write;
 use greenwave_core::plan::MAX_PHASES;
 use greenwave_core::sequencer::SequencerError;
 use greenwave_core::{
-    ActionSource, Interval, LaneReading, Millis, MovementId, MovementSet, ObsLayout, PhaseId,
-    PhasePlan, RewardInputs, RewardKind, Sequencer,
+    ActionSource, ActuatedSignal, FixedCycle, FixedCycleError, Interval, LaneReading, Millis,
+    MovementDetector, MovementId, MovementSet, ObsLayout, PhaseId, PhasePlan, RewardInputs,
+    RewardKind, Sequencer,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::board::{BoardConfig, BoardPins};
 use crate::clock::{MonotonicClock, Uptime};
 use crate::detectors::{Lane, LaneEstimate};
-use crate::fixed_time::{FixedTimeError, FixedTimeProgram};
 use crate::frames::{DrainError, TransitionRing};
 use crate::heads::{LampSense, Lamps, SignalHead};
 use crate::monitor::{CardError, ConflictMonitor, FaultKind, MonitorCard, MonitorFault};
@@ -120,7 +120,7 @@ pub enum ControllerError {
     },
     /// The fixed-time program does not fit the plan.
     #[error("fixed-time program: {0}")]
-    FixedTime(FixedTimeError),
+    FixedTime(FixedCycleError),
     /// The monitor card refuses the plan.
     #[error("monitor card: {0}")]
     MonitorCard(CardError),
@@ -151,7 +151,8 @@ pub struct Controller<
     seq: Sequencer,
     layout: ObsLayout,
     policy: Result<Policy<'b>, FallbackReason>,
-    fixed: FixedTimeProgram,
+    fixed: FixedCycle,
+    actuated: Option<ActuatedSignal>,
     monitor: ConflictMonitor,
     mode: Mode,
     mode_since_ms: u64,
@@ -184,7 +185,7 @@ where
         board: BoardConfig<L>,
         pins: BoardPins<O, S, D, G, L>,
         card: MonitorCard,
-        fixed: FixedTimeProgram,
+        fixed: FixedCycle,
         blob: Option<&'b [u8]>,
         mut clock: C,
     ) -> Result<Self, ControllerError> {
@@ -249,6 +250,7 @@ where
             layout,
             policy,
             fixed,
+            actuated: None,
             monitor: ConflictMonitor::new(card),
             mode: Mode::StartupAllRed,
             mode_since_ms: 0,
@@ -262,6 +264,39 @@ where
             pending: None,
             ring: TransitionRing::new(),
         })
+    }
+
+    /// Runs greenwave-core's actuated control (gap-out / max-out on the stop-bar loops)
+    /// instead of the fixed cycle whenever the policy does not act and the detectors are
+    /// trusted; a decision with a detector fault still runs the fixed cycle ("max recall").
+    /// Actuated decisions come once per decision interval. A movement's gap is the shortest
+    /// stop-bar gap of its lanes, and it calls while a vehicle stands on a stop bar or its
+    /// lanes hold a queue; downstream storage is not detected, so no movement is gated by
+    /// spill-back.
+    pub fn with_actuated(mut self, rule: ActuatedSignal) -> Self {
+        self.actuated = Some(rule);
+        self
+    }
+
+    /// Per-movement detector readings from the lanes (see [`Controller::with_actuated`]).
+    fn movement_detectors(&self, now: u64) -> [MovementDetector; G] {
+        let mut out = [MovementDetector {
+            gap_s: f32::MAX,
+            ..MovementDetector::default()
+        }; G];
+        for (lane, est) in self.lanes.iter().zip(&self.lane_estimates) {
+            let gap_s = lane.stop_bar_gap_ms(now) as f32 / 1000.0;
+            let on_bar = gap_s == 0.0;
+            for m in lane.config().movements.iter() {
+                if let Some(d) = out.get_mut(m.0 as usize) {
+                    d.gap_s = d.gap_s.min(gap_s);
+                    d.queue_veh += est.halted_veh as f32;
+                    d.upstream_veh += est.vehicles as f32;
+                    d.call |= on_bar;
+                }
+            }
+        }
+        out
     }
 
     /// One pass of the loop (see the module docs).
@@ -332,7 +367,7 @@ where
         };
         self.clock_slip_ms += (elapsed_ms - step) as u64;
         self.seq.advance(Millis(step), |_| {});
-        if self.policy.is_err() {
+        if self.policy.is_err() && self.actuated.is_none() {
             self.serve_fixed_time();
         }
     }
@@ -342,23 +377,29 @@ where
     fn ms_to_boundary(&self) -> u32 {
         let left = self.seq.time_to_boundary().0;
         match self.seq.interval() {
-            Interval::Green { phase } if self.policy.is_err() => {
-                let split_left = self
-                    .fixed
-                    .green_split_ms(phase)
-                    .saturating_sub(self.seq.in_interval().0);
+            Interval::Green { .. } if self.policy.is_err() && self.actuated.is_none() => {
+                let split_left = self.fixed.green_left(&self.seq).map_or(left, |m| m.0);
                 left.min(split_left)
             }
             _ => left,
         }
     }
 
+    /// The fallback's request: actuated on trusted detectors where configured, else the
+    /// fixed cycle.
+    fn fallback_decide(&mut self, now: u64, trusted: bool) -> u8 {
+        match &self.actuated {
+            Some(rule) if trusted => rule.decide(&self.seq, &self.movement_detectors(now)),
+            _ => self.fixed.decide(&self.seq),
+        }
+    }
+
     /// Fixed-time operation: request the next phase once the current split is served.
     fn serve_fixed_time(&mut self) {
         if let Interval::Green { phase } = self.seq.interval() {
-            let wanted = self.fixed.wanted(&self.seq);
-            if wanted != phase {
-                self.seq.request(wanted.0);
+            let wanted = self.fixed.decide(&self.seq);
+            if wanted != phase.0 {
+                self.seq.request(wanted);
             }
         }
     }
@@ -398,10 +439,7 @@ where
     /// Completes the pending transition with the current observation and stores it.
     fn finish_pending(&mut self, reward: f32, done: bool) {
         if let Some(mut t) = self.pending.take() {
-            if self.seq.max_green_forced() && t.source == ActionSource::Policy {
-                t.source = ActionSource::Supervisor;
-                t.action = self.seq.interval().target().0;
-            }
+            t.relabel_max_green(&self.seq);
             t.reward = reward;
             t.done = done;
             t.next_obs = self.obs_vec();
@@ -431,7 +469,7 @@ where
         let version = self.policy.as_ref().map(Policy::version).unwrap_or(0);
         let (requested, log_prob, from_policy) = match choice {
             Some((c, _)) => (c.phase, c.log_prob, true),
-            None => (self.fixed.wanted(&self.seq).0, 0.0, false),
+            None => (self.fallback_decide(now, trusted), 0.0, false),
         };
         let response = self.seq.request(requested);
         let source = match (from_policy, response.overridden) {

@@ -160,6 +160,16 @@ impl<D: InputPin> Lane<D> {
         &self.config
     }
 
+    /// Milliseconds since a vehicle last left the stop-bar loop (0 while one is on it): the
+    /// gap actuated control extends a green on.
+    pub fn stop_bar_gap_ms(&self, now_ms: u64) -> u32 {
+        if self.stop_bar.present() {
+            0
+        } else {
+            self.stop_bar.unchanged_for_ms(now_ms)
+        }
+    }
+
     /// Samples both loops; a read failure marks the interval as faulty.
     pub fn sample<const L: usize>(&mut self, now_ms: u64, board: &BoardConfig<L>) {
         let (pol, db) = (board.detector_polarity, board.detector_debounce_ms);

@@ -12,7 +12,8 @@
 //! * [`clock`]: the monotonic millisecond tick source;
 //! * [`board`]: the board configuration and its pin map;
 //! * [`policy`]: the MLP policy from the postcard blob (f32 or int8), checked against the plan;
-//! * [`fixed_time`]: the fixed-time program used when no trusted policy is available;
+//! * fixed time when no trusted policy is available: greenwave-core's [`FixedCycle`], the
+//!   fixed-time rule the simulators and the roadside runtime run too;
 //! * [`monitor`]: the conflict monitor, independent of the sequencer, that latches flash;
 //! * [`frames`]: the heapless transition ring and its COBS frames over `embedded-io`, plus the
 //!   decoder the host side uses;
@@ -27,7 +28,6 @@ pub mod board;
 pub mod clock;
 pub mod controller;
 pub mod detectors;
-pub mod fixed_time;
 pub mod frames;
 pub mod heads;
 pub mod monitor;
@@ -38,8 +38,8 @@ use greenwave_core::Transition;
 pub use board::{BoardConfig, BoardPins, LaneConfig, PinId, PinMap, PinProvider, Polarity};
 pub use clock::MonotonicClock;
 pub use controller::{Controller, ControllerError, Decision, Mode, PollReport};
-pub use fixed_time::FixedTimeProgram;
 pub use frames::{decode_frame, FrameError, FrameReader, TransitionRing};
+pub use greenwave_core::{FixedCycle, FixedCycleError};
 pub use heads::Lamps;
 pub use monitor::{ConflictMonitor, FaultKind, MonitorCard, MonitorFault};
 pub use policy::{FallbackReason, Policy};

@@ -65,6 +65,64 @@ fn fixed_time_cycles_have_full_yellow_and_all_red() {
         .all(|(_, d)| d.source == ActionSource::Fallback));
 }
 
+/// The actuated fallback (greenwave-core's rule on the stop-bar loops): a green held by a
+/// vehicle on its stop bar runs to the rule's max green, then goes to the next phase with a
+/// call, skipping phases nobody waits for; with no vehicle anywhere the green rests (until
+/// the plan's max green).
+#[test]
+fn actuated_fallback_extends_on_the_stop_bar_and_skips_uncalled_phases() {
+    use greenwave_core::{ActuatedSignal, Millis};
+    let served_greens = |occupied: &[usize]| -> (Vec<u8>, Run) {
+        let field = Shared::default();
+        let p = plan();
+        for &phase in occupied {
+            let lane = p.phases()[phase].movements.iter().next().unwrap().0 as usize;
+            field.borrow_mut().loops.insert((lane, 1), true);
+        }
+        let rule = ActuatedSignal::new(1.0, &[Millis::from_secs(20); 4]);
+        let mut ctl = cabinet(&field, None).with_actuated(rule);
+        let mut run = Run::default();
+        run_for(&mut ctl, &field, None, 200_000, &mut || 10, &mut run);
+        let mut greens: Vec<u8> = Vec::new();
+        for (_, d) in &run.decisions {
+            if greens.last() != Some(&d.served) {
+                greens.push(d.served);
+            }
+        }
+        (greens, run)
+    };
+    let (greens, run) = served_greens(&[0, 2]);
+    assert!(greens.len() >= 6, "{greens:?}");
+    assert!(
+        greens.iter().enumerate().all(|(k, &g)| g == [0, 2][k % 2]),
+        "{greens:?}"
+    );
+    assert!(run
+        .decisions
+        .iter()
+        .all(|(_, d)| d.source == ActionSource::Fallback));
+    check_timeline(&plan(), &run.timeline, 12);
+    // Phase 0's green lasts its 20 s max green (from 3 s, after the start-up all-red).
+    let g1: Vec<(u32, Lamps)> = run
+        .timeline
+        .of(1)
+        .iter()
+        .map(|c| (c.at_ms, c.lamps))
+        .collect();
+    assert_eq!(&g1[1..3], &[(3000, Lamps::GREEN), (23_000, Lamps::YELLOW)]);
+    // No call anywhere: the green rests past the rule's max green, until the plan's max
+    // green (30 s, the sequencer's) moves it on.
+    let (idle, run) = served_greens(&[]);
+    assert_eq!(&idle[..4], &[0, 1, 2, 3]);
+    let g1: Vec<(u32, Lamps)> = run
+        .timeline
+        .of(1)
+        .iter()
+        .map(|c| (c.at_ms, c.lamps))
+        .collect();
+    assert_eq!(&g1[1..3], &[(3000, Lamps::GREEN), (33_000, Lamps::YELLOW)]);
+}
+
 /// Polls at irregular intervals (1–37 ms): intervals start on poll instants, so no
 /// yellow is ever shown short, and the monitor never trips.
 #[test]
@@ -247,11 +305,11 @@ fn controller_fits_the_static_ram_budget() {
 #[test]
 fn bad_configuration_is_refused_with_the_field_named() {
     use greenwave_firmware::monitor::CardError;
-    use greenwave_firmware::{Controller, ControllerError, FixedTimeProgram, MonitorCard};
+    use greenwave_firmware::{Controller, ControllerError, FixedCycle, MonitorCard};
     let build = |board: greenwave_firmware::BoardConfig<12>, card: MonitorCard| {
         let field = Shared::default();
         let plan = plan();
-        let fixed = FixedTimeProgram::midpoint(&plan);
+        let fixed = FixedCycle::midpoint(&plan);
         Controller::<_, _, _, _, 12, 12>::new(
             plan,
             board,

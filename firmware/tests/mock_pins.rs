@@ -11,7 +11,7 @@ use greenwave_core::{ConflictMatrix, Movement, MovementSet, Phase, PhasePlan, Ph
 use greenwave_firmware::detectors::{Detector, LaneDetectorPins};
 use greenwave_firmware::heads::{HeadPins, SignalHead};
 use greenwave_firmware::{
-    BoardConfig, BoardPins, Controller, FaultKind, FixedTimeProgram, Lamps, LaneConfig, Mode,
+    BoardConfig, BoardPins, Controller, FaultKind, FixedCycle, Lamps, LaneConfig, Mode,
     MonitorCard, MonotonicClock, Polarity,
 };
 
@@ -154,7 +154,7 @@ fn controller(
 ) -> MockController {
     let plan = two_phase_plan();
     let card = MonitorCard::from_plan(&plan, 0);
-    let fixed = FixedTimeProgram::new(&plan, &[6000, 6000]).unwrap();
+    let fixed = FixedCycle::from_splits(&plan, &[6000, 6000]).unwrap();
     Controller::new(
         plan,
         board(flash_half_period_ms),

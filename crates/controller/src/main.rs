@@ -445,7 +445,7 @@ fn run(args: RunArgs, quiet: bool) -> Result<()> {
         let plans: Vec<_> = specs.iter().map(|s| &s.plan).collect();
         let mut fallback = Fallback::equal_split(&plans, interval);
         if args.fallback == FallbackKind::Actuated {
-            fallback = fallback.with_actuated(&plans, interval);
+            fallback = fallback.with_actuated(&plans);
         }
         let seconds = args.seconds.unwrap_or(3600.0);
         return drive(&args, field, specs, fallback, interval, seconds, quiet);

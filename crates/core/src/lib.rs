@@ -9,6 +9,8 @@
 //! * [`observation`]: the observation layout shared by the simulators, runtime and firmware.
 //! * [`reward`]: reward definitions.
 //! * [`transition`]: the `(s, a, r, s', log π)` record logged in the field.
+//! * [`control`]: the classic control rules (fixed-time cycle, actuated gap-out / max-out),
+//!   written once for simulators, runtime fallback and firmware.
 //! * [`mlp`]: the postcard MLP blob and its allocation-free forward pass.
 #![no_std]
 #![warn(missing_docs)]
@@ -16,6 +18,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod control;
 pub mod mlp;
 pub mod observation;
 pub mod plan;
@@ -24,6 +27,7 @@ pub mod sequencer;
 pub mod transition;
 pub mod units;
 
+pub use control::{ActuatedSignal, CycleStage, FixedCycle, FixedCycleError, MovementDetector};
 pub use observation::{LaneReading, ObsError, ObsLayout};
 pub use plan::{
     ConflictMatrix, Movement, MovementId, MovementSet, Phase, PhaseId, PhasePlan, PhaseTiming,

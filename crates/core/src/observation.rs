@@ -137,11 +137,11 @@ impl ObsLayout {
         let target = obs[off..off + p].iter().position(|&x| x > 0.5)?;
         let in_change = obs[off + p] > 0.5;
         let min_green_served = obs[off + p + 1] > 0.5;
-        Some(if !in_change && min_green_served {
-            crate::sequencer::PhaseMask(((1u32 << p) - 1) as u16)
-        } else {
-            crate::sequencer::PhaseMask(1 << target)
-        })
+        Some(crate::sequencer::PhaseMask::for_state(
+            p,
+            crate::plan::PhaseId(target as u8),
+            !in_change && min_green_served,
+        ))
     }
 
     /// Writes the observation for `lanes` and the sequencer's state into `out`.

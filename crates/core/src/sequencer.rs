@@ -127,6 +127,17 @@ impl PhaseMask {
     pub const fn count(self) -> u32 {
         self.0.count_ones()
     }
+
+    /// The action mask rule, the one place it is written: a signal free to switch (green,
+    /// min green served) may be asked for any of its `n_phases` phases; otherwise (during a
+    /// change, or before min green) only for `target`, the phase green now or next.
+    pub const fn for_state(n_phases: usize, target: PhaseId, free_to_switch: bool) -> PhaseMask {
+        if free_to_switch {
+            PhaseMask(((1u32 << n_phases) - 1) as u16)
+        } else {
+            PhaseMask(1 << target.0)
+        }
+    }
 }
 
 /// One stretch of constant display reported by [`Sequencer::advance`].
@@ -243,14 +254,11 @@ impl Sequencer {
     /// green only the current phase; after min green every phase; during a change only its
     /// target. A policy masks its logits with this.
     pub fn action_mask(&self) -> PhaseMask {
-        match self.interval {
-            Interval::Green { phase } if self.min_green_served() => {
-                let n = self.plan.n_phases();
-                let _ = phase;
-                PhaseMask(((1u32 << n) - 1) as u16)
-            }
-            other => PhaseMask(1 << other.target().0),
-        }
+        PhaseMask::for_state(
+            self.plan.n_phases(),
+            self.interval.target(),
+            self.min_green_served(),
+        )
     }
 
     /// Requests `phase` as the next green and answers with what will actually happen.

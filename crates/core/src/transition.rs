@@ -57,6 +57,23 @@ impl<const OBS: usize> Transition<OBS> {
     pub fn is_policy_sample(&self) -> bool {
         self.source == ActionSource::Policy && self.requested == self.action
     }
+
+    /// The max-green relabel, the one place it is written: when `seq` (the signal's
+    /// sequencer at the end of the interval this record's action was served in) changed
+    /// phase because max green ran out, the phase served is the one it changed to, and a
+    /// policy's decision becomes the supervisor's. Returns whether a policy decision was
+    /// relabelled.
+    pub fn relabel_max_green(&mut self, seq: &crate::Sequencer) -> bool {
+        if !seq.max_green_forced() {
+            return false;
+        }
+        self.action = seq.interval().target().0;
+        let relabelled = self.source == ActionSource::Policy;
+        if relabelled {
+            self.source = ActionSource::Supervisor;
+        }
+        relabelled
+    }
 }
 
 #[cfg(test)]
@@ -89,6 +106,30 @@ mod tests {
         let small: Transition<4> = postcard::from_bytes(used).unwrap();
         assert_eq!(small.obs.as_slice(), t.obs.as_slice());
         assert!(!back.is_policy_sample());
+    }
+
+    #[test]
+    fn max_green_relabels_a_policy_decision_as_the_supervisors() {
+        use crate::{PhaseId, PhasePlan, PhaseTiming, Sequencer};
+        let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 30, 3, 2)).unwrap();
+        let mut seq = Sequencer::new(plan, PhaseId(0)).unwrap();
+        let mut t: Transition = sample();
+        t.source = ActionSource::Policy;
+        t.action = 0;
+        seq.request(0);
+        seq.tick(crate::Millis::from_secs(20));
+        assert!(!t.relabel_max_green(&seq), "no max-green change yet");
+        assert_eq!((t.action, t.source), (0, ActionSource::Policy));
+        seq.tick(crate::Millis::from_secs(10));
+        assert!(t.relabel_max_green(&seq));
+        assert_eq!((t.action, t.source), (1, ActionSource::Supervisor));
+        let mut f: Transition = sample();
+        f.source = ActionSource::Fallback;
+        assert!(
+            !f.relabel_max_green(&seq),
+            "only policy decisions are relabelled"
+        );
+        assert_eq!((f.action, f.source), (1, ActionSource::Fallback));
     }
 
     #[test]

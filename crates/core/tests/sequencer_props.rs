@@ -1,4 +1,4 @@
-//! Property tests of the safety sequencer.
+//! Property tests of the safety sequencer, and of core's control rules driving it.
 //!
 //! An independent monitor (like a cabinet's malfunction management unit) watches every
 //! stretch of constant display the sequencer reports and checks, on every tick:
@@ -23,7 +23,8 @@
 use greenwave_core::plan::{MAX_MOVEMENTS, MAX_PHASES};
 use greenwave_core::sequencer::Segment;
 use greenwave_core::{
-    ConflictMatrix, Interval, Millis, Movement, MovementId, MovementSet, Phase, PhaseId, PhasePlan,
+    ActuatedSignal, ConflictMatrix, CycleStage, FixedCycle, Interval, Millis, Movement,
+    MovementDetector, MovementId, MovementSet, OverrideReason, Phase, PhaseId, PhasePlan,
     PhaseTiming, Sequencer, Signal, Turn,
 };
 use proptest::prelude::*;
@@ -389,6 +390,103 @@ proptest! {
         }).max().unwrap() as u64;
         // 2000 ticks of dt: at least one change per longest cycle step.
         prop_assert!(greens >= ((2000 * dt as u64) / longest).saturating_sub(1));
+    }
+}
+
+/// Random per-movement detector readings: gaps around the passage time, calls, queues and
+/// downstream occupancy on both sides of the spill-back threshold.
+fn arb_detectors() -> impl Strategy<Value = Vec<MovementDetector>> {
+    let one = (
+        0.0f32..5.0,
+        any::<bool>(),
+        0.0f32..8.0,
+        0.0f32..12.0,
+        0.0f32..10.0,
+    )
+        .prop_map(
+            |(gap_s, call, queue_veh, downstream_veh, downstream_storage_veh)| MovementDetector {
+                gap_s,
+                call,
+                queue_veh,
+                downstream_veh,
+                downstream_storage_veh,
+                ..MovementDetector::default()
+            },
+        );
+    proptest::collection::vec(one, 0..14)
+}
+
+/// Drives the sequencer with `choose` every `dt` under the monitor. `choose` answers a
+/// phase and whether it may be held for min green; any other request must be inside the
+/// action mask (a rule that asks for what the supervisor would refuse is wrong even though
+/// the supervisor would refuse it).
+fn drive(
+    plan: PhasePlan,
+    dt: u32,
+    decisions: usize,
+    mut choose: impl FnMut(&Sequencer, usize) -> (u8, bool),
+) -> Result<(), String> {
+    let mut seq = Sequencer::new(plan, PhaseId(0)).unwrap();
+    let mut mon = Monitor::new(&seq);
+    for k in 0..decisions {
+        let mask = seq.action_mask();
+        let (p, may_hold) = choose(&seq, k);
+        let r = seq.request(p);
+        let held = may_hold && r.overridden == Some(OverrideReason::MinGreen);
+        if !held && (!mask.allows(PhaseId(p)) || r.overridden.is_some()) {
+            return Err(format!("decision {k}: phase {p} (mask {mask:?}): {r:?}"));
+        }
+        mon.tick(&mut seq, Millis(dt))?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        ..ProptestConfig::default()
+    })]
+
+    /// core's fixed-time rule, with any cycle its plan accepts, only asks for phases the
+    /// mask allows (but for taking over a green that is not one of its stages, which the
+    /// sequencer holds until min green), and every invariant holds.
+    #[test]
+    fn fixed_cycles_ask_only_inside_the_mask(
+        plan in arb_plan(),
+        shares in proptest::collection::vec(0.0f64..=1.0, 1..8),
+        order in proptest::collection::vec(0u8..16, 1..8),
+        dt in prop_oneof![1u32..=100, 100u32..=5000],
+    ) {
+        let stages: Vec<CycleStage> = order.iter().zip(&shares).map(|(&p, &share)| {
+            let phase = p % plan.n_phases() as u8;
+            let t = plan.phases()[phase as usize].timing;
+            let span = (t.max_green.0 - t.min_green.0) as f64;
+            CycleStage { phase, green: Millis(t.min_green.0 + (span * share) as u32) }
+        }).collect();
+        let mut cycle = FixedCycle::new(&stages).unwrap();
+        prop_assert_eq!(cycle.check_plan(&plan), Ok(()));
+        drive(plan, dt, 600, |seq, _| {
+            let green = seq.green_phase();
+            let out_of_cycle = green.is_some_and(|g| cycle.stages().iter().all(|s| s.phase != g.0));
+            (cycle.decide(seq), out_of_cycle)
+        })
+        .map_err(TestCaseError::fail)?;
+    }
+
+    /// core's actuated rule, on any detector readings and max greens, only asks for phases
+    /// the mask allows, and every invariant holds.
+    #[test]
+    fn actuated_control_asks_only_inside_the_mask(
+        plan in arb_plan(),
+        readings in proptest::collection::vec(arb_detectors(), 1..50),
+        max_green_ms in proptest::collection::vec(0u32..80_000, 0..6),
+        passage_s in 0.0f32..4.0,
+        dt in prop_oneof![100u32..=1000, 1000u32..=5000],
+    ) {
+        let max: Vec<Millis> = max_green_ms.into_iter().map(Millis).collect();
+        let rule = ActuatedSignal::new(passage_s, &max);
+        drive(plan, dt, 600, |seq, k| (rule.decide(seq, &readings[k % readings.len()]), false))
+            .map_err(TestCaseError::fail)?;
     }
 }
 

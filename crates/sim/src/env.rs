@@ -38,25 +38,9 @@ pub fn lane_phase_incidence(plan: &PhasePlan, lane_movements: &[MovementSet]) ->
         .collect()
 }
 
-/// Per-movement detector view of one signal, for the classic controllers.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct MovementDetector {
-    /// Vehicles halted (queued) for this movement.
-    pub queue_veh: f32,
-    /// Vehicles on the movement's incoming lanes (moving or not).
-    pub upstream_veh: f32,
-    /// Length of the movement's incoming lanes (m; the longest; 0 when unknown).
-    pub upstream_length_m: f32,
-    /// Vehicles on the movement's outgoing (downstream) lanes.
-    pub downstream_veh: f32,
-    /// Storage of the downstream lanes, in vehicles.
-    pub downstream_storage_veh: f32,
-    /// Seconds since a vehicle last passed this movement's stop-line detector
-    /// (gap for actuated control); large when none has.
-    pub gap_s: f32,
-    /// Whether a vehicle is waiting at or approaching the stop line (a detector call).
-    pub call: bool,
-}
+/// Per-movement detector view of one signal, for the classic controllers (defined in
+/// greenwave-core, where the control rules that read it live).
+pub use greenwave_core::MovementDetector;
 
 /// Metrics of an episode so far. The same definitions on every backend; delay counts the
 /// time vehicles waited to enter the network (backlog), so blocking entry never looks good.

@@ -8,7 +8,8 @@
 //! model's defaults (start-up lost time 2 s, 2 s of the yellow used) its effective green
 //! is also 30 s: λ = 0.5, capacity 900 veh/h.
 
-use greenwave_sim::controllers::{FixedTime, FixedTimePlan, Stage};
+use greenwave_core::{CycleStage, Millis};
+use greenwave_sim::controllers::{FixedTime, FixedTimePlan};
 use greenwave_sim::{run_episode, EmbeddedEnv, Scenario};
 
 const CYCLE_S: f64 = 60.0;
@@ -30,13 +31,13 @@ fn fixed_cycle() -> FixedTime {
     // of yellow and all-red: a 60 s cycle.
     FixedTime::new(vec![FixedTimePlan {
         stages: vec![
-            Stage {
+            CycleStage {
                 phase: 0,
-                green_s: 30.0,
+                green: Millis::from_secs(30),
             },
-            Stage {
+            CycleStage {
                 phase: 1,
-                green_s: 20.0,
+                green: Millis::from_secs(20),
             },
         ],
         cycle_s: CYCLE_S,

@@ -11,7 +11,7 @@ use core::ptr::addr_of_mut;
 use embedded_hal::digital::{ErrorType, InputPin, OutputPin};
 use greenwave_core::{PhasePlan, PhaseTiming};
 use greenwave_firmware::{
-    BoardConfig, Controller, FixedTimeProgram, MonitorCard, MonotonicClock, PinId, PinMap,
+    BoardConfig, Controller, FixedCycle, MonitorCard, MonotonicClock, PinId, PinMap,
     PinProvider,
 };
 
@@ -112,7 +112,7 @@ fn run() -> u32 {
     };
     let board = BoardConfig::<12>::one_lane_per_movement(1, 10);
     let card = MonitorCard::from_plan(&plan, board.fault_persistence_ms);
-    let fixed = FixedTimeProgram::midpoint(&plan);
+    let fixed = FixedCycle::midpoint(&plan);
     let blob: &'static [u8] = core::hint::black_box(&BLOB);
     let Ok(ctl) = Controller::new(plan, board, pins, card, fixed, Some(blob), Tick(0)) else {
         return 3;

@@ -23,7 +23,7 @@ use greenwave_core::{MovementSet, PhasePlan, PhaseTiming};
 use greenwave_firmware::board::PinMapError;
 use greenwave_firmware::frames::DrainError;
 use greenwave_firmware::{
-    BoardConfig, Controller, ControllerError, FixedTimeProgram, MonitorCard, PinMap, PollReport,
+    BoardConfig, Controller, ControllerError, FixedCycle, MonitorCard, PinMap, PollReport,
 };
 
 use events::{Event, EventLog, EventLogError, Summary};
@@ -83,7 +83,7 @@ pub fn cabinet<B: BankRef>(blob: Option<&[u8]>) -> Result<Cabinet<'_, B>, Cabine
         .take_pins(&mut BankPins::<B>::default())
         .map_err(CabinetError::Pins)?;
     let card = MonitorCard::from_plan(&plan, board.fault_persistence_ms);
-    let fixed = FixedTimeProgram::midpoint(&plan);
+    let fixed = FixedCycle::midpoint(&plan);
     Controller::new(plan, board, pins, card, fixed, blob, BankClock::default())
         .map_err(CabinetError::Controller)
 }

@@ -400,7 +400,7 @@ pub fn check_timeline(plan: &PhasePlan, t: &Timeline, max_poll_ms: u32) -> usize
 
 use greenwave_core::Transition;
 use greenwave_firmware::frames::{FrameReader, MAX_FRAME_BYTES};
-use greenwave_firmware::{Controller, Decision, FixedTimeProgram, MonitorCard, PollReport};
+use greenwave_firmware::{Controller, Decision, FixedCycle, MonitorCard, PollReport};
 
 /// The single-4way cabinet on a simulated field.
 pub type Cabinet<'b> = Controller<'b, LampOut, FieldIn, FieldIn, FieldClock, 12, 12>;
@@ -421,7 +421,7 @@ pub fn cabinet_with<'b>(
 ) -> Cabinet<'b> {
     let plan = plan();
     let card = MonitorCard::from_plan(&plan, board.fault_persistence_ms);
-    let fixed = FixedTimeProgram::new(&plan, &SPLITS_MS).unwrap();
+    let fixed = FixedCycle::from_splits(&plan, &SPLITS_MS).unwrap();
     Controller::new(
         plan,
         board,

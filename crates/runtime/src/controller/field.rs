@@ -1,7 +1,7 @@
 //! The controller's view of the field: detectors in, signal heads out.
 
 use greenwave_core::sequencer::Segment;
-use greenwave_core::{Interval, LaneReading, Millis, Response, SignalFrame};
+use greenwave_core::{Interval, LaneReading, Millis, MovementDetector, Response, SignalFrame};
 
 /// Why detector readings are missing.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -40,10 +40,10 @@ pub trait DetectorSource {
     /// has no more data.
     fn advance(&mut self, dt: Millis) -> Result<Option<Vec<f32>>, DetectorError>;
 
-    /// Per-movement detector view of `signal` for the actuated fallback, if this source
-    /// has one.
-    #[cfg(feature = "sim")]
-    fn movement_detectors(&self, _signal: usize) -> Option<Vec<greenwave_sim::MovementDetector>> {
+    /// Per-movement detector readings of `signal` (indexed like its plan's movements) for
+    /// the actuated fallback, if this source has them: detector cards that report gaps
+    /// and calls per movement, a simulator, or a replay of either.
+    fn movement_detectors(&self, _signal: usize) -> Option<Vec<MovementDetector>> {
         None
     }
 
@@ -130,8 +130,7 @@ impl<D: DetectorSource, S> DetectorSource for Split<D, S> {
         self.detectors.advance(dt)
     }
 
-    #[cfg(feature = "sim")]
-    fn movement_detectors(&self, signal: usize) -> Option<Vec<greenwave_sim::MovementDetector>> {
+    fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
         self.detectors.movement_detectors(signal)
     }
 

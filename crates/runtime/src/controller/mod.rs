@@ -618,13 +618,9 @@ impl Controller {
             });
             // Max green forced a change during the interval: the served phase is the
             // supervisor's, not the request's.
-            if seq.max_green_forced() {
-                if let Some(t) = &mut self.pending[i] {
-                    t.action = seq.interval().target().0;
-                    if t.source == ActionSource::Policy {
-                        t.source = ActionSource::Supervisor;
-                        self.stats.supervisor_overrides += 1;
-                    }
+            if let Some(t) = &mut self.pending[i] {
+                if t.relabel_max_green(seq) {
+                    self.stats.supervisor_overrides += 1;
                 }
             }
         }

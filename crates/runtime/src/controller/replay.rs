@@ -11,13 +11,17 @@
 //!
 //! `lanes[signal][lane]` is `[density, queue]` (fractions of lane storage), or `null` when
 //! that detector did not report; `rewards[signal]` is the reward of the interval that
-//! ended at this decision point (ignored on the first line).
+//! ended at this decision point (ignored on the first line). Where the recorded source had
+//! per-movement detectors (gaps and calls, what actuated control reads), a line also has
+//! `"movements": [[{"queue_veh":2.0,"gap_s":0.5,"call":true,...}, ...] | null, ...]`, one
+//! entry per signal (`null` for a signal without them); a replay then runs the actuated
+//! fallback on the recorded readings.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use greenwave_core::{LaneReading, Millis};
+use greenwave_core::{LaneReading, Millis, MovementDetector};
 use serde::{Deserialize, Serialize};
 
 use greenwave_core::sequencer::Segment;
@@ -48,6 +52,13 @@ struct Line {
     t_ms: u64,
     rewards: Vec<f32>,
     lanes: Vec<Vec<Option<[f32; 2]>>>,
+    /// Per signal, its movements' detector readings (absent in files without any).
+    #[serde(default, skip_serializing_if = "no_movements")]
+    movements: Vec<Option<Vec<MovementDetector>>>,
+}
+
+fn no_movements(m: &[Option<Vec<MovementDetector>>]) -> bool {
+    m.iter().all(Option::is_none)
 }
 
 /// Detector readings replayed from a file.
@@ -75,6 +86,7 @@ impl ReplaySource {
                 t_ms: 0,
                 rewards: Vec::new(),
                 lanes: Vec::new(),
+                movements: Vec::new(),
             },
         };
         let header: Header = src
@@ -131,6 +143,11 @@ impl ReplaySource {
                 "expected lanes and rewards for {n_signals} signals"
             )));
         }
+        if !self.current.movements.is_empty() && self.current.movements.len() != n_signals {
+            return Err(self.err(&format!(
+                "expected movement readings for {n_signals} signals (or none)"
+            )));
+        }
         Ok(())
     }
 }
@@ -170,6 +187,10 @@ impl DetectorSource for ReplaySource {
         self.current = next;
         self.check_line(n)?;
         Ok(Some(self.current.rewards.clone()))
+    }
+
+    fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
+        self.current.movements.get(signal).cloned().flatten()
     }
 }
 
@@ -219,6 +240,7 @@ impl<D: DetectorSource> ReplayRecorder<D> {
                     .iter()
                     .map(|s| vec![None; s.layout.n_lanes as usize])
                     .collect(),
+                movements: vec![None; n],
             },
         })
     }
@@ -248,6 +270,9 @@ impl<D: DetectorSource> DetectorSource for ReplayRecorder<D> {
                 Err(_) => slot.resize(lanes.len(), None),
             }
         }
+        if let Some(slot) = self.line.movements.get_mut(signal) {
+            *slot = self.inner.movement_detectors(signal);
+        }
         result
     }
 
@@ -261,8 +286,7 @@ impl<D: DetectorSource> DetectorSource for ReplayRecorder<D> {
         Ok(rewards)
     }
 
-    #[cfg(feature = "sim")]
-    fn movement_detectors(&self, signal: usize) -> Option<Vec<greenwave_sim::MovementDetector>> {
+    fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
         self.inner.movement_detectors(signal)
     }
 

@@ -1,8 +1,8 @@
 //! Vehicle-actuated control: gap-out / max-out on detector calls.
 
-use greenwave_core::PhaseId;
+use greenwave_core::{ActuatedSignal, Millis};
 
-use super::{can_discharge, decide_switchable, Controller, FixedTime};
+use super::{Controller, FixedTime};
 use crate::env::Env;
 use crate::scenario::Scenario;
 
@@ -10,17 +10,9 @@ use crate::scenario::Scenario;
 /// max green in actuated timing plans: 1.25 to 1.5 times the fixed-time green).
 pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 
-/// Actuated control.
-///
-/// The green phase is extended while a vehicle of one of its movements is in the
-/// detector zone, or left it less than `passage_s` ago. It ends when the gap is longer
-/// (gap-out) or its max green is reached (max-out). The next phase is the first one after
-/// it, in plan order, with a call on a movement it does not already serve; with no call
-/// anywhere the green rests. A movement whose downstream is nearly full
-/// ([`SPILLBACK_FRACTION`](super::SPILLBACK_FRACTION)) neither extends a green nor places
-/// a call: its vehicles could not leave the junction (spill-back gating, as in
-/// queue-spillback-aware actuated practice). Decisions come once per decision interval, so a gap-out
-/// takes effect at the next decision point.
+/// Actuated control of every signal: greenwave-core's [`ActuatedSignal`] (gap-out /
+/// max-out with spill-back gating, the one actuated rule of the workspace) per signal, with
+/// max greens chosen per episode as below.
 ///
 /// **Max green.** Where `max_green_s` gives none for a signal, a signal that replaces a
 /// program of its own (a SUMO light) caps each phase at [`MAX_GREEN_OVER_WEBSTER`] times
@@ -35,8 +27,8 @@ pub struct Actuated {
     /// [`MAX_GREEN_OVER_WEBSTER`] times its program's green (see above), else its plan's max
     /// green (which the sequencer enforces in any case).
     pub max_green_s: Vec<Vec<f64>>,
-    /// The max greens of this episode: `max_green_s`, completed at reset.
-    episode_max_green_s: Vec<Vec<f64>>,
+    /// Each signal's rule for this episode: `max_green_s`, completed at reset.
+    episode: Vec<ActuatedSignal>,
 }
 
 impl Default for Actuated {
@@ -53,7 +45,7 @@ impl Actuated {
         Actuated {
             passage_s,
             max_green_s,
-            episode_max_green_s: Vec::new(),
+            episode: Vec::new(),
         }
     }
 
@@ -73,7 +65,7 @@ impl Actuated {
                     .collect();
                 for stage in &fixed.stages {
                     if let Some(m) = max.get_mut(stage.phase as usize) {
-                        *m = m.min(stage.green_s * MAX_GREEN_OVER_WEBSTER);
+                        *m = m.min(stage.green.0 as f64 / 1000.0 * MAX_GREEN_OVER_WEBSTER);
                     }
                 }
                 max
@@ -89,54 +81,39 @@ impl Controller for Actuated {
     }
 
     fn reset(&mut self, env: &dyn Env) {
-        self.episode_max_green_s = (0..env.signals().len())
-            .map(|i| match self.max_green_s.get(i) {
-                Some(given) if !given.is_empty() => given.clone(),
-                _ => env
-                    .program_greens_s(i)
-                    .map(|greens| greens.iter().map(|g| g * MAX_GREEN_OVER_WEBSTER).collect())
-                    .unwrap_or_default(),
+        self.episode = (0..env.signals().len())
+            .map(|i| {
+                let max_green_s = match self.max_green_s.get(i) {
+                    Some(given) if !given.is_empty() => given.clone(),
+                    _ => env
+                        .program_greens_s(i)
+                        .map(|greens| greens.iter().map(|g| g * MAX_GREEN_OVER_WEBSTER).collect())
+                        .unwrap_or_default(),
+                };
+                self.signal_rule(&max_green_s)
             })
             .collect();
     }
 
     fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
-        decide_switchable(env, |i, seq, phase, detectors| {
-            let plan = seq.plan();
-            let green = plan.phases()[phase.0 as usize].movements;
-            let elapsed_s = seq.in_interval().0 as f64 / 1000.0;
+        if self.episode.len() < env.signals().len() {
             // Before any reset (a controller driven without `run_episode`): as given.
-            let caps = if self.episode_max_green_s.is_empty() {
-                &self.max_green_s
-            } else {
-                &self.episode_max_green_s
-            };
-            let max_out = caps
-                .get(i)
-                .and_then(|phases| phases.get(phase.0 as usize))
-                .is_some_and(|&max| elapsed_s + 1e-3 >= max);
-            // Gap-out, also when every movement still arriving is blocked downstream.
-            let gap_out = !green
-                .iter()
-                .filter_map(|m| detectors.get(m.0 as usize))
-                .any(|d| d.gap_s < self.passage_s && can_discharge(d));
-            if !max_out && !gap_out {
-                return phase.0;
-            }
-            let n = plan.n_phases();
-            let mask = env.action_mask(i);
-            (1..n)
-                .map(|k| (phase.0 as usize + k) % n)
-                .find(|&q| {
-                    mask.allows(PhaseId(q as u8))
-                        && plan.phases()[q]
-                            .movements
-                            .minus(green)
-                            .iter()
-                            .filter_map(|m| detectors.get(m.0 as usize))
-                            .any(|d| (d.call || d.queue_veh > 0.0) && can_discharge(d))
-                })
-                .map_or(phase.0, |q| q as u8)
-        })
+            self.episode = (0..env.signals().len())
+                .map(|i| self.signal_rule(self.max_green_s.get(i).map_or(&[], |v| v)))
+                .collect();
+        }
+        (0..env.signals().len())
+            .map(|i| self.episode[i].decide(env.sequencer(i), &env.detectors(i)))
+            .collect()
+    }
+}
+
+impl Actuated {
+    fn signal_rule(&self, max_green_s: &[f64]) -> ActuatedSignal {
+        let max_green: Vec<Millis> = max_green_s
+            .iter()
+            .map(|&s| Millis((s * 1000.0).round().clamp(0.0, u32::MAX as f64) as u32))
+            .collect();
+        ActuatedSignal::new(self.passage_s, &max_green)
     }
 }

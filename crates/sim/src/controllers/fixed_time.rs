@@ -1,6 +1,6 @@
 //! Fixed-time control with Webster's optimal cycle and green splits.
 
-use greenwave_core::{Interval, PhasePlan};
+use greenwave_core::{CycleStage, FixedCycle, Millis, PhasePlan};
 
 use super::Controller;
 use crate::env::Env;
@@ -12,36 +12,35 @@ const CYCLE_RANGE_S: (f64, f64) = (30.0, 150.0);
 /// gets the longest cycle.
 const MAX_FLOW_RATIO: f64 = 0.9;
 
-/// One stage of a fixed cycle: a phase and its displayed green.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Stage {
-    /// The phase.
-    pub phase: u8,
-    /// Its displayed green.
-    pub green_s: f64,
-}
-
 /// The fixed cycle of one signal.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FixedTimePlan {
     /// Stages in cycle order.
-    pub stages: Vec<Stage>,
+    pub stages: Vec<CycleStage>,
     /// Cycle length including clearances.
     pub cycle_s: f64,
 }
 
-/// Fixed-time control: every signal runs its cycle, stage after stage.
+/// Fixed-time control: every signal runs its cycle, stage after stage (greenwave-core's
+/// [`FixedCycle`], the one fixed-time rule of the workspace).
 #[derive(Clone, Debug)]
 pub struct FixedTime {
     plans: Vec<FixedTimePlan>,
-    stage: Vec<usize>,
+    cycles: Vec<FixedCycle>,
 }
 
 impl FixedTime {
-    /// A controller running `plans` (one per signal, in signal order).
+    /// A controller running `plans` (one per signal, in signal order). A plan with more
+    /// stages than [`greenwave_core::control::MAX_STAGES`] keeps its first ones.
     pub fn new(plans: Vec<FixedTimePlan>) -> Self {
-        let stage = vec![0; plans.len()];
-        FixedTime { plans, stage }
+        let cycles = plans
+            .iter()
+            .map(|p| {
+                let n = p.stages.len().min(greenwave_core::control::MAX_STAGES);
+                FixedCycle::new(&p.stages[..n]).unwrap_or_default()
+            })
+            .collect();
+        FixedTime { plans, cycles }
     }
 
     /// Webster-optimal plans for every signal of `scenario`, from the mean flows of its
@@ -108,7 +107,7 @@ pub fn webster_plan(
     };
     let effective_green_s = (cycle_s - total_lost_s).max(0.0);
     let dt = decision_interval_s.max(1) as f64;
-    let stages: Vec<Stage> = served
+    let stages: Vec<CycleStage> = served
         .iter()
         .map(|&p| {
             let t = plan.phases()[p].timing;
@@ -122,9 +121,9 @@ pub fn webster_plan(
             let min_s = (t.min_green.0 as f64 / 1000.0 / dt).ceil() * dt;
             let max_s = t.max_green.0 as f64 / 1000.0;
             let green_s = ((g / dt).round() * dt).max(min_s).min(max_s);
-            Stage {
+            CycleStage {
                 phase: p as u8,
-                green_s,
+                green: Millis((green_s * 1000.0).round() as u32),
             }
         })
         .collect();
@@ -132,7 +131,7 @@ pub fn webster_plan(
         .iter()
         .map(|st| {
             let t = plan.phases()[st.phase as usize].timing;
-            st.green_s + (t.yellow.0 + t.all_red.0) as f64 / 1000.0
+            (st.green.0 + t.yellow.0 + t.all_red.0) as f64 / 1000.0
         })
         .sum();
     FixedTimePlan { stages, cycle_s }
@@ -143,37 +142,19 @@ impl Controller for FixedTime {
         "fixed-time"
     }
 
-    fn reset(&mut self, env: &dyn Env) {
-        self.stage = vec![0; env.signals().len()];
+    fn reset(&mut self, _env: &dyn Env) {
+        self.cycles.iter_mut().for_each(FixedCycle::restart);
     }
 
     fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
         (0..env.signals().len())
             .map(|i| {
                 let seq = env.sequencer(i);
-                let Some(plan) = self.plans.get(i).filter(|p| !p.stages.is_empty()) else {
+                match self.cycles.get_mut(i) {
+                    Some(cycle) => cycle.decide(seq),
                     // No plan for this signal: keep whatever it is doing.
-                    return seq.interval().target().0;
-                };
-                // During a change only its target is honoured.
-                let phase = match seq.interval() {
-                    Interval::Green { phase } => phase,
-                    change => return change.target().0,
-                };
-                let stage = &mut self.stage[i];
-                if plan.stages[*stage].phase != phase.0 {
-                    // Out of step (the episode's first phase, or a max-green change):
-                    // follow the sequencer if this phase is a stage, else move on.
-                    match plan.stages.iter().position(|st| st.phase == phase.0) {
-                        Some(k) => *stage = k,
-                        None => return plan.stages[*stage].phase,
-                    }
+                    None => seq.interval().target().0,
                 }
-                let elapsed_s = seq.in_interval().0 as f64 / 1000.0;
-                if elapsed_s + 1e-3 >= plan.stages[*stage].green_s {
-                    *stage = (*stage + 1) % plan.stages.len();
-                }
-                plan.stages[*stage].phase
             })
             .collect()
     }

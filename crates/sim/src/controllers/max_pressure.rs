@@ -2,7 +2,7 @@
 
 use greenwave_core::PhaseId;
 
-use super::{can_discharge, decide_switchable, Controller};
+use super::{decide_switchable, Controller};
 use crate::env::{Env, MovementDetector};
 
 /// Max-pressure control.
@@ -90,7 +90,7 @@ fn upstream_load(d: &MovementDetector) -> f32 {
 
 /// The pressure of one movement; none when its downstream is full (it cannot send).
 fn pressure(d: &MovementDetector) -> f32 {
-    if !can_discharge(d) {
+    if !d.can_discharge() {
         return 0.0;
     }
     let downstream_queue_veh =
@@ -142,7 +142,7 @@ impl Controller for MaxPressure {
                     .movements
                     .iter()
                     .filter_map(|m| detectors.get(m.0 as usize))
-                    .any(|d| (d.call || d.queue_veh > 0.0) && can_discharge(d))
+                    .any(MovementDetector::calls)
             };
             let waiting = (0..plan.n_phases()).filter(|&q| {
                 q != phase.0 as usize && mask.allows(PhaseId(q as u8)) && has_demand(q)

@@ -1,6 +1,10 @@
 //! The classic signal controllers: fixed-time (Webster), actuated (gap-out / max-out) and
 //! max-pressure (Varaiya).
 //!
+//! Fixed-time and actuated control are greenwave-core's rules ([`greenwave_core::control`]),
+//! the same code the roadside runtime's fallback and the firmware run; this module adds how
+//! their timing is chosen (Webster's method, max greens from the replaced program).
+//!
 //! Every controller works through the [`Env`] trait only (`sequencer`, `detectors`,
 //! `action_mask`), so the same code drives the embedded simulator and the SUMO backend.
 //! Each decision a controller returns one requested phase per signal; the sequencer
@@ -16,22 +20,13 @@ use std::str::FromStr;
 use greenwave_core::{Interval, PhaseId, Sequencer};
 
 pub use actuated::Actuated;
-pub use fixed_time::{webster_plan, FixedTime, FixedTimePlan, Stage};
+pub use fixed_time::{webster_plan, FixedTime, FixedTimePlan};
 pub use max_pressure::{MaxPressure, DETECTION_RANGE_M};
 
 use crate::env::{Env, EnvError, EpisodeMetrics, MovementDetector};
 use crate::scenario::Scenario;
 
-/// Fraction of its downstream storage at which a movement counts as blocked: its
-/// vehicles cannot leave the junction, so green spent on it is lost (and feeds gridlock).
-pub const SPILLBACK_FRACTION: f32 = 0.9;
-
-/// Whether movement `d` can discharge: its downstream lanes are not (nearly) full.
-/// Movements without downstream storage (leaving the network) can always discharge.
-pub fn can_discharge(d: &MovementDetector) -> bool {
-    d.downstream_storage_veh <= 0.0
-        || d.downstream_veh < SPILLBACK_FRACTION * d.downstream_storage_veh
-}
+pub use greenwave_core::control::SPILLBACK_FRACTION;
 
 /// A signal controller: one requested phase per signal each decision.
 pub trait Controller: Send {

@@ -1,4 +1,4 @@
-use greenwave_core::{Interval, MovementSet, PhaseId, PhasePlan};
+use greenwave_core::{CycleStage, Interval, Millis, MovementSet, PhaseId, PhasePlan};
 
 use super::*;
 use crate::scenario::{FlowModel, LaneGroupDemand};
@@ -78,13 +78,13 @@ fn webster_plan_matches_the_hand_computation() {
     assert_eq!(
         plan.stages,
         vec![
-            Stage {
+            CycleStage {
                 phase: 0,
-                green_s: 20.0
+                green: Millis::from_secs(20)
             },
-            Stage {
+            CycleStage {
                 phase: 1,
-                green_s: 10.0
+                green: Millis::from_secs(10)
             }
         ]
     );
@@ -98,7 +98,7 @@ fn webster_plan_matches_the_hand_computation() {
     }];
     let plan = webster_plan(&two_phase_plan(), &heavy, &flow_model(), 5);
     // 150 s cycle but the phase's max green (60 s) caps the green.
-    assert_eq!(plan.stages[0].green_s, 60.0);
+    assert_eq!(plan.stages[0].green, Millis::from_secs(60));
 }
 
 #[test]
@@ -107,13 +107,13 @@ fn webster_for_single_4way_serves_the_heavy_direction_longest() {
     let ft = FixedTime::webster(&s);
     let stages = &ft.plans()[0].stages;
     assert_eq!(stages.len(), 4);
-    assert!(stages[0].green_s > stages[2].green_s, "{stages:?}");
+    assert!(stages[0].green > stages[2].green, "{stages:?}");
     assert!(stages
         .iter()
-        .all(|st| st.green_s >= 10.0 && st.green_s % 5.0 == 0.0));
+        .all(|st| st.green >= Millis::from_secs(10) && st.green.0 % 5000 == 0));
     let shifted = FixedTime::webster(&s.with_demand("shifted").unwrap());
     let st = &shifted.plans()[0].stages;
-    assert!(st[2].green_s > st[0].green_s, "{st:?}");
+    assert!(st[2].green > st[0].green, "{st:?}");
 }
 
 #[test]
@@ -122,13 +122,13 @@ fn fixed_time_runs_its_cycle() {
     let mut env = EmbeddedEnv::from_scenario(&s, 1);
     let mut ft = FixedTime::new(vec![FixedTimePlan {
         stages: vec![
-            Stage {
+            CycleStage {
                 phase: 0,
-                green_s: 20.0,
+                green: Millis::from_secs(20),
             },
-            Stage {
+            CycleStage {
                 phase: 1,
-                green_s: 10.0,
+                green: Millis::from_secs(10),
             },
         ],
         cycle_s: 40.0,

@@ -1,0 +1,66 @@
+//! The classic control rules, written once and used everywhere a signal is driven without
+//! (or instead of) a policy: greenwave-sim's controllers, the roadside runtime's fallback and
+//! the firmware.
+//!
+//! * [`FixedCycle`]: fixed-time control, each stage's phase green for its time, in order.
+//! * [`ActuatedSignal`]: vehicle-actuated gap-out / max-out on per-movement detectors.
+//! * [`MovementDetector`]: what a detector tells a controller about one movement.
+//!
+//! Each rule only *requests* phases; the [`Sequencer`](crate::Sequencer) still enforces
+//! min/max green and the full clearance intervals. The action mask is
+//! [`PhaseMask::for_state`](crate::PhaseMask::for_state), and relabelling a decision that
+//! max green overrode is [`Transition::relabel_max_green`](crate::Transition::relabel_max_green).
+
+mod actuated;
+mod fixed_time;
+
+pub use actuated::ActuatedSignal;
+pub use fixed_time::{CycleStage, FixedCycle, FixedCycleError, MAX_STAGES};
+
+use serde::{Deserialize, Serialize};
+
+/// Fraction of its downstream storage at which a movement counts as blocked: its
+/// vehicles cannot leave the junction, so green spent on it is lost (and feeds gridlock).
+pub const SPILLBACK_FRACTION: f32 = 0.9;
+
+/// What the detectors say about one movement of a signal (indexed like the plan's
+/// movements): the inputs of actuated and max-pressure control.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MovementDetector {
+    /// Vehicles halted (queued) for this movement.
+    pub queue_veh: f32,
+    /// Vehicles on the movement's incoming lanes (moving or not).
+    pub upstream_veh: f32,
+    /// Length of the movement's incoming lanes (m; the longest; 0 when unknown).
+    pub upstream_length_m: f32,
+    /// Vehicles on the movement's outgoing (downstream) lanes.
+    pub downstream_veh: f32,
+    /// Storage of the downstream lanes, in vehicles.
+    pub downstream_storage_veh: f32,
+    /// Seconds since a vehicle last passed this movement's stop-line detector
+    /// (gap for actuated control); large when none has.
+    pub gap_s: f32,
+    /// Whether a vehicle is waiting at or approaching the stop line (a detector call).
+    pub call: bool,
+}
+
+impl MovementDetector {
+    /// Whether this movement can discharge: its downstream lanes are not (nearly) full.
+    /// Movements without downstream storage (leaving the network) can always discharge.
+    pub fn can_discharge(&self) -> bool {
+        self.downstream_storage_veh <= 0.0
+            || self.downstream_veh < SPILLBACK_FRACTION * self.downstream_storage_veh
+    }
+
+    /// Whether a vehicle of this movement still extends a green: one passed the detector
+    /// less than `passage_s` ago and can leave the junction.
+    pub fn extends_green(&self, passage_s: f32) -> bool {
+        self.gap_s < passage_s && self.can_discharge()
+    }
+
+    /// Whether this movement calls for a green: a vehicle waits or approaches, and could
+    /// leave the junction.
+    pub fn calls(&self) -> bool {
+        (self.call || self.queue_veh > 0.0) && self.can_discharge()
+    }
+}
