@@ -1,210 +1,20 @@
 //! The transition ring and its serial frames.
 //!
-//! A frame is `COBS(postcard(Transition) ‖ crc32_le(postcard(Transition))) ‖ 0x00`: postcard
-//! for the record (the same bytes the transition log stores), CRC-32 (IEEE, the checksum of
-//! the transition log's `[len][crc32][postcard]` records, so the host can append a verified
-//! payload to a log segment without re-encoding), COBS so that `0x00` only ever ends a frame
-//! and a receiver resynchronises after line noise at the next zero.
+//! The frame format is greenwave-core's ([`greenwave_core::frames`]), re-exported here:
+//! `COBS(postcard(Transition) ‖ crc32_le) ‖ 0x00`. This module adds the heapless ring the
+//! controller fills and its drain over `embedded-io`.
 
 use embedded_io::{Error as _, ErrorKind, Write};
-use greenwave_core::Transition;
 use heapless::Deque;
-use postcard::ser_flavors::{Cobs, Flavor, Slice};
+
+pub use greenwave_core::frames::{crc32, decode_frame, encode_frame, FrameError, FrameReader};
 
 use crate::{FieldTransition, OBS_CAPACITY};
 
-/// Longest postcard encoding of a [`FieldTransition`]: timestamp (varint u64, ≤ 10),
-/// signal (varint u16, ≤ 3), two observations (1 length byte + 4 per float each),
-/// requested and served phase (1 each), log-prob and reward (4 each), done (1),
-/// policy version (varint u32, ≤ 5), source (1).
-pub const MAX_RECORD_BYTES: usize = 10 + 3 + 2 * (1 + 4 * OBS_CAPACITY) + 2 + 8 + 1 + 5 + 1;
-/// Longest frame on the wire: record, CRC, COBS overhead (one byte per 254 and one more),
-/// and the terminating zero.
-pub const MAX_FRAME_BYTES: usize = cobs_max(MAX_RECORD_BYTES + 4) + 1;
-
-const fn cobs_max(n: usize) -> usize {
-    n + n / 254 + 1
-}
-
-const CRC32_POLY: u32 = 0xEDB8_8320;
-const CRC32_NIBBLES: [u32; 16] = {
-    let mut table = [0u32; 16];
-    let mut i = 0;
-    while i < 16 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 4 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ CRC32_POLY
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        table[i] = c;
-        i += 1;
-    }
-    table
-};
-
-fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
-    for &b in data {
-        crc ^= b as u32;
-        crc = (crc >> 4) ^ CRC32_NIBBLES[(crc & 15) as usize];
-        crc = (crc >> 4) ^ CRC32_NIBBLES[(crc & 15) as usize];
-    }
-    crc
-}
-
-/// CRC-32 (IEEE 802.3, as zlib and `crc32fast` compute it), with a 64-byte table.
-pub fn crc32(data: &[u8]) -> u32 {
-    !crc32_update(!0, data)
-}
-
-/// A postcard flavor that appends the CRC-32 of everything serialised, little-endian.
-struct Crc32Append<F> {
-    inner: F,
-    crc: u32,
-}
-
-impl<F: Flavor> Flavor for Crc32Append<F> {
-    type Output = F::Output;
-
-    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
-        self.crc = crc32_update(self.crc, &[data]);
-        self.inner.try_push(data)
-    }
-
-    fn finalize(mut self) -> postcard::Result<F::Output> {
-        self.inner.try_extend(&(!self.crc).to_le_bytes())?;
-        self.inner.finalize()
-    }
-}
-
-/// Why a frame could not be written or read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    /// The record does not fit the frame buffer.
-    #[error("transition does not fit a {MAX_FRAME_BYTES}-byte frame")]
-    Encode,
-    /// Nothing between two delimiters.
-    #[error("empty frame")]
-    Empty,
-    /// The COBS encoding is broken (line noise, or a frame cut short).
-    #[error("frame is not valid COBS")]
-    Cobs,
-    /// Too short to hold a CRC.
-    #[error("frame of {bytes} bytes is too short for a record and its CRC")]
-    TooShort {
-        /// Decoded bytes.
-        bytes: usize,
-    },
-    /// The CRC does not match.
-    #[error("frame CRC {received:#010x} does not match the record's {computed:#010x}")]
-    Crc {
-        /// CRC carried by the frame.
-        received: u32,
-        /// CRC of the record bytes.
-        computed: u32,
-    },
-    /// The record is not a valid postcard transition (or its observation is too long).
-    #[error("frame payload is not a transition record")]
-    Record,
-    /// Bytes left after the record.
-    #[error("{bytes} bytes follow the record in the frame")]
-    TrailingBytes {
-        /// How many.
-        bytes: usize,
-    },
-    /// A frame longer than the reader's buffer (no delimiter seen in time).
-    #[error("frame longer than the reader's buffer")]
-    TooLong,
-}
-
-/// Encodes `t` as one frame (terminating zero included) into `buf`.
-pub fn encode_frame<'a, const N: usize>(
-    t: &Transition<N>,
-    buf: &'a mut [u8],
-) -> Result<&'a mut [u8], FrameError> {
-    let cobs = Cobs::try_new(Slice::new(buf)).map_err(|_| FrameError::Encode)?;
-    postcard::serialize_with_flavor(
-        t,
-        Crc32Append {
-            inner: cobs,
-            crc: !0,
-        },
-    )
-    .map_err(|_| FrameError::Encode)
-}
-
-/// Decodes one frame, with or without its terminating zero. The buffer is decoded in place.
-/// Usable from host code: decode into `Transition` (default capacity) there.
-pub fn decode_frame<const N: usize>(frame: &mut [u8]) -> Result<Transition<N>, FrameError> {
-    let frame = match frame.split_last_mut() {
-        Some((0, body)) => body,
-        _ => frame,
-    };
-    if frame.is_empty() {
-        return Err(FrameError::Empty);
-    }
-    if frame.contains(&0) {
-        return Err(FrameError::Cobs);
-    }
-    let n = cobs::decode_in_place(frame).map_err(|_| FrameError::Cobs)?;
-    if n < 4 {
-        return Err(FrameError::TooShort { bytes: n });
-    }
-    let (payload, crc_bytes) = frame[..n].split_at(n - 4);
-    let received = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-    let computed = crc32(payload);
-    if received != computed {
-        return Err(FrameError::Crc { received, computed });
-    }
-    let (t, rest) =
-        postcard::take_from_bytes::<Transition<N>>(payload).map_err(|_| FrameError::Record)?;
-    if !rest.is_empty() {
-        return Err(FrameError::TrailingBytes { bytes: rest.len() });
-    }
-    Ok(t)
-}
-
-/// Splits a byte stream into frames and decodes them; `BUF` bounds one encoded frame
-/// ([`MAX_FRAME_BYTES`] suffices for firmware frames).
-#[derive(Clone, Debug, Default)]
-pub struct FrameReader<const BUF: usize> {
-    buf: heapless::Vec<u8, BUF>,
-    overflowed: bool,
-}
-
-impl<const BUF: usize> FrameReader<BUF> {
-    /// An empty reader.
-    pub const fn new() -> Self {
-        FrameReader {
-            buf: heapless::Vec::new(),
-            overflowed: false,
-        }
-    }
-
-    /// Feeds one byte; at a frame's end returns its decoded record or why it was refused.
-    /// Zeros between frames are ignored.
-    pub fn push<const N: usize>(&mut self, byte: u8) -> Option<Result<Transition<N>, FrameError>> {
-        if byte != 0 {
-            if self.buf.push(byte).is_err() {
-                self.overflowed = true;
-            }
-            return None;
-        }
-        let result = if core::mem::take(&mut self.overflowed) {
-            Some(Err(FrameError::TooLong))
-        } else if self.buf.is_empty() {
-            None
-        } else {
-            Some(decode_frame(&mut self.buf))
-        };
-        self.buf.clear();
-        result
-    }
-}
+/// Longest postcard encoding of a [`FieldTransition`].
+pub const MAX_RECORD_BYTES: usize = greenwave_core::frames::max_record_bytes(OBS_CAPACITY);
+/// Longest frame on the wire for a [`FieldTransition`], terminating zero included.
+pub const MAX_FRAME_BYTES: usize = greenwave_core::frames::max_frame_bytes(OBS_CAPACITY);
 
 /// Why draining the ring stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -318,6 +128,7 @@ fn write_whole<W: Write>(w: &mut W, mut bytes: &[u8]) -> Result<(), DrainError> 
 mod tests {
     use super::*;
     use greenwave_core::ActionSource;
+    use greenwave_core::Transition;
     use std::vec::Vec;
 
     fn sample(ts: u64) -> FieldTransition {

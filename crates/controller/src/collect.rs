@@ -1,5 +1,5 @@
 //! Collecting transitions from MCU firmware: its serial frames
-//! (`COBS(postcard(Transition) ‖ crc32_le) ‖ 0x00`, see `greenwave_firmware::frames`)
+//! (`COBS(postcard(Transition) ‖ crc32_le) ‖ 0x00`, see `greenwave_core::frames`)
 //! are decoded, checked and appended to a transition log.
 //!
 //! A frame that fails its CRC, its COBS decoding or its record decoding is counted and
@@ -7,9 +7,12 @@
 
 use std::io::Read;
 
+use greenwave_core::frames::{max_frame_bytes, FrameReader};
+use greenwave_core::transition::MAX_OBS_DIM;
 use greenwave_core::Transition;
-use greenwave_firmware::frames::MAX_FRAME_BYTES;
-use greenwave_firmware::FrameReader;
+
+/// Longest frame collected: a record with the largest observation a log holds.
+const MAX_FRAME_BYTES: usize = max_frame_bytes(MAX_OBS_DIM);
 
 use greenwave_runtime::log::{Commit, LogError, LogWriter};
 

@@ -11,6 +11,8 @@
 //! * [`transition`]: the `(s, a, r, s', log π)` record logged in the field.
 //! * [`control`]: the classic control rules (fixed-time cycle, actuated gap-out / max-out),
 //!   written once for simulators, runtime fallback and firmware.
+//! * [`frames`]: the serial frame format of transition records (COBS, CRC-32), shared by
+//!   the firmware that sends them and the cabinet that receives them.
 //! * [`mlp`]: the postcard MLP blob and its allocation-free forward pass.
 #![no_std]
 #![warn(missing_docs)]
@@ -19,6 +21,7 @@
 extern crate std;
 
 pub mod control;
+pub mod frames;
 pub mod mlp;
 pub mod observation;
 pub mod plan;

@@ -1,9 +1,9 @@
 //! One function per fuzz target. Each states the property it checks beyond "no panic".
 
+use greenwave_core::frames::{decode_frame, encode_frame, max_frame_bytes, FrameReader};
 use greenwave_core::mlp::MlpBlob;
 use greenwave_core::transition::MAX_OBS_DIM;
 use greenwave_core::Transition;
-use greenwave_firmware::frames::{decode_frame, encode_frame, FrameReader, MAX_FRAME_BYTES};
 use greenwave_learn::onnx;
 use greenwave_runtime::bundle;
 use greenwave_runtime::inference::MatvecBackend;
@@ -100,6 +100,9 @@ pub fn scenario_toml(data: &[u8]) {
     }
 }
 
+/// Longest frame of a host record (96-float observations): what `collect` reads.
+const MAX_FRAME_BYTES: usize = max_frame_bytes(MAX_OBS_DIM);
+
 /// Firmware serial frames (what `greenwave-controller collect` reads from a cabinet): the
 /// stream through the frame reader, and the whole input as one frame. Checks: a frame that
 /// decodes re-encodes to a frame that decodes to the same record.
@@ -116,16 +119,13 @@ pub fn firmware_frames(data: &[u8]) {
     }
 }
 
-/// Room for any host record (96-float observations), not only a firmware one.
-const HOST_FRAME_BYTES: usize = 4096;
-
 fn round_trip(t: &Transition) {
-    let mut buf = [0u8; HOST_FRAME_BYTES];
+    let mut buf = [0u8; MAX_FRAME_BYTES];
     let frame = encode_frame(t, &mut buf).expect("a decoded record fits a frame");
     let first = frame.to_vec();
     let back = decode_frame::<MAX_OBS_DIM>(frame).expect("own frame decodes");
     // Compare encodings, not values: NaN payloads must survive too.
-    let mut again = [0u8; HOST_FRAME_BYTES];
+    let mut again = [0u8; MAX_FRAME_BYTES];
     let second = encode_frame(&back, &mut again).expect("re-encodes");
     assert_eq!(first, second.to_vec());
 }

@@ -1,0 +1,259 @@
+//! The serial frame format of transition records, shared by every sender (the firmware)
+//! and receiver (the cabinet's `greenwave-controller collect`, the replay harness).
+//!
+//! A frame is `COBS(postcard(Transition) ‖ crc32_le(postcard(Transition))) ‖ 0x00`: postcard
+//! for the record (the same bytes the transition log stores), CRC-32 (IEEE, the checksum of
+//! the transition log's records, so the host can append a verified payload to a log segment
+//! without re-encoding), COBS so that `0x00` only ever ends a frame and a receiver
+//! resynchronises after line noise at the next zero.
+//!
+//! The CRC is computed with a 64-byte nibble table (table-driven crates carry kilobytes of
+//! tables, too much for an MCU's flash); `tests` check it against the standard check value.
+
+use postcard::ser_flavors::{Cobs, Flavor, Slice};
+
+use crate::transition::Transition;
+
+/// Longest postcard encoding of a [`Transition`] whose observations hold at most
+/// `obs_capacity` floats: timestamp (varint u64, ≤ 10), signal (varint u16, ≤ 3), two
+/// observations (1 length byte + 4 per float each), requested and served phase (1 each),
+/// log-prob and reward (4 each), done (1), policy version (varint u32, ≤ 5), source (1).
+pub const fn max_record_bytes(obs_capacity: usize) -> usize {
+    10 + 3 + 2 * (1 + 4 * obs_capacity) + 2 + 8 + 1 + 5 + 1
+}
+
+/// Longest frame on the wire for records of `obs_capacity` floats: record, CRC, COBS
+/// overhead (one byte per 254 and one more), and the terminating zero.
+pub const fn max_frame_bytes(obs_capacity: usize) -> usize {
+    cobs_max(max_record_bytes(obs_capacity) + 4) + 1
+}
+
+const fn cobs_max(n: usize) -> usize {
+    n + n / 254 + 1
+}
+
+const CRC32_POLY: u32 = 0xEDB8_8320;
+const CRC32_NIBBLES: [u32; 16] = {
+    let mut table = [0u32; 16];
+    let mut i = 0;
+    while i < 16 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 4 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ CRC32_POLY
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        table[i] = c;
+        i += 1;
+    }
+    table
+};
+
+fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
+    for &b in data {
+        crc ^= b as u32;
+        crc = (crc >> 4) ^ CRC32_NIBBLES[(crc & 15) as usize];
+        crc = (crc >> 4) ^ CRC32_NIBBLES[(crc & 15) as usize];
+    }
+    crc
+}
+
+/// CRC-32 (IEEE 802.3, as zlib and `crc32fast` compute it), with a 64-byte table.
+pub fn crc32(data: &[u8]) -> u32 {
+    !crc32_update(!0, data)
+}
+
+/// A postcard flavor that appends the CRC-32 of everything serialised, little-endian.
+struct Crc32Append<F> {
+    inner: F,
+    crc: u32,
+}
+
+impl<F: Flavor> Flavor for Crc32Append<F> {
+    type Output = F::Output;
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.crc = crc32_update(self.crc, &[data]);
+        self.inner.try_push(data)
+    }
+
+    fn finalize(mut self) -> postcard::Result<F::Output> {
+        self.inner.try_extend(&(!self.crc).to_le_bytes())?;
+        self.inner.finalize()
+    }
+}
+
+/// Why a frame could not be written or read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// The record does not fit the frame buffer.
+    #[error("transition does not fit the frame buffer")]
+    Encode,
+    /// Nothing between two delimiters.
+    #[error("empty frame")]
+    Empty,
+    /// The COBS encoding is broken (line noise, or a frame cut short).
+    #[error("frame is not valid COBS")]
+    Cobs,
+    /// Too short to hold a CRC.
+    #[error("frame of {bytes} bytes is too short for a record and its CRC")]
+    TooShort {
+        /// Decoded bytes.
+        bytes: usize,
+    },
+    /// The CRC does not match.
+    #[error("frame CRC {received:#010x} does not match the record's {computed:#010x}")]
+    Crc {
+        /// CRC carried by the frame.
+        received: u32,
+        /// CRC of the record bytes.
+        computed: u32,
+    },
+    /// The record is not a valid postcard transition (or its observation is too long).
+    #[error("frame payload is not a transition record")]
+    Record,
+    /// Bytes left after the record.
+    #[error("{bytes} bytes follow the record in the frame")]
+    TrailingBytes {
+        /// How many.
+        bytes: usize,
+    },
+    /// A frame longer than the reader's buffer (no delimiter seen in time).
+    #[error("frame longer than the reader's buffer")]
+    TooLong,
+}
+
+/// Encodes `t` as one frame (terminating zero included) into `buf`.
+pub fn encode_frame<'a, const N: usize>(
+    t: &Transition<N>,
+    buf: &'a mut [u8],
+) -> Result<&'a mut [u8], FrameError> {
+    let cobs = Cobs::try_new(Slice::new(buf)).map_err(|_| FrameError::Encode)?;
+    postcard::serialize_with_flavor(
+        t,
+        Crc32Append {
+            inner: cobs,
+            crc: !0,
+        },
+    )
+    .map_err(|_| FrameError::Encode)
+}
+
+/// Decodes one frame, with or without its terminating zero. The buffer is decoded in place.
+/// Usable from host code: decode into `Transition` (default capacity) there.
+pub fn decode_frame<const N: usize>(frame: &mut [u8]) -> Result<Transition<N>, FrameError> {
+    let frame = match frame.split_last_mut() {
+        Some((0, body)) => body,
+        _ => frame,
+    };
+    if frame.is_empty() {
+        return Err(FrameError::Empty);
+    }
+    if frame.contains(&0) {
+        return Err(FrameError::Cobs);
+    }
+    let n = cobs::decode_in_place(frame).map_err(|_| FrameError::Cobs)?;
+    if n < 4 {
+        return Err(FrameError::TooShort { bytes: n });
+    }
+    let (payload, crc_bytes) = frame[..n].split_at(n - 4);
+    let received = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
+    let computed = crc32(payload);
+    if received != computed {
+        return Err(FrameError::Crc { received, computed });
+    }
+    let (t, rest) =
+        postcard::take_from_bytes::<Transition<N>>(payload).map_err(|_| FrameError::Record)?;
+    if !rest.is_empty() {
+        return Err(FrameError::TrailingBytes { bytes: rest.len() });
+    }
+    Ok(t)
+}
+
+/// Splits a byte stream into frames and decodes them; `BUF` bounds one encoded frame
+/// ([`max_frame_bytes`] of the sender's observation capacity suffices).
+#[derive(Clone, Debug, Default)]
+pub struct FrameReader<const BUF: usize> {
+    buf: heapless::Vec<u8, BUF>,
+    overflowed: bool,
+}
+
+impl<const BUF: usize> FrameReader<BUF> {
+    /// An empty reader.
+    pub const fn new() -> Self {
+        FrameReader {
+            buf: heapless::Vec::new(),
+            overflowed: false,
+        }
+    }
+
+    /// Feeds one byte; at a frame's end returns its decoded record or why it was refused.
+    /// Zeros between frames are ignored.
+    pub fn push<const N: usize>(&mut self, byte: u8) -> Option<Result<Transition<N>, FrameError>> {
+        if byte != 0 {
+            if self.buf.push(byte).is_err() {
+                self.overflowed = true;
+            }
+            return None;
+        }
+        let result = if core::mem::take(&mut self.overflowed) {
+            Some(Err(FrameError::TooLong))
+        } else if self.buf.is_empty() {
+            None
+        } else {
+            Some(decode_frame(&mut self.buf))
+        };
+        self.buf.clear();
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_is_the_ieee_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn frames_round_trip_and_refuse_damage() {
+        let mut t: Transition<4> = Transition {
+            timestamp_ms: 5000,
+            signal: 1,
+            obs: heapless::Vec::from_slice(&[0.5, 0.0]).unwrap(),
+            requested: 1,
+            action: 1,
+            log_prob: -0.3,
+            reward: -2.0,
+            next_obs: heapless::Vec::from_slice(&[0.25, 1.0]).unwrap(),
+            done: false,
+            policy_version: 3,
+            source: crate::ActionSource::Policy,
+        };
+        t.done = true;
+        let mut buf = [0u8; max_frame_bytes(4)];
+        let frame = encode_frame(&t, &mut buf).unwrap();
+        assert_eq!(frame.last(), Some(&0));
+        let mut copy = [0u8; max_frame_bytes(4)];
+        copy[..frame.len()].copy_from_slice(frame);
+        let n = frame.len();
+        assert_eq!(decode_frame::<4>(&mut copy[..n]), Ok(t.clone()));
+        let mut reader = FrameReader::<{ max_frame_bytes(4) }>::new();
+        let mut got = None;
+        for &b in frame.iter() {
+            if let Some(r) = reader.push::<4>(b) {
+                got = Some(r);
+            }
+        }
+        assert_eq!(got, Some(Ok(t)));
+        frame[3] ^= 0x40;
+        assert!(decode_frame::<4>(frame).is_err());
+    }
+}
