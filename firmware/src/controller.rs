@@ -490,6 +490,7 @@ where
             done: false,
             policy_version: version,
             source,
+            reward_kind: Some(FIELD_REWARD),
         });
         Decision {
             requested,

@@ -145,6 +145,7 @@ mod tests {
             done: false,
             policy_version: 3,
             source: ActionSource::Policy,
+            reward_kind: Some(greenwave_core::RewardKind::Queue),
         }
     }
 

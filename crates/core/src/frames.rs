@@ -17,9 +17,10 @@ use crate::transition::Transition;
 /// Longest postcard encoding of a [`Transition`] whose observations hold at most
 /// `obs_capacity` floats: timestamp (varint u64, ≤ 10), signal (varint u16, ≤ 3), two
 /// observations (1 length byte + 4 per float each), requested and served phase (1 each),
-/// log-prob and reward (4 each), done (1), policy version (varint u32, ≤ 5), source (1).
+/// log-prob and reward (4 each), done (1), policy version (varint u32, ≤ 5), source (1),
+/// reward kind (option tag and variant, 2).
 pub const fn max_record_bytes(obs_capacity: usize) -> usize {
-    10 + 3 + 2 * (1 + 4 * obs_capacity) + 2 + 8 + 1 + 5 + 1
+    10 + 3 + 2 * (1 + 4 * obs_capacity) + 2 + 8 + 1 + 5 + 1 + 2
 }
 
 /// Longest frame on the wire for records of `obs_capacity` floats: record, CRC, COBS
@@ -166,12 +167,10 @@ pub fn decode_frame<const N: usize>(frame: &mut [u8]) -> Result<Transition<N>, F
     if received != computed {
         return Err(FrameError::Crc { received, computed });
     }
-    let (t, rest) =
-        postcard::take_from_bytes::<Transition<N>>(payload).map_err(|_| FrameError::Record)?;
-    if !rest.is_empty() {
-        return Err(FrameError::TrailingBytes { bytes: rest.len() });
-    }
-    Ok(t)
+    Transition::from_record_bytes(payload).map_err(|e| match e {
+        crate::transition::RecordError::TrailingBytes(bytes) => FrameError::TrailingBytes { bytes },
+        crate::transition::RecordError::Decode(_) => FrameError::Record,
+    })
 }
 
 /// Splits a byte stream into frames and decodes them; `BUF` bounds one encoded frame
@@ -236,6 +235,7 @@ mod tests {
             done: false,
             policy_version: 3,
             source: crate::ActionSource::Policy,
+            reward_kind: Some(crate::RewardKind::Queue),
         };
         t.done = true;
         let mut buf = [0u8; max_frame_bytes(4)];

@@ -3,6 +3,8 @@
 use heapless::Vec;
 use serde::{Deserialize, Serialize};
 
+use crate::reward::RewardKind;
+
 /// Largest observation a [`Transition`] holds by default.
 pub const MAX_OBS_DIM: usize = 96;
 
@@ -48,9 +50,77 @@ pub struct Transition<const OBS: usize = MAX_OBS_DIM> {
     pub policy_version: u32,
     /// Who chose the served phase.
     pub source: ActionSource,
+    /// Which reward `reward` is (`None` in records written before reward kinds were
+    /// recorded). Fine-tuning refuses a log that mixes kinds.
+    pub reward_kind: Option<RewardKind>,
+}
+
+/// Why record bytes are not a [`Transition`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Not a postcard transition in either layout (or an observation too long).
+    #[error("not a transition record: {0}")]
+    Decode(postcard::Error),
+    /// Bytes left after the record.
+    #[error("{0} bytes follow the record")]
+    TrailingBytes(usize),
+}
+
+/// The record layout before [`Transition::reward_kind`] existed: the same fields in the same
+/// order, without it. Kept so that logs and frames written then stay readable.
+#[derive(Deserialize)]
+struct LegacyTransition<const OBS: usize> {
+    timestamp_ms: u64,
+    signal: u16,
+    obs: Vec<f32, OBS>,
+    requested: u8,
+    action: u8,
+    log_prob: f32,
+    reward: f32,
+    next_obs: Vec<f32, OBS>,
+    done: bool,
+    policy_version: u32,
+    source: ActionSource,
+}
+
+impl<const OBS: usize> From<LegacyTransition<OBS>> for Transition<OBS> {
+    fn from(t: LegacyTransition<OBS>) -> Self {
+        Transition {
+            timestamp_ms: t.timestamp_ms,
+            signal: t.signal,
+            obs: t.obs,
+            requested: t.requested,
+            action: t.action,
+            log_prob: t.log_prob,
+            reward: t.reward,
+            next_obs: t.next_obs,
+            done: t.done,
+            policy_version: t.policy_version,
+            source: t.source,
+            reward_kind: None,
+        }
+    }
 }
 
 impl<const OBS: usize> Transition<OBS> {
+    /// Decodes exactly one record (the whole of `bytes`): the current layout, or the
+    /// layout before reward kinds were recorded (then `reward_kind` is `None`). The two
+    /// cannot be confused: the current layout is the old one plus a last field, so old
+    /// bytes end before it and current bytes leave it over for the old layout.
+    pub fn from_record_bytes(bytes: &[u8]) -> Result<Self, RecordError> {
+        let current = postcard::take_from_bytes::<Self>(bytes);
+        if let Ok((t, [])) = current {
+            return Ok(t);
+        }
+        if let Ok((t, [])) = postcard::take_from_bytes::<LegacyTransition<OBS>>(bytes) {
+            return Ok(t.into());
+        }
+        match current {
+            Ok((_, rest)) => Err(RecordError::TrailingBytes(rest.len())),
+            Err(e) => Err(RecordError::Decode(e)),
+        }
+    }
+
     /// Whether this record is a sample of the acting policy (served as the policy asked).
     /// Only such records may enter importance ratios; the others are still valid
     /// experience for a Q-critic.
@@ -93,6 +163,7 @@ mod tests {
             done: false,
             policy_version: 7,
             source: ActionSource::Supervisor,
+            reward_kind: Some(RewardKind::Queue),
         }
     }
 
@@ -130,6 +201,58 @@ mod tests {
             "only policy decisions are relabelled"
         );
         assert_eq!((f.action, f.source), (1, ActionSource::Fallback));
+    }
+
+    #[test]
+    fn records_without_a_reward_kind_stay_readable() {
+        #[derive(Serialize)]
+        struct Legacy<'a> {
+            timestamp_ms: u64,
+            signal: u16,
+            obs: &'a [f32],
+            requested: u8,
+            action: u8,
+            log_prob: f32,
+            reward: f32,
+            next_obs: &'a [f32],
+            done: bool,
+            policy_version: u32,
+            source: ActionSource,
+        }
+        let t: Transition = sample();
+        let old = postcard::to_allocvec(&Legacy {
+            timestamp_ms: t.timestamp_ms,
+            signal: t.signal,
+            obs: &t.obs,
+            requested: t.requested,
+            action: t.action,
+            log_prob: t.log_prob,
+            reward: t.reward,
+            next_obs: &t.next_obs,
+            done: t.done,
+            policy_version: t.policy_version,
+            source: t.source,
+        })
+        .unwrap();
+        let back = Transition::<MAX_OBS_DIM>::from_record_bytes(&old).unwrap();
+        assert_eq!(back.reward_kind, None);
+        assert_eq!(
+            Transition {
+                reward_kind: t.reward_kind,
+                ..back
+            },
+            t
+        );
+        let new = postcard::to_allocvec(&t).unwrap();
+        assert_eq!(new.len(), old.len() + 2, "an Option tag and the kind");
+        assert_eq!(Transition::<MAX_OBS_DIM>::from_record_bytes(&new), Ok(t));
+        let mut long = new.clone();
+        long.push(0);
+        assert_eq!(
+            Transition::<MAX_OBS_DIM>::from_record_bytes(&long),
+            Err(RecordError::TrailingBytes(1))
+        );
+        assert!(Transition::<MAX_OBS_DIM>::from_record_bytes(&new[..new.len() - 3]).is_err());
     }
 
     #[test]

@@ -67,6 +67,7 @@ fn write_log_seeds() {
         done: seq % 50 == 49,
         policy_version: 3,
         source: [ActionSource::Policy, ActionSource::Supervisor][(seq % 2) as usize],
+        reward_kind: None,
     };
     let dir = std::env::temp_dir().join(format!("gw-log-seeds-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,7 +1,9 @@
 //! The controller's view of the field: detectors in, signal heads out.
 
 use greenwave_core::sequencer::Segment;
-use greenwave_core::{Interval, LaneReading, Millis, MovementDetector, Response, SignalFrame};
+use greenwave_core::{
+    Interval, LaneReading, Millis, MovementDetector, Response, RewardKind, SignalFrame,
+};
 
 /// Why detector readings are missing.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -44,6 +46,12 @@ pub trait DetectorSource {
     /// the actuated fallback, if this source has them: detector cards that report gaps
     /// and calls per movement, a simulator, or a replay of either.
     fn movement_detectors(&self, _signal: usize) -> Option<Vec<MovementDetector>> {
+        None
+    }
+
+    /// Which reward [`DetectorSource::advance`] returns (recorded in every transition, so
+    /// that fine-tuning never mixes kinds); `None` when the source cannot say.
+    fn reward_kind(&self) -> Option<RewardKind> {
         None
     }
 
@@ -132,6 +140,10 @@ impl<D: DetectorSource, S> DetectorSource for Split<D, S> {
 
     fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
         self.detectors.movement_detectors(signal)
+    }
+
+    fn reward_kind(&self) -> Option<RewardKind> {
+        self.detectors.reward_kind()
     }
 
     #[cfg(feature = "sim")]

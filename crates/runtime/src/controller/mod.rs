@@ -560,6 +560,7 @@ impl Controller {
                     done: false,
                     policy_version: version,
                     source,
+                    reward_kind: None,
                 });
             } else {
                 // A decision without an observation cannot become a transition.
@@ -590,6 +591,7 @@ impl Controller {
         for (i, p) in self.pending.iter_mut().enumerate() {
             if let Some(t) = p {
                 t.reward = rewards.get(i).copied().unwrap_or(0.0);
+                t.reward_kind = field.reward_kind();
             }
         }
         self.check_readback(field)?;

@@ -5,13 +5,14 @@
 //! point:
 //!
 //! ```text
-//! {"format":"greenwave-replay","version":1,"decision_interval_ms":5000,"signals":[{"id":"c","n_lanes":12}]}
+//! {"format":"greenwave-replay","version":1,"decision_interval_ms":5000,"signals":[{"id":"c","n_lanes":12}],"reward_kind":"WaitDelta"}
 //! {"t_ms":0,"rewards":[0.0],"lanes":[[[0.1,0.0],[0.2,0.05],null, ...]]}
 //! ```
 //!
 //! `lanes[signal][lane]` is `[density, queue]` (fractions of lane storage), or `null` when
 //! that detector did not report; `rewards[signal]` is the reward of the interval that
-//! ended at this decision point (ignored on the first line). Where the recorded source had
+//! ended at this decision point (ignored on the first line), of the header's `reward_kind`
+//! (absent when the recorded source could not say). Where the recorded source had
 //! per-movement detectors (gaps and calls, what actuated control reads), a line also has
 //! `"movements": [[{"queue_veh":2.0,"gap_s":0.5,"call":true,...}, ...] | null, ...]`, one
 //! entry per signal (`null` for a signal without them); a replay then runs the actuated
@@ -21,7 +22,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use greenwave_core::{LaneReading, Millis, MovementDetector};
+use greenwave_core::{LaneReading, Millis, MovementDetector, RewardKind};
 use serde::{Deserialize, Serialize};
 
 use greenwave_core::sequencer::Segment;
@@ -39,6 +40,10 @@ struct Header {
     version: u32,
     decision_interval_ms: u32,
     signals: Vec<HeaderSignal>,
+    /// Which reward the `rewards` are (absent in files recorded before it was written, or
+    /// from a source that could not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reward_kind: Option<RewardKind>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -69,6 +74,7 @@ pub struct ReplaySource {
     line_no: usize,
     interval: Millis,
     current: Line,
+    reward_kind: Option<RewardKind>,
 }
 
 impl ReplaySource {
@@ -88,6 +94,7 @@ impl ReplaySource {
                 lanes: Vec::new(),
                 movements: Vec::new(),
             },
+            reward_kind: None,
         };
         let header: Header = src
             .next_json()?
@@ -106,6 +113,7 @@ impl ReplaySource {
             )));
         }
         src.interval = Millis(header.decision_interval_ms);
+        src.reward_kind = header.reward_kind;
         src.current = src
             .next_json()?
             .ok_or_else(|| src.err("no decision records after the header"))?;
@@ -192,6 +200,10 @@ impl DetectorSource for ReplaySource {
     fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
         self.current.movements.get(signal).cloned().flatten()
     }
+
+    fn reward_kind(&self) -> Option<RewardKind> {
+        self.reward_kind
+    }
 }
 
 /// Passes readings through from `inner` and records them as a replay file.
@@ -218,6 +230,7 @@ impl<D: DetectorSource> ReplayRecorder<D> {
             format: FORMAT.into(),
             version: VERSION,
             decision_interval_ms: interval.0,
+            reward_kind: inner.reward_kind(),
             signals: signals
                 .iter()
                 .map(|s| HeaderSignal {
@@ -288,6 +301,10 @@ impl<D: DetectorSource> DetectorSource for ReplayRecorder<D> {
 
     fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
         self.inner.movement_detectors(signal)
+    }
+
+    fn reward_kind(&self) -> Option<RewardKind> {
+        self.inner.reward_kind()
     }
 
     #[cfg(feature = "sim")]

@@ -122,6 +122,10 @@ impl<E: Env> DetectorSource for SimField<E> {
         Some(self.env.detectors(signal))
     }
 
+    fn reward_kind(&self) -> Option<greenwave_core::RewardKind> {
+        Some(self.env.reward_kind())
+    }
+
     fn metrics(&self) -> Option<EpisodeMetrics> {
         Some(self.env.metrics())
     }

@@ -9,8 +9,13 @@ use super::LogError;
 
 /// First four bytes of every segment.
 pub const SEGMENT_MAGIC: [u8; 4] = *b"GWTL";
-/// Segment format version written: 2 (resynchronisable frames). Version 1 stays readable.
-pub const SEGMENT_VERSION: u16 = 2;
+/// Segment format version written: 3 (version 2's resynchronisable frames; records carry
+/// their reward kind). Versions 1 and 2 stay readable (their records read with
+/// `reward_kind: None`); older software refuses a version-3 segment by its header instead
+/// of misreading its records.
+pub const SEGMENT_VERSION: u16 = 3;
+/// Version 2: resynchronisable frames, records without a reward kind.
+pub const SEGMENT_VERSION_V2: u16 = 2;
 /// The first format: records framed `len | crc32(payload) | payload`, no frame magic.
 pub const SEGMENT_VERSION_V1: u16 = 1;
 /// Bytes in a segment header.
@@ -217,7 +222,10 @@ impl Header {
         }
         let version = u16::from_le_bytes([bytes[4], bytes[5]]);
         let header_len = u16::from_le_bytes([bytes[6], bytes[7]]);
-        let known = version == SEGMENT_VERSION || version == SEGMENT_VERSION_V1;
+        let known = matches!(
+            version,
+            SEGMENT_VERSION | SEGMENT_VERSION_V2 | SEGMENT_VERSION_V1
+        );
         if !known || header_len as usize != HEADER_BYTES {
             return Err(IssueKind::BadHeader(format!(
                 "format version {version} / header length {header_len} not supported"
@@ -296,14 +304,9 @@ fn payload(bytes: &[u8], stored_crc: u32) -> Result<Transition, IssueKind> {
             computed,
         });
     }
-    match postcard::take_from_bytes::<Transition>(bytes) {
-        Ok((t, [])) => Ok(t),
-        Ok((_, rest)) => Err(IssueKind::Decode(format!(
-            "{} bytes follow the record",
-            rest.len()
-        ))),
-        Err(e) => Err(IssueKind::Decode(e.to_string())),
-    }
+    // Records written before reward kinds were recorded (segment versions 1 and 2) decode
+    // with `reward_kind: None`.
+    Transition::from_record_bytes(bytes).map_err(|e| IssueKind::Decode(e.to_string()))
 }
 
 /// The length field's check, and whether the file holds the whole frame.

@@ -212,6 +212,10 @@ impl DetectorSource for TestField {
         self.inner.movement_detectors(signal)
     }
 
+    fn reward_kind(&self) -> Option<greenwave_core::RewardKind> {
+        self.inner.reward_kind()
+    }
+
     fn metrics(&self) -> Option<EpisodeMetrics> {
         self.inner.metrics()
     }
@@ -389,5 +393,6 @@ pub fn log_record(seq: u64) -> greenwave_core::Transition {
             greenwave_core::ActionSource::Supervisor,
             greenwave_core::ActionSource::Fallback,
         ][(seq % 3) as usize],
+        reward_kind: Some(greenwave_core::RewardKind::WaitDelta),
     }
 }
