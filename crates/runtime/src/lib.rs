@@ -12,6 +12,8 @@
 //! * [`controller`]: the decision loop ([`Controller`]), its [`DetectorSource`] and
 //!   [`SignalSink`] interfaces, the watchdog and the fallback controllers.
 //! * [`log`]: the append-only, crash-safe transition log and its reader.
+//! * [`site`]: the cabinet's site configuration (plans, layouts, fallback timing) from a
+//!   TOML file, so a field controller needs no simulator.
 //!
 //! Fine-tuning from the log is `greenwave-finetune` (it needs candle; this crate does not),
 //! and the `greenwave-controller` binary, with `collect` for firmware serial frames, is the
@@ -27,6 +29,7 @@ pub use greenwave_policy::bundle;
 pub mod controller;
 pub mod inference;
 pub mod log;
+pub mod site;
 
 pub use controller::{
     Controller, ControllerConfig, ControllerError, DetectorSource, SignalSink, SignalSpec,

@@ -131,6 +131,11 @@ impl Fallback {
         &self.cycles
     }
 
+    /// The actuated rules, one per signal (empty unless actuated).
+    pub fn actuated_rules(&self) -> &[ActuatedSignal] {
+        &self.actuated
+    }
+
     /// The phase `signal` should request now. `detectors_ok` is false when this decision
     /// had a detector fault (fixed time is used then).
     pub(crate) fn decide(

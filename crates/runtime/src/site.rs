@@ -1,0 +1,315 @@
+//! The cabinet's site configuration: the phase plans, observation layouts and fallback
+//! timing a controller runs, read from a TOML file, so that a field controller needs no
+//! simulator (the simulators stay fields for tests and demos).
+//!
+//! ```toml
+//! site = "Main St / 5th Ave"
+//! decision_interval_ms = 5000
+//!
+//! [[signal]]
+//! id = "c"
+//! n_lanes = 12
+//! initial_phase = 0
+//! fixed_cycle = [{ phase = 0, green = 20000 }, { phase = 1, green = 10000 }]  # optional
+//! actuated = { passage_s = 1.0, max_green = [30000, 15000] }                  # optional
+//! [signal.plan]            # greenwave-core's PhasePlan, validated as it is read
+//! movements = [{ approach = 0, turn = "Through" }, ...]
+//! ...
+//! ```
+//!
+//! `greenwave site` writes one from a scenario or a SUMO network. Reading checks
+//! everything the controller would otherwise trip over later, and names the signal and
+//! field: the plan (through [`PhasePlan`]'s own validation), the lane count, the initial
+//! phase, the fixed cycle against the plan, the decision interval.
+
+use std::path::{Path, PathBuf};
+
+use greenwave_core::{
+    ActuatedSignal, CycleStage, FixedCycle, Millis, ObsLayout, PhaseId, PhasePlan,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::controller::{Fallback, FallbackKind, SignalSpec, EQUAL_SPLIT_GREEN};
+
+/// A site configuration file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteConfig {
+    /// Where the cabinet is (free text, for reports).
+    pub site: String,
+    /// Time between decisions, ms.
+    pub decision_interval_ms: u32,
+    /// The signals the cabinet controls, in controller order.
+    #[serde(rename = "signal")]
+    pub signals: Vec<SiteSignal>,
+}
+
+/// One signal of a site.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteSignal {
+    /// Its name (bundles for multi-signal sites are per signal id).
+    pub id: String,
+    /// Incoming lanes with detectors (the observation layout's lanes).
+    pub n_lanes: u16,
+    /// The phase green at start.
+    #[serde(default)]
+    pub initial_phase: u8,
+    /// The fixed-time fallback's cycle; empty: every phase in order for 20 s (rounded up
+    /// to decision intervals, within min and max green).
+    #[serde(default)]
+    pub fixed_cycle: Vec<CycleStage>,
+    /// The actuated fallback's settings; absent: passage 1 s, max greens from the plan.
+    #[serde(default)]
+    pub actuated: Option<ActuatedSignal>,
+    /// The phase plan the supervisor enforces and bundles are checked against.
+    pub plan: PhasePlan,
+}
+
+/// Why a site configuration was refused. Each names the file and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum SiteError {
+    /// The file could not be read.
+    #[error("site configuration {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML, an unknown or missing field, or a plan that fails validation.
+    #[error("site configuration {path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser says (it names the line and field).
+        #[source]
+        source: toml::de::Error,
+    },
+    /// A value that parses but cannot run.
+    #[error("site configuration {path}: {problem}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the signal named.
+        problem: String,
+    },
+}
+
+impl SiteConfig {
+    /// Reads and checks the site configuration at `path`.
+    pub fn load(path: &Path) -> Result<Self, SiteError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SiteError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks `text` (`path` only names it in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, SiteError> {
+        let cfg: SiteConfig = toml::from_str(text).map_err(|source| SiteError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        cfg.check().map_err(|problem| SiteError::Invalid {
+            path: path.to_path_buf(),
+            problem,
+        })?;
+        Ok(cfg)
+    }
+
+    /// The file's text.
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string(self)
+    }
+
+    /// A site configuration of `specs` with the fixed cycles of `fallback` (one per signal,
+    /// in order), e.g. taken from a simulator scenario.
+    pub fn from_specs(
+        site: &str,
+        decision_interval: Millis,
+        specs: &[SignalSpec],
+        fallback: &Fallback,
+    ) -> Self {
+        let signals = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| SiteSignal {
+                id: s.id.clone(),
+                n_lanes: s.layout.n_lanes,
+                initial_phase: s.initial_phase.0,
+                fixed_cycle: fallback
+                    .cycles()
+                    .get(i)
+                    .map(|c| c.stages().to_vec())
+                    .unwrap_or_default(),
+                actuated: fallback.actuated_rules().get(i).cloned(),
+                plan: s.plan.clone(),
+            })
+            .collect();
+        SiteConfig {
+            site: site.to_string(),
+            decision_interval_ms: decision_interval.0,
+            signals,
+        }
+    }
+
+    /// Time between decisions.
+    pub fn decision_interval(&self) -> Millis {
+        Millis(self.decision_interval_ms)
+    }
+
+    /// The controller's signals.
+    pub fn signal_specs(&self) -> Vec<SignalSpec> {
+        self.signals
+            .iter()
+            .map(|s| SignalSpec {
+                id: s.id.clone(),
+                plan: s.plan.clone(),
+                layout: ObsLayout {
+                    n_lanes: s.n_lanes,
+                    n_phases: s.plan.n_phases() as u8,
+                },
+                initial_phase: PhaseId(s.initial_phase),
+            })
+            .collect()
+    }
+
+    /// The fallback of `kind`: each signal's fixed cycle (or an equal split), and for
+    /// actuated its settings (or the defaults).
+    pub fn fallback(&self, kind: FallbackKind) -> Fallback {
+        let cycles = self
+            .signals
+            .iter()
+            .map(|s| match FixedCycle::new(&s.fixed_cycle) {
+                Ok(c) if !s.fixed_cycle.is_empty() => c,
+                _ => FixedCycle::equal_split(&s.plan, EQUAL_SPLIT_GREEN, self.decision_interval()),
+            })
+            .collect();
+        let fallback = Fallback::fixed_time(cycles);
+        if kind != FallbackKind::Actuated {
+            return fallback;
+        }
+        let rules = self
+            .signals
+            .iter()
+            .map(|s| s.actuated.clone().unwrap_or_default())
+            .collect();
+        fallback.with_actuated_rules(rules)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.decision_interval_ms == 0 {
+            return Err("decision_interval_ms must be above 0".into());
+        }
+        if self.signals.is_empty() {
+            return Err("no [[signal]]".into());
+        }
+        for (i, s) in self.signals.iter().enumerate() {
+            let name = format!("signal {i} (`{}`)", s.id);
+            if self.signals[..i].iter().any(|o| o.id == s.id) {
+                return Err(format!("{name}: id used twice"));
+            }
+            if s.n_lanes == 0 {
+                return Err(format!("{name}: n_lanes must be above 0"));
+            }
+            if s.initial_phase as usize >= s.plan.n_phases() {
+                return Err(format!(
+                    "{name}: initial_phase {} is not in its plan ({} phases)",
+                    s.initial_phase,
+                    s.plan.n_phases()
+                ));
+            }
+            if !s.fixed_cycle.is_empty() {
+                let cycle = FixedCycle::new(&s.fixed_cycle).map_err(|e| format!("{name}: {e}"))?;
+                cycle
+                    .check_plan(&s.plan)
+                    .map_err(|e| format!("{name}: fixed_cycle: {e}"))?;
+            }
+            if let Some(a) = &s.actuated {
+                if !(a.passage_s.is_finite() && a.passage_s >= 0.0) {
+                    return Err(format!("{name}: actuated.passage_s must be a number ≥ 0"));
+                }
+                if a.max_green.len() > s.plan.n_phases() {
+                    return Err(format!(
+                        "{name}: actuated.max_green has {} entries, the plan {} phases",
+                        a.max_green.len(),
+                        s.plan.n_phases()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use greenwave_core::PhaseTiming;
+
+    fn site() -> SiteConfig {
+        let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)).unwrap();
+        let spec = SignalSpec {
+            id: "c".into(),
+            layout: ObsLayout {
+                n_lanes: 12,
+                n_phases: 4,
+            },
+            initial_phase: PhaseId(0),
+            plan: plan.clone(),
+        };
+        let fallback = Fallback::fixed_time(vec![FixedCycle::midpoint(&plan)])
+            .with_actuated_rules(vec![ActuatedSignal::new(1.5, &[Millis(30_000); 4])]);
+        SiteConfig::from_specs("test junction", Millis(5000), &[spec], &fallback)
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        let s = site();
+        let text = s.to_toml().unwrap();
+        let back = SiteConfig::parse(&text, Path::new("site.toml")).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.signal_specs()[0].layout.dim(), 31);
+        let f = back.fallback(FallbackKind::Actuated);
+        assert_eq!(f.cycles()[0].stages()[1].green, Millis(22_500));
+        assert_eq!(f.actuated_rules()[0].passage_s, 1.5);
+    }
+
+    #[test]
+    fn refuses_what_cannot_run_naming_signal_and_field() {
+        let text = site().to_toml().unwrap();
+        let err = |t: &str| {
+            SiteConfig::parse(t, Path::new("s.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(&text.replace("n_lanes = 12", "n_lanes = 0"));
+        assert!(e.contains("signal 0 (`c`): n_lanes"), "{e}");
+        let e = err(&text.replace("initial_phase = 0", "initial_phase = 7"));
+        assert!(e.contains("initial_phase 7"), "{e}");
+        let e = err(&text.replace("green = 22500", "green = 90000"));
+        assert!(e.contains("fixed_cycle") && e.contains("90000"), "{e}");
+        let e = err(&text.replace("site = ", "colour = \"red\"\nsite = "));
+        assert!(e.contains("colour"), "{e}");
+        let e = err(&text.replace("yellow = 3000", "yellow = 0"));
+        assert!(e.contains("s.toml") && e.contains("yellow"), "{e}");
+        let e = err("site = 1");
+        assert!(e.contains("s.toml"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_cycle_is_an_equal_split() {
+        let mut s = site();
+        s.signals[0].fixed_cycle.clear();
+        s.signals[0].actuated = None;
+        let f = s.fallback(FallbackKind::Actuated);
+        assert!(f.cycles()[0]
+            .stages()
+            .iter()
+            .all(|st| st.green == Millis(20_000)));
+        assert_eq!(f.actuated_rules()[0], ActuatedSignal::default());
+    }
+}
