@@ -9,4 +9,5 @@ pub mod demo;
 pub mod eval_cmd;
 pub mod export_cmd;
 pub mod policy_controller;
+pub mod site_cmd;
 pub mod train;

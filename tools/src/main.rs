@@ -33,6 +33,9 @@ enum Command {
     Keygen(greenwave_tools::bundle_cmd::KeygenArgs),
     /// Pack an exported policy into a signed bundle for controllers.
     Bundle(greenwave_tools::bundle_cmd::BundleArgs),
+    /// Write a cabinet's site configuration (plans, layouts, fallback timing) from a
+    /// scenario or a SUMO network, for `greenwave-controller run --site`.
+    Site(greenwave_tools::site_cmd::SiteArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => greenwave_tools::eval_cmd::run(args),
         Command::Keygen(args) => greenwave_tools::bundle_cmd::run_keygen(args),
         Command::Bundle(args) => greenwave_tools::bundle_cmd::run_bundle(args),
+        Command::Site(args) => greenwave_tools::site_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

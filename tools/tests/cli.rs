@@ -205,3 +205,39 @@ fn backend_sumo_without_the_feature_says_how_to_rebuild() {
         assert!(err.contains("--features sumo"), "{args:?}: {err}");
     }
 }
+
+/// `greenwave site` writes a site configuration the controller's reader accepts, with the
+/// scenario's plan and Webster fallback, and refuses an unknown scenario by name.
+#[test]
+fn site_writes_what_the_controller_reads() {
+    let dir = std::env::temp_dir().join(format!("gw-site-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("site.toml");
+    let o = greenwave(&[
+        "site",
+        "--scenario",
+        "single-4way",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let site = greenwave_runtime::site::SiteConfig::load(&out).unwrap();
+    let scenario = greenwave_sim::load("single-4way").unwrap();
+    assert_eq!(site.signals.len(), 1);
+    assert_eq!(site.signals[0].plan.hash(), scenario.plans()[0].hash());
+    assert_eq!(
+        site.decision_interval_ms,
+        scenario.decision_interval_s() * 1000
+    );
+    let webster = greenwave_sim::controllers::FixedTime::webster(&scenario);
+    assert_eq!(site.signals[0].fixed_cycle, webster.plans()[0].stages);
+    let o = greenwave(&[
+        "site",
+        "--scenario",
+        "no-such-place",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no-such-place"), "{}", stderr(&o));
+}

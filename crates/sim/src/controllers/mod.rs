@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use greenwave_core::{Interval, PhaseId, Sequencer};
 
-pub use actuated::Actuated;
+pub use actuated::{Actuated, MAX_GREEN_OVER_WEBSTER};
 pub use fixed_time::{webster_plan, FixedTime, FixedTimePlan};
 pub use max_pressure::{MaxPressure, DETECTION_RANGE_M};
 

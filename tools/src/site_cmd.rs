@@ -1,0 +1,117 @@
+//! `greenwave site`: write the site configuration a cabinet's `greenwave-controller run
+//! --site` reads (plans, observation layouts, fallback timing) from a scenario or a SUMO
+//! network, so that the controller itself needs no simulator.
+//!
+//! Fallback timing: on the embedded simulator, Webster's cycle for the scenario's demand and
+//! actuated max greens of 1.5 × those greens (what `greenwave sim` runs); on SUMO, each
+//! light's own program as the fixed cycle (greens kept within the plan's min and max green)
+//! and actuated max greens of 1.5 × the program's greens (what actuated control on SUMO
+//! runs).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use greenwave_core::{ActuatedSignal, CycleStage, FixedCycle, Millis, PhasePlan};
+use greenwave_runtime::controller::{Fallback, FallbackKind, SignalSpec};
+use greenwave_runtime::site::SiteConfig;
+use greenwave_sim::controllers::MAX_GREEN_OVER_WEBSTER;
+use greenwave_sim::Env;
+
+use crate::backend::{BackendArgs, EnvSource};
+
+/// Arguments of `greenwave site`.
+#[derive(Debug, Args)]
+pub struct SiteArgs {
+    /// Built-in scenario or TOML scenario file (embedded backend).
+    #[arg(long, default_value = "single-4way")]
+    pub scenario: String,
+    /// Where the cabinet is (free text, kept in the file).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The site configuration file to write.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Simulator options (`--backend embedded|sumo`, `--net`, `--routes`, timing flags).
+    #[command(flatten)]
+    pub sim: BackendArgs,
+}
+
+/// Runs `greenwave site`.
+pub fn run(args: &SiteArgs) -> Result<()> {
+    let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
+    let env = source.make(0, source.episode_s())?;
+    let specs: Vec<SignalSpec> = env
+        .signals()
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SignalSpec {
+            id: s.id.clone(),
+            plan: s.plan.clone(),
+            layout: s.layout,
+            initial_phase: env.sequencer(i).interval().target(),
+        })
+        .collect();
+    let interval = Millis((env.decision_interval_s() * 1000.0).round() as u32);
+    let fallback = match source.scenario() {
+        Some(sc) => Fallback::for_scenario(sc, FallbackKind::Actuated),
+        None => program_fallback(env.as_ref(), &specs),
+    };
+    let name = args.name.clone().unwrap_or_else(|| source.name());
+    let site = SiteConfig::from_specs(&name, interval, &specs, &fallback);
+    let text = site
+        .to_toml()
+        .context("writing the site configuration as TOML")?;
+    std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
+    println!(
+        "site configuration: {} ({} signals, decision every {interval}, from {})",
+        args.out.display(),
+        specs.len(),
+        source.describe()
+    );
+    Ok(())
+}
+
+/// Each light's own program as its fixed cycle, and 1.5 × its greens as actuated max greens.
+fn program_fallback(env: &dyn Env, specs: &[SignalSpec]) -> Fallback {
+    let (cycles, rules) = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let greens_s = env.program_greens_s(i).unwrap_or_default();
+            (
+                program_cycle(&s.plan, &greens_s),
+                program_actuated(&greens_s),
+            )
+        })
+        .unzip();
+    Fallback::fixed_time(cycles).with_actuated_rules(rules)
+}
+
+fn program_cycle(plan: &PhasePlan, greens_s: &[f64]) -> FixedCycle {
+    let stages: Vec<CycleStage> = plan
+        .phases()
+        .iter()
+        .zip(greens_s)
+        .enumerate()
+        .filter(|(_, (_, &g))| g > 0.0)
+        .map(|(p, (phase, &g))| CycleStage {
+            phase: p as u8,
+            green: Millis((g * 1000.0).round() as u32)
+                .max(phase.timing.min_green)
+                .min(phase.timing.max_green),
+        })
+        .collect();
+    match FixedCycle::new(&stages) {
+        Ok(c) if !stages.is_empty() => c,
+        _ => FixedCycle::midpoint(plan),
+    }
+}
+
+fn program_actuated(greens_s: &[f64]) -> ActuatedSignal {
+    let max: Vec<Millis> = greens_s
+        .iter()
+        .map(|g| Millis((g * MAX_GREEN_OVER_WEBSTER * 1000.0).round() as u32))
+        .collect();
+    ActuatedSignal::new(ActuatedSignal::default().passage_s, &max)
+}
