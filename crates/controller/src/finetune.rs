@@ -5,11 +5,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use greenwave_finetune::store::{HistoryEntry, Switched};
+use greenwave_finetune::{self as ft, PolicyStore};
 use greenwave_runtime::bundle;
-use greenwave_runtime::controller::SimField;
 use serde::Serialize;
 
 use crate::keys::trusted_keys;
+use crate::verify::check_scenario;
 use crate::Exit;
 
 /// Arguments of `greenwave-controller finetune`.
@@ -162,7 +165,6 @@ struct FinetuneCliReport<'a> {
 /// `greenwave-controller finetune`: fine-tunes, gates and (unless `--dry-run`) switches
 /// in the candidate; [`Exit::Rejected`] when the gate refuses it.
 pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
-    use greenwave_finetune::{self as ft, store::HistoryEntry, PolicyStore};
     let cfg = finetune_config(&args)?;
     let key = bundle::load_signing_key(&args.key)?;
     let mut keys = trusted_keys(&args.trust)?;
@@ -170,11 +172,57 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
     keys.push(key.verifying_key());
     let store = PolicyStore::open(&args.store)
         .with_context(|| format!("opening the policy store {}", args.store.display()))?;
-    let current = match (store.current()?, &args.bundle) {
+    let current = current_bundle(&store, &args, &keys)?;
+    let running = bundle::verify(&current, &keys)
+        .with_context(|| format!("verifying the running bundle {}", current.display()))?;
+    if let Some(name) = &args.scenario {
+        check_scenario(&running, name)?;
+    }
+    let mut progress = |line: &str| {
+        if !quiet {
+            eprintln!("finetune: {line}");
+        }
+    };
+    let outcome =
+        ft::finetune(&running.model, &args.log_dir, &cfg, &mut progress).context("fine-tuning")?;
+    let report = &outcome.report;
+    let parent_version = outcome.parent.policy_version;
+    let switched = apply_verdict(&store, &outcome, &args, &cfg, &key, &keys)?;
+    let out = FinetuneCliReport {
+        switched: switched.is_some(),
+        dry_run: args.dry_run,
+        current_version: switched.as_ref().map_or(parent_version, |s| s.version),
+        bundle: switched.as_ref().map(|s| s.dir.display().to_string()),
+        report,
+    };
+    let json = serde_json::to_string_pretty(&out)?;
+    if let Some(path) = &args.report {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print_report(report, switched.as_ref(), args.dry_run, parent_version);
+    }
+    Ok(if report.gate.accepted {
+        Exit::Ok
+    } else {
+        Exit::Rejected
+    })
+}
+
+/// The store's current bundle; a store without one adopts `--bundle` as its first version.
+/// With both, `--bundle` must be the current version (same signature).
+fn current_bundle(
+    store: &PolicyStore,
+    args: &FinetuneArgs,
+    keys: &[VerifyingKey],
+) -> Result<PathBuf> {
+    Ok(match (store.current()?, &args.bundle) {
         (None, None) => bail!(ft::StoreError::Empty(args.store.clone())),
         (None, Some(b)) => {
             let s = store
-                .adopt(b, &keys)
+                .adopt(b, keys)
                 .context("adopting the flashed bundle")?;
             eprintln!("adopted {} as version {}", b.display(), s.version);
             s.dir
@@ -191,29 +239,21 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
             cur
         }
         (Some(cur), None) => cur,
-    };
-    let running = bundle::verify(&current, &keys)
-        .with_context(|| format!("verifying the running bundle {}", current.display()))?;
-    if let Some(name) = &args.scenario {
-        let scenario =
-            greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
-        let env = greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0);
-        for (i, s) in SimField::new(env).signal_specs().iter().enumerate() {
-            running
-                .check_signal(&s.plan, s.layout)
-                .with_context(|| format!("signal {i} ({}) of {name}", s.id))?;
-        }
-    }
-    let mut progress = |line: &str| {
-        if !quiet {
-            eprintln!("finetune: {line}");
-        }
-    };
-    let outcome =
-        ft::finetune(&running.model, &args.log_dir, &cfg, &mut progress).context("fine-tuning")?;
+    })
+}
+
+/// Acts on the gate's verdict: an accepted candidate is signed, installed and switched in
+/// (unless `--dry-run`); a rejected one is recorded in the store's history.
+fn apply_verdict(
+    store: &PolicyStore,
+    outcome: &ft::Outcome,
+    args: &FinetuneArgs,
+    cfg: &ft::FinetuneConfig,
+    key: &SigningKey,
+    keys: &[VerifyingKey],
+) -> Result<Option<Switched>> {
     let report = &outcome.report;
     let parent_version = outcome.parent.policy_version;
-    let mut switched = None;
     if report.gate.accepted && !args.dry_run {
         let version = store.next_version(parent_version)?;
         let command = format!(
@@ -221,18 +261,13 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
             args.log_dir.display(),
             args.seed
         );
-        let manifest = ft::candidate_manifest(&outcome.parent, version, report, &cfg, &command);
+        let manifest = ft::candidate_manifest(&outcome.parent, version, report, cfg, &command);
         let s = store
-            .install(
-                &outcome.weights,
-                &manifest,
-                &key,
-                &keys,
-                &report.gate.reason,
-            )
+            .install(&outcome.weights, &manifest, key, keys, &report.gate.reason)
             .context("writing and switching to the fine-tuned version")?;
-        switched = Some(s);
-    } else if !report.gate.accepted {
+        return Ok(Some(s));
+    }
+    if !report.gate.accepted {
         store.record(&HistoryEntry {
             unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -243,72 +278,62 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
             detail: report.gate.reason.clone(),
         })?;
     }
-    let out = FinetuneCliReport {
-        switched: switched.is_some(),
-        dry_run: args.dry_run,
-        current_version: switched.as_ref().map_or(parent_version, |s| s.version),
-        bundle: switched.as_ref().map(|s| s.dir.display().to_string()),
-        report,
-    };
-    let json = serde_json::to_string_pretty(&out)?;
-    if let Some(path) = &args.report {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    Ok(None)
+}
+
+/// The text report: the log, the update, the gate and what was switched.
+fn print_report(
+    report: &ft::FinetuneReport,
+    switched: Option<&Switched>,
+    dry_run: bool,
+    parent_version: u32,
+) {
+    let u = &report.update;
+    let g = &report.gate;
+    println!(
+        "log: {} records used ({} decision states) of {} read, {} segment problem(s) skipped",
+        report.log.records_used,
+        report.log.decision_states,
+        report.log.records_read,
+        report.log.issues.len()
+    );
+    for i in &report.log.issues {
+        println!("  skipped: {i}");
     }
-    if args.json {
-        println!("{json}");
-    } else {
-        let u = &report.update;
-        let g = &report.gate;
-        println!(
-            "log: {} records used ({} decision states) of {} read, {} segment problem(s) skipped",
-            report.log.records_used,
-            report.log.decision_states,
-            report.log.records_read,
-            report.log.issues.len()
-        );
-        for i in &report.log.issues {
-            println!("  skipped: {i}");
+    println!(
+        "update: critic loss {:.4}; {} policy epoch(s){}, KL {:.4}, objective {:+.5}{}",
+        u.critic_loss,
+        u.policy.epochs,
+        if u.policy.stopped_by_kl {
+            " (stopped by the KL limit)"
+        } else {
+            ""
+        },
+        u.policy.kl,
+        u.policy.objective,
+        if u.flipped_reward_sign {
+            " [DIAGNOSTIC: reward sign flipped]"
+        } else {
+            ""
         }
-        println!(
-            "update: critic loss {:.4}; {} policy epoch(s){}, KL {:.4}, objective {:+.5}{}",
-            u.critic_loss,
-            u.policy.epochs,
-            if u.policy.stopped_by_kl {
-                " (stopped by the KL limit)"
-            } else {
-                ""
-            },
-            u.policy.kl,
-            u.policy.objective,
-            if u.flipped_reward_sign {
-                " [DIAGNOSTIC: reward sign flipped]"
-            } else {
-                ""
-            }
-        );
-        println!(
-            "gate: held back {} records ({} decision states); {}",
-            g.held_back_records, g.held_back_decision_states, g.reason
-        );
-        match (&switched, args.dry_run, g.accepted) {
-            (Some(s), _, _) => println!(
-                "switched: v{} -> v{} ({}), previous kept for rollback",
-                parent_version,
-                s.version,
-                s.dir.display()
-            ),
-            (None, true, true) => println!("dry run: would switch in a new version"),
-            _ => println!("kept v{parent_version}"),
-        }
-        println!(
-            "{:.1} s, peak RSS {} KiB",
-            report.wall_s,
-            report.peak_rss_kib.map_or("?".into(), |k| k.to_string())
-        );
+    );
+    println!(
+        "gate: held back {} records ({} decision states); {}",
+        g.held_back_records, g.held_back_decision_states, g.reason
+    );
+    match (switched, dry_run, g.accepted) {
+        (Some(s), _, _) => println!(
+            "switched: v{} -> v{} ({}), previous kept for rollback",
+            parent_version,
+            s.version,
+            s.dir.display()
+        ),
+        (None, true, true) => println!("dry run: would switch in a new version"),
+        _ => println!("kept v{parent_version}"),
     }
-    Ok(if report.gate.accepted {
-        Exit::Ok
-    } else {
-        Exit::Rejected
-    })
+    println!(
+        "{:.1} s, peak RSS {} KiB",
+        report.wall_s,
+        report.peak_rss_kib.map_or("?".into(), |k| k.to_string())
+    );
 }

@@ -227,119 +227,74 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<()> {
             fallback = fallback.with_actuated(&plans, interval);
         }
         let seconds = args.seconds.unwrap_or(3600.0);
-        return drive(&args, field, specs, fallback, interval, seconds, quiet);
+        let setup = Setup {
+            specs,
+            fallback,
+            interval,
+            seconds,
+        };
+        return drive(&args, field, setup, quiet);
     }
     let name = args.scenario.as_deref().context("--scenario is required")?;
     let scenario = greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
     let field = SimField::new(greenwave_sim::EmbeddedEnv::from_scenario(
         &scenario, args.seed,
     ));
-    let specs = field.signal_specs();
-    let interval = field.decision_interval();
-    let fallback = Fallback::for_scenario(&scenario, args.fallback);
-    let seconds = args.seconds.unwrap_or(scenario.episode_s() as f64);
+    let setup = Setup {
+        specs: field.signal_specs(),
+        interval: field.decision_interval(),
+        fallback: Fallback::for_scenario(&scenario, args.fallback),
+        seconds: args.seconds.unwrap_or(scenario.episode_s() as f64),
+    };
     match &args.replay {
         Some(path) => {
-            let detectors = ReplaySource::open(path, &specs)?;
+            let detectors = ReplaySource::open(path, &setup.specs)?;
             let field = Split {
                 detectors,
                 sink: NullSink,
             };
-            drive(&args, field, specs, fallback, interval, seconds, quiet)
+            drive(&args, field, setup, quiet)
         }
-        None => drive(&args, field, specs, fallback, interval, seconds, quiet),
+        None => drive(&args, field, setup, quiet),
     }
 }
 
-fn drive<F: Field>(
-    args: &RunArgs,
-    field: F,
+/// What the controller runs on a field: its signals, their fallback, the decision interval
+/// and how long to run.
+struct Setup {
     specs: Vec<SignalSpec>,
     fallback: Fallback,
     interval: Millis,
     seconds: f64,
-    quiet: bool,
-) -> Result<()> {
+}
+
+fn drive<F: Field>(args: &RunArgs, field: F, setup: Setup, quiet: bool) -> Result<()> {
     match &args.record {
         Some(path) => {
-            let mut field = ReplayRecorder::create(field, path, &specs, interval)?;
-            drive_field(args, &mut field, specs, fallback, interval, seconds, quiet)
+            let mut field = ReplayRecorder::create(field, path, &setup.specs, setup.interval)?;
+            drive_field(args, &mut field, setup, quiet)
         }
         None => {
             let mut field = field;
-            drive_field(args, &mut field, specs, fallback, interval, seconds, quiet)
+            drive_field(args, &mut field, setup, quiet)
         }
     }
 }
 
-fn drive_field<F: Field>(
-    args: &RunArgs,
-    field: &mut F,
-    specs: Vec<SignalSpec>,
-    fallback: Fallback,
-    interval: Millis,
-    seconds: f64,
-    quiet: bool,
-) -> Result<()> {
-    let (policy, policy_report) = match load_policy(args, &specs, interval) {
-        Ok((p, b)) => {
-            let report = PolicyReport {
-                loaded: true,
-                backend: p.backend.name().into(),
-                policy_version: Some(p.version),
-                signer: Some(key_hex(&b.signer)),
-                error: None,
-            };
-            (Ok(p), report)
-        }
-        Err(e) if args.require_policy => return Err(e.context("bundle refused (--require-policy)")),
-        Err(e) => {
-            let why = format!("{e:#}");
-            eprintln!("bundle refused, running the fallback only: {why}");
-            let report = PolicyReport {
-                loaded: false,
-                backend: args.backend.name().into(),
-                policy_version: None,
-                signer: None,
-                error: Some(why.clone()),
-            };
-            (Err(why), report)
-        }
-    };
-    let mut log_cfg = LogConfig::new(&args.log_dir);
-    log_cfg.sync = args.fsync;
-    log_cfg.max_segment_bytes = args.segment_mib << 20;
-    log_cfg.max_total_bytes = args.log_cap_mib << 20;
-    let (log, open) = LogWriter::open(log_cfg).context("opening the transition log")?;
-    for d in &open.damage {
-        eprintln!(
-            "transition log: segment {} offset {} length {} damaged ({}); copied to {}",
-            d.segment,
-            d.offset,
-            d.length,
-            d.kind,
-            d.quarantine.display()
-        );
-    }
-    if let Some(r) = &open.repair {
-        eprintln!("transition log repaired on open: {r:?}");
-    }
-    let mut cfg = ControllerConfig::new(interval);
-    cfg.realtime = args.realtime;
-    cfg.inference_budget = Duration::from_secs_f64(args.inference_budget_ms.max(0.0) / 1000.0);
-    cfg.healthy_period = Millis::from_secs(args.healthy_s);
+fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: bool) -> Result<()> {
+    let Setup {
+        specs,
+        fallback,
+        interval,
+        seconds,
+    } = setup;
+    let (policy, policy_report) = policy_or_fallback(args, &specs, interval)?;
+    let log = open_log(args)?;
+    let cfg = controller_config(args, interval);
     let mut controller = Controller::new(specs, policy, fallback, cfg, Some(log))?;
 
     let total = (seconds * 1000.0 / interval.0.max(1) as f64).ceil() as u64;
-    let bar = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} decisions {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar(quiet, total);
     let started = Instant::now();
     let stats = controller.run(field, seconds, |s| {
         bar.inc(1);
@@ -380,6 +335,86 @@ fn drive_field<F: Field>(
         print_report(&report);
     }
     Ok(())
+}
+
+/// The bundle's policy, or (unless `--require-policy`) why it was refused, for the
+/// controller to run the fallback only; with what the report says about it.
+fn policy_or_fallback(
+    args: &RunArgs,
+    specs: &[SignalSpec],
+    interval: Millis,
+) -> Result<(Result<Policy, String>, PolicyReport)> {
+    match load_policy(args, specs, interval) {
+        Ok((p, b)) => {
+            let report = PolicyReport {
+                loaded: true,
+                backend: p.backend.name().into(),
+                policy_version: Some(p.version),
+                signer: Some(key_hex(&b.signer)),
+                error: None,
+            };
+            Ok((Ok(p), report))
+        }
+        Err(e) if args.require_policy => Err(e.context("bundle refused (--require-policy)")),
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!("bundle refused, running the fallback only: {why}");
+            let report = PolicyReport {
+                loaded: false,
+                backend: args.backend.name().into(),
+                policy_version: None,
+                signer: None,
+                error: Some(why.clone()),
+            };
+            Ok((Err(why), report))
+        }
+    }
+}
+
+/// Opens the transition log with the run's options, reporting damage found (and copied
+/// out) or repaired on opening.
+fn open_log(args: &RunArgs) -> Result<LogWriter> {
+    let mut log_cfg = LogConfig::new(&args.log_dir);
+    log_cfg.sync = args.fsync;
+    log_cfg.max_segment_bytes = args.segment_mib << 20;
+    log_cfg.max_total_bytes = args.log_cap_mib << 20;
+    let (log, open) = LogWriter::open(log_cfg).context("opening the transition log")?;
+    for d in &open.damage {
+        eprintln!(
+            "transition log: segment {} offset {} length {} damaged ({}); copied to {}",
+            d.segment,
+            d.offset,
+            d.length,
+            d.kind,
+            d.quarantine.display()
+        );
+    }
+    if let Some(r) = &open.repair {
+        eprintln!("transition log repaired on open: {r:?}");
+    }
+    Ok(log)
+}
+
+fn controller_config(args: &RunArgs, interval: Millis) -> ControllerConfig {
+    let mut cfg = ControllerConfig::new(interval);
+    cfg.realtime = args.realtime;
+    cfg.inference_budget = Duration::from_secs_f64(args.inference_budget_ms.max(0.0) / 1000.0);
+    cfg.healthy_period = Millis::from_secs(args.healthy_s);
+    cfg
+}
+
+/// The live status line on stderr (hidden with `--quiet`).
+fn progress_bar(quiet: bool, total_decisions: u64) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total_decisions)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} decisions {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
 }
 
 fn print_report(r: &RunReport) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use greenwave_runtime::bundle::{self, key_hex};
+use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
 use greenwave_runtime::controller::SimField;
 
 use crate::keys::trusted_keys;
@@ -45,14 +45,19 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         m.provenance.git_rev
     );
     if let Some(name) = &args.scenario {
-        let scenario =
-            greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
-        let env = greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0);
-        for (i, s) in SimField::new(env).signal_specs().iter().enumerate() {
-            b.check_signal(&s.plan, s.layout)
-                .with_context(|| format!("signal {i} ({}) of {name}", s.id))?;
-        }
+        check_scenario(&b, name)?;
         println!("matches every signal of {name}");
+    }
+    Ok(())
+}
+
+/// Checks the bundle against every signal of the scenario `name` (plan and layout).
+pub fn check_scenario(b: &VerifiedBundle, name: &str) -> Result<()> {
+    let scenario = greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
+    let env = greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0);
+    for (i, s) in SimField::new(env).signal_specs().iter().enumerate() {
+        b.check_signal(&s.plan, s.layout)
+            .with_context(|| format!("signal {i} ({}) of {name}", s.id))?;
     }
     Ok(())
 }
