@@ -95,15 +95,15 @@ pub fn run_demo(args: &DemoArgs) -> Result<PathBuf> {
     let traces = queue_traces(&model, &scenario, seeds[0])?;
     queue_chart(&traces, &report.join("queue_over_time.png"))?;
     finetune_chart(&shift, &report.join("finetune_before_after.png"))?;
-    let md = markdown(
+    let md = markdown(&Findings {
         args,
-        &summary,
-        &rows,
-        &keys,
-        &hour,
-        &shift,
-        start.elapsed().as_secs_f64(),
-    );
+        train: &summary,
+        rows: &rows,
+        keys: &keys,
+        hour: &hour,
+        shift: &shift,
+        wall_s: start.elapsed().as_secs_f64(),
+    });
     std::fs::write(report.join("README.md"), md)?;
     Ok(report.join("README.md"))
 }
@@ -271,15 +271,33 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-fn markdown(
-    args: &DemoArgs,
-    s: &crate::train::TrainSummary,
-    rows: &[EvalRow],
-    keys: &Keys,
-    hour: &ControllerHour,
-    shift: &ShiftStory,
+/// What the demo found, step by step: what its report is written from.
+struct Findings<'a> {
+    args: &'a DemoArgs,
+    /// Step 1: training.
+    train: &'a crate::train::TrainSummary,
+    /// Step 3: the policy next to the classic controllers.
+    rows: &'a [EvalRow],
+    /// Step 4: the keys, and the controller's simulated hour.
+    keys: &'a Keys,
+    hour: &'a ControllerHour,
+    /// Step 5: the demand shift and fine-tuning.
+    shift: &'a ShiftStory,
+    /// The whole demo's wall time.
     wall_s: f64,
-) -> String {
+}
+
+/// The report (`report/README.md`).
+fn markdown(findings: &Findings<'_>) -> String {
+    let Findings {
+        args,
+        train: s,
+        rows,
+        keys,
+        hour,
+        shift,
+        wall_s,
+    } = *findings;
     let mut md = String::from("# greenwave demo report\n\n");
     let _ = writeln!(
         md,

@@ -4,9 +4,15 @@
 //!
 //! A frame that fails its CRC, its COBS decoding or its record decoding is counted and
 //! skipped (the reader resynchronises at the next `0x00`); it never reaches the log.
+//!
+//! `greenwave-controller collect` ([`run`]) reads the frames from a file or stdin.
 
 use std::io::Read;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+use clap::Args;
 use greenwave_core::frames::{max_frame_bytes, FrameReader};
 use greenwave_core::transition::MAX_OBS_DIM;
 use greenwave_core::Transition;
@@ -14,7 +20,7 @@ use greenwave_core::Transition;
 /// Longest frame collected: a record with the largest observation a log holds.
 const MAX_FRAME_BYTES: usize = max_frame_bytes(MAX_OBS_DIM);
 
-use greenwave_runtime::log::{Commit, LogError, LogWriter};
+use greenwave_runtime::log::{Commit, LogConfig, LogError, LogWriter, SyncPolicy};
 
 /// What a collection run did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -84,4 +90,48 @@ pub fn collect_frames(
     report.incomplete_tail_bytes = since_delimiter;
     report.commit = log.commit()?;
     Ok(report)
+}
+
+/// Arguments of `greenwave-controller collect`.
+#[derive(Args)]
+pub struct CollectArgs {
+    /// File of firmware frames (`-` for stdin).
+    #[arg(long)]
+    from: PathBuf,
+    /// Transition log directory.
+    #[arg(long)]
+    log_dir: PathBuf,
+}
+
+/// `greenwave-controller collect`: appends the frames of `--from` to the log and prints
+/// what was appended and refused.
+pub fn run(args: CollectArgs) -> anyhow::Result<()> {
+    let mut cfg = LogConfig::new(&args.log_dir);
+    cfg.sync = SyncPolicy::EveryRecords(NonZeroU32::new(64).expect("non-zero"));
+    let (mut log, _) = LogWriter::open(cfg)?;
+    let input: Box<dyn std::io::Read> = if args.from == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(
+            std::fs::File::open(&args.from)
+                .with_context(|| format!("opening {}", args.from.display()))?,
+        )
+    };
+    let report = collect_frames(std::io::BufReader::new(input), &mut log)?;
+    log.close()?;
+    println!(
+        "{} frames appended, {} refused{}; {} bytes read",
+        report.appended,
+        report.refused,
+        if report.incomplete_tail_bytes > 0 {
+            ", input ended inside a frame"
+        } else {
+            ""
+        },
+        report.bytes
+    );
+    for r in &report.refusals {
+        println!("refused: {r}");
+    }
+    Ok(())
 }

@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use greenwave_core::{ActionSource, ObsLayout};
+use greenwave_core::{ActionSource, ObsLayout, Transition};
 use greenwave_learn::offpolicy::ReplayBatch;
 use greenwave_policy::ObsNormalization;
 use serde::{Deserialize, Serialize};
 
-use greenwave_runtime::log::{LogReader, SegmentIssue};
+use greenwave_runtime::log::{LogReader, LogRecord, SegmentIssue};
 
 use super::FinetuneError;
 
@@ -104,76 +104,133 @@ pub fn read_log(
         dir: dir.to_path_buf(),
         source: e,
     })?;
-    let (d, a) = (layout.dim(), layout.n_phases as usize);
-    let mut batch = ReplayBatch {
-        obs_dim: d,
-        n_actions: a,
-        ..Default::default()
-    };
-    let mut summary = LogSummary {
-        segments: reader.segments().len(),
-        ..Default::default()
-    };
-    let mut issues = Vec::new();
-    let mut meta = Vec::new();
-    let mut norm_buf = vec![0.0f32; d];
-    let push_mask = |out: &mut Vec<u8>, obs: &[f32]| -> bool {
-        match layout.mask_from_obs(obs) {
-            Some(m) => {
-                out.extend((0..a).map(|i| u8::from(m.0 & (1 << i) != 0)));
-                true
-            }
-            None => false,
-        }
-    };
+    let mut reading = Reading::new(layout, norm, reader.segments().len());
     for item in reader.records() {
-        let rec = match item {
-            Ok(r) => r,
-            Err(issue) => {
-                tracing::warn!("transition log: {issue}; that range is skipped");
-                summary.issues.push(issue.to_string());
-                issues.push(issue);
-                continue;
-            }
+        match item {
+            Ok(rec) => reading.record(&rec),
+            Err(issue) => reading.issue(issue),
+        }
+    }
+    Ok(reading.data)
+}
+
+/// [`LoggedData`] as the log is read, record by record.
+struct Reading<'a> {
+    layout: ObsLayout,
+    norm: &'a ObsNormalization,
+    data: LoggedData,
+    /// Scratch space for a normalised observation.
+    norm_buf: Vec<f32>,
+}
+
+impl<'a> Reading<'a> {
+    fn new(layout: ObsLayout, norm: &'a ObsNormalization, segments: usize) -> Self {
+        let d = layout.dim();
+        let batch = ReplayBatch {
+            obs_dim: d,
+            n_actions: layout.n_phases as usize,
+            ..Default::default()
         };
-        summary.records_read += 1;
+        let summary = LogSummary {
+            segments,
+            ..Default::default()
+        };
+        Reading {
+            layout,
+            norm,
+            data: LoggedData {
+                batch,
+                meta: Vec::new(),
+                summary,
+                issues: Vec::new(),
+            },
+            norm_buf: vec![0.0f32; d],
+        }
+    }
+
+    /// A damaged range of a segment: reported, and skipped.
+    fn issue(&mut self, issue: SegmentIssue) {
+        tracing::warn!("transition log: {issue}; that range is skipped");
+        self.data.summary.issues.push(issue.to_string());
+        self.data.issues.push(issue);
+    }
+
+    /// An intact record: counted as read, then used unless it does not fit the layout.
+    fn record(&mut self, rec: &LogRecord) {
+        self.data.summary.records_read += 1;
         let t = &rec.transition;
+        if !self.push_masks(t) {
+            return;
+        }
+        self.push_arrays(t);
+        self.count_used(rec);
+    }
+
+    /// Checks that `t` fits the layout and is finite, and appends its masks (recovered
+    /// from its observations); `false`, with the reason counted and nothing appended, if
+    /// it cannot be used.
+    fn push_masks(&mut self, t: &Transition) -> bool {
+        let (d, a) = (self.layout.dim(), self.layout.n_phases as usize);
+        let summary = &mut self.data.summary;
         if t.obs.len() != d || t.next_obs.len() != d || t.action as usize >= a {
             summary.records_skipped_layout += 1;
-            continue;
+            return false;
         }
         let finite = t.reward.is_finite()
             && t.obs.iter().all(|v| v.is_finite())
             && t.next_obs.iter().all(|v| v.is_finite());
         if !finite {
             summary.records_skipped_non_finite += 1;
-            continue;
+            return false;
         }
+        let layout = self.layout;
+        let push_mask = |out: &mut Vec<u8>, obs: &[f32]| -> bool {
+            match layout.mask_from_obs(obs) {
+                Some(m) => {
+                    out.extend((0..a).map(|i| u8::from(m.0 & (1 << i) != 0)));
+                    true
+                }
+                None => false,
+            }
+        };
+        let batch = &mut self.data.batch;
         let before = batch.masks.len();
         if !push_mask(&mut batch.masks, &t.obs) {
             summary.records_skipped_layout += 1;
-            continue;
+            return false;
         }
         if !push_mask(&mut batch.next_masks, &t.next_obs) {
             batch.masks.truncate(before);
             summary.records_skipped_layout += 1;
-            continue;
+            return false;
         }
         if batch.masks[before..].iter().filter(|&&m| m == 1).count() > 1 {
             summary.decision_states += 1;
         }
-        norm.apply(&t.obs, &mut norm_buf);
-        batch.obs.extend_from_slice(&norm_buf);
-        norm.apply(&t.next_obs, &mut norm_buf);
-        batch.next_obs.extend_from_slice(&norm_buf);
+        true
+    }
+
+    /// Appends `t`'s normalised observations, action, reward and [`RecordMeta`].
+    fn push_arrays(&mut self, t: &Transition) {
+        let batch = &mut self.data.batch;
+        self.norm.apply(&t.obs, &mut self.norm_buf);
+        batch.obs.extend_from_slice(&self.norm_buf);
+        self.norm.apply(&t.next_obs, &mut self.norm_buf);
+        batch.next_obs.extend_from_slice(&self.norm_buf);
         batch.actions.push(t.action as u32);
         batch.rewards.push(t.reward);
         let p = t.log_prob.exp();
-        meta.push(RecordMeta {
+        self.data.meta.push(RecordMeta {
             source: t.source,
             behaviour_prob: (t.source == ActionSource::Policy && p.is_finite() && p > 0.0)
                 .then_some(p.min(1.0)),
         });
+    }
+
+    /// Counts a used record in the summary (source, policy version, first and last).
+    fn count_used(&mut self, rec: &LogRecord) {
+        let t = &rec.transition;
+        let summary = &mut self.data.summary;
         summary.records_used += 1;
         *summary
             .by_source
@@ -191,12 +248,6 @@ pub fn read_log(
         summary.first.get_or_insert(pos);
         summary.last = Some(pos);
     }
-    Ok(LoggedData {
-        batch,
-        meta,
-        summary,
-        issues,
-    })
 }
 
 /// Splits record indices `0..n` (log order, which is time order) into (training, held

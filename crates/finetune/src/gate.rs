@@ -218,6 +218,8 @@ struct Greedy {
     next_old: Vec<usize>,
 }
 
+/// One evaluation critic: fitted by FQE of `g_old` on a block resample of the held-back
+/// records, checked on the records left out, and its per-decision-state `Δ`.
 fn fit_view(
     j: &Judged<'_>,
     g: &Greedy,
@@ -225,6 +227,41 @@ fn fit_view(
     cfg: &GateConfig,
     rng: &mut StdRng,
 ) -> Result<CriticView, FinetuneError> {
+    let held = j.held;
+    let (n, d) = (held.len(), held.obs_dim);
+    let (q, in_sample) = fit_critic(j, g, hidden, cfg, rng)?;
+    let q_s = q_rows(&q, &held.obs, n, d)?;
+    let q_next = q_rows(&q, &held.next_obs, n, d)?;
+    // One-step targets and residuals, for the fit check (out of resample) and δ.
+    let target: Vec<f32> = (0..n)
+        .map(|i| held.rewards[i] + j.gamma * q_next[i][g.next_old[i]])
+        .collect();
+    let resid: Vec<f32> = (0..n)
+        .map(|i| target[i] - q_s[i][held.actions[i] as usize])
+        .collect();
+    let running_value = g
+        .decision
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| q_s[i][g.old[k]])
+        .sum::<f32>()
+        / g.decision.len().max(1) as f32;
+    Ok(CriticView {
+        delta: deltas(j, g, &q_s, &resid, cfg.max_importance_weight),
+        running_value,
+        explained_variance: out_of_sample_fit(&target, &resid, &in_sample),
+    })
+}
+
+/// A fresh critic fitted by FQE of `g_old` on a moving-block resample of the held-back
+/// records, and which records the resample holds.
+fn fit_critic(
+    j: &Judged<'_>,
+    g: &Greedy,
+    hidden: &[usize],
+    cfg: &GateConfig,
+    rng: &mut StdRng,
+) -> Result<(QCritic, Vec<bool>), FinetuneError> {
     let held = j.held;
     let (n, d, a) = (held.len(), held.obs_dim, held.n_actions);
     let sample = block_resample(n, cfg.block_records, rng);
@@ -241,16 +278,13 @@ fn fit_view(
         ..OffPolicyConfig::default()
     };
     offpolicy::fit_critic_for(&q, &mut opt, &one_hot(&next_old, a), &fit_on, &qcfg, rng)?;
-    let q_s = q_rows(&q, &held.obs, n, d)?;
-    let q_next = q_rows(&q, &held.next_obs, n, d)?;
-    // One-step targets and residuals, for the fit check (out of resample) and δ.
-    let target: Vec<f32> = (0..n)
-        .map(|i| held.rewards[i] + j.gamma * q_next[i][g.next_old[i]])
-        .collect();
-    let resid: Vec<f32> = (0..n)
-        .map(|i| target[i] - q_s[i][held.actions[i] as usize])
-        .collect();
-    let oob: Vec<usize> = (0..n).filter(|&i| !in_sample[i]).collect();
+    Ok((q, in_sample))
+}
+
+/// The explained variance `1 − Var(resid) / Var(target)` over the records out of the
+/// resample; NaN with fewer than two of them or targets without variance.
+fn out_of_sample_fit(target: &[f32], resid: &[f32], in_sample: &[bool]) -> f32 {
+    let oob: Vec<usize> = (0..target.len()).filter(|&i| !in_sample[i]).collect();
     let var = |v: &mut dyn Iterator<Item = f32>| {
         let v: Vec<f32> = v.collect();
         let m = v.iter().sum::<f32>() / v.len().max(1) as f32;
@@ -258,14 +292,18 @@ fn fit_view(
     };
     let var_y = var(&mut oob.iter().map(|&i| target[i]));
     let var_r = var(&mut oob.iter().map(|&i| resid[i]));
-    let explained_variance = if oob.len() < 2 || var_y <= 0.0 {
+    if oob.len() < 2 || var_y <= 0.0 {
         f32::NAN
     } else {
         1.0 - var_r / var_y
-    };
-    let cap = cfg.max_importance_weight;
-    let delta = g
-        .decision
+    }
+}
+
+/// The doubly-robust `Δ` per decision state (0 where the greedy choice is unchanged), with
+/// the critic's values `q_s`, its one-step residuals and importance weights capped at `cap`.
+fn deltas(j: &Judged<'_>, g: &Greedy, q_s: &[Vec<f32>], resid: &[f32], cap: f32) -> Vec<f32> {
+    let held = j.held;
+    g.decision
         .iter()
         .enumerate()
         .map(|(k, &i)| {
@@ -285,19 +323,7 @@ fn fit_view(
             }
             v
         })
-        .collect();
-    let running_value = g
-        .decision
-        .iter()
-        .enumerate()
-        .map(|(k, &i)| q_s[i][g.old[k]])
-        .sum::<f32>()
-        / g.decision.len().max(1) as f32;
-    Ok(CriticView {
-        delta,
-        running_value,
-        explained_variance,
-    })
+        .collect()
 }
 
 /// Judges `new` against `old` on the held-back records. `hidden` sizes the evaluation
@@ -334,6 +360,37 @@ pub fn judge(
         next_old: greedy_actions(&probs(old, held, true)?),
         decision,
     };
+    count_changes(&mut rep, j, &g);
+    rep.kl = mean_kl(&p_old, &p_new);
+    if let Some(why) = precheck(&rep, cfg) {
+        rep.reason = why;
+        return Ok(rep);
+    }
+    let views: Vec<CriticView> = (0..cfg.ensemble)
+        .map(|_| fit_view(j, &g, hidden, cfg, rng))
+        .collect::<Result<_, _>>()?;
+    let m = g.decision.len();
+    summarise_views(&mut rep, &views, m);
+    let block = (cfg.block_records * m).div_ceil(held.len().max(1)).max(1);
+    let mut reps: Vec<f32> = (0..cfg.bootstrap)
+        .map(|b| {
+            let v = &views[b % views.len()].delta;
+            block_resample(m, block, rng)
+                .iter()
+                .map(|&i| v[i])
+                .sum::<f32>()
+                / m as f32
+        })
+        .collect();
+    rep.lower_bound = quantile(&mut reps, 1.0 - cfg.level);
+    rep.reason = verdict(&mut rep, cfg);
+    Ok(rep)
+}
+
+/// Where the greedy choice changes, and how many of those records (and how many expected)
+/// the policy's exploration served the new choice in.
+fn count_changes(rep: &mut GateReport, j: &Judged<'_>, g: &Greedy) {
+    let held = j.held;
     let m = g.decision.len();
     let changed: Vec<usize> = (0..m).filter(|&k| g.old[k] != g.new[k]).collect();
     rep.changed_states = changed.len();
@@ -352,14 +409,11 @@ pub fn judge(
             exploration_prob(held, &j.meta[i], i, g.old[k])
         })
         .sum();
-    rep.kl = mean_kl(&p_old, &p_new);
-    if let Some(why) = precheck(&rep, cfg) {
-        rep.reason = why;
-        return Ok(rep);
-    }
-    let views: Vec<CriticView> = (0..cfg.ensemble)
-        .map(|_| fit_view(j, &g, hidden, cfg, rng))
-        .collect::<Result<_, _>>()?;
+}
+
+/// The ensemble's worst fit (NaN if any is NaN), mean running value and mean estimate over
+/// the `m` decision states.
+fn summarise_views(rep: &mut GateReport, views: &[CriticView], m: usize) {
     rep.explained_variance =
         views
             .iter()
@@ -378,20 +432,6 @@ pub fn judge(
         .map(|v| v.delta.iter().sum::<f32>() / m as f32)
         .sum::<f32>()
         / k;
-    let block = (cfg.block_records * m).div_ceil(held.len().max(1)).max(1);
-    let mut reps: Vec<f32> = (0..cfg.bootstrap)
-        .map(|b| {
-            let v = &views[b % views.len()].delta;
-            block_resample(m, block, rng)
-                .iter()
-                .map(|&i| v[i])
-                .sum::<f32>()
-                / m as f32
-        })
-        .collect();
-    rep.lower_bound = quantile(&mut reps, 1.0 - cfg.level);
-    rep.reason = verdict(&mut rep, cfg);
-    Ok(rep)
 }
 
 /// The probability that the logged ε-greedy exploration served one given non-greedy phase

@@ -362,55 +362,9 @@ impl PolicyStore {
             .dir
             .join(STAGING)
             .join(format!("v{v}-{}", std::process::id()));
-        let inputs_dir = work.join("inputs");
-        fs::create_dir_all(&inputs_dir).map_err(io("creating", &inputs_dir))?;
-        let plan_hash = manifest.plan_hash_u64().ok_or_else(|| {
-            StoreError::Model(format!("plan hash {:?} is not hex", manifest.plan_hash))
-        })?;
-        let mlp = weights.actor_mlp(plan_hash, v);
-        let blob = mlp
-            .to_blob(false)
-            .map_err(|e| StoreError::Model(format!("f32 blob: {e}")))?;
-        let blob8 = mlp
-            .to_blob(true)
-            .map_err(|e| StoreError::Model(format!("int8 blob: {e}")))?;
-        let manifest_json = serde_json::to_string_pretty(manifest)
-            .map_err(|e| StoreError::Model(format!("manifest: {e}")))?;
-        let inputs = BundleInputs {
-            model: inputs_dir.join("policy.onnx"),
-            manifest: inputs_dir.join("policy.manifest.json"),
-            blob: inputs_dir.join("policy.blob"),
-            blob_int8: Some(inputs_dir.join("policy.int8.blob")),
-        };
-        let files: [(&Path, &[u8]); 4] = [
-            (&inputs.model, &onnx::reexport(weights, manifest)),
-            (&inputs.manifest, manifest_json.as_bytes()),
-            (&inputs.blob, &blob),
-            (
-                inputs.blob_int8.as_deref().unwrap_or(inputs.blob.as_path()),
-                &blob8,
-            ),
-        ];
-        for (path, bytes) in files {
-            fs::write(path, bytes).map_err(io("writing", path))?;
-        }
+        let inputs = write_bundle_inputs(weights, manifest, &work.join("inputs"))?;
         let stage = work.join("bundle");
-        bundle::pack_and_sign(&inputs, key, &stage).map_err(|e| StoreError::Bundle {
-            context: format!("signing version {v}"),
-            source: e,
-        })?;
-        // The bundle a controller will load must verify: check it before switching.
-        let mut keys = trusted.to_vec();
-        keys.push(key.verifying_key());
-        bundle::verify(&stage, &keys).map_err(|e| StoreError::Bundle {
-            context: format!("new version {v} (before switching)"),
-            source: e,
-        })?;
-        let entries = fs::read_dir(&stage).map_err(io("listing", &stage))?;
-        for e in entries {
-            let e = e.map_err(io("listing", &stage))?;
-            fsync_file(&e.path())?;
-        }
+        sign_and_check(&inputs, key, trusted, &stage, v)?;
         self.commit_staged(&stage, &dest)?;
         let _ = fs::remove_dir_all(&work);
         let cur = self.current()?;
@@ -476,6 +430,77 @@ impl PolicyStore {
             from,
         })
     }
+}
+
+/// Writes what a bundle of `weights` and `manifest` is packed from into `inputs_dir`
+/// (created): the ONNX model, the manifest and the f32 and int8 firmware blobs.
+fn write_bundle_inputs(
+    weights: &PolicyWeights,
+    manifest: &Manifest,
+    inputs_dir: &Path,
+) -> Result<BundleInputs, StoreError> {
+    let v = manifest.policy_version;
+    fs::create_dir_all(inputs_dir).map_err(io("creating", inputs_dir))?;
+    let plan_hash = manifest.plan_hash_u64().ok_or_else(|| {
+        StoreError::Model(format!("plan hash {:?} is not hex", manifest.plan_hash))
+    })?;
+    let mlp = weights.actor_mlp(plan_hash, v);
+    let blob = mlp
+        .to_blob(false)
+        .map_err(|e| StoreError::Model(format!("f32 blob: {e}")))?;
+    let blob8 = mlp
+        .to_blob(true)
+        .map_err(|e| StoreError::Model(format!("int8 blob: {e}")))?;
+    let manifest_json = serde_json::to_string_pretty(manifest)
+        .map_err(|e| StoreError::Model(format!("manifest: {e}")))?;
+    let inputs = BundleInputs {
+        model: inputs_dir.join("policy.onnx"),
+        manifest: inputs_dir.join("policy.manifest.json"),
+        blob: inputs_dir.join("policy.blob"),
+        blob_int8: Some(inputs_dir.join("policy.int8.blob")),
+    };
+    let files: [(&Path, &[u8]); 4] = [
+        (&inputs.model, &onnx::reexport(weights, manifest)),
+        (&inputs.manifest, manifest_json.as_bytes()),
+        (&inputs.blob, &blob),
+        (
+            inputs.blob_int8.as_deref().unwrap_or(inputs.blob.as_path()),
+            &blob8,
+        ),
+    ];
+    for (path, bytes) in files {
+        fs::write(path, bytes).map_err(io("writing", path))?;
+    }
+    Ok(inputs)
+}
+
+/// Packs `inputs` into the bundle `stage` signed by `key`, checks that it verifies (the
+/// bundle a controller will load: against `trusted` plus `key`'s public half) and syncs its
+/// files; `v` is the version, for the errors.
+fn sign_and_check(
+    inputs: &BundleInputs,
+    key: &SigningKey,
+    trusted: &[VerifyingKey],
+    stage: &Path,
+    v: u32,
+) -> Result<(), StoreError> {
+    bundle::pack_and_sign(inputs, key, stage).map_err(|e| StoreError::Bundle {
+        context: format!("signing version {v}"),
+        source: e,
+    })?;
+    // The bundle a controller will load must verify: check it before switching.
+    let mut keys = trusted.to_vec();
+    keys.push(key.verifying_key());
+    bundle::verify(stage, &keys).map_err(|e| StoreError::Bundle {
+        context: format!("new version {v} (before switching)"),
+        source: e,
+    })?;
+    let entries = fs::read_dir(stage).map_err(io("listing", stage))?;
+    for e in entries {
+        let e = e.map_err(io("listing", stage))?;
+        fsync_file(&e.path())?;
+    }
+    Ok(())
 }
 
 #[cfg(unix)]

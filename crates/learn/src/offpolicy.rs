@@ -502,14 +502,8 @@ pub fn update_policy(
         mean_abs_advantage: t.adv.iter().map(|x| x.abs()).sum::<f32>() / t.adv.len().max(1) as f32,
         ..Default::default()
     };
-    let vars = actor.vars();
-    let eps = cfg.clip_eps as f64;
+    let objective = ClippedObjective::new(data, t, cfg.clip_eps as f64);
     let mut states: Vec<usize> = (0..n).collect();
-    // Entries grouped by state, so a minibatch of states carries all of their entries.
-    let mut by_state: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (e, &s) in t.states.iter().enumerate() {
-        by_state[s as usize].push(e);
-    }
     for _ in 0..cfg.epochs {
         // Parameters before this epoch, to undo it if it crosses a hard KL limit.
         let snapshot = if cfg.kl_hard_limit {
@@ -519,67 +513,7 @@ pub fn update_policy(
         };
         let kl_before = st.kl;
         states.shuffle(rng);
-        let mut sum_obj = 0.0f32;
-        for chunk in states.chunks(cfg.minibatch.max(1)) {
-            let m = chunk.len();
-            let entries: Vec<usize> = chunk
-                .iter()
-                .flat_map(|&s| by_state[s].iter().copied())
-                .collect();
-            let local: Vec<u32> = chunk
-                .iter()
-                .enumerate()
-                .flat_map(|(k, &s)| std::iter::repeat_n(k as u32, by_state[s].len()))
-                .collect();
-            let o: Vec<f32> = chunk
-                .iter()
-                .flat_map(|&s| data.obs[s * d..(s + 1) * d].iter().copied())
-                .collect();
-            let mk: Vec<u8> = chunk
-                .iter()
-                .flat_map(|&s| data.masks[s * a..(s + 1) * a].iter().copied())
-                .collect();
-            let lp_all = masked_log_softmax(
-                &actor.forward(&tensor2(&o, m, d, &dev)?)?,
-                &Tensor::from_vec(mk, (m, a), &dev)?,
-            )?;
-            let e = entries.len();
-            let rows = Tensor::from_vec(local, e, &dev)?;
-            let acts = Tensor::from_vec(
-                entries.iter().map(|&i| t.actions[i]).collect::<Vec<_>>(),
-                e,
-                &dev,
-            )?;
-            let lp = lp_all
-                .index_select(&rows, 0)?
-                .gather(&acts.unsqueeze(1)?, 1)?
-                .squeeze(1)?;
-            let old = Tensor::from_vec(
-                entries.iter().map(|&i| t.old_lp[i]).collect::<Vec<_>>(),
-                e,
-                &dev,
-            )?;
-            let adv = Tensor::from_vec(
-                entries.iter().map(|&i| t.adv[i]).collect::<Vec<_>>(),
-                e,
-                &dev,
-            )?;
-            let w = Tensor::from_vec(
-                entries.iter().map(|&i| t.weights[i]).collect::<Vec<_>>(),
-                e,
-                &dev,
-            )?;
-            let ratio = (lp - old)?.exp()?;
-            let s1 = (&ratio * &adv)?;
-            let s2 = (ratio.clamp(1.0 - eps, 1.0 + eps)? * &adv)?;
-            let obj = ((s1.minimum(&s2)? * w)?.sum_all()? / m as f64)?;
-            let loss = obj.neg()?;
-            let mut grads = loss.backward()?;
-            clip_grad_norm(&mut grads, &vars, cfg.max_grad_norm)?;
-            opt.step(&grads, cfg.learning_rate)?;
-            sum_obj += obj.to_scalar::<f32>()? * m as f32;
-        }
-        st.objective = sum_obj / n.max(1) as f32;
+        st.objective = policy_epoch(actor, opt, &objective, &states, cfg)?;
         st.epochs += 1;
         let probs = policy_probs(actor, &obs, &mask)?;
         st.kl = mean_kl(&probs0, &probs);
@@ -595,6 +529,108 @@ pub fn update_policy(
         }
     }
     Ok(st)
+}
+
+/// One epoch: a gradient step on the clipped objective per minibatch of `states` (in their
+/// order); returns the objective averaged over the states.
+fn policy_epoch(
+    actor: &MlpNet,
+    opt: &mut Adam,
+    objective: &ClippedObjective<'_>,
+    states: &[usize],
+    cfg: &OffPolicyConfig,
+) -> Result<f32> {
+    let vars = actor.vars();
+    let mut sum_obj = 0.0f32;
+    for chunk in states.chunks(cfg.minibatch.max(1)) {
+        let obj = objective.on_states(actor, chunk)?;
+        let loss = obj.neg()?;
+        let mut grads = loss.backward()?;
+        clip_grad_norm(&mut grads, &vars, cfg.max_grad_norm)?;
+        opt.step(&grads, cfg.learning_rate)?;
+        sum_obj += obj.to_scalar::<f32>()? * chunk.len() as f32;
+    }
+    Ok(sum_obj / states.len().max(1) as f32)
+}
+
+/// The clipped objective's entries on a replay batch, grouped by state so that a minibatch
+/// of states carries all of their entries.
+struct ClippedObjective<'a> {
+    data: &'a ReplayBatch,
+    targets: PolicyTargets,
+    /// Per state, its entries in `targets`.
+    by_state: Vec<Vec<usize>>,
+    clip_eps: f64,
+}
+
+impl<'a> ClippedObjective<'a> {
+    fn new(data: &'a ReplayBatch, targets: PolicyTargets, clip_eps: f64) -> Self {
+        let mut by_state: Vec<Vec<usize>> = vec![Vec::new(); data.len()];
+        for (e, &s) in targets.states.iter().enumerate() {
+            by_state[s as usize].push(e);
+        }
+        ClippedObjective {
+            data,
+            targets,
+            by_state,
+            clip_eps,
+        }
+    }
+
+    /// `Σ w · min(r·Â, clip(r)·Â)` over the entries of the states `chunk`, divided by their
+    /// number, for the actor's current parameters (differentiable).
+    fn on_states(&self, actor: &MlpNet, chunk: &[usize]) -> Result<Tensor> {
+        let dev = Device::Cpu;
+        let (d, a) = (self.data.obs_dim, self.data.n_actions);
+        let (t, eps, m) = (&self.targets, self.clip_eps, chunk.len());
+        let entries: Vec<usize> = chunk
+            .iter()
+            .flat_map(|&s| self.by_state[s].iter().copied())
+            .collect();
+        let local: Vec<u32> = chunk
+            .iter()
+            .enumerate()
+            .flat_map(|(k, &s)| std::iter::repeat_n(k as u32, self.by_state[s].len()))
+            .collect();
+        let o: Vec<f32> = chunk
+            .iter()
+            .flat_map(|&s| self.data.obs[s * d..(s + 1) * d].iter().copied())
+            .collect();
+        let mk: Vec<u8> = chunk
+            .iter()
+            .flat_map(|&s| self.data.masks[s * a..(s + 1) * a].iter().copied())
+            .collect();
+        let lp_all = masked_log_softmax(
+            &actor.forward(&tensor2(&o, m, d, &dev)?)?,
+            &Tensor::from_vec(mk, (m, a), &dev)?,
+        )?;
+        let rows = Tensor::from_vec(local, entries.len(), &dev)?;
+        let acts = entry_tensor(&t.actions, &entries, &dev)?;
+        let lp = lp_all
+            .index_select(&rows, 0)?
+            .gather(&acts.unsqueeze(1)?, 1)?
+            .squeeze(1)?;
+        let old = entry_tensor(&t.old_lp, &entries, &dev)?;
+        let adv = entry_tensor(&t.adv, &entries, &dev)?;
+        let w = entry_tensor(&t.weights, &entries, &dev)?;
+        let ratio = (lp - old)?.exp()?;
+        let s1 = (&ratio * &adv)?;
+        let s2 = (ratio.clamp(1.0 - eps, 1.0 + eps)? * &adv)?;
+        (s1.minimum(&s2)? * w)?.sum_all()? / m as f64
+    }
+}
+
+/// The values of `v` at `entries`, as a vector tensor.
+fn entry_tensor<T: candle_core::WithDType>(
+    v: &[T],
+    entries: &[usize],
+    dev: &Device,
+) -> Result<Tensor> {
+    Tensor::from_vec(
+        entries.iter().map(|&i| v[i]).collect::<Vec<_>>(),
+        entries.len(),
+        dev,
+    )
 }
 
 #[cfg(test)]

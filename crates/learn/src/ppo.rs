@@ -169,13 +169,33 @@ pub fn update(
     update_groups(net, opt, std::slice::from_ref(batch), cfg, lr, rng)
 }
 
+/// One group's per-sample loss terms and diagnostics inputs, over its rows of a minibatch.
+struct GroupTerms {
+    pg: Tensor,
+    v_loss: Tensor,
+    ent: Tensor,
+    ratio: Tensor,
+    log_ratio: Tensor,
+}
+
 /// One minibatch's per-sample loss terms (in group order) and diagnostics inputs.
+#[derive(Default)]
 struct MinibatchTerms {
     pg: Vec<Tensor>,
     v_loss: Vec<Tensor>,
     ent: Vec<Tensor>,
     ratio: Vec<Tensor>,
     log_ratio: Vec<Tensor>,
+}
+
+impl MinibatchTerms {
+    fn push(&mut self, g: GroupTerms) {
+        self.pg.push(g.pg);
+        self.v_loss.push(g.v_loss);
+        self.ent.push(g.ent);
+        self.ratio.push(g.ratio);
+        self.log_ratio.push(g.log_ratio);
+    }
 }
 
 /// The per-sample loss terms of the rows `local` of group `g`, with their advantages.
@@ -186,8 +206,7 @@ fn group_terms(
     local: &[usize],
     adv: Vec<f32>,
     cfg: &PpoConfig,
-    t: &mut MinibatchTerms,
-) -> Result<()> {
+) -> Result<GroupTerms> {
     let (m, dev) = (local.len(), model.device());
     let obs = Tensor::from_vec(
         rows(&batch.obs, batch.obs_dim, local),
@@ -212,19 +231,22 @@ fn group_terms(
     let eps = cfg.clip_eps as f64;
     let pg1 = (adv.neg()? * &ratio)?;
     let pg2 = (adv.neg()? * ratio.clamp(1.0 - eps, 1.0 + eps)?)?;
-    t.pg.push(pg1.maximum(&pg2)?);
-    t.v_loss.push(if cfg.clip_value {
+    let pg = pg1.maximum(&pg2)?;
+    let v_loss = if cfg.clip_value {
         let v_clip = (&old_v + (&v - &old_v)?.clamp(-eps, eps)?)?;
         let a = (&v - &ret)?.sqr()?;
         let b = (v_clip - &ret)?.sqr()?;
         a.maximum(&b)?
     } else {
         (&v - &ret)?.sqr()?
-    });
-    t.ent.push(entropy(&lp_all)?);
-    t.ratio.push(ratio);
-    t.log_ratio.push(log_ratio);
-    Ok(())
+    };
+    Ok(GroupTerms {
+        pg,
+        v_loss,
+        ent: entropy(&lp_all)?,
+        ratio,
+        log_ratio,
+    })
 }
 
 /// Normalises advantages to zero mean and unit standard deviation (when `m > 1`).
@@ -259,40 +281,11 @@ pub fn update_groups(
     let n = owner.len();
     let mb = cfg.minibatch.clamp(1, n.max(1));
     let mut idx: Vec<usize> = (0..n).collect();
-    let mut st = UpdateStats {
-        first_ratio_dev: f32::NAN,
-        ..Default::default()
-    };
-    let (mut sum_pl, mut sum_vl, mut sum_ent, mut sum_cf, mut sum_gn) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut progress = Progress::default();
     'epochs: for _ in 0..cfg.epochs {
         idx.shuffle(rng);
         for chunk in idx.chunks(mb) {
-            let m = chunk.len();
-            let mut adv_v: Vec<f32> = chunk
-                .iter()
-                .map(|&i| batches[owner[i].0].advantages[owner[i].1])
-                .collect();
-            if cfg.norm_adv {
-                normalise_advantages(&mut adv_v);
-            }
-            let mut t = MinibatchTerms {
-                pg: Vec::new(),
-                v_loss: Vec::new(),
-                ent: Vec::new(),
-                ratio: Vec::new(),
-                log_ratio: Vec::new(),
-            };
-            for (g, batch) in batches.iter().enumerate() {
-                let (local, adv): (Vec<usize>, Vec<f32>) = chunk
-                    .iter()
-                    .zip(&adv_v)
-                    .filter(|(&i, _)| owner[i].0 == g)
-                    .map(|(&i, &a)| (owner[i].1, a))
-                    .unzip();
-                if !local.is_empty() {
-                    group_terms(model, g, batch, &local, adv, cfg, &mut t)?;
-                }
-            }
+            let t = minibatch_terms(model, batches, &owner, chunk, cfg)?;
             let pg_loss = Tensor::cat(&t.pg, 0)?.mean_all()?;
             let v_loss = (Tensor::cat(&t.v_loss, 0)?.mean_all()? * 0.5)?;
             let ent = Tensor::cat(&t.ent, 0)?.mean_all()?;
@@ -301,37 +294,117 @@ pub fn update_groups(
             let mut grads = loss.backward()?;
             let gn = clip_grad_norm(&mut grads, &vars, cfg.max_grad_norm)?;
             opt.step(&grads, lr)?;
-
-            // Diagnostics, from the same forward pass.
-            let r: Vec<f32> = Tensor::cat(&t.ratio, 0)?.to_vec1()?;
-            let lr_v: Vec<f32> = Tensor::cat(&t.log_ratio, 0)?.to_vec1()?;
-            if st.minibatches == 0 {
-                st.first_ratio_dev = r.iter().fold(0.0f32, |a, x| a.max((x - 1.0).abs()));
-            }
-            let kl = r.iter().zip(&lr_v).map(|(r, l)| (r - 1.0) - l).sum::<f32>() / m as f32;
-            let cf = r.iter().filter(|x| (*x - 1.0).abs() > cfg.clip_eps).count() as f32 / m as f32;
-            st.approx_kl = kl;
-            sum_pl += pg_loss.to_scalar::<f32>()?;
-            sum_vl += v_loss.to_scalar::<f32>()?;
-            sum_ent += ent.to_scalar::<f32>()?;
-            sum_cf += cf;
-            sum_gn += gn;
-            st.minibatches += 1;
+            let losses = [&pg_loss, &v_loss, &ent];
+            let kl = progress.record(&t, losses, gn, cfg.clip_eps)?;
             if let Some(t) = cfg.target_kl {
                 if kl > t {
                     break 'epochs;
                 }
             }
         }
-        st.epochs += 1;
+        progress.st.epochs += 1;
     }
-    let k = st.minibatches.max(1) as f32;
-    st.policy_loss = sum_pl / k;
-    st.value_loss = sum_vl / k;
-    st.entropy = sum_ent / k;
-    st.clip_frac = sum_cf / k;
-    st.grad_norm = sum_gn / k;
-    Ok(st)
+    Ok(progress.finish())
+}
+
+/// The loss terms of the minibatch `chunk` (indices into `owner`, which maps each decision
+/// to its group and row), group by group, with its advantages normalised if asked.
+fn minibatch_terms(
+    model: &dyn PolicyModel,
+    batches: &[PpoBatch],
+    owner: &[(usize, usize)],
+    chunk: &[usize],
+    cfg: &PpoConfig,
+) -> Result<MinibatchTerms> {
+    let mut adv_v: Vec<f32> = chunk
+        .iter()
+        .map(|&i| batches[owner[i].0].advantages[owner[i].1])
+        .collect();
+    if cfg.norm_adv {
+        normalise_advantages(&mut adv_v);
+    }
+    let mut t = MinibatchTerms::default();
+    for (g, batch) in batches.iter().enumerate() {
+        let (local, adv): (Vec<usize>, Vec<f32>) = chunk
+            .iter()
+            .zip(&adv_v)
+            .filter(|(&i, _)| owner[i].0 == g)
+            .map(|(&i, &a)| (owner[i].1, a))
+            .unzip();
+        if !local.is_empty() {
+            t.push(group_terms(model, g, batch, &local, adv, cfg)?);
+        }
+    }
+    Ok(t)
+}
+
+/// An update's statistics as its minibatches go: counts and last values in `st`, sums of
+/// the per-minibatch means (averaged by [`Progress::finish`]).
+struct Progress {
+    st: UpdateStats,
+    sum_pl: f32,
+    sum_vl: f32,
+    sum_ent: f32,
+    sum_cf: f32,
+    sum_gn: f32,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            st: UpdateStats {
+                first_ratio_dev: f32::NAN,
+                ..Default::default()
+            },
+            sum_pl: 0.0,
+            sum_vl: 0.0,
+            sum_ent: 0.0,
+            sum_cf: 0.0,
+            sum_gn: 0.0,
+        }
+    }
+}
+
+impl Progress {
+    /// Records a minibatch's diagnostics, from the same forward pass as its step: its terms,
+    /// its `[policy, value, entropy]` losses and its gradient norm. Returns its approx-KL.
+    fn record(
+        &mut self,
+        t: &MinibatchTerms,
+        [pg_loss, v_loss, ent]: [&Tensor; 3],
+        grad_norm: f32,
+        clip_eps: f32,
+    ) -> Result<f32> {
+        let r: Vec<f32> = Tensor::cat(&t.ratio, 0)?.to_vec1()?;
+        let lr_v: Vec<f32> = Tensor::cat(&t.log_ratio, 0)?.to_vec1()?;
+        let m = r.len();
+        let st = &mut self.st;
+        if st.minibatches == 0 {
+            st.first_ratio_dev = r.iter().fold(0.0f32, |a, x| a.max((x - 1.0).abs()));
+        }
+        let kl = r.iter().zip(&lr_v).map(|(r, l)| (r - 1.0) - l).sum::<f32>() / m as f32;
+        let cf = r.iter().filter(|x| (*x - 1.0).abs() > clip_eps).count() as f32 / m as f32;
+        st.approx_kl = kl;
+        self.sum_pl += pg_loss.to_scalar::<f32>()?;
+        self.sum_vl += v_loss.to_scalar::<f32>()?;
+        self.sum_ent += ent.to_scalar::<f32>()?;
+        self.sum_cf += cf;
+        self.sum_gn += grad_norm;
+        st.minibatches += 1;
+        Ok(kl)
+    }
+
+    /// The update's statistics: the sums averaged over the minibatches.
+    fn finish(self) -> UpdateStats {
+        let mut st = self.st;
+        let k = st.minibatches.max(1) as f32;
+        st.policy_loss = self.sum_pl / k;
+        st.value_loss = self.sum_vl / k;
+        st.entropy = self.sum_ent / k;
+        st.clip_frac = self.sum_cf / k;
+        st.grad_norm = self.sum_gn / k;
+        st
+    }
 }
 
 /// Gradient of the clipped surrogate alone with respect to the actor's variables, for

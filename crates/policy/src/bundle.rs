@@ -581,6 +581,39 @@ pub fn verify(bundle: &Path, trusted_keys: &[VerifyingKey]) -> Result<VerifiedBu
     if trusted_keys.is_empty() {
         return Err(BundleError::NoTrustedKeys);
     }
+    let sig = read_signature(bundle)?;
+    let signer = check_signer(&sig, trusted_keys)?;
+    // The signature covers the text; the text must also be the canonical one (sorted,
+    // unique names), so one bundle has one valid SIGNATURE.
+    let files = read_signed_files(bundle, &sig)?;
+    if digest_text(signer, &files) != sig.signed_text {
+        return Err(BundleError::MalformedSignature {
+            line: 0,
+            problem: "digest list is not in canonical form (sorted, unique file names)".into(),
+        });
+    }
+    for entry in fs::read_dir(bundle).map_err(io_err("listing", bundle))? {
+        let entry = entry.map_err(io_err("listing", bundle))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != SIGNATURE_FILE && !files.contains_key(name.as_str()) {
+            return Err(BundleError::UnsignedFile { name });
+        }
+    }
+    let contents = check_contents(files)?;
+    let mut files = contents.files;
+    Ok(VerifiedBundle {
+        dir: bundle.to_path_buf(),
+        signer: *signer,
+        manifest: contents.manifest,
+        model: files.remove(MODEL_FILE).unwrap_or_default(),
+        blob: files.remove(BLOB_FILE).unwrap_or_default(),
+        blob_int8: files.remove(BLOB_INT8_FILE),
+    })
+}
+
+/// Reads and parses the bundle's `SIGNATURE` (a missing directory and a missing file are
+/// told apart).
+fn read_signature(bundle: &Path) -> Result<SignatureFile, BundleError> {
     let sig_path = bundle.join(SIGNATURE_FILE);
     if !sig_path.is_file() {
         if !bundle.is_dir() {
@@ -593,7 +626,14 @@ pub fn verify(bundle: &Path, trusted_keys: &[VerifyingKey]) -> Result<VerifiedBu
         return Err(BundleError::MissingSignature(bundle.to_path_buf()));
     }
     let text = fs::read_to_string(&sig_path).map_err(io_err("reading", &sig_path))?;
-    let sig = parse_signature(&text)?;
+    parse_signature(&text)
+}
+
+/// The trusted key that signed `sig`, once its signature over the signed text verifies.
+fn check_signer<'k>(
+    sig: &SignatureFile,
+    trusted_keys: &'k [VerifyingKey],
+) -> Result<&'k VerifyingKey, BundleError> {
     let signer_hex = hex(&sig.signer);
     let Some(signer) = trusted_keys.iter().find(|k| k.as_bytes() == &sig.signer) else {
         return Err(BundleError::UntrustedKey {
@@ -609,8 +649,15 @@ pub fn verify(bundle: &Path, trusted_keys: &[VerifyingKey]) -> Result<VerifiedBu
         .map_err(|_| BundleError::BadSignature {
             signer: signer_hex.clone(),
         })?;
-    // The signature covers the text; the text must also be the canonical one (sorted,
-    // unique names), so one bundle has one valid SIGNATURE.
+    Ok(signer)
+}
+
+/// Reads every file `sig` lists, checking that it is a bundle file, present, and of the
+/// signed size and digest.
+fn read_signed_files(
+    bundle: &Path,
+    sig: &SignatureFile,
+) -> Result<BTreeMap<&'static str, Vec<u8>>, BundleError> {
     let mut files: BTreeMap<&'static str, Vec<u8>> = BTreeMap::new();
     let known = [MODEL_FILE, MANIFEST_FILE, BLOB_FILE, BLOB_INT8_FILE];
     for (name, size, digest) in &sig.files {
@@ -635,29 +682,7 @@ pub fn verify(bundle: &Path, trusted_keys: &[VerifyingKey]) -> Result<VerifiedBu
         }
         files.insert(known_name, bytes);
     }
-    if digest_text(signer, &files) != sig.signed_text {
-        return Err(BundleError::MalformedSignature {
-            line: 0,
-            problem: "digest list is not in canonical form (sorted, unique file names)".into(),
-        });
-    }
-    for entry in fs::read_dir(bundle).map_err(io_err("listing", bundle))? {
-        let entry = entry.map_err(io_err("listing", bundle))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name != SIGNATURE_FILE && !files.contains_key(name.as_str()) {
-            return Err(BundleError::UnsignedFile { name });
-        }
-    }
-    let contents = check_contents(files)?;
-    let mut files = contents.files;
-    Ok(VerifiedBundle {
-        dir: bundle.to_path_buf(),
-        signer: *signer,
-        manifest: contents.manifest,
-        model: files.remove(MODEL_FILE).unwrap_or_default(),
-        blob: files.remove(BLOB_FILE).unwrap_or_default(),
-        blob_int8: files.remove(BLOB_INT8_FILE),
-    })
+    Ok(files)
 }
 
 #[cfg(test)]

@@ -37,7 +37,9 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{Backend, BackendArgs};
 use device::ComputeDevice;
 use policy::{PolicyKind, PolicyNet};
-use rollout::{collect_parallel, episode_seed, AgentTrajectory, EnvSlot, RolloutPolicy};
+use rollout::{
+    collect_parallel, episode_seed, AgentTrajectory, EnvSlot, RolloutPolicy, RolloutSpec,
+};
 
 /// Normalised observations are clipped to ±this.
 pub const OBS_CLIP: f32 = 10.0;
@@ -574,20 +576,28 @@ fn rollout_policy(learner: &Learner, shared: Option<&SharedSetup>) -> Result<Rol
     })
 }
 
+/// What every iteration's update needs besides the learner and the rollout.
+struct UpdateCtx<'a> {
+    cfg: &'a TrainConfig,
+    /// The shared policy's signals and groups (`None`: MLP policy).
+    shared: Option<&'a SharedSetup>,
+    /// The observation layout of the MLP policy (of the first signal for a shared one).
+    layout: ObsLayout,
+}
+
 /// One PPO update on a rollout: one batch (MLP), or one group per junction geometry.
 fn ppo_step(
     learner: &mut Learner,
-    shared: Option<&SharedSetup>,
+    ctx: &UpdateCtx<'_>,
     trajs: &[AgentTrajectory],
-    layout: ObsLayout,
-    cfg: &TrainConfig,
     lr: f64,
     rng: &mut StdRng,
 ) -> Result<ppo::UpdateStats> {
-    Ok(match (&learner.net, shared) {
+    let ppo_cfg = &ctx.cfg.ppo;
+    Ok(match (&learner.net, ctx.shared) {
         (PolicyNet::Mlp(net), _) => {
-            let batch = ppo_batch(trajs, layout, &cfg.ppo);
-            ppo::update(net, &mut learner.opt, &batch, &cfg.ppo, lr, rng)?
+            let batch = ppo_batch(trajs, ctx.layout, ppo_cfg);
+            ppo::update(net, &mut learner.opt, &batch, ppo_cfg, lr, rng)?
         }
         (PolicyNet::Shared(net), Some(setup)) => {
             let batches: Vec<PpoBatch> = setup
@@ -600,16 +610,79 @@ fn ppo_step(
                         .enumerate()
                         .filter(|(k, _)| setup.of_signal[setup.signal_of(*k)] == g)
                         .map(|(_, t)| t);
-                    ppo_batch(mine, tensors.layout, &cfg.ppo)
+                    ppo_batch(mine, tensors.layout, ppo_cfg)
                 })
                 .collect();
             let model = SharedGroups {
                 net,
                 groups: setup.groups.clone(),
             };
-            ppo::update_groups(&model, &mut learner.opt, &batches, &cfg.ppo, lr, rng)?
+            ppo::update_groups(&model, &mut learner.opt, &batches, ppo_cfg, lr, rng)?
         }
         (PolicyNet::Shared(_), None) => bail!("a shared policy needs its signals' incidences"),
+    })
+}
+
+/// An iteration's PPO update (the learning rate annealed with `frac_left`, the iterations
+/// left, when asked), and the learner's columns of its row.
+fn ppo_iteration(
+    learner: &mut Learner,
+    ctx: &UpdateCtx<'_>,
+    trajs: &[AgentTrajectory],
+    frac_left: f64,
+    rng: &mut StdRng,
+) -> Result<IterationRow> {
+    let ppo_cfg = &ctx.cfg.ppo;
+    let lr = if ppo_cfg.anneal_lr {
+        ppo_cfg.learning_rate * frac_left
+    } else {
+        ppo_cfg.learning_rate
+    };
+    let scaled = scale_rewards(&mut learner.reward_scale, trajs, ppo_cfg.gamma);
+    let st = ppo_step(learner, ctx, &scaled, lr, rng)?;
+    Ok(IterationRow {
+        learning_rate: lr,
+        policy_loss: st.policy_loss,
+        value_loss: st.value_loss,
+        entropy: st.entropy,
+        approx_kl: st.approx_kl,
+        clip_frac: st.clip_frac,
+        ..Default::default()
+    })
+}
+
+/// An iteration's off-policy update: the rollout joins the replay, the Q-critic is fitted
+/// on it, then the policy is updated against the critic (learning rate annealed with
+/// `frac_left`); and the learner's columns of its row.
+fn offpolicy_iteration(
+    learner: &mut Learner,
+    ctx: &UpdateCtx<'_>,
+    trajs: &[AgentTrajectory],
+    frac_left: f64,
+    rng: &mut StdRng,
+) -> Result<IterationRow> {
+    let cfg = ctx.cfg;
+    let (d, a) = (ctx.layout.dim(), ctx.layout.n_phases as usize);
+    for tr in trajs {
+        learner.replay.push(tr);
+    }
+    learner.replay.truncate_front(cfg.replay_capacity, d, a);
+    let norm = learner.stats.normalization(OBS_CLIP);
+    let data = learner.replay.normalized(&norm, d, a);
+    let (q, qopt) = learner.q.as_mut().expect("off-policy learner has a critic");
+    let actor = &learner.net.mlp()?.actor;
+    let q_loss = offpolicy::fit_critic(q, qopt, actor, &data, &cfg.offpolicy, rng)?;
+    let mut opc = cfg.offpolicy.clone();
+    opc.learning_rate *= frac_left;
+    let st = offpolicy::update_policy(actor, &mut learner.opt, q, &data, &opc, rng)?;
+    Ok(IterationRow {
+        learning_rate: opc.learning_rate,
+        policy_loss: -st.objective,
+        value_loss: q_loss,
+        entropy: f32::NAN,
+        approx_kl: st.kl,
+        clip_frac: f32::NAN,
+        ..Default::default()
     })
 }
 
@@ -642,171 +715,48 @@ fn train_on<E: Env + Send>(
 ) -> Result<TrainSummary> {
     std::fs::create_dir_all(out)
         .with_context(|| format!("creating run folder {}", out.display()))?;
-    let mut slots: Vec<EnvSlot<E>> = (0..cfg.n_envs)
-        .map(|i| {
-            Ok(EnvSlot {
-                env: make(episode_seed(cfg.seed, i, 0))?,
-                index: i,
-                episodes: 0,
-                running_return: 0.0,
-            })
-        })
-        .collect::<Result<_>>()?;
+    let mut slots = make_slots(cfg, &make)?;
     let specs = slots[0].env.signals().to_vec();
-    let kind = PolicyKind::resolve(cfg.policy, &specs);
-    let layout = match kind {
-        PolicyKind::Mlp => shared_layout(&slots[0].env)?,
-        PolicyKind::Shared => specs.first().context("scenario has no signals")?.layout,
-    };
-    let shared = match kind {
-        PolicyKind::Mlp => None,
-        PolicyKind::Shared => Some(SharedSetup::new(&specs, &cfg.device.candle()?)?),
-    };
-    let (d, a) = (layout.dim(), layout.n_phases as usize);
+    let (kind, layout, shared) = choose_policy(cfg, &slots[0].env, &specs)?;
     let mut cfg = with_discount(cfg, slots[0].env.decision_interval_s())?;
     cfg.policy = Some(kind);
     let cfg = &cfg;
 
-    let mut learner = if resume {
-        let l = checkpoint::load(out, cfg, layout).context("resuming")?;
-        eprintln!(
-            "resuming {} at iteration {}, {} decisions",
-            out.display(),
-            l.iteration,
-            l.env_steps
-        );
-        l
-    } else {
-        Learner::fresh(cfg, layout)?
-    };
+    let mut learner = start_learner(cfg, out, resume, layout)?;
     for (slot, &eps) in slots.iter_mut().zip(&learner.slot_episodes) {
         slot.episodes = eps;
         slot.env.reset(episode_seed(cfg.seed, slot.index, eps))?;
     }
-    let plans: Vec<_> = slots[0]
-        .env
-        .signals()
-        .iter()
-        .map(|s| s.plan.clone())
-        .collect();
-    checkpoint::write_run_info(
-        out,
-        cfg,
-        &checkpoint::RunFacts {
-            name: &source.name,
-            decision_interval_s: slots[0].env.decision_interval_s().round() as u32,
-            scenario: source.scenario,
-            plans,
-            signal_ids: specs.iter().map(|s| s.id.clone()).collect(),
-            incidences: specs.iter().map(|s| s.incidence.clone()).collect(),
-        },
-        layout,
-        &git_rev(),
-    )?;
-
-    let per_iter = (cfg.n_envs * cfg.rollout_steps * slots[0].env.signals().len()) as u64;
-    let iterations_total = cfg.total_steps.div_ceil(per_iter);
-    let ep = source.episode_decisions.max(1);
-    let t = cfg.rollout_steps as u64;
-    let checkpoint_every = (t * ep / gcd(t, ep)) / t;
+    write_run_info(cfg, out, source, &slots[0].env, layout)?;
+    let schedule = Schedule::new(cfg, source, specs.len());
 
     let csv_path = out.join("metrics.csv");
     let mut csv = checkpoint::open_csv(&csv_path, resume, learner.iteration)?;
-    let bar = plots::progress_bar(progress, iterations_total, learner.iteration);
+    let bar = plots::progress_bar(progress, schedule.iterations_total, learner.iteration);
     let start = Instant::now();
     let start_steps = learner.env_steps;
     let mut recent_delay = Vec::new();
-
-    let stop_at = cfg
-        .stop_after_iterations
-        .map_or(iterations_total, |s| s.min(iterations_total));
-    while learner.iteration < stop_at {
-        let it_start = Instant::now();
-        let it = learner.iteration;
-        let frac_left = 1.0 - it as f64 / iterations_total as f64;
-        let policy = rollout_policy(&learner, shared.as_ref())?;
-        let (trajs, finished) = collect_parallel(
+    let ctx = UpdateCtx {
+        cfg,
+        shared: shared.as_ref(),
+        layout,
+    };
+    while learner.iteration < schedule.stop_at {
+        let row = iteration(
+            &mut learner,
             &mut slots,
-            &policy,
-            cfg.rollout_steps,
-            cfg.seed,
-            it,
-            cfg.threads,
-            cfg.pipelined,
+            &ctx,
+            schedule.iterations_total,
+            start,
         )?;
-        let steps: u64 = trajs.iter().map(|t| t.actions.len() as u64).sum();
-        let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed ^ it.wrapping_mul(0x9e37_79b9));
-        let mut row = IterationRow {
-            iteration: it + 1,
-            ..Default::default()
-        };
-        match cfg.algo {
-            Algo::Ppo => {
-                let lr = if cfg.ppo.anneal_lr {
-                    cfg.ppo.learning_rate * frac_left
-                } else {
-                    cfg.ppo.learning_rate
-                };
-                let scaled = scale_rewards(&mut learner.reward_scale, &trajs, cfg.ppo.gamma);
-                let st = ppo_step(
-                    &mut learner,
-                    shared.as_ref(),
-                    &scaled,
-                    layout,
-                    cfg,
-                    lr,
-                    &mut rng,
-                )?;
-                row.learning_rate = lr;
-                row.policy_loss = st.policy_loss;
-                row.value_loss = st.value_loss;
-                row.entropy = st.entropy;
-                row.approx_kl = st.approx_kl;
-                row.clip_frac = st.clip_frac;
-            }
-            Algo::OffpolicyPpo => {
-                for tr in &trajs {
-                    learner.replay.push(tr);
-                }
-                learner.replay.truncate_front(cfg.replay_capacity, d, a);
-                let norm = learner.stats.normalization(OBS_CLIP);
-                let data = learner.replay.normalized(&norm, d, a);
-                let (q, qopt) = learner.q.as_mut().expect("off-policy learner has a critic");
-                let actor = &learner.net.mlp()?.actor;
-                let q_loss =
-                    offpolicy::fit_critic(q, qopt, actor, &data, &cfg.offpolicy, &mut rng)?;
-                let mut opc = cfg.offpolicy.clone();
-                opc.learning_rate *= frac_left;
-                let st =
-                    offpolicy::update_policy(actor, &mut learner.opt, q, &data, &opc, &mut rng)?;
-                row.learning_rate = opc.learning_rate;
-                row.policy_loss = -st.objective;
-                row.value_loss = q_loss;
-                row.entropy = f32::NAN;
-                row.approx_kl = st.kl;
-                row.clip_frac = f32::NAN;
-            }
-        }
-        // Statistics move after the update: the update used the ones the rollout used.
-        update_stats(&mut learner.stats, shared.as_ref(), &trajs);
-        learner.iteration += 1;
-        learner.env_steps += steps;
-        for (e, slot) in learner.slot_episodes.iter_mut().zip(&slots) {
-            *e = slot.episodes;
-        }
-        row.env_steps = learner.env_steps;
-        row.wall_s = start.elapsed().as_secs_f64();
-        row.steps_per_s = steps as f64 / it_start.elapsed().as_secs_f64();
-        row.episodes = finished.len();
-        row.episode_delay_s = mean(finished.iter().map(|f| f.metrics.mean_delay_s));
-        row.episode_return = mean(finished.iter().map(|f| f.episode_return));
-        if !finished.is_empty() {
+        if row.episodes > 0 {
             recent_delay.push(row.episode_delay_s);
         }
         checkpoint::write_csv_row(&mut csv, &row)?;
         plots::update_bar(&bar, &row);
-        if learner.iteration % checkpoint_every == 0 || learner.iteration == stop_at {
-            checkpoint::save(out, &learner, learner.iteration % checkpoint_every == 0)?;
+        let on_episode_ends = learner.iteration % schedule.checkpoint_every == 0;
+        if on_episode_ends || learner.iteration == schedule.stop_at {
+            checkpoint::save(out, &learner, on_episode_ends)?;
         }
     }
     bar.finish_and_clear();
@@ -823,6 +773,158 @@ fn train_on<E: Env + Send>(
         steps_per_s: trained as f64 / wall_s.max(1e-9),
         recent_episode_delay_s: mean(recent_delay[recent_delay.len() - k..].iter().copied()),
     })
+}
+
+/// The run's environment slots, each on the first episode of its seed stream.
+fn make_slots<E: Env>(
+    cfg: &TrainConfig,
+    make: &impl Fn(u64) -> Result<E>,
+) -> Result<Vec<EnvSlot<E>>> {
+    (0..cfg.n_envs)
+        .map(|i| {
+            Ok(EnvSlot {
+                env: make(episode_seed(cfg.seed, i, 0))?,
+                index: i,
+                episodes: 0,
+                running_return: 0.0,
+            })
+        })
+        .collect()
+}
+
+/// The policy architecture for the signals `specs` of `env` (`cfg.policy`, or the one their
+/// layouts call for), its observation layout, and what a shared policy needs.
+fn choose_policy(
+    cfg: &TrainConfig,
+    env: &dyn Env,
+    specs: &[greenwave_sim::SignalSpec],
+) -> Result<(PolicyKind, ObsLayout, Option<SharedSetup>)> {
+    let kind = PolicyKind::resolve(cfg.policy, specs);
+    let layout = match kind {
+        PolicyKind::Mlp => shared_layout(env)?,
+        PolicyKind::Shared => specs.first().context("scenario has no signals")?.layout,
+    };
+    let shared = match kind {
+        PolicyKind::Mlp => None,
+        PolicyKind::Shared => Some(SharedSetup::new(specs, &cfg.device.candle()?)?),
+    };
+    Ok((kind, layout, shared))
+}
+
+/// The learner from the run folder's checkpoint (`resume`), or a fresh one.
+fn start_learner(
+    cfg: &TrainConfig,
+    out: &Path,
+    resume: bool,
+    layout: ObsLayout,
+) -> Result<Learner> {
+    if !resume {
+        return Learner::fresh(cfg, layout);
+    }
+    let l = checkpoint::load(out, cfg, layout).context("resuming")?;
+    eprintln!(
+        "resuming {} at iteration {}, {} decisions",
+        out.display(),
+        l.iteration,
+        l.env_steps
+    );
+    Ok(l)
+}
+
+/// Writes `run.json` (and `scenario.toml`) for the run on `env`'s signals.
+fn write_run_info(
+    cfg: &TrainConfig,
+    out: &Path,
+    source: &RunSource<'_>,
+    env: &dyn Env,
+    layout: ObsLayout,
+) -> Result<()> {
+    let signals = env.signals();
+    checkpoint::write_run_info(
+        out,
+        cfg,
+        &checkpoint::RunFacts {
+            name: &source.name,
+            decision_interval_s: env.decision_interval_s().round() as u32,
+            scenario: source.scenario,
+            plans: signals.iter().map(|s| s.plan.clone()).collect(),
+            signal_ids: signals.iter().map(|s| s.id.clone()).collect(),
+            incidences: signals.iter().map(|s| s.incidence.clone()).collect(),
+        },
+        layout,
+        &git_rev(),
+    )
+}
+
+/// How long a run is and where its checkpoints fall.
+struct Schedule {
+    /// Iterations for `total_steps` decisions (the learning-rate schedule follows them).
+    iterations_total: u64,
+    /// Where this invocation stops: `stop_after_iterations`, or the end.
+    stop_at: u64,
+    /// Iterations between resumable checkpoints: the fewest that end on an episode end.
+    checkpoint_every: u64,
+}
+
+impl Schedule {
+    fn new(cfg: &TrainConfig, source: &RunSource<'_>, n_signals: usize) -> Self {
+        let per_iter = (cfg.n_envs * cfg.rollout_steps * n_signals) as u64;
+        let iterations_total = cfg.total_steps.div_ceil(per_iter);
+        let ep = source.episode_decisions.max(1);
+        let t = cfg.rollout_steps as u64;
+        let checkpoint_every = (t * ep / gcd(t, ep)) / t;
+        let stop_at = cfg
+            .stop_after_iterations
+            .map_or(iterations_total, |s| s.min(iterations_total));
+        Schedule {
+            iterations_total,
+            stop_at,
+            checkpoint_every,
+        }
+    }
+}
+
+/// One iteration: a rollout with the current policy, an update on it, and the row of
+/// `metrics.csv` reporting both (`start`: when this invocation started).
+fn iteration<E: Env + Send>(
+    learner: &mut Learner,
+    slots: &mut [EnvSlot<E>],
+    ctx: &UpdateCtx<'_>,
+    iterations_total: u64,
+    start: Instant,
+) -> Result<IterationRow> {
+    let cfg = ctx.cfg;
+    let it_start = Instant::now();
+    let it = learner.iteration;
+    let frac_left = 1.0 - it as f64 / iterations_total as f64;
+    let policy = rollout_policy(learner, ctx.shared)?;
+    let spec = RolloutSpec {
+        policy: &policy,
+        steps: cfg.rollout_steps,
+        seed: cfg.seed,
+    };
+    let (trajs, finished) = collect_parallel(slots, &spec, it, cfg.threads, cfg.pipelined)?;
+    let steps: u64 = trajs.iter().map(|t| t.actions.len() as u64).sum();
+    let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed ^ it.wrapping_mul(0x9e37_79b9));
+    let mut row = match cfg.algo {
+        Algo::Ppo => ppo_iteration(learner, ctx, &trajs, frac_left, &mut rng)?,
+        Algo::OffpolicyPpo => offpolicy_iteration(learner, ctx, &trajs, frac_left, &mut rng)?,
+    };
+    // Statistics move after the update: the update used the ones the rollout used.
+    update_stats(&mut learner.stats, ctx.shared, &trajs);
+    learner.iteration += 1;
+    learner.env_steps += steps;
+    for (e, slot) in learner.slot_episodes.iter_mut().zip(slots.iter()) {
+        *e = slot.episodes;
+    }
+    row.iteration = it + 1;
+    row.env_steps = learner.env_steps;
+    row.wall_s = start.elapsed().as_secs_f64();
+    row.steps_per_s = steps as f64 / it_start.elapsed().as_secs_f64();
+    row.episodes = finished.len();
+    row.episode_delay_s = mean(finished.iter().map(|f| f.metrics.mean_delay_s));
+    row.episode_return = mean(finished.iter().map(|f| f.episode_return));
+    Ok(row)
 }
 
 /// Default run folder for a name: `runs/NAME`.

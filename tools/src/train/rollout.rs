@@ -155,6 +155,18 @@ impl RolloutPolicy {
     }
 }
 
+/// What every slot of a rollout shares: the policy acting, the decisions per slot, and the
+/// run's seed (episode seeds of the slots that start a new episode).
+#[derive(Clone, Copy)]
+pub struct RolloutSpec<'a> {
+    /// The policy acting.
+    pub policy: &'a RolloutPolicy,
+    /// Decisions per slot.
+    pub steps: usize,
+    /// The run's seed.
+    pub seed: u64,
+}
+
 /// Chooses the actions of slot `slot` at its state `t` (every signal's), recording
 /// `s_t`, the mask, action, log-probability and value in `trs` (the slot's trajectories),
 /// and `V(s_t)` as the previous step's next value unless an episode ended there.
@@ -188,20 +200,22 @@ fn act<E: Env>(
     Ok(())
 }
 
-/// Records the outcome of slot `slot`'s step `t` (of `steps`) in `trs`: rewards, the
+/// Records the outcome of slot `slot`'s step `t` (of `spec.steps`) in `trs`: rewards, the
 /// true next state (before any reset) and, at an episode's or the rollout's end, its
 /// value; a finished episode goes to `finished` and the slot starts its next one.
-#[allow(clippy::too_many_arguments)]
 fn record<E: Env>(
     slot: &mut EnvSlot<E>,
     trs: &mut [AgentTrajectory],
     t: usize,
-    steps: usize,
     outcome: &StepOutcome,
-    policy: &RolloutPolicy,
-    seed: u64,
+    spec: &RolloutSpec<'_>,
     finished: &mut Vec<EpisodeResult>,
 ) -> Result<(), EnvError> {
+    let RolloutSpec {
+        policy,
+        steps,
+        seed,
+    } = *spec;
     for (s, (tr, &r)) in trs.iter_mut().zip(&outcome.rewards).enumerate() {
         let (d, a) = policy.dims(s);
         let (mut raw, mut x) = (vec![0.0f32; d], vec![0.0f32; d]);
@@ -229,14 +243,12 @@ fn record<E: Env>(
     Ok(())
 }
 
-/// Runs `steps` decisions on every slot of `slots`, appending to `out` (one trajectory per
-/// slot and signal, in slot-major order) and to `finished`: one slot after the other, each
-/// step waiting for its simulator (what [`collect_parallel`] does unless pipelined).
+/// Runs `spec.steps` decisions on every slot of `slots`, appending to `out` (one trajectory
+/// per slot and signal, in slot-major order) and to `finished`: one slot after the other,
+/// each step waiting for its simulator (what [`collect_parallel`] does unless pipelined).
 pub fn collect<E: Env>(
     slots: &mut [EnvSlot<E>],
-    policy: &RolloutPolicy,
-    steps: usize,
-    seed: u64,
+    spec: &RolloutSpec<'_>,
     rng: &mut StdRng,
     out: &mut Vec<AgentTrajectory>,
     finished: &mut Vec<EpisodeResult>,
@@ -246,19 +258,10 @@ pub fn collect<E: Env>(
         let base = out.len();
         out.extend((0..n_sig).map(|_| AgentTrajectory::default()));
         let mut actions = vec![0u8; n_sig];
-        for t in 0..steps {
-            act(slot, &mut out[base..], t, policy, rng, &mut actions)?;
+        for t in 0..spec.steps {
+            act(slot, &mut out[base..], t, spec.policy, rng, &mut actions)?;
             let outcome = slot.env.step(&actions)?;
-            record(
-                slot,
-                &mut out[base..],
-                t,
-                steps,
-                &outcome,
-                policy,
-                seed,
-                finished,
-            )?;
+            record(slot, &mut out[base..], t, &outcome, spec, finished)?;
         }
     }
     Ok(())
@@ -278,13 +281,12 @@ const READY_WAIT: Duration = Duration::from_millis(1);
 /// collected and dropped, so no environment is left mid-interval.
 pub fn collect_pipelined<E: Env>(
     slots: &mut [EnvSlot<E>],
-    policy: &RolloutPolicy,
-    steps: usize,
-    seed: u64,
+    spec: &RolloutSpec<'_>,
     rng: &mut StdRng,
     out: &mut Vec<AgentTrajectory>,
     finished: &mut Vec<EpisodeResult>,
 ) -> Result<(), EnvError> {
+    let (policy, steps) = (spec.policy, spec.steps);
     // Where each slot's trajectories start in `out`.
     let mut bases = Vec::with_capacity(slots.len() + 1);
     for slot in slots.iter() {
@@ -331,7 +333,7 @@ pub fn collect_pipelined<E: Env>(
             };
             let t = t_of[i];
             let trs = &mut out[bases[i]..bases[i + 1]];
-            record(slot, trs, t, steps, &outcome, policy, seed, &mut fin[i])?;
+            record(slot, trs, t, &outcome, spec, &mut fin[i])?;
             t_of[i] = t + 1;
             if t + 1 < steps {
                 act(slot, trs, t + 1, policy, &mut rngs[i], &mut actions[i])?;
@@ -403,19 +405,18 @@ fn begin<E: Env>(env: &mut E, actions: &[u8]) -> Result<Option<StepOutcome>, Env
 /// What a rollout produces: trajectories (slot-major, one per signal) and finished episodes.
 pub type Rollout = (Vec<AgentTrajectory>, Vec<EpisodeResult>);
 
-/// Collects `steps` decisions from every slot, splitting the slots over `threads` worker
-/// threads ([`collect_pipelined`] in each when `pipelined`, else [`collect`]). Thread `k`
-/// uses a random stream seeded from `(seed, iteration, k)`; the output order is the slot
-/// order whatever the threads' timing.
+/// Collects `spec.steps` decisions from every slot, splitting the slots over `threads`
+/// worker threads ([`collect_pipelined`] in each when `pipelined`, else [`collect`]).
+/// Thread `k` uses a random stream seeded from `(spec.seed, iteration, k)`; the output
+/// order is the slot order whatever the threads' timing.
 pub fn collect_parallel<E: Env + Send>(
     slots: &mut [EnvSlot<E>],
-    policy: &RolloutPolicy,
-    steps: usize,
-    seed: u64,
+    spec: &RolloutSpec<'_>,
     iteration: u64,
     threads: usize,
     pipelined: bool,
 ) -> Result<Rollout, EnvError> {
+    let seed = spec.seed;
     let per = slots.len().div_ceil(threads.max(1)).max(1);
     let results: Vec<Result<Rollout, EnvError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = slots
@@ -432,7 +433,7 @@ pub fn collect_parallel<E: Env + Send>(
                     } else {
                         collect
                     };
-                    run(chunk, policy, steps, seed, &mut rng, &mut out, &mut fin)?;
+                    run(chunk, spec, &mut rng, &mut out, &mut fin)?;
                     Ok((out, fin))
                 })
             })
@@ -579,7 +580,12 @@ mod tests {
         let policy = policy(&slots[0].env);
         let mut rng = StdRng::seed_from_u64(11);
         let (mut out, mut fin) = (Vec::new(), Vec::new());
-        collect_pipelined(slots, &policy, steps, 5, &mut rng, &mut out, &mut fin)?;
+        let spec = RolloutSpec {
+            policy: &policy,
+            steps,
+            seed: 5,
+        };
+        collect_pipelined(slots, &spec, &mut rng, &mut out, &mut fin)?;
         Ok((out, fin))
     }
 

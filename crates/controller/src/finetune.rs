@@ -1,0 +1,339 @@
+//! `greenwave-controller finetune`: fine-tune the current policy on the transition log,
+//! gate it on held-back data and switch to it atomically if it passes.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use greenwave_finetune::store::{HistoryEntry, Switched};
+use greenwave_finetune::{self as ft, PolicyStore};
+use greenwave_runtime::bundle;
+use serde::Serialize;
+
+use crate::keys::trusted_keys;
+use crate::verify::check_scenario;
+use crate::Exit;
+
+/// Arguments of `greenwave-controller finetune`.
+#[derive(Args)]
+pub struct FinetuneArgs {
+    /// The controller's policy store (created if missing); the controller runs
+    /// `--bundle <STORE>/current`.
+    #[arg(long)]
+    store: PathBuf,
+    /// The flashed bundle, adopted as the store's first version when the store has none.
+    #[arg(long)]
+    bundle: Option<PathBuf>,
+    /// A trusted public key file (repeat for several); the controller's own key (--key) is
+    /// trusted too.
+    #[arg(long = "trust", required = true)]
+    trust: Vec<PathBuf>,
+    /// The controller's own signing key: fine-tuned bundles are signed with it.
+    #[arg(long)]
+    key: PathBuf,
+    /// Transition log directory.
+    #[arg(long)]
+    log_dir: PathBuf,
+    /// Also check the running bundle against this scenario's signals (plan and layout).
+    #[arg(long)]
+    scenario: Option<String>,
+    /// Fine-tune and gate, but switch nothing and write no bundle.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Also write the report (JSON) to this file.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Seed (critic initialisation, minibatches, bootstrap).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Policy epochs K.
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Policy learning rate.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Clip ε.
+    #[arg(long)]
+    clip: Option<f32>,
+    /// KL limit of the update (epochs stop, and the crossing epoch is undone, beyond it).
+    #[arg(long)]
+    max_kl: Option<f32>,
+    /// KL limit of the gate (on held-back states).
+    #[arg(long)]
+    gate_max_kl: Option<f32>,
+    /// One-sided confidence level of the gate's lower bound on the improvement (default
+    /// 0.95).
+    #[arg(long)]
+    gate_level: Option<f32>,
+    /// Fewest held-back records where exploration served the candidate's changed choice.
+    #[arg(long)]
+    gate_min_covered: Option<usize>,
+    /// Candidates judged against the same log before the gate refuses (default 3).
+    #[arg(long)]
+    max_attempts: Option<u32>,
+    /// Discount half-life in seconds (update and gate; γ per decision follows from the
+    /// policy's decision interval). Default: the same as training (60 s).
+    #[arg(long)]
+    discount_half_life_s: Option<f64>,
+    /// Critic fitting epochs.
+    #[arg(long)]
+    q_epochs: Option<usize>,
+    /// Expectations over actions: `exact`, or `sampled:M` (M sampled actions).
+    #[arg(long, default_value = "exact")]
+    expectation: String,
+    /// The most recent fraction of the log, held back for the gate (default 0.3).
+    #[arg(long)]
+    holdout_fraction: Option<f64>,
+    /// Fewest usable records to fine-tune on.
+    #[arg(long)]
+    min_records: Option<usize>,
+    /// DIAGNOSTIC ONLY: train the update on the negated reward (a deliberately harmful
+    /// update, to see the gate reject it). The gate always uses the logged reward.
+    #[arg(long)]
+    diagnostic_flip_reward_sign: bool,
+}
+
+/// Parses `exact` or `sampled:M`.
+fn parse_expectation(s: &str) -> Result<greenwave_finetune::Expectation> {
+    use greenwave_finetune::Expectation;
+    match s.split_once(':') {
+        None if s == "exact" => Ok(Expectation::Exact),
+        Some(("sampled", m)) => {
+            let m: usize = m
+                .parse()
+                .with_context(|| format!("--expectation {s}: M is not a number"))?;
+            if m == 0 {
+                bail!("--expectation {s}: M must be at least 1");
+            }
+            Ok(Expectation::Sampled(m))
+        }
+        _ => bail!("--expectation {s}: expected `exact` or `sampled:M`"),
+    }
+}
+
+fn finetune_config(args: &FinetuneArgs) -> Result<greenwave_finetune::FinetuneConfig> {
+    let mut cfg = greenwave_finetune::FinetuneConfig {
+        seed: args.seed,
+        flip_reward_sign: args.diagnostic_flip_reward_sign,
+        ..Default::default()
+    };
+    let u = &mut cfg.update;
+    u.expectation = parse_expectation(&args.expectation)?;
+    if let greenwave_finetune::Expectation::Sampled(m) = u.expectation {
+        u.resample = m;
+    }
+    macro_rules! set {
+        ($field:expr, $arg:expr) => {
+            if let Some(v) = $arg {
+                $field = v;
+            }
+        };
+    }
+    set!(u.epochs, args.epochs);
+    set!(u.learning_rate, args.lr);
+    set!(u.clip_eps, args.clip);
+    set!(u.max_kl, args.max_kl);
+    set!(u.q_epochs, args.q_epochs);
+    set!(cfg.discount.half_life_s, args.discount_half_life_s);
+    set!(cfg.gate.max_kl, args.gate_max_kl);
+    set!(cfg.gate.level, args.gate_level);
+    set!(cfg.gate.min_covered, args.gate_min_covered);
+    set!(cfg.max_attempts, args.max_attempts);
+    set!(cfg.holdout_fraction, args.holdout_fraction);
+    set!(cfg.min_records, args.min_records);
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+#[derive(Serialize)]
+struct FinetuneCliReport<'a> {
+    /// Whether the candidate is now current.
+    switched: bool,
+    dry_run: bool,
+    /// The version now current.
+    current_version: u32,
+    /// The candidate's directory, when switched in.
+    bundle: Option<String>,
+    #[serde(flatten)]
+    report: &'a greenwave_finetune::FinetuneReport,
+}
+
+/// `greenwave-controller finetune`: fine-tunes, gates and (unless `--dry-run`) switches
+/// in the candidate; [`Exit::Rejected`] when the gate refuses it.
+pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
+    let cfg = finetune_config(&args)?;
+    let key = bundle::load_signing_key(&args.key)?;
+    let mut keys = trusted_keys(&args.trust)?;
+    // The controller trusts its own key for its own updates.
+    keys.push(key.verifying_key());
+    let store = PolicyStore::open(&args.store)
+        .with_context(|| format!("opening the policy store {}", args.store.display()))?;
+    let current = current_bundle(&store, &args, &keys)?;
+    let running = bundle::verify(&current, &keys)
+        .with_context(|| format!("verifying the running bundle {}", current.display()))?;
+    if let Some(name) = &args.scenario {
+        check_scenario(&running, name)?;
+    }
+    let mut progress = |line: &str| {
+        if !quiet {
+            eprintln!("finetune: {line}");
+        }
+    };
+    let outcome =
+        ft::finetune(&running.model, &args.log_dir, &cfg, &mut progress).context("fine-tuning")?;
+    let report = &outcome.report;
+    let parent_version = outcome.parent.policy_version;
+    let switched = apply_verdict(&store, &outcome, &args, &cfg, &key, &keys)?;
+    let out = FinetuneCliReport {
+        switched: switched.is_some(),
+        dry_run: args.dry_run,
+        current_version: switched.as_ref().map_or(parent_version, |s| s.version),
+        bundle: switched.as_ref().map(|s| s.dir.display().to_string()),
+        report,
+    };
+    let json = serde_json::to_string_pretty(&out)?;
+    if let Some(path) = &args.report {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print_report(report, switched.as_ref(), args.dry_run, parent_version);
+    }
+    Ok(if report.gate.accepted {
+        Exit::Ok
+    } else {
+        Exit::Rejected
+    })
+}
+
+/// The store's current bundle; a store without one adopts `--bundle` as its first version.
+/// With both, `--bundle` must be the current version (same signature).
+fn current_bundle(
+    store: &PolicyStore,
+    args: &FinetuneArgs,
+    keys: &[VerifyingKey],
+) -> Result<PathBuf> {
+    Ok(match (store.current()?, &args.bundle) {
+        (None, None) => bail!(ft::StoreError::Empty(args.store.clone())),
+        (None, Some(b)) => {
+            let s = store
+                .adopt(b, keys)
+                .context("adopting the flashed bundle")?;
+            eprintln!("adopted {} as version {}", b.display(), s.version);
+            s.dir
+        }
+        (Some(cur), Some(b)) => {
+            let sig = |d: &Path| std::fs::read(d.join(bundle::SIGNATURE_FILE)).ok();
+            if sig(&cur) != sig(b) {
+                bail!(
+                    "the store already runs {} and --bundle {} is a different bundle: omit --bundle (the store's current version is fine-tuned)",
+                    cur.display(),
+                    b.display()
+                );
+            }
+            cur
+        }
+        (Some(cur), None) => cur,
+    })
+}
+
+/// Acts on the gate's verdict: an accepted candidate is signed, installed and switched in
+/// (unless `--dry-run`); a rejected one is recorded in the store's history.
+fn apply_verdict(
+    store: &PolicyStore,
+    outcome: &ft::Outcome,
+    args: &FinetuneArgs,
+    cfg: &ft::FinetuneConfig,
+    key: &SigningKey,
+    keys: &[VerifyingKey],
+) -> Result<Option<Switched>> {
+    let report = &outcome.report;
+    let parent_version = outcome.parent.policy_version;
+    if report.gate.accepted && !args.dry_run {
+        let version = store.next_version(parent_version)?;
+        let command = format!(
+            "greenwave-controller finetune --log-dir {} --seed {}",
+            args.log_dir.display(),
+            args.seed
+        );
+        let manifest = ft::candidate_manifest(&outcome.parent, version, report, cfg, &command);
+        let s = store
+            .install(&outcome.weights, &manifest, key, keys, &report.gate.reason)
+            .context("writing and switching to the fine-tuned version")?;
+        return Ok(Some(s));
+    }
+    if !report.gate.accepted {
+        store.record(&HistoryEntry {
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            event: "finetune-rejected".into(),
+            from_version: Some(parent_version),
+            to_version: Some(parent_version),
+            detail: report.gate.reason.clone(),
+        })?;
+    }
+    Ok(None)
+}
+
+/// The text report: the log, the update, the gate and what was switched.
+fn print_report(
+    report: &ft::FinetuneReport,
+    switched: Option<&Switched>,
+    dry_run: bool,
+    parent_version: u32,
+) {
+    let u = &report.update;
+    let g = &report.gate;
+    println!(
+        "log: {} records used ({} decision states) of {} read, {} segment problem(s) skipped",
+        report.log.records_used,
+        report.log.decision_states,
+        report.log.records_read,
+        report.log.issues.len()
+    );
+    for i in &report.log.issues {
+        println!("  skipped: {i}");
+    }
+    println!(
+        "update: critic loss {:.4}; {} policy epoch(s){}, KL {:.4}, objective {:+.5}{}",
+        u.critic_loss,
+        u.policy.epochs,
+        if u.policy.stopped_by_kl {
+            " (stopped by the KL limit)"
+        } else {
+            ""
+        },
+        u.policy.kl,
+        u.policy.objective,
+        if u.flipped_reward_sign {
+            " [DIAGNOSTIC: reward sign flipped]"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "gate: held back {} records ({} decision states); {}",
+        g.held_back_records, g.held_back_decision_states, g.reason
+    );
+    match (switched, dry_run, g.accepted) {
+        (Some(s), _, _) => println!(
+            "switched: v{} -> v{} ({}), previous kept for rollback",
+            parent_version,
+            s.version,
+            s.dir.display()
+        ),
+        (None, true, true) => println!("dry run: would switch in a new version"),
+        _ => println!("kept v{parent_version}"),
+    }
+    println!(
+        "{:.1} s, peak RSS {} KiB",
+        report.wall_s,
+        report.peak_rss_kib.map_or("?".into(), |k| k.to_string())
+    );
+}

@@ -1,0 +1,456 @@
+//! `greenwave-controller run`: the controller on a field (embedded simulator, SUMO, or a
+//! replay), with the signed policy, the fallback, the supervisor and the transition log.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use greenwave_core::Millis;
+use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
+use greenwave_runtime::controller::{
+    Controller, ControllerConfig, ControllerStats, Fallback, FallbackKind, Field, NullSink, Policy,
+    ReplayRecorder, ReplaySource, SignalSpec, SimField, Split,
+};
+use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
+use greenwave_runtime::log::{LogConfig, LogWriter, SyncPolicy};
+use greenwave_sim::EpisodeMetrics;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::keys::trusted_keys;
+
+/// `--timing`, `--program` and per-value overrides of the SUMO signals' timing (the same
+/// options as `greenwave sim --backend sumo`).
+#[cfg(feature = "sumo")]
+#[derive(Args)]
+struct SumoTiming {
+    /// Timing file (TOML: decision_interval_s, [defaults], [signals."ID"]).
+    #[arg(long, requires = "sumo_net")]
+    timing: Option<PathBuf>,
+    /// Program id to run on lights that have it.
+    #[arg(long, requires = "sumo_net")]
+    program: Option<String>,
+    /// Yellow of every signal (s, 3-6).
+    #[arg(long, requires = "sumo_net")]
+    yellow: Option<f64>,
+    /// All-red of every signal (s, 0-6).
+    #[arg(long, requires = "sumo_net")]
+    all_red: Option<f64>,
+    /// Min green of every signal (s).
+    #[arg(long, requires = "sumo_net")]
+    min_green: Option<f64>,
+    /// Max green of every signal (s).
+    #[arg(long, requires = "sumo_net")]
+    max_green: Option<f64>,
+    /// Seconds between decisions.
+    #[arg(long, requires = "sumo_net")]
+    decision_interval: Option<f64>,
+}
+
+#[cfg(feature = "sumo")]
+impl SumoTiming {
+    fn apply(&self, cfg: &mut greenwave_sim::sumo::SumoConfig) -> Result<()> {
+        let flags = greenwave_sim::sumo::TimingOverrides {
+            yellow_s: self.yellow,
+            all_red_s: self.all_red,
+            min_green_s: self.min_green,
+            max_green_s: self.max_green,
+        };
+        cfg.set_timing(
+            self.timing.as_deref(),
+            flags,
+            self.decision_interval,
+            self.program.clone(),
+        )
+        .context("SUMO timing options")
+    }
+}
+
+/// Arguments of `greenwave-controller run`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// The signed policy bundle (directory).
+    #[arg(long)]
+    bundle: PathBuf,
+    /// A trusted public key file (repeat for several).
+    #[arg(long = "trust", required = true)]
+    trust: Vec<PathBuf>,
+    /// Scenario name or TOML file: the signals' phase plans, and the embedded simulator as
+    /// the field unless --replay is given.
+    #[arg(long)]
+    scenario: Option<String>,
+    /// SUMO network (.net.xml) to run against instead of the embedded simulator.
+    #[cfg(feature = "sumo")]
+    #[arg(long, conflicts_with_all = ["scenario", "replay"], requires = "sumo_routes")]
+    sumo_net: Option<PathBuf>,
+    /// SUMO route files (with --sumo-net).
+    #[cfg(feature = "sumo")]
+    #[arg(long)]
+    sumo_routes: Vec<PathBuf>,
+    /// SUMO signal timing (with --sumo-net): as `greenwave sim --backend sumo`, each light's
+    /// own program unless overridden; the bundle's plan hash must match the result.
+    #[cfg(feature = "sumo")]
+    #[command(flatten)]
+    sumo_timing: SumoTiming,
+    /// Replay recorded detector readings instead of simulating (plans from --scenario).
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    /// Record the detector readings of this run as a replay file.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Transition log directory.
+    #[arg(long)]
+    log_dir: PathBuf,
+    /// Inference backend: tract, ort (feature `ort`) or matvec.
+    #[arg(long, default_value = "tract")]
+    backend: BackendKind,
+    /// ONNX Runtime library (default: $ORT_DYLIB_PATH).
+    #[arg(long)]
+    ort_lib: Option<PathBuf>,
+    /// Pace decisions and signal changes by the wall clock.
+    #[arg(long)]
+    realtime: bool,
+    /// Seconds to run (default: the scenario's episode length; 3600 for SUMO).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Simulation seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print the final report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Fallback controller: fixed-time or actuated.
+    #[arg(long, default_value = "fixed-time")]
+    fallback: FallbackKind,
+    /// ε-greedy exploration for data collection (0 = greedy; at most 0.2).
+    #[arg(long, default_value_t = 0.0)]
+    epsilon: f32,
+    /// Inference budget (ms): slower inferences are faults.
+    #[arg(long, default_value_t = 20.0)]
+    inference_budget_ms: f64,
+    /// Fault-free seconds before a signal returns from its fallback to the policy.
+    #[arg(long, default_value_t = 60)]
+    healthy_s: u32,
+    /// Log fsync policy: record, records:N or ms:T.
+    #[arg(long, default_value = "ms:1000")]
+    fsync: SyncPolicy,
+    /// Log segment size (MiB) before rotation.
+    #[arg(long, default_value_t = 16)]
+    segment_mib: u64,
+    /// Disk cap of the log (MiB); oldest segments are dropped beyond it.
+    #[arg(long, default_value_t = 1024)]
+    log_cap_mib: u64,
+    /// Exit with an error instead of running the fallback when the bundle is refused.
+    #[arg(long)]
+    require_policy: bool,
+}
+
+/// Verifies the bundle for every signal and loads its model.
+fn load_policy(
+    args: &RunArgs,
+    signals: &[SignalSpec],
+    interval: Millis,
+) -> Result<(Policy, VerifiedBundle)> {
+    let keys = trusted_keys(&args.trust)?;
+    let first = &signals[0];
+    let b = bundle::verify_and_load(&args.bundle, &keys, &first.plan, first.layout)?;
+    for (i, s) in signals.iter().enumerate().skip(1) {
+        b.check_signal(&s.plan, s.layout)
+            .with_context(|| format!("signal {i} ({})", s.id))?;
+    }
+    let trained = Millis::from_secs_f32(b.manifest.decision_interval_s).unwrap_or(Millis::ZERO);
+    if trained != interval {
+        bail!("decision interval check failed: the policy decides every {trained}, this controller every {interval}");
+    }
+    let backend = load_backend(
+        args.backend,
+        &b.model,
+        first.layout,
+        args.ort_lib.as_deref(),
+    )?;
+    let explorer = if args.epsilon > 0.0 {
+        Explorer::epsilon_greedy(args.epsilon, args.seed ^ 0x5eed)?
+    } else {
+        Explorer::greedy()
+    };
+    let policy = Policy {
+        backend,
+        version: b.manifest.policy_version,
+        explorer,
+    };
+    Ok((policy, b))
+}
+
+#[derive(Serialize)]
+struct PolicyReport {
+    loaded: bool,
+    backend: String,
+    policy_version: Option<u32>,
+    signer: Option<String>,
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct RunReport {
+    #[serde(flatten)]
+    metrics: Option<EpisodeMetrics>,
+    decisions: u64,
+    fallback_switches: u64,
+    policy_returns: u64,
+    supervisor_overrides: u64,
+    fallback_decisions: u64,
+    transitions_logged: u64,
+    transitions_committed: u64,
+    peak_rss_kib: Option<u64>,
+    policy: PolicyReport,
+    controller: ControllerStats,
+}
+
+/// `greenwave-controller run`: builds the field (SUMO, replay or embedded simulator) and
+/// the fallback, and drives the controller on it.
+pub fn run(args: RunArgs, quiet: bool) -> Result<()> {
+    #[cfg(feature = "sumo")]
+    if let Some(net) = args.sumo_net.clone() {
+        let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, args.sumo_routes[0].clone());
+        cfg.routes = args.sumo_routes.clone();
+        args.sumo_timing.apply(&mut cfg)?;
+        cfg.seconds = args.seconds.unwrap_or(3600.0);
+        cfg.seed = args.seed;
+        let env = greenwave_sim::sumo::SumoEnv::new(cfg).context("starting SUMO")?;
+        let field = SimField::new(env);
+        let specs = field.signal_specs();
+        let interval = field.decision_interval();
+        let plans: Vec<_> = specs.iter().map(|s| &s.plan).collect();
+        let mut fallback = Fallback::equal_split(&plans, interval);
+        if args.fallback == FallbackKind::Actuated {
+            fallback = fallback.with_actuated(&plans);
+        }
+        let seconds = args.seconds.unwrap_or(3600.0);
+        let setup = Setup {
+            specs,
+            fallback,
+            interval,
+            seconds,
+        };
+        return drive(&args, field, setup, quiet);
+    }
+    let name = args.scenario.as_deref().context("--scenario is required")?;
+    let scenario = greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
+    let field = SimField::new(greenwave_sim::EmbeddedEnv::from_scenario(
+        &scenario, args.seed,
+    ));
+    let setup = Setup {
+        specs: field.signal_specs(),
+        interval: field.decision_interval(),
+        fallback: Fallback::for_scenario(&scenario, args.fallback),
+        seconds: args.seconds.unwrap_or(scenario.episode_s() as f64),
+    };
+    match &args.replay {
+        Some(path) => {
+            let detectors = ReplaySource::open(path, &setup.specs)?;
+            let field = Split {
+                detectors,
+                sink: NullSink,
+            };
+            drive(&args, field, setup, quiet)
+        }
+        None => drive(&args, field, setup, quiet),
+    }
+}
+
+/// What the controller runs on a field: its signals, their fallback, the decision interval
+/// and how long to run.
+struct Setup {
+    specs: Vec<SignalSpec>,
+    fallback: Fallback,
+    interval: Millis,
+    seconds: f64,
+}
+
+fn drive<F: Field>(args: &RunArgs, field: F, setup: Setup, quiet: bool) -> Result<()> {
+    match &args.record {
+        Some(path) => {
+            let mut field = ReplayRecorder::create(field, path, &setup.specs, setup.interval)?;
+            drive_field(args, &mut field, setup, quiet)
+        }
+        None => {
+            let mut field = field;
+            drive_field(args, &mut field, setup, quiet)
+        }
+    }
+}
+
+fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: bool) -> Result<()> {
+    let Setup {
+        specs,
+        fallback,
+        interval,
+        seconds,
+    } = setup;
+    let (policy, policy_report) = policy_or_fallback(args, &specs, interval)?;
+    let log = open_log(args)?;
+    let cfg = controller_config(args, interval);
+    let mut controller = Controller::new(specs, policy, fallback, cfg, Some(log))?;
+
+    let total = (seconds * 1000.0 / interval.0.max(1) as f64).ceil() as u64;
+    let bar = progress_bar(quiet, total);
+    let started = Instant::now();
+    let stats = controller.run(field, seconds, |s| {
+        bar.inc(1);
+        bar.set_message(format!(
+            "t={:.0}s fallback {}/{} switches {} logged {}",
+            s.now_ms as f64 / 1000.0,
+            s.on_fallback,
+            s.signals,
+            s.fallback_switches,
+            s.transitions_logged
+        ));
+    })?;
+    bar.finish_and_clear();
+    let commit = controller
+        .close_log()
+        .context("closing the transition log")?;
+    let mut metrics = field.metrics();
+    if let Some(m) = &mut metrics {
+        // The whole controller's wall time (inference, logging), not only the simulator's.
+        m.wall_seconds = started.elapsed().as_secs_f64();
+    }
+    let report = RunReport {
+        metrics,
+        decisions: stats.decisions,
+        fallback_switches: stats.watchdog.fallback_switches,
+        policy_returns: stats.watchdog.policy_returns,
+        supervisor_overrides: stats.supervisor_overrides,
+        fallback_decisions: stats.fallback_decisions,
+        transitions_logged: stats.transitions_logged,
+        transitions_committed: commit.map_or(stats.transitions_committed, |c| c.committed),
+        peak_rss_kib: greenwave_runtime::peak_rss_kib(),
+        policy: policy_report,
+        controller: stats,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+/// The bundle's policy, or (unless `--require-policy`) why it was refused, for the
+/// controller to run the fallback only; with what the report says about it.
+fn policy_or_fallback(
+    args: &RunArgs,
+    specs: &[SignalSpec],
+    interval: Millis,
+) -> Result<(Result<Policy, String>, PolicyReport)> {
+    match load_policy(args, specs, interval) {
+        Ok((p, b)) => {
+            let report = PolicyReport {
+                loaded: true,
+                backend: p.backend.name().into(),
+                policy_version: Some(p.version),
+                signer: Some(key_hex(&b.signer)),
+                error: None,
+            };
+            Ok((Ok(p), report))
+        }
+        Err(e) if args.require_policy => Err(e.context("bundle refused (--require-policy)")),
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!("bundle refused, running the fallback only: {why}");
+            let report = PolicyReport {
+                loaded: false,
+                backend: args.backend.name().into(),
+                policy_version: None,
+                signer: None,
+                error: Some(why.clone()),
+            };
+            Ok((Err(why), report))
+        }
+    }
+}
+
+/// Opens the transition log with the run's options, reporting damage found (and copied
+/// out) or repaired on opening.
+fn open_log(args: &RunArgs) -> Result<LogWriter> {
+    let mut log_cfg = LogConfig::new(&args.log_dir);
+    log_cfg.sync = args.fsync;
+    log_cfg.max_segment_bytes = args.segment_mib << 20;
+    log_cfg.max_total_bytes = args.log_cap_mib << 20;
+    let (log, open) = LogWriter::open(log_cfg).context("opening the transition log")?;
+    for d in &open.damage {
+        eprintln!(
+            "transition log: segment {} offset {} length {} damaged ({}); copied to {}",
+            d.segment,
+            d.offset,
+            d.length,
+            d.kind,
+            d.quarantine.display()
+        );
+    }
+    if let Some(r) = &open.repair {
+        eprintln!("transition log repaired on open: {r:?}");
+    }
+    Ok(log)
+}
+
+fn controller_config(args: &RunArgs, interval: Millis) -> ControllerConfig {
+    let mut cfg = ControllerConfig::new(interval);
+    cfg.realtime = args.realtime;
+    cfg.inference_budget = Duration::from_secs_f64(args.inference_budget_ms.max(0.0) / 1000.0);
+    cfg.healthy_period = Millis::from_secs(args.healthy_s);
+    cfg
+}
+
+/// The live status line on stderr (hidden with `--quiet`).
+fn progress_bar(quiet: bool, total_decisions: u64) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total_decisions)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} decisions {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+fn print_report(r: &RunReport) {
+    if let Some(m) = &r.metrics {
+        println!(
+            "mean delay {:.1} s, mean wait {:.1} s, mean travel time {:.1} s, throughput {} veh, backlog {} veh",
+            m.mean_delay_s, m.mean_wait_s, m.mean_travel_time_s, m.throughput_veh, m.backlog_veh
+        );
+        println!(
+            "{:.0} simulated s in {:.2} wall s",
+            m.sim_seconds, m.wall_seconds
+        );
+    }
+    match &r.policy.error {
+        None => println!(
+            "policy v{} on {}: {} decisions, {} by the fallback",
+            r.policy.policy_version.unwrap_or(0),
+            r.policy.backend,
+            r.decisions,
+            r.fallback_decisions
+        ),
+        Some(e) => println!(
+            "no policy ({e}): all {} decisions by the fallback",
+            r.decisions
+        ),
+    }
+    println!(
+        "fallback switches {}, returns to policy {}, supervisor overrides {}",
+        r.fallback_switches, r.policy_returns, r.supervisor_overrides
+    );
+    println!(
+        "transitions logged {} (committed {}), inference p50 {:.0} µs p99 {:.0} µs, peak RSS {} KiB",
+        r.transitions_logged,
+        r.transitions_committed,
+        r.controller.inference_p50_us,
+        r.controller.inference_p99_us,
+        r.peak_rss_kib.map_or("?".into(), |k| k.to_string())
+    );
+}
