@@ -44,6 +44,11 @@ pub struct LogSummary {
     pub by_source: BTreeMap<String, u64>,
     /// Used records by the policy version that was running.
     pub by_policy_version: BTreeMap<u32, u64>,
+    /// Used records by the reward they logged (`WaitDelta`, `Queue`, …; `unrecorded` for
+    /// records written before transitions carried their reward kind). A log with more
+    /// than one is refused: one update cannot learn from two rewards.
+    #[serde(default)]
+    pub by_reward_kind: BTreeMap<String, u64>,
     /// Used records where the policy had a real choice (more than one phase allowed).
     pub decision_states: u64,
     /// First record used.
@@ -111,7 +116,23 @@ pub fn read_log(
             Err(issue) => reading.issue(issue),
         }
     }
+    let kinds = &reading.data.summary.by_reward_kind;
+    if kinds.len() > 1 {
+        return Err(FinetuneError::MixedRewardKinds {
+            dir: dir.to_path_buf(),
+            kinds: kinds
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
     Ok(reading.data)
+}
+
+/// The name a record's reward kind is counted under.
+fn reward_kind_name(kind: Option<greenwave_core::RewardKind>) -> String {
+    kind.map_or_else(|| "unrecorded".to_string(), |k| format!("{k:?}"))
 }
 
 /// [`LoggedData`] as the log is read, record by record.
@@ -240,6 +261,10 @@ impl<'a> Reading<'a> {
             .by_policy_version
             .entry(t.policy_version)
             .or_default() += 1;
+        *summary
+            .by_reward_kind
+            .entry(reward_kind_name(t.reward_kind))
+            .or_default() += 1;
         let pos = LogPosition {
             segment: rec.segment,
             offset: rec.offset,
@@ -283,6 +308,67 @@ pub fn decision_states(batch: &ReplayBatch) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use greenwave_core::RewardKind;
+    use greenwave_runtime::log::{LogConfig, LogWriter};
+
+    fn record(ts: u64, kind: Option<RewardKind>) -> Transition {
+        let layout = ObsLayout {
+            n_lanes: 1,
+            n_phases: 2,
+        };
+        let mut obs = vec![0.0f32; layout.dim()];
+        obs[2] = 1.0; // target phase 0
+        obs[5] = 1.0; // min green served: both phases allowed
+        Transition {
+            timestamp_ms: ts,
+            signal: 0,
+            obs: obs.iter().copied().collect(),
+            requested: 1,
+            action: 1,
+            log_prob: -0.5,
+            reward: -1.0,
+            next_obs: obs.iter().copied().collect(),
+            done: false,
+            policy_version: 1,
+            source: ActionSource::Policy,
+            reward_kind: kind,
+        }
+    }
+
+    fn read(name: &str, kinds: &[Option<RewardKind>]) -> Result<LoggedData, FinetuneError> {
+        let dir = std::env::temp_dir().join(format!("gw-ft-kinds-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut w, _) = LogWriter::open(LogConfig::new(&dir)).unwrap();
+        for (i, &k) in kinds.iter().enumerate() {
+            w.append(&record(i as u64 * 5000, k)).unwrap();
+        }
+        w.close().unwrap();
+        let layout = ObsLayout {
+            n_lanes: 1,
+            n_phases: 2,
+        };
+        read_log(
+            &dir,
+            layout,
+            &ObsNormalization::identity(layout.dim(), 10.0),
+        )
+    }
+
+    #[test]
+    fn a_log_mixing_reward_kinds_is_refused_with_the_counts() {
+        let q = Some(RewardKind::Queue);
+        let ok = read("same", &[q, q, q]).unwrap();
+        assert_eq!(ok.summary.by_reward_kind["Queue"], 3);
+        let legacy = read("legacy", &[None, None]).unwrap();
+        assert_eq!(legacy.summary.by_reward_kind["unrecorded"], 2);
+        for (name, kinds) in [
+            ("mixed", [q, Some(RewardKind::WaitDelta), q]),
+            ("with-legacy", [q, None, q]),
+        ] {
+            let e = read(name, &kinds).unwrap_err().to_string();
+            assert!(e.contains("2 Queue") && e.contains("mixes"), "{e}");
+        }
+    }
 
     #[test]
     fn the_holdout_is_the_most_recent_records() {

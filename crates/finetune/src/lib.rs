@@ -103,6 +103,18 @@ pub enum FinetuneError {
     /// The running policy could not be read from its ONNX model.
     #[error("running policy: {0}")]
     Model(#[from] onnx::OnnxError),
+    /// The log holds records of more than one reward kind (e.g. firmware frames logging
+    /// the queue collected into a log of the runtime's wait-delta records).
+    #[error(
+        "transition log {dir} mixes reward kinds ({kinds}): fine-tune on a log of one kind \
+         (collect each controller's transitions into its own log)"
+    )]
+    MixedRewardKinds {
+        /// The directory.
+        dir: PathBuf,
+        /// Records per kind.
+        kinds: String,
+    },
     /// Too little usable data.
     #[error("not enough data: {found} usable records in the log ({needed} needed){detail}")]
     NotEnoughData {
