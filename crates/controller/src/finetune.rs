@@ -12,7 +12,9 @@ use greenwave_runtime::bundle;
 use serde::Serialize;
 
 use crate::keys::trusted_keys;
+#[cfg(feature = "sim")]
 use crate::verify::check_scenario;
+use crate::verify::check_site;
 use crate::Exit;
 
 /// Arguments of `greenwave-controller finetune`.
@@ -35,7 +37,12 @@ pub struct FinetuneArgs {
     /// Transition log directory.
     #[arg(long)]
     log_dir: PathBuf,
-    /// Also check the running bundle against this scenario's signals (plan and layout).
+    /// Also check the running bundle against every signal of this site configuration.
+    #[arg(long)]
+    site: Option<PathBuf>,
+    /// Also check the running bundle against this scenario's signals (plan and layout;
+    /// feature `sim`).
+    #[cfg(feature = "sim")]
     #[arg(long)]
     scenario: Option<String>,
     /// Fine-tune and gate, but switch nothing and write no bundle.
@@ -175,6 +182,10 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
     let current = current_bundle(&store, &args, &keys)?;
     let running = bundle::verify(&current, &keys)
         .with_context(|| format!("verifying the running bundle {}", current.display()))?;
+    if let Some(path) = &args.site {
+        check_site(&running, path)?;
+    }
+    #[cfg(feature = "sim")]
     if let Some(name) = &args.scenario {
         check_scenario(&running, name)?;
     }

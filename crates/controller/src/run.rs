@@ -1,5 +1,10 @@
-//! `greenwave-controller run`: the controller on a field (embedded simulator, SUMO, or a
-//! replay), with the signed policy, the fallback, the supervisor and the transition log.
+//! `greenwave-controller run`: the controller on a field (a replay of recorded detector
+//! readings, or with feature `sim` the embedded simulator or SUMO), with the signed policy,
+//! the fallback, the supervisor and the transition log.
+//!
+//! A cabinet takes its signals (plans, layouts, fallback timing) from a site configuration
+//! (`--site`, written by `greenwave site`); the simulators are fields for tests and demos,
+//! and a build without feature `sim` has none.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -8,12 +13,16 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use greenwave_core::Millis;
 use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
+#[cfg(feature = "sim")]
+use greenwave_runtime::controller::SimField;
 use greenwave_runtime::controller::{
     Controller, ControllerConfig, ControllerStats, Fallback, FallbackKind, Field, NullSink, Policy,
-    ReplayRecorder, ReplaySource, SignalSpec, SimField, Split,
+    ReplayRecorder, ReplaySource, SignalSpec, Split,
 };
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
 use greenwave_runtime::log::{LogConfig, LogWriter, SyncPolicy};
+use greenwave_runtime::site::SiteConfig;
+#[cfg(feature = "sim")]
 use greenwave_sim::EpisodeMetrics;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -76,13 +85,19 @@ pub struct RunArgs {
     /// A trusted public key file (repeat for several).
     #[arg(long = "trust", required = true)]
     trust: Vec<PathBuf>,
-    /// Scenario name or TOML file: the signals' phase plans, and the embedded simulator as
-    /// the field unless --replay is given.
+    /// Site configuration (TOML, written by `greenwave site`): the signals' phase plans,
+    /// observation layouts and fallback timing. With --replay the controller needs no
+    /// simulator; with --scenario the simulator is the field and must have the same plans.
+    #[arg(long)]
+    site: Option<PathBuf>,
+    /// Scenario name or TOML file (feature `sim`): the signals' phase plans (unless --site),
+    /// and the embedded simulator as the field unless --replay is given.
+    #[cfg(feature = "sim")]
     #[arg(long)]
     scenario: Option<String>,
     /// SUMO network (.net.xml) to run against instead of the embedded simulator.
     #[cfg(feature = "sumo")]
-    #[arg(long, conflicts_with_all = ["scenario", "replay"], requires = "sumo_routes")]
+    #[arg(long, conflicts_with_all = ["scenario", "replay", "site"], requires = "sumo_routes")]
     sumo_net: Option<PathBuf>,
     /// SUMO route files (with --sumo-net).
     #[cfg(feature = "sumo")]
@@ -93,7 +108,8 @@ pub struct RunArgs {
     #[cfg(feature = "sumo")]
     #[command(flatten)]
     sumo_timing: SumoTiming,
-    /// Replay recorded detector readings instead of simulating (plans from --scenario).
+    /// Replay recorded detector readings instead of simulating (plans from --site or
+    /// --scenario).
     #[arg(long)]
     replay: Option<PathBuf>,
     /// Record the detector readings of this run as a replay file.
@@ -191,10 +207,18 @@ struct PolicyReport {
     error: Option<String>,
 }
 
+/// Traffic metrics, where the field measures them (simulators; feature `sim`).
+#[cfg(feature = "sim")]
+type Metrics = EpisodeMetrics;
+/// Without simulators no field measures traffic.
+#[cfg(not(feature = "sim"))]
+#[derive(Serialize)]
+struct Metrics {}
+
 #[derive(Serialize)]
 struct RunReport {
     #[serde(flatten)]
-    metrics: Option<EpisodeMetrics>,
+    metrics: Option<Metrics>,
     decisions: u64,
     fallback_switches: u64,
     policy_returns: u64,
@@ -210,6 +234,80 @@ struct RunReport {
 /// `greenwave-controller run`: builds the field (SUMO, replay or embedded simulator) and
 /// the fallback, and drives the controller on it.
 pub fn run(args: RunArgs, quiet: bool) -> Result<()> {
+    if let Some(path) = &args.site {
+        return run_site(&args, path, quiet);
+    }
+    run_simulated(&args, quiet)
+}
+
+/// The signals of a site configuration, on a replay (or with feature `sim` a simulator).
+fn run_site(args: &RunArgs, path: &std::path::Path, quiet: bool) -> Result<()> {
+    let site = SiteConfig::load(path)?;
+    let setup = Setup {
+        specs: site.signal_specs(),
+        interval: site.decision_interval(),
+        fallback: site.fallback(args.fallback),
+        seconds: args.seconds.unwrap_or(f64::INFINITY),
+    };
+    if let Some(replay) = &args.replay {
+        let detectors = ReplaySource::open(replay, &setup.specs)?;
+        let field = Split {
+            detectors,
+            sink: NullSink,
+        };
+        return drive(args, field, setup, quiet);
+    }
+    #[cfg(feature = "sim")]
+    if let Some(name) = &args.scenario {
+        let scenario =
+            greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
+        let field = SimField::new(greenwave_sim::EmbeddedEnv::from_scenario(
+            &scenario, args.seed,
+        ));
+        check_site_matches(&setup.specs, &field.signal_specs(), name)?;
+        let seconds = args.seconds.unwrap_or(scenario.episode_s() as f64);
+        return drive(args, field, Setup { seconds, ..setup }, quiet);
+    }
+    bail!(
+        "--site {} needs a field: --replay FILE (recorded detector readings){}",
+        path.display(),
+        if cfg!(feature = "sim") {
+            ", or --scenario NAME for a simulated one"
+        } else {
+            ""
+        }
+    )
+}
+
+/// The simulator's signals must be the site's (same plans and layouts, in order).
+#[cfg(feature = "sim")]
+fn check_site_matches(site: &[SignalSpec], sim: &[SignalSpec], name: &str) -> Result<()> {
+    if site.len() != sim.len() {
+        bail!(
+            "the site has {} signals, scenario {name} {}",
+            site.len(),
+            sim.len()
+        );
+    }
+    for (i, (a, b)) in site.iter().zip(sim).enumerate() {
+        if a.plan.hash() != b.plan.hash() || a.layout != b.layout {
+            bail!(
+                "signal {i}: the site's `{}` ({} lanes, plan {:016x}) is not scenario {name}'s `{}` ({} lanes, plan {:016x})",
+                a.id,
+                a.layout.n_lanes,
+                a.plan.hash(),
+                b.id,
+                b.layout.n_lanes,
+                b.plan.hash()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `--scenario` (with `--replay`) or `--sumo-net` (feature `sim`).
+#[cfg(feature = "sim")]
+fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
     #[cfg(feature = "sumo")]
     if let Some(net) = args.sumo_net.clone() {
         let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, args.sumo_routes[0].clone());
@@ -233,9 +331,12 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<()> {
             interval,
             seconds,
         };
-        return drive(&args, field, setup, quiet);
+        return drive(args, field, setup, quiet);
     }
-    let name = args.scenario.as_deref().context("--scenario is required")?;
+    let name = args
+        .scenario
+        .as_deref()
+        .context("--site (a site configuration) or --scenario is required")?;
     let scenario = greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
     let field = SimField::new(greenwave_sim::EmbeddedEnv::from_scenario(
         &scenario, args.seed,
@@ -253,10 +354,16 @@ pub fn run(args: RunArgs, quiet: bool) -> Result<()> {
                 detectors,
                 sink: NullSink,
             };
-            drive(&args, field, setup, quiet)
+            drive(args, field, setup, quiet)
         }
-        None => drive(&args, field, setup, quiet),
+        None => drive(args, field, setup, quiet),
     }
+}
+
+/// Without feature `sim` a controller runs only from a site configuration.
+#[cfg(not(feature = "sim"))]
+fn run_simulated(_args: &RunArgs, _quiet: bool) -> Result<()> {
+    bail!("--site is required (this greenwave-controller is built without simulators)")
 }
 
 /// What the controller runs on a field: its signals, their fallback, the decision interval
@@ -293,7 +400,12 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     let cfg = controller_config(args, interval);
     let mut controller = Controller::new(specs, policy, fallback, cfg, Some(log))?;
 
-    let total = (seconds * 1000.0 / interval.0.max(1) as f64).ceil() as u64;
+    // Until the field ends (a replay's last line) when no length is given: no total.
+    let total = if seconds.is_finite() {
+        (seconds * 1000.0 / interval.0.max(1) as f64).ceil() as u64
+    } else {
+        0
+    };
     let bar = progress_bar(quiet, total);
     let started = Instant::now();
     let stats = controller.run(field, seconds, |s| {
@@ -311,11 +423,7 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     let commit = controller
         .close_log()
         .context("closing the transition log")?;
-    let mut metrics = field.metrics();
-    if let Some(m) = &mut metrics {
-        // The whole controller's wall time (inference, logging), not only the simulator's.
-        m.wall_seconds = started.elapsed().as_secs_f64();
-    }
+    let metrics = field_metrics(field, started);
     let report = RunReport {
         metrics,
         decisions: stats.decisions,
@@ -417,7 +525,24 @@ fn progress_bar(quiet: bool, total_decisions: u64) -> ProgressBar {
     bar
 }
 
+/// The field's traffic metrics, with the whole controller's wall time (inference, logging),
+/// not only the simulator's.
+#[cfg(feature = "sim")]
+fn field_metrics<F: Field>(field: &F, started: Instant) -> Option<Metrics> {
+    let mut metrics = field.metrics();
+    if let Some(m) = &mut metrics {
+        m.wall_seconds = started.elapsed().as_secs_f64();
+    }
+    metrics
+}
+
+#[cfg(not(feature = "sim"))]
+fn field_metrics<F: Field>(_field: &F, _started: Instant) -> Option<Metrics> {
+    None
+}
+
 fn print_report(r: &RunReport) {
+    #[cfg(feature = "sim")]
     if let Some(m) = &r.metrics {
         println!(
             "mean delay {:.1} s, mean wait {:.1} s, mean travel time {:.1} s, throughput {} veh, backlog {} veh",

@@ -1,12 +1,15 @@
 //! `greenwave-controller verify`: check a bundle's signature, integrity and manifest, and
-//! with `--scenario` also its plan against the scenario's signals.
+//! with `--site` (or `--scenario`, feature `sim`) also its plan against every signal.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
+use greenwave_runtime::controller::SignalSpec;
+#[cfg(feature = "sim")]
 use greenwave_runtime::controller::SimField;
+use greenwave_runtime::site::SiteConfig;
 
 use crate::keys::trusted_keys;
 
@@ -19,7 +22,11 @@ pub struct VerifyArgs {
     /// A trusted public key file (repeat for several).
     #[arg(long = "trust", required = true)]
     trust: Vec<PathBuf>,
-    /// Also check the bundle against this scenario's signals.
+    /// Also check the bundle against every signal of this site configuration.
+    #[arg(long)]
+    site: Option<PathBuf>,
+    /// Also check the bundle against this scenario's signals (feature `sim`).
+    #[cfg(feature = "sim")]
     #[arg(long)]
     scenario: Option<String>,
 }
@@ -44,6 +51,11 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         m.provenance.command,
         m.provenance.git_rev
     );
+    if let Some(path) = &args.site {
+        check_site(&b, path)?;
+        println!("matches every signal of {}", path.display());
+    }
+    #[cfg(feature = "sim")]
     if let Some(name) = &args.scenario {
         check_scenario(&b, name)?;
         println!("matches every signal of {name}");
@@ -51,13 +63,25 @@ pub fn run(args: VerifyArgs) -> Result<()> {
     Ok(())
 }
 
+/// Checks the bundle against every signal of the site configuration at `path`.
+pub fn check_site(b: &VerifiedBundle, path: &std::path::Path) -> Result<()> {
+    let site = SiteConfig::load(path)?;
+    check_signals(b, &site.signal_specs(), &path.display().to_string())
+}
+
+/// Checks the bundle against every signal of `specs` (plan and layout), `what` naming them.
+fn check_signals(b: &VerifiedBundle, specs: &[SignalSpec], what: &str) -> Result<()> {
+    for (i, s) in specs.iter().enumerate() {
+        b.check_signal(&s.plan, s.layout)
+            .with_context(|| format!("signal {i} ({}) of {what}", s.id))?;
+    }
+    Ok(())
+}
+
 /// Checks the bundle against every signal of the scenario `name` (plan and layout).
+#[cfg(feature = "sim")]
 pub fn check_scenario(b: &VerifiedBundle, name: &str) -> Result<()> {
     let scenario = greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
     let env = greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0);
-    for (i, s) in SimField::new(env).signal_specs().iter().enumerate() {
-        b.check_signal(&s.plan, s.layout)
-            .with_context(|| format!("signal {i} ({}) of {name}", s.id))?;
-    }
-    Ok(())
+    check_signals(b, &SimField::new(env).signal_specs(), name)
 }

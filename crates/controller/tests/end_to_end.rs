@@ -234,3 +234,129 @@ fn sign_run_an_hour_and_read_the_log_back() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("matches every signal"));
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }
+
+/// A cabinet runs from a site configuration on recorded detector readings, with no
+/// simulator: record a simulated run, write the site, replay it — the policy takes the same
+/// decisions (the same logged actions); a site whose plan is not the bundle's runs the
+/// fallback only, and a site with no field is refused by name.
+#[test]
+fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
+    let fx = fixture("site");
+    let dir = &fx.dir;
+    let scenario = greenwave_sim::load("single-4way").unwrap();
+    let sim = greenwave_runtime::controller::SimField::new(
+        greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0),
+    );
+    let site = greenwave_runtime::site::SiteConfig::from_specs(
+        "test cabinet",
+        sim.decision_interval(),
+        &sim.signal_specs(),
+        &Fallback::for_scenario(&scenario, FallbackKind::Actuated),
+    );
+    let site_file = dir.join("site.toml");
+    std::fs::write(&site_file, site.to_toml().unwrap()).unwrap();
+    let (bundle, key) = (
+        fx.bundle.to_str().unwrap(),
+        fx.keys.public.to_str().unwrap(),
+    );
+    let path = |p: &str| dir.join(p).to_str().unwrap().to_string();
+    let common = [
+        "run",
+        "--bundle",
+        bundle,
+        "--trust",
+        key,
+        "--json",
+        "--seconds",
+        "600",
+    ];
+    let live = run_json(
+        &[
+            &common[..],
+            &[
+                "--scenario",
+                "single-4way",
+                "--record",
+                &path("r.jsonl"),
+                "--log-dir",
+                &path("live"),
+            ],
+        ]
+        .concat(),
+    );
+    let replayed = run_json(
+        &[
+            &common[..],
+            &[
+                "--site",
+                site_file.to_str().unwrap(),
+                "--replay",
+                &path("r.jsonl"),
+                "--log-dir",
+                &path("replayed"),
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(replayed["policy"]["loaded"], true, "{replayed}");
+    assert_eq!(live["decisions"], 120);
+    assert_eq!(replayed["decisions"], 120);
+    let actions = |log: &str| -> Vec<u8> {
+        let (records, issues) = read_all(dir.join(log)).unwrap();
+        assert!(issues.is_empty(), "{issues:?}");
+        records.iter().map(|r| r.transition.action).collect()
+    };
+    let (a, b) = (actions("live"), actions("replayed"));
+    assert_eq!(a.len(), 120);
+    assert_eq!(a, b);
+    let (records, _) = read_all(dir.join("replayed")).unwrap();
+    assert!(records
+        .iter()
+        .all(|r| r.transition.reward_kind == Some(greenwave_core::RewardKind::WaitDelta)));
+
+    // Another plan: the bundle is refused for it and the fallback runs.
+    let other = site
+        .to_toml()
+        .unwrap()
+        .replace("min_green = 8000", "min_green = 9000");
+    let other_file = dir.join("other.toml");
+    std::fs::write(&other_file, other).unwrap();
+    let refused = run_json(
+        &[
+            &common[..],
+            &[
+                "--site",
+                other_file.to_str().unwrap(),
+                "--replay",
+                &path("r.jsonl"),
+                "--log-dir",
+                &path("other"),
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(refused["policy"]["loaded"], false, "{refused}");
+    assert_eq!(refused["fallback_decisions"], 120);
+
+    let out = controller_bin()
+        .args(
+            [
+                &common[..],
+                &[
+                    "--site",
+                    site_file.to_str().unwrap(),
+                    "--log-dir",
+                    &path("none"),
+                ],
+            ]
+            .concat(),
+        )
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs a field") && err.contains("--replay"),
+        "{err}"
+    );
+}
