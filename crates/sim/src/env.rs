@@ -102,7 +102,8 @@ pub enum StepStarted {
     Pending,
 }
 
-/// Errors an environment reports. Backends add their own variants' detail in the message.
+/// Errors an environment reports. A backend with an error type of its own has a variant
+/// that keeps it (and its source): `Sumo`, with feature `sumo`.
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
     /// `step` got the wrong number of actions.
@@ -129,7 +130,15 @@ pub enum EnvError {
         /// What went wrong.
         source: greenwave_core::ObsError,
     },
-    /// The backend failed (SUMO died, malformed reply, ...).
+    /// The SUMO backend failed (SUMO died, a TraCI timeout or malformed reply, ...): its
+    /// error, whose message and source this error shows as its own.
+    #[cfg(feature = "sumo")]
+    #[error(transparent)]
+    Sumo(#[from] crate::sumo::SumoError),
+    /// A failure that has no typed source: the step protocol misused (`step_end` without a
+    /// pending `step_begin`, `step_begin` with one in flight), an environment refusing an
+    /// operation (a read-only view of one), or a test double's injected fault. A backend's
+    /// own errors get a variant of their own (as `Sumo`), not this.
     #[error("{0}")]
     Backend(String),
 }

@@ -1101,9 +1101,9 @@ fn new_sequencers(models: &[TlsModel]) -> Result<Vec<Sequencer>, SumoError> {
     models
         .iter()
         .map(|m| {
-            Sequencer::new(m.plan.clone(), PhaseId(0)).map_err(|e| SumoError::Tls {
+            Sequencer::new(m.plan.clone(), PhaseId(0)).map_err(|source| SumoError::Sequencer {
                 tls: m.id.clone(),
-                message: e.to_string(),
+                source,
             })
         })
         .collect()

@@ -18,8 +18,6 @@ use std::path::{Path, PathBuf};
 
 use greenwave_core::RewardKind;
 
-use crate::env::EnvError;
-
 pub mod approach;
 mod env;
 pub mod model;
@@ -127,6 +125,14 @@ pub enum SumoError {
         /// What is wrong.
         message: String,
     },
+    /// No sequencer could be built on the phase plan derived from a traffic light.
+    #[error("traffic light {tls}: {source}")]
+    Sequencer {
+        /// The traffic light id.
+        tls: String,
+        /// Why.
+        source: greenwave_core::sequencer::SequencerError,
+    },
     /// The phase plan derived from a traffic light was refused.
     #[error("traffic light {tls}: derived phase plan refused: {source}")]
     Plan {
@@ -154,12 +160,6 @@ pub enum SumoError {
         /// The OS error.
         source: std::io::Error,
     },
-}
-
-impl From<SumoError> for EnvError {
-    fn from(e: SumoError) -> Self {
-        EnvError::Backend(e.to_string())
-    }
 }
 
 /// How to run an episode on SUMO.
@@ -410,5 +410,29 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("/no/such.rou.xml"));
+    }
+
+    #[test]
+    fn an_env_error_keeps_the_sumo_error_and_its_source() {
+        use std::error::Error as _;
+        let sumo = SumoError::Traci {
+            context: "reading SUMO's replies".into(),
+            source: traci::TraciError::Timeout { timeout_s: 60.0 },
+        };
+        let shown = sumo.to_string();
+        let env = crate::EnvError::from(sumo);
+        assert_eq!(env.to_string(), shown, "same message as before");
+        let source = env.source().expect("the TraCI error is kept as the source");
+        assert!(
+            source.to_string().contains("no reply from SUMO"),
+            "{source}"
+        );
+        assert!(matches!(
+            env,
+            crate::EnvError::Sumo(SumoError::Traci {
+                source: traci::TraciError::Timeout { .. },
+                ..
+            })
+        ));
     }
 }
