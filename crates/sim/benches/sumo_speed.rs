@@ -20,7 +20,7 @@
 //!     [--seconds 1800] [--seed 1] [--repeat 3] [--only single|grid2x2]
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -143,44 +143,54 @@ fn real_main() -> Result<(), String> {
         if args.only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
+        let fixture = Fixture {
+            args: &args,
+            sumo: &sumo,
+            dir: &dir,
+            name,
+        };
+        report.push(fixture.bench(&mut version)?);
+    }
+    let doc = json!({
+        "bench": "sumo_speed",
+        "sumo": version,
+        "repeat": args.repeat,
+        "runs": report,
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+/// One fixture network (`<dir>/<name>.net.xml`, `.rou.xml`, `.sumocfg`) under the
+/// benchmark's settings.
+struct Fixture<'a> {
+    args: &'a Args,
+    sumo: &'a Path,
+    dir: &'a Path,
+    name: &'a str,
+}
+
+impl Fixture<'_> {
+    /// Every run on this network, and its part of the report; `version` gets SUMO's.
+    fn bench(&self, version: &mut String) -> Result<Value, String> {
+        let (args, name) = (self.args, self.name);
         eprintln!("{name}: {} s, seed {}", args.seconds, args.seed);
         let mut cfg = SumoConfig::new(
-            dir.join(format!("{name}.net.xml")),
-            dir.join(format!("{name}.rou.xml")),
+            self.dir.join(format!("{name}.net.xml")),
+            self.dir.join(format!("{name}.rou.xml")),
         );
         cfg.seconds = args.seconds;
         cfg.seed = args.seed;
-
-        // `sumo -c` alone, optionally with extra additional files (a replayed program).
-        let sumo_alone = |additional: Option<&PathBuf>| -> Result<EpisodeMetrics, String> {
-            let t = Instant::now();
-            let mut cmd = Command::new(&sumo);
-            cmd.arg("-c")
-                .arg(dir.join(format!("{name}.sumocfg")))
-                .args(["--end", &args.seconds.to_string()])
-                .args(["--seed", &args.seed.to_string()])
-                .stdout(Stdio::null());
-            if let Some(a) = additional {
-                // The replayed program wraps after the episode without a yellow: SUMO warns.
-                cmd.arg("--additional-files").arg(a).arg("--no-warnings");
-            }
-            let status = cmd.status().map_err(|e| e.to_string())?;
-            if !status.success() {
-                return Err(format!("sumo exited with {status}"));
-            }
-            Ok(EpisodeMetrics {
-                sim_seconds: args.seconds,
-                wall_seconds: t.elapsed().as_secs_f64(),
-                ..EpisodeMetrics::default()
-            })
-        };
         let bare = run("sumo -c alone", args.repeat, args.seconds, || {
-            sumo_alone(None)
+            self.sumo_alone(None)
         })?;
         let static_program = run("static program", args.repeat, args.seconds, || {
             let t = Instant::now();
             let mut env = SumoEnv::new(cfg.clone()).map_err(|e| e.to_string())?;
-            version = env.sumo_version().unwrap_or_default().to_string();
+            *version = env.sumo_version().unwrap_or_default().to_string();
             let mut m = env.run_static_program().map_err(|e| e.to_string())?;
             m.wall_seconds = t.elapsed().as_secs_f64();
             Ok(m)
@@ -206,45 +216,81 @@ fn real_main() -> Result<(), String> {
         let max_pressure = controlled("max-pressure", || Box::new(MaxPressure::default()))?;
         // SUMO alone on exactly max-pressure's traffic: its signal states replayed.
         let bare_replay = run("sumo -c replay", args.repeat, args.seconds, || {
-            sumo_alone(Some(&replay))
+            self.sumo_alone(Some(&replay))
         })?;
         let actuated = controlled("actuated", || Box::new(Actuated::default()))?;
         let _ = std::fs::remove_file(&replay);
+        Ok(self.report(Runs {
+            bare,
+            bare_replay,
+            static_program,
+            max_pressure,
+            actuated,
+        }))
+    }
+
+    /// `sumo -c` alone, optionally with extra additional files (a replayed program).
+    fn sumo_alone(&self, additional: Option<&PathBuf>) -> Result<EpisodeMetrics, String> {
+        let args = self.args;
+        let t = Instant::now();
+        let mut cmd = Command::new(self.sumo);
+        cmd.arg("-c")
+            .arg(self.dir.join(format!("{}.sumocfg", self.name)))
+            .args(["--end", &args.seconds.to_string()])
+            .args(["--seed", &args.seed.to_string()])
+            .stdout(Stdio::null());
+        if let Some(a) = additional {
+            // The replayed program wraps after the episode without a yellow: SUMO warns.
+            cmd.arg("--additional-files").arg(a).arg("--no-warnings");
+        }
+        let status = cmd.status().map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("sumo exited with {status}"));
+        }
+        Ok(EpisodeMetrics {
+            sim_seconds: args.seconds,
+            wall_seconds: t.elapsed().as_secs_f64(),
+            ..EpisodeMetrics::default()
+        })
+    }
+
+    /// The network's part of the report: every run, and the backend's overheads.
+    fn report(&self, r: Runs) -> Value {
         // Extra wall time per simulated second over SUMO alone, best run against best run.
         let speed = |v: &Value| v["sim_s_per_wall_s_best"].as_f64().unwrap_or(f64::NAN);
         let overhead = |base: &Value, v: &Value| speed(base) / speed(v) - 1.0;
         let cpu = |v: &Value| v["cpu_s_per_sim_hour"].as_f64().unwrap_or(f64::NAN);
         let cpu_overhead = |base: &Value, v: &Value| cpu(v) / cpu(base) - 1.0;
-        report.push(json!({
-            "network": name,
-            "seconds": args.seconds,
-            "seed": args.seed,
-            "sumo_alone": bare,
-            "sumo_alone_replaying_max_pressure": bare_replay,
-            "static_program": static_program,
-            "max_pressure": max_pressure,
-            "actuated": actuated,
+        json!({
+            "network": self.name,
+            "seconds": self.args.seconds,
+            "seed": self.args.seed,
+            "sumo_alone": r.bare,
+            "sumo_alone_replaying_max_pressure": r.bare_replay,
+            "static_program": r.static_program,
+            "max_pressure": r.max_pressure,
+            "actuated": r.actuated,
             // Same traffic on both sides: the static program against SUMO alone, and
             // max-pressure against SUMO alone replaying max-pressure's signal states.
             "overhead_vs_sumo_alone": {
-                "static_program": overhead(&bare, &static_program),
-                "max_pressure": overhead(&bare_replay, &max_pressure),
+                "static_program": overhead(&r.bare, &r.static_program),
+                "max_pressure": overhead(&r.bare_replay, &r.max_pressure),
             },
             "cpu_overhead_vs_sumo_alone": {
-                "static_program": cpu_overhead(&bare, &static_program),
-                "max_pressure": cpu_overhead(&bare_replay, &max_pressure),
+                "static_program": cpu_overhead(&r.bare, &r.static_program),
+                "max_pressure": cpu_overhead(&r.bare_replay, &r.max_pressure),
             },
-        }));
+        })
     }
-    let doc = json!({
-        "bench": "sumo_speed",
-        "sumo": version,
-        "repeat": args.repeat,
-        "runs": report,
-    });
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-    );
-    Ok(())
+}
+
+/// The results of [`run`] for each kind of run on one network.
+struct Runs {
+    /// `sumo -c` alone.
+    bare: Value,
+    /// `sumo -c` alone replaying max-pressure's signal states.
+    bare_replay: Value,
+    static_program: Value,
+    max_pressure: Value,
+    actuated: Value,
 }

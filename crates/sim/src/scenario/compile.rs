@@ -13,7 +13,8 @@ use greenwave_core::{
 use toml::Spanned;
 
 use super::file::{
-    ArmFile, DemandFile, LinkFile, ModelFile, RewardName, ScenarioFile, SignalFile, TimingFile,
+    ArmFile, DemandFile, LinkFile, ModelFile, PhaseFile, RewardName, ScenarioFile, SignalFile,
+    TimingFile,
 };
 use super::{Demand, ScenarioError};
 use crate::demand::Profile;
@@ -335,10 +336,19 @@ fn compile_link_lanes(
         LinkEnd::Signal { signal, arm } => {
             let sig = file.signals[signal as usize].get_ref();
             let plan: &PhasePlan = &plans[signal as usize];
-            let lane_sets = compile_lane_turns(l, i, &span, sig, arm, plan, origin)?;
+            let arrival = Arrival {
+                l,
+                i,
+                span: &span,
+                sig,
+                arm,
+                plan,
+                origin,
+            };
+            let lane_sets = compile_lane_turns(&arrival)?;
             let lanes = lane_sets.iter().map(|&m| lane(signal, m)).collect();
             let served = lane_sets.iter().fold(MovementSet::EMPTY, |a, &b| a.or(b));
-            let turn_cdf = compile_turn_ratios(l, i, &span, arm, plan, served, origin)?;
+            let turn_cdf = compile_turn_ratios(&arrival, served)?;
             Ok((lanes, turn_cdf))
         }
     }
@@ -602,77 +612,116 @@ fn compile_plan(
                 .map_err(|e| plan_err(format!("{base}.timing"), e))
         }
         (None, Some(phases)) => {
-            let mut parsed: Vec<Vec<Movement>> = Vec::with_capacity(phases.len());
-            for (p, phase) in phases.iter().enumerate() {
-                let mut ms = Vec::new();
-                for (k, token) in phase.movements.iter().enumerate() {
-                    let m = parse_movement(token).ok_or_else(|| {
-                        origin.err(
-                            Some(span),
-                            format!("{base}.phases[{p}].movements[{k}]"),
-                            format!(
-                                "`{token}` is not a movement (arm N/E/S/W then turn L/T/R/U, \
-                                 e.g. `NT`)"
-                            ),
-                        )
-                    })?;
-                    ms.push(m);
-                }
-                parsed.push(ms);
-            }
-            let mut movements: Vec<Movement> = parsed.iter().flatten().copied().collect();
-            movements.sort_by_key(|m| (m.approach, turn_order(m.turn)));
-            movements.dedup();
-            let conflicts = ConflictMatrix::four_arm(&movements);
-            let mut plan_phases = Vec::with_capacity(phases.len());
-            for (p, (phase, ms)) in phases.iter().zip(&parsed).enumerate() {
-                let mut set = MovementSet::EMPTY;
-                for m in ms {
-                    let id = movements.iter().position(|x| x == m).unwrap_or(0);
-                    set.insert(MovementId(id as u8));
-                }
-                let t = TimingFile {
-                    min_green_s: phase.min_green_s.unwrap_or(sig.timing.min_green_s),
-                    max_green_s: phase.max_green_s.unwrap_or(sig.timing.max_green_s),
-                    yellow_s: phase.yellow_s.unwrap_or(sig.timing.yellow_s),
-                    all_red_s: phase.all_red_s.unwrap_or(sig.timing.all_red_s),
-                };
-                plan_phases.push(Phase {
-                    movements: set,
-                    timing: timing(&t, &format!("{base}.phases[{p}]"), span, origin)?,
-                });
-            }
-            PhasePlan::new(&movements, conflicts, &plan_phases).map_err(|e| {
-                // Name the conflicting movements as written in the file.
-                let message = match e {
-                    greenwave_core::PlanError::ConflictingPhase { phase, a, b } => format!(
-                        "phase {phase}: movements {} and {} conflict and cannot be green \
-                         together",
-                        movement_name(movements[a as usize]),
-                        movement_name(movements[b as usize])
-                    ),
-                    other => other.to_string(),
-                };
-                origin.err(Some(span), format!("{base}.phases"), message)
-            })
+            let at = SignalAt {
+                sig,
+                base,
+                span,
+                origin,
+            };
+            explicit_plan(&at, phases)
         }
     }
 }
 
-/// The movements (plan ids) each lane of link `l` serves.
-fn compile_lane_turns(
-    l: &LinkFile,
+/// A signal of the file, as the plan compiler needs it for its errors: the entry, the
+/// field path of it (`signals[s] (`id`)`), its span and the file.
+struct SignalAt<'a> {
+    sig: &'a SignalFile,
+    base: String,
+    span: &'a Range<usize>,
+    origin: &'a Origin<'a>,
+}
+
+/// The plan of explicit `phases`: their movements (in a canonical order), the four-arm
+/// conflicts between them, and each phase's timing.
+fn explicit_plan(at: &SignalAt<'_>, phases: &[PhaseFile]) -> Result<PhasePlan, ScenarioError> {
+    let (sig, base, span, origin) = (at.sig, &at.base, at.span, at.origin);
+    let parsed = parse_phases(at, phases)?;
+    let mut movements: Vec<Movement> = parsed.iter().flatten().copied().collect();
+    movements.sort_by_key(|m| (m.approach, turn_order(m.turn)));
+    movements.dedup();
+    let conflicts = ConflictMatrix::four_arm(&movements);
+    let mut plan_phases = Vec::with_capacity(phases.len());
+    for (p, (phase, ms)) in phases.iter().zip(&parsed).enumerate() {
+        let mut set = MovementSet::EMPTY;
+        for m in ms {
+            let id = movements.iter().position(|x| x == m).unwrap_or(0);
+            set.insert(MovementId(id as u8));
+        }
+        let t = TimingFile {
+            min_green_s: phase.min_green_s.unwrap_or(sig.timing.min_green_s),
+            max_green_s: phase.max_green_s.unwrap_or(sig.timing.max_green_s),
+            yellow_s: phase.yellow_s.unwrap_or(sig.timing.yellow_s),
+            all_red_s: phase.all_red_s.unwrap_or(sig.timing.all_red_s),
+        };
+        plan_phases.push(Phase {
+            movements: set,
+            timing: timing(&t, &format!("{base}.phases[{p}]"), span, origin)?,
+        });
+    }
+    PhasePlan::new(&movements, conflicts, &plan_phases).map_err(|e| {
+        // Name the conflicting movements as written in the file.
+        let message = match e {
+            greenwave_core::PlanError::ConflictingPhase { phase, a, b } => format!(
+                "phase {phase}: movements {} and {} conflict and cannot be green together",
+                movement_name(movements[a as usize]),
+                movement_name(movements[b as usize])
+            ),
+            other => other.to_string(),
+        };
+        origin.err(Some(span), format!("{base}.phases"), message)
+    })
+}
+
+/// Each phase's movements, parsed from their names (`NT`, `EL`, ...).
+fn parse_phases(
+    at: &SignalAt<'_>,
+    phases: &[PhaseFile],
+) -> Result<Vec<Vec<Movement>>, ScenarioError> {
+    let mut parsed: Vec<Vec<Movement>> = Vec::with_capacity(phases.len());
+    for (p, phase) in phases.iter().enumerate() {
+        let mut ms = Vec::new();
+        for (k, token) in phase.movements.iter().enumerate() {
+            let m = parse_movement(token).ok_or_else(|| {
+                at.origin.err(
+                    Some(at.span),
+                    format!("{}.phases[{p}].movements[{k}]", at.base),
+                    format!(
+                        "`{token}` is not a movement (arm N/E/S/W then turn L/T/R/U, e.g. `NT`)"
+                    ),
+                )
+            })?;
+            ms.push(m);
+        }
+        parsed.push(ms);
+    }
+    Ok(parsed)
+}
+
+/// A link arriving at a signal arm, as the lane and turn compilers need it: its entry,
+/// index and span in the file (for errors), and the signal, arm and plan it arrives at.
+struct Arrival<'a> {
+    l: &'a LinkFile,
     i: usize,
-    span: &Range<usize>,
-    sig: &SignalFile,
+    span: &'a Range<usize>,
+    sig: &'a SignalFile,
     arm: u8,
-    plan: &PhasePlan,
-    origin: &Origin,
-) -> Result<Vec<MovementSet>, ScenarioError> {
-    let field = format!("links[{i}] (`{}`).lane_turns", l.id);
+    plan: &'a PhasePlan,
+    origin: &'a Origin<'a>,
+}
+
+impl Arrival<'_> {
+    fn err(&self, field: String, message: String) -> ScenarioError {
+        self.origin.err(Some(self.span), field, message)
+    }
+}
+
+/// The movements (plan ids) each lane of the arriving link serves.
+fn compile_lane_turns(a: &Arrival<'_>) -> Result<Vec<MovementSet>, ScenarioError> {
+    let (l, sig) = (a.l, a.sig);
+    let field = format!("links[{}] (`{}`).lane_turns", a.i, l.id);
     let Some(turns) = &l.lane_turns else {
-        return Err(origin.err(
-            Some(span),
+        return Err(a.err(
             field,
             format!(
                 "missing: the link arrives at signal `{}`, so say which turns each lane \
@@ -682,81 +731,76 @@ fn compile_lane_turns(
         ));
     };
     if turns.len() != l.lanes as usize {
-        return Err(origin.err(
-            Some(span),
+        return Err(a.err(
             field,
             format!("{} entries for {} lanes", turns.len(), l.lanes),
         ));
     }
-    let arms = sig.arms.by_index();
-    let mut sets = Vec::with_capacity(turns.len());
-    for (k, token) in turns.iter().enumerate() {
-        let field = format!("{field}[{k}]");
-        if token.is_empty() {
-            return Err(origin.err(Some(span), field, "a lane must serve a turn".into()));
-        }
-        let mut set = MovementSet::EMPTY;
-        for c in token.chars() {
-            let turn = parse_turn(c).ok_or_else(|| {
-                origin.err(
-                    Some(span),
-                    field.clone(),
-                    format!("`{c}` is not a turn (L, T, R or U)"),
-                )
-            })?;
-            let mv = Movement::new(arm, turn);
-            let id = plan
-                .movements()
-                .iter()
-                .position(|&x| x == mv)
-                .ok_or_else(|| {
-                    origin.err(
-                        Some(span),
-                        field.clone(),
-                        format!(
-                            "movement {} is in no phase of signal `{}`",
-                            movement_name(mv),
-                            sig.id
-                        ),
-                    )
-                })?;
-            let out_arm = exit_arm(arm, turn).unwrap_or(arm);
-            let has_out = arms[out_arm as usize]
-                .1
-                .is_some_and(|a: &ArmFile| a.out.is_some());
-            if !has_out {
-                return Err(origin.err(
-                    Some(span),
-                    field.clone(),
-                    format!(
-                        "movement {} leads to the {} arm of signal `{}`, which has no `out` link",
-                        movement_name(mv),
-                        arms[out_arm as usize].0,
-                        sig.id
-                    ),
-                ));
-            }
-            set.insert(MovementId(id as u8));
-        }
-        sets.push(set);
-    }
-    Ok(sets)
+    turns
+        .iter()
+        .enumerate()
+        .map(|(k, token)| lane_movements(a, &format!("{field}[{k}]"), token))
+        .collect()
 }
 
-/// Cumulative turning shares `(movement, cum)` of link `l` arriving on `arm`.
-fn compile_turn_ratios(
-    l: &LinkFile,
-    i: usize,
-    span: &Range<usize>,
-    arm: u8,
-    plan: &PhasePlan,
-    served: MovementSet,
-    origin: &Origin,
-) -> Result<TurnCdf, ScenarioError> {
-    let field = format!("links[{i}] (`{}`).turn_ratios", l.id);
-    let Some(r) = &l.turn_ratios else {
-        return Err(origin.err(
-            Some(span),
+/// The movements (plan ids) of one lane's entry `token` (`"TR"`, at `field`): each must be
+/// in a phase, and lead to an arm with an `out` link.
+fn lane_movements(a: &Arrival<'_>, field: &str, token: &str) -> Result<MovementSet, ScenarioError> {
+    let (arm, sig) = (a.arm, a.sig);
+    if token.is_empty() {
+        return Err(a.err(field.to_string(), "a lane must serve a turn".into()));
+    }
+    let arms = sig.arms.by_index();
+    let mut set = MovementSet::EMPTY;
+    for c in token.chars() {
+        let turn = parse_turn(c).ok_or_else(|| {
+            a.err(
+                field.to_string(),
+                format!("`{c}` is not a turn (L, T, R or U)"),
+            )
+        })?;
+        let mv = Movement::new(arm, turn);
+        let id = a
+            .plan
+            .movements()
+            .iter()
+            .position(|&x| x == mv)
+            .ok_or_else(|| {
+                a.err(
+                    field.to_string(),
+                    format!(
+                        "movement {} is in no phase of signal `{}`",
+                        movement_name(mv),
+                        sig.id
+                    ),
+                )
+            })?;
+        let out_arm = exit_arm(arm, turn).unwrap_or(arm);
+        let has_out = arms[out_arm as usize]
+            .1
+            .is_some_and(|x: &ArmFile| x.out.is_some());
+        if !has_out {
+            return Err(a.err(
+                field.to_string(),
+                format!(
+                    "movement {} leads to the {} arm of signal `{}`, which has no `out` link",
+                    movement_name(mv),
+                    arms[out_arm as usize].0,
+                    sig.id
+                ),
+            ));
+        }
+        set.insert(MovementId(id as u8));
+    }
+    Ok(set)
+}
+
+/// Cumulative turning shares `(movement, cum)` of the arriving link, over the movements its
+/// lanes serve (`served`).
+fn compile_turn_ratios(a: &Arrival<'_>, served: MovementSet) -> Result<TurnCdf, ScenarioError> {
+    let field = format!("links[{}] (`{}`).turn_ratios", a.i, a.l.id);
+    let Some(r) = &a.l.turn_ratios else {
+        return Err(a.err(
             field,
             "missing: the link arrives at a signal, so give the turning shares, e.g. \
              { left = 0.1, through = 0.8, right = 0.1 }"
@@ -774,8 +818,7 @@ fn compile_turn_ratios(
     let mut cum = 0.0;
     for (name, turn, share) in shares {
         if !(share.is_finite() && share >= 0.0) {
-            return Err(origin.err(
-                Some(span),
+            return Err(a.err(
                 format!("{field}.{name}"),
                 format!("{share} is not a share ≥ 0"),
             ));
@@ -783,15 +826,15 @@ fn compile_turn_ratios(
         if share == 0.0 {
             continue;
         }
-        let mv = Movement::new(arm, turn);
-        let id = plan
+        let mv = Movement::new(a.arm, turn);
+        let id = a
+            .plan
             .movements()
             .iter()
             .position(|&x| x == mv)
             .filter(|&id| served.contains(MovementId(id as u8)))
             .ok_or_else(|| {
-                origin.err(
-                    Some(span),
+                a.err(
                     format!("{field}.{name}"),
                     format!(
                         "vehicles turn {} here but no lane serves it (see lane_turns)",
@@ -806,8 +849,7 @@ fn compile_turn_ratios(
         // Guard against rounding: the last share closes at exactly 1.
         Some(last) => last.1 = 1.0,
         None => {
-            return Err(origin.err(
-                Some(span),
+            return Err(a.err(
                 field,
                 "all shares are 0: vehicles on this link must go somewhere".into(),
             ))

@@ -317,63 +317,18 @@ impl SumoEnv {
                 step_ms: cfg.step_ms(),
             },
         )?;
-        let program_switches = match cfg.program.as_deref() {
-            Some(wanted) => net
-                .tl_logics
-                .iter()
-                .filter(|t| t.program_id == wanted)
-                .map(|t| t.id.clone())
-                .collect(),
-            None => Vec::new(),
-        };
-
-        let mut lanes = Lanes::default();
-        let mut signal_lanes = Vec::with_capacity(models.len());
-        let feeders = Feeders::of(&net);
-        for m in &models {
-            signal_lanes.push(SignalLanes::new(&net, &feeders, m, &mut lanes));
-        }
-        lanes.reset_readings();
-        let mut specs = Vec::with_capacity(models.len());
-        for m in &models {
-            let n_lanes = u16::try_from(m.in_lanes.len()).map_err(|_| SumoError::Tls {
-                tls: m.id.clone(),
-                message: format!("{} incoming lanes", m.in_lanes.len()),
-            })?;
-            specs.push(SignalSpec {
-                id: m.id.clone(),
-                plan: m.plan.clone(),
-                layout: ObsLayout {
-                    n_lanes,
-                    n_phases: m.plan.n_phases() as u8,
-                },
-                incidence: lane_phase_incidence(&m.plan, &lane_movements(m)),
-            });
-        }
+        let program_switches = program_switches(&net, cfg.program.as_deref());
+        let (lanes, signal_lanes) = lanes_of(&net, &models);
+        let specs = signal_specs(&models)?;
         let interval_ms = (cfg.decision_interval_s * 1000.0).round() as u32;
         let episode_ms = (cfg.seconds * 1000.0).round() as u64;
         let seqs = new_sequencers(&models)?;
         let n = models.len();
-        // Only the wait- and delay-delta rewards read the vehicles' waits or time losses
-        // (and those waiting to be inserted on the zones' edges): other rewards save SUMO
-        // the context subscriptions.
-        let measure = match cfg.reward {
-            RewardKind::WaitDelta => Some(VehicleMeasure::AccumulatedWait),
-            RewardKind::DelayDelta => Some(VehicleMeasure::TimeLoss),
-            RewardKind::Queue | RewardKind::Pressure | RewardKind::Delay => None,
-        };
-        let (waits, pending_edges, signal_pending) = match measure {
-            Some(measure) => {
-                let junctions = models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
-                    let edge = &net.lanes.get(l)?.edge;
-                    net.edges.get(edge)?.to.as_deref()
-                });
-                let waits = WaitWatch::new(junctions, measure);
-                let (edges, of_signal) = zone_edges(&net, &lanes, &signal_lanes);
-                (waits, edges, of_signal)
-            }
-            None => (WaitWatch::default(), Vec::new(), vec![Vec::new(); n]),
-        };
+        let ZoneWaits {
+            waits,
+            pending_edges,
+            signal_pending,
+        } = ZoneWaits::new(cfg.reward, &net, &models, &lanes, &signal_lanes);
         let reads = ReadPlan::new(
             lanes
                 .ids
@@ -619,11 +574,36 @@ impl SumoEnv {
         if !switches.is_empty() {
             sim.exchange(&[switches], "switching lights to the chosen --program")?;
         }
+        let subscribing = self.cfg.read_mode == ReadMode::Subscriptions;
+        let messages = self.first_messages(subscribing);
+        let mut replies = sim.exchange(&messages, "checking signals, first readings")?;
+        let waits = subscribed(replies.pop().unwrap_or_default());
+        let readings = replies.pop().unwrap_or_default();
+        let states = replies.pop().unwrap_or_default();
+        self.check_link_counts(&states)?;
+        self.lanes.reset_readings();
+        self.pending.clear();
+        if subscribing {
+            self.store_readings(Answer::Subscriptions(&subscribed(readings)))?;
+        } else {
+            self.store_readings(Answer::Gets(&readings))?;
+        }
+        self.store_waits(&waits)?;
+        self.sim = Some(sim);
+        self.seqs = new_sequencers(&self.models)?;
+        self.clear_episode(seed);
+        self.wall = t0.elapsed();
+        Ok(())
+    }
+
+    /// The messages of an episode's first exchange: every light's state (to check its link
+    /// count), the first readings (subscribing to them, or getting them), and the
+    /// subscriptions of the vehicles' waits.
+    fn first_messages(&self, subscribing: bool) -> Vec<Message> {
         let mut checks = Message::new();
         for model in &self.models {
             checks.get(cmd::GET_TL, var::TL_RED_YELLOW_GREEN_STATE, &model.id);
         }
-        let subscribing = self.cfg.read_mode == ReadMode::Subscriptions;
         let second = if subscribing {
             self.reads.subscribe_message()
         } else {
@@ -631,7 +611,7 @@ impl SumoEnv {
         };
         // An empty message would get no reply to pair with (a net whose lights all stay
         // on their programs has no signal to check and no lane to read).
-        let messages: Vec<Message> = [checks, second, self.waits.subscribe_message()]
+        [checks, second, self.waits.subscribe_message()]
             .into_iter()
             .map(|mut m| {
                 if m.is_empty() {
@@ -639,12 +619,13 @@ impl SumoEnv {
                 }
                 m
             })
-            .collect();
-        let mut replies = sim.exchange(&messages, "checking signals, first readings")?;
-        let waits = subscribed(replies.pop().unwrap_or_default());
-        let readings = replies.pop().unwrap_or_default();
-        let states = replies.pop().unwrap_or_default();
-        for (model, r) in self.models.iter().zip(&states) {
+            .collect()
+    }
+
+    /// Checks that SUMO runs every light with the links the net file gives it (`states`:
+    /// the replies of [`SumoEnv::first_messages`]' state checks).
+    fn check_link_counts(&self, states: &[Reply]) -> Result<(), SumoError> {
+        for (model, r) in self.models.iter().zip(states) {
             let n = match r {
                 Reply::Value(Value::Str(state)) => state.len(),
                 other => {
@@ -665,16 +646,12 @@ impl SumoEnv {
                 });
             }
         }
-        self.lanes.reset_readings();
-        self.pending.clear();
-        if subscribing {
-            self.store_readings(Answer::Subscriptions(&subscribed(readings)))?;
-        } else {
-            self.store_readings(Answer::Gets(&readings))?;
-        }
-        self.store_waits(&waits)?;
-        self.sim = Some(sim);
-        self.seqs = new_sequencers(&self.models)?;
+        Ok(())
+    }
+
+    /// The episode's own state back to its start: nothing sent, clock, counters and
+    /// metrics at zero, the rewards' previous inputs from the first readings.
+    fn clear_episode(&mut self, seed: u64) {
         for s in &mut self.sent {
             s.clear();
         }
@@ -690,8 +667,6 @@ impl SumoEnv {
         self.prev_inputs = (0..self.models.len())
             .map(|s| self.reward_inputs(s))
             .collect();
-        self.wall = t0.elapsed();
-        Ok(())
     }
 
     /// Stores one reading; returns SUMO's clock when that is what it was.
@@ -1095,6 +1070,101 @@ fn subscribed(replies: Vec<Reply>) -> Vec<SubscriptionResult> {
             _ => None,
         })
         .collect()
+}
+
+/// The lights that switch to the program `wanted` at the start of each episode (those that
+/// have it).
+fn program_switches(net: &NetFile, wanted: Option<&str>) -> Vec<String> {
+    match wanted {
+        Some(wanted) => net
+            .tl_logics
+            .iter()
+            .filter(|t| t.program_id == wanted)
+            .map(|t| t.id.clone())
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Every lane the signals read (their incoming lanes, approach zones and outgoing lanes),
+/// and each signal's view of them.
+fn lanes_of(net: &NetFile, models: &[TlsModel]) -> (Lanes, Vec<SignalLanes>) {
+    let mut lanes = Lanes::default();
+    let mut signal_lanes = Vec::with_capacity(models.len());
+    let feeders = Feeders::of(net);
+    for m in models {
+        signal_lanes.push(SignalLanes::new(net, &feeders, m, &mut lanes));
+    }
+    lanes.reset_readings();
+    (lanes, signal_lanes)
+}
+
+/// The signals' specs: id, plan, observation layout and lane–phase incidence.
+fn signal_specs(models: &[TlsModel]) -> Result<Vec<SignalSpec>, SumoError> {
+    let mut specs = Vec::with_capacity(models.len());
+    for m in models {
+        let n_lanes = u16::try_from(m.in_lanes.len()).map_err(|_| SumoError::Tls {
+            tls: m.id.clone(),
+            message: format!("{} incoming lanes", m.in_lanes.len()),
+        })?;
+        specs.push(SignalSpec {
+            id: m.id.clone(),
+            plan: m.plan.clone(),
+            layout: ObsLayout {
+                n_lanes,
+                n_phases: m.plan.n_phases() as u8,
+            },
+            incidence: lane_phase_incidence(&m.plan, &lane_movements(m)),
+        });
+    }
+    Ok(specs)
+}
+
+/// What the reward reads of the vehicles' waits or time losses on the approach zones.
+struct ZoneWaits {
+    /// The context subscriptions around the signals' junctions.
+    waits: WaitWatch,
+    /// The zones' edges, whose vehicles waiting to be inserted count too.
+    pending_edges: Vec<String>,
+    /// Per signal: indices of its zones' edges in `pending_edges`.
+    signal_pending: Vec<Vec<usize>>,
+}
+
+impl ZoneWaits {
+    /// Only the wait- and delay-delta rewards read the vehicles' waits or time losses (and
+    /// those waiting to be inserted on the zones' edges): other rewards save SUMO the
+    /// context subscriptions.
+    fn new(
+        reward: RewardKind,
+        net: &NetFile,
+        models: &[TlsModel],
+        lanes: &Lanes,
+        signal_lanes: &[SignalLanes],
+    ) -> Self {
+        let measure = match reward {
+            RewardKind::WaitDelta => Some(VehicleMeasure::AccumulatedWait),
+            RewardKind::DelayDelta => Some(VehicleMeasure::TimeLoss),
+            RewardKind::Queue | RewardKind::Pressure | RewardKind::Delay => None,
+        };
+        let Some(measure) = measure else {
+            return ZoneWaits {
+                waits: WaitWatch::default(),
+                pending_edges: Vec::new(),
+                signal_pending: vec![Vec::new(); models.len()],
+            };
+        };
+        let junctions = models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
+            let edge = &net.lanes.get(l)?.edge;
+            net.edges.get(edge)?.to.as_deref()
+        });
+        let waits = WaitWatch::new(junctions, measure);
+        let (pending_edges, signal_pending) = zone_edges(net, lanes, signal_lanes);
+        ZoneWaits {
+            waits,
+            pending_edges,
+            signal_pending,
+        }
+    }
 }
 
 fn new_sequencers(models: &[TlsModel]) -> Result<Vec<Sequencer>, SumoError> {

@@ -905,7 +905,32 @@ impl TlsModel {
     /// * no movement turns green before every conflicting movement has been red for at
     ///   least the shortest all-red of the plan.
     pub fn audit_states(&self, history: &[(u64, String)]) -> Result<(), DisplayFault> {
-        let phases = self.plan.phases();
+        let mut audit = Audit::new(self);
+        for (t, state) in history {
+            audit.check(*t, state).map_err(|message| DisplayFault {
+                tls: self.id.clone(),
+                at_ms: *t,
+                state: state.clone(),
+                message,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// [`TlsModel::audit_states`] going through a light's history: the plan's shortest
+/// clearances, the last display, and since when each movement shows what it shows.
+struct Audit<'a> {
+    model: &'a TlsModel,
+    min_yellow: u64,
+    min_all_red: u64,
+    prev: Option<Vec<Shown>>,
+    since: Vec<u64>,
+}
+
+impl<'a> Audit<'a> {
+    fn new(model: &'a TlsModel) -> Self {
+        let phases = model.plan.phases();
         let min_yellow = phases
             .iter()
             .map(|p| p.timing.yellow.0 as u64)
@@ -916,81 +941,94 @@ impl TlsModel {
             .map(|p| p.timing.all_red.0 as u64)
             .min()
             .unwrap_or(0);
-        let n = self.plan.movements().len();
-        let mut prev: Option<Vec<Shown>> = None;
-        let mut since = vec![0u64; n];
-        for (t, state) in history {
-            let fault = |message: String| DisplayFault {
-                tls: self.id.clone(),
-                at_ms: *t,
-                state: state.clone(),
-                message,
-            };
-            if state.len() != self.n_links() {
-                return Err(fault(format!(
-                    "{} links, the light has {}",
-                    state.len(),
-                    self.n_links()
-                )));
-            }
-            let now = self.shown(state.as_bytes()).map_err(fault)?;
-            for a in 0..n {
-                for b in a + 1..n {
-                    let both = now[a] != Shown::Red && now[b] != Shown::Red;
-                    if both
-                        && self
-                            .plan
-                            .conflicts()
-                            .conflicts(MovementId(a as u8), MovementId(b as u8))
-                    {
-                        return Err(fault(format!(
-                            "conflicting movements {a} and {b} both non-red"
-                        )));
-                    }
+        Audit {
+            model,
+            min_yellow,
+            min_all_red,
+            prev: None,
+            since: vec![0u64; model.plan.movements().len()],
+        }
+    }
+
+    /// Checks the state sent at `t` (ms) against the plan and the states before it.
+    fn check(&mut self, t: u64, state: &str) -> Result<(), String> {
+        let model = self.model;
+        if state.len() != model.n_links() {
+            return Err(format!(
+                "{} links, the light has {}",
+                state.len(),
+                model.n_links()
+            ));
+        }
+        let now = model.shown(state.as_bytes())?;
+        self.check_conflicts(&now)?;
+        if let Some(prev) = &self.prev {
+            for m in 0..now.len() {
+                self.check_change(m, prev, &now, t)?;
+                if prev[m] != now[m] {
+                    self.since[m] = t;
                 }
             }
-            if let Some(prev) = &prev {
-                for m in 0..n {
-                    match (prev[m], now[m]) {
-                        (Shown::Green, Shown::Red) => {
-                            return Err(fault(format!("movement {m} went from green to red with no yellow")))
-                        }
-                        (Shown::Yellow, Shown::Red) if t - since[m] < min_yellow => {
-                            return Err(fault(format!(
-                                "movement {m} showed yellow for {} ms, the plan's shortest is {min_yellow} ms",
-                                t - since[m]
-                            )))
-                        }
-                        (Shown::Red, Shown::Green) => {
-                            let foes = self.plan.conflicts().foes(MovementId(m as u8));
-                            // How long each foe has been red (0: it turns red now).
-                            let red_for = |f: usize| {
-                                if prev[f] == Shown::Red {
-                                    t - since[f]
-                                } else {
-                                    0
-                                }
-                            };
-                            if let Some(f) = foes
-                                .iter()
-                                .map(|f| f.0 as usize)
-                                .find(|&f| now[f] == Shown::Red && red_for(f) < min_all_red)
-                            {
-                                return Err(fault(format!(
-                                    "movement {m} turned green {} ms after conflicting movement {f} turned red; all-red is {min_all_red} ms",
-                                    red_for(f)
-                                )));
-                            }
-                        }
-                        _ => {}
-                    }
-                    if prev[m] != now[m] {
-                        since[m] = *t;
-                    }
+        }
+        self.prev = Some(now);
+        Ok(())
+    }
+
+    /// No two conflicting movements non-red together.
+    fn check_conflicts(&self, now: &[Shown]) -> Result<(), String> {
+        let n = now.len();
+        for a in 0..n {
+            for b in a + 1..n {
+                let both = now[a] != Shown::Red && now[b] != Shown::Red;
+                if both
+                    && self
+                        .model
+                        .plan
+                        .conflicts()
+                        .conflicts(MovementId(a as u8), MovementId(b as u8))
+                {
+                    return Err(format!("conflicting movements {a} and {b} both non-red"));
                 }
             }
-            prev = Some(now);
         }
         Ok(())
+    }
+
+    /// Movement `m`'s change from `prev` to `now` at `t`: green only through a long enough
+    /// yellow to red, and red to green only after every foe's all-red.
+    fn check_change(&self, m: usize, prev: &[Shown], now: &[Shown], t: u64) -> Result<(), String> {
+        let (since, min_yellow, min_all_red) = (&self.since, self.min_yellow, self.min_all_red);
+        match (prev[m], now[m]) {
+            (Shown::Green, Shown::Red) => Err(format!(
+                "movement {m} went from green to red with no yellow"
+            )),
+            (Shown::Yellow, Shown::Red) if t - since[m] < min_yellow => Err(format!(
+                "movement {m} showed yellow for {} ms, the plan's shortest is {min_yellow} ms",
+                t - since[m]
+            )),
+            (Shown::Red, Shown::Green) => {
+                let foes = self.model.plan.conflicts().foes(MovementId(m as u8));
+                // How long each foe has been red (0: it turns red now).
+                let red_for = |f: usize| {
+                    if prev[f] == Shown::Red {
+                        t - since[f]
+                    } else {
+                        0
+                    }
+                };
+                match foes
+                    .iter()
+                    .map(|f| f.0 as usize)
+                    .find(|&f| now[f] == Shown::Red && red_for(f) < min_all_red)
+                {
+                    Some(f) => Err(format!(
+                        "movement {m} turned green {} ms after conflicting movement {f} turned red; all-red is {min_all_red} ms",
+                        red_for(f)
+                    )),
+                    None => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use super::xml::{scan, Node};
+use super::xml::{scan, Attrs, Node};
 use super::SumoError;
 
 /// One lane.
@@ -173,149 +173,191 @@ impl NetFile {
 
     /// Parses a network from XML text (for tests and in-memory nets).
     pub fn parse(input: impl std::io::BufRead) -> Result<Self, String> {
-        let mut net = NetFile::default();
-        let mut edge: Option<String> = None;
-        // Index into tl_logics of the program being read.
-        let mut tl: Option<usize> = None;
-        let mut junction: Option<String> = None;
-        let mut saw_net = false;
-        scan(input, |node| {
-            match node {
-                Node::Open { name, attrs, empty } => match name {
-                    "net" => saw_net = true,
-                    "edge" => {
-                        let id = attrs.need(name, "id")?.to_string();
-                        net.edges.insert(
-                            id.clone(),
-                            NetEdge {
-                                function: attrs.get("function").unwrap_or("").to_string(),
-                                crossing_edges: attrs
-                                    .get("crossingEdges")
-                                    .unwrap_or("")
-                                    .split_whitespace()
-                                    .map(str::to_string)
-                                    .collect(),
-                                to: attrs.get("to").map(str::to_string),
-                            },
-                        );
-                        edge = (!empty).then_some(id);
-                    }
-                    "lane" if edge.is_some() => {
-                        let id = attrs.need(name, "id")?.to_string();
-                        let length_m = attrs
-                            .num(name, "length")?
-                            .ok_or_else(|| format!("<lane id=\"{id}\"> without length"))?;
-                        if length_m <= 0.0 {
-                            return Err(format!("<lane id=\"{id}\"> has length {length_m}"));
-                        }
-                        let end_direction = attrs.get("shape").and_then(shape_end_direction);
-                        let speed_mps = attrs.num(name, "speed")?.filter(|&v| v > 0.0);
-                        net.lanes.insert(
-                            id,
-                            NetLane {
-                                edge: edge.clone().unwrap_or_default(),
-                                length_m,
-                                speed_mps,
-                                end_direction,
-                            },
-                        );
-                    }
-                    "tlLogic" => {
-                        net.tl_logics.push(TlLogic {
-                            id: attrs.need(name, "id")?.to_string(),
-                            program_id: attrs.get("programID").unwrap_or("").to_string(),
-                            kind: attrs.get("type").unwrap_or("static").to_string(),
-                            phases: Vec::new(),
-                        });
-                        tl = (!empty).then_some(net.tl_logics.len() - 1);
-                    }
-                    "phase" => {
-                        if let Some(i) = tl {
-                            net.tl_logics[i].phases.push(read_phase(attrs)?);
-                        }
-                    }
-                    "junction" => {
-                        let id = attrs.need(name, "id")?.to_string();
-                        let j = NetJunction {
-                            kind: attrs.get("type").unwrap_or("").to_string(),
-                            int_lanes: attrs
-                                .get("intLanes")
-                                .unwrap_or("")
-                                .split_whitespace()
-                                .map(str::to_string)
-                                .collect(),
-                            foes: Vec::new(),
-                        };
-                        net.junctions.insert(id.clone(), j);
-                        junction = (!empty).then_some(id);
-                    }
-                    "request" => {
-                        let Some(jid) = &junction else { return Ok(()) };
-                        let index = attrs.num(name, "index")?.unwrap_or(-1.0);
-                        let foes = attrs.need(name, "foes")?;
-                        let j = net.junctions.get_mut(jid).expect("inserted on open");
-                        if index < 0.0 || index.fract() != 0.0 || index as usize != j.foes.len() {
-                            return Err(format!(
-                                "junction {jid}: <request index=\"{index}\"> out of order"
-                            ));
-                        }
-                        // Bit j of a foes string is its j-th character from the right.
-                        let row = foes.bytes().rev().map(|c| c == b'1').collect();
-                        j.foes.push(row);
-                    }
-                    "connection" => {
-                        let need = |k: &str| attrs.need(name, k).map(str::to_string);
-                        let lane = |k: &str| -> Result<u32, String> {
-                            let v = attrs
-                                .num(name, k)?
-                                .ok_or_else(|| format!("<connection> without attribute {k}"))?;
-                            if v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
-                                return Err(format!("<connection {k}=\"{v}\">: not a lane index"));
-                            }
-                            Ok(v as u32)
-                        };
-                        // linkIndex -1: a link of a signalised junction that no signal
-                        // controls (netconvert writes it for e.g. a through lane that
-                        // bypasses the light); treated as uncontrolled.
-                        let link_index = match attrs.num(name, "linkIndex")? {
-                            None => None,
-                            Some(-1.0) => None,
-                            Some(v) if v >= 0.0 && v.fract() == 0.0 && v < 1e6 => Some(v as usize),
-                            Some(v) => {
-                                return Err(format!("<connection linkIndex=\"{v}\">: bad index"))
-                            }
-                        };
-                        net.connections.push(NetConnection {
-                            from: need("from")?,
-                            to: need("to")?,
-                            from_lane: lane("fromLane")?,
-                            to_lane: lane("toLane")?,
-                            via: attrs.get("via").map(str::to_string),
-                            tl: attrs.get("tl").map(str::to_string),
-                            link_index,
-                            dir: attrs.get("dir").unwrap_or("s").to_string(),
-                        });
-                    }
-                    _ => {}
-                },
-                Node::Close { name } => match name {
-                    "edge" => edge = None,
-                    "tlLogic" => tl = None,
-                    "junction" => junction = None,
-                    _ => {}
-                },
+        let mut p = NetParser::default();
+        scan(input, |node| match node {
+            Node::Open { name, attrs, empty } => p.open(name, attrs, empty),
+            Node::Close { name } => {
+                p.close(name);
+                Ok(())
             }
-            Ok(())
         })?;
-        if !saw_net {
+        if !p.saw_net {
             return Err("not a SUMO network (no <net> element)".into());
         }
-        Ok(net)
+        Ok(p.net)
     }
 }
 
+/// [`NetFile::parse`]'s state: the network so far and the elements open.
+#[derive(Default)]
+struct NetParser {
+    net: NetFile,
+    /// The `<edge>` open.
+    edge: Option<String>,
+    /// Index into `tl_logics` of the program being read.
+    tl: Option<usize>,
+    /// The `<junction>` open.
+    junction: Option<String>,
+    saw_net: bool,
+}
+
+impl NetParser {
+    /// An element opens (`empty`: and closes at once).
+    fn open(&mut self, name: &str, attrs: &Attrs, empty: bool) -> Result<(), String> {
+        let net = &mut self.net;
+        match name {
+            "net" => self.saw_net = true,
+            "edge" => {
+                let id = attrs.need(name, "id")?.to_string();
+                net.edges.insert(id.clone(), read_edge(attrs));
+                self.edge = (!empty).then_some(id);
+            }
+            "lane" => {
+                if let Some(edge) = &self.edge {
+                    let (id, lane) = read_lane(attrs, edge)?;
+                    net.lanes.insert(id, lane);
+                }
+            }
+            "tlLogic" => {
+                net.tl_logics.push(TlLogic {
+                    id: attrs.need(name, "id")?.to_string(),
+                    program_id: attrs.get("programID").unwrap_or("").to_string(),
+                    kind: attrs.get("type").unwrap_or("static").to_string(),
+                    phases: Vec::new(),
+                });
+                self.tl = (!empty).then_some(net.tl_logics.len() - 1);
+            }
+            "phase" => {
+                if let Some(i) = self.tl {
+                    net.tl_logics[i].phases.push(read_phase(attrs)?);
+                }
+            }
+            "junction" => {
+                let id = attrs.need(name, "id")?.to_string();
+                net.junctions.insert(id.clone(), read_junction(attrs));
+                self.junction = (!empty).then_some(id);
+            }
+            "request" => {
+                if let Some(jid) = &self.junction {
+                    let j = net.junctions.get_mut(jid).expect("inserted on open");
+                    read_request(attrs, jid, j)?;
+                }
+            }
+            "connection" => net.connections.push(read_connection(attrs)?),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// An element closes.
+    fn close(&mut self, name: &str) {
+        match name {
+            "edge" => self.edge = None,
+            "tlLogic" => self.tl = None,
+            "junction" => self.junction = None,
+            _ => {}
+        }
+    }
+}
+
+/// One `<edge>` (its id is the caller's).
+fn read_edge(attrs: &Attrs) -> NetEdge {
+    NetEdge {
+        function: attrs.get("function").unwrap_or("").to_string(),
+        crossing_edges: attrs
+            .get("crossingEdges")
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        to: attrs.get("to").map(str::to_string),
+    }
+}
+
+/// One `<lane>` of the edge `edge`, with its id.
+fn read_lane(attrs: &Attrs, edge: &str) -> Result<(String, NetLane), String> {
+    let id = attrs.need("lane", "id")?.to_string();
+    let length_m = attrs
+        .num("lane", "length")?
+        .ok_or_else(|| format!("<lane id=\"{id}\"> without length"))?;
+    if length_m <= 0.0 {
+        return Err(format!("<lane id=\"{id}\"> has length {length_m}"));
+    }
+    let end_direction = attrs.get("shape").and_then(shape_end_direction);
+    let speed_mps = attrs.num("lane", "speed")?.filter(|&v| v > 0.0);
+    let lane = NetLane {
+        edge: edge.to_string(),
+        length_m,
+        speed_mps,
+        end_direction,
+    };
+    Ok((id, lane))
+}
+
+/// One `<junction>` (its id is the caller's; its foes come with its `<request>`s).
+fn read_junction(attrs: &Attrs) -> NetJunction {
+    NetJunction {
+        kind: attrs.get("type").unwrap_or("").to_string(),
+        int_lanes: attrs
+            .get("intLanes")
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        foes: Vec::new(),
+    }
+}
+
+/// One `<request>` of junction `jid`: the next row of `j`'s foes.
+fn read_request(attrs: &Attrs, jid: &str, j: &mut NetJunction) -> Result<(), String> {
+    let index = attrs.num("request", "index")?.unwrap_or(-1.0);
+    let foes = attrs.need("request", "foes")?;
+    if index < 0.0 || index.fract() != 0.0 || index as usize != j.foes.len() {
+        return Err(format!(
+            "junction {jid}: <request index=\"{index}\"> out of order"
+        ));
+    }
+    // Bit j of a foes string is its j-th character from the right.
+    let row = foes.bytes().rev().map(|c| c == b'1').collect();
+    j.foes.push(row);
+    Ok(())
+}
+
+/// One `<connection>`.
+fn read_connection(attrs: &Attrs) -> Result<NetConnection, String> {
+    let name = "connection";
+    let need = |k: &str| attrs.need(name, k).map(str::to_string);
+    let lane = |k: &str| -> Result<u32, String> {
+        let v = attrs
+            .num(name, k)?
+            .ok_or_else(|| format!("<connection> without attribute {k}"))?;
+        if v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
+            return Err(format!("<connection {k}=\"{v}\">: not a lane index"));
+        }
+        Ok(v as u32)
+    };
+    // linkIndex -1: a link of a signalised junction that no signal controls (netconvert
+    // writes it for e.g. a through lane that bypasses the light); treated as uncontrolled.
+    let link_index = match attrs.num(name, "linkIndex")? {
+        None => None,
+        Some(-1.0) => None,
+        Some(v) if v >= 0.0 && v.fract() == 0.0 && v < 1e6 => Some(v as usize),
+        Some(v) => return Err(format!("<connection linkIndex=\"{v}\">: bad index")),
+    };
+    Ok(NetConnection {
+        from: need("from")?,
+        to: need("to")?,
+        from_lane: lane("fromLane")?,
+        to_lane: lane("toLane")?,
+        via: attrs.get("via").map(str::to_string),
+        tl: attrs.get("tl").map(str::to_string),
+        link_index,
+        dir: attrs.get("dir").unwrap_or("s").to_string(),
+    })
+}
+
 /// One `<phase>`: its state, duration and (actuated programs) duration bounds.
-fn read_phase(attrs: &super::xml::Attrs) -> Result<TlPhase, String> {
+fn read_phase(attrs: &Attrs) -> Result<TlPhase, String> {
     let state = attrs.need("phase", "state")?.to_string();
     let secs = |key: &str| -> Result<Option<f64>, String> {
         match attrs.num("phase", key)? {
