@@ -413,6 +413,99 @@ impl TryFrom<PlanParts> for PhasePlan {
     }
 }
 
+/// The conflict matrix of `n` movements (`all` = their bit mask): irreflexive, and only
+/// between movements that exist.
+fn check_conflicts(conflicts: &ConflictMatrix, n: usize, all: u32) -> Result<(), PlanError> {
+    for i in 0..MAX_MOVEMENTS {
+        let row = conflicts.rows[i];
+        if row & (1 << i) != 0 {
+            return Err(PlanError::SelfConflict { movement: i as u8 });
+        }
+        if row != 0 && (i >= n || row & !all != 0) {
+            let bad = if i >= n {
+                i
+            } else {
+                (row & !all).trailing_zeros() as usize
+            };
+            return Err(PlanError::ConflictOutOfRange {
+                movement: bad as u8,
+                count: n,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Phase `p8`'s movements: some, all known, none in conflict with another.
+fn check_phase_movements(
+    p8: u8,
+    set: MovementSet,
+    conflicts: &ConflictMatrix,
+    n: usize,
+    all: u32,
+) -> Result<(), PlanError> {
+    if set.is_empty() {
+        return Err(PlanError::EmptyPhase { phase: p8 });
+    }
+    if set.0 & !all != 0 {
+        let movement = (set.0 & !all).trailing_zeros() as u8;
+        return Err(PlanError::UnknownMovement {
+            phase: p8,
+            movement,
+            count: n,
+        });
+    }
+    for a in set.iter() {
+        if let Some(b) = conflicts.foes(a).and(set).iter().next() {
+            return Err(PlanError::ConflictingPhase {
+                phase: p8,
+                a: a.0,
+                b: b.0,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Phase `p8`'s timing: yellow and all-red in range, min green above the floor and below max
+/// green, pedestrian timing within min green.
+fn check_phase_timing(p8: u8, t: PhaseTiming) -> Result<(), PlanError> {
+    if t.yellow < YELLOW_RANGE.0 || t.yellow > YELLOW_RANGE.1 {
+        return Err(PlanError::Yellow {
+            phase: p8,
+            yellow: t.yellow,
+        });
+    }
+    if t.all_red > ALL_RED_RANGE.1 {
+        return Err(PlanError::AllRed {
+            phase: p8,
+            all_red: t.all_red,
+        });
+    }
+    if t.min_green < MIN_GREEN_FLOOR {
+        return Err(PlanError::MinGreenTooShort {
+            phase: p8,
+            min_green: t.min_green,
+        });
+    }
+    if t.min_green >= t.max_green {
+        return Err(PlanError::MinGreenNotBelowMax {
+            phase: p8,
+            min_green: t.min_green,
+            max_green: t.max_green,
+        });
+    }
+    if let Some(ped) = t.pedestrian {
+        if ped.walk.saturating_add(ped.clearance) > t.min_green {
+            return Err(PlanError::PedestrianLongerThanMinGreen {
+                phase: p8,
+                min_green: t.min_green,
+            });
+        }
+    }
+    Ok(())
+}
+
 impl PhasePlan {
     /// Builds and validates a plan.
     ///
@@ -439,80 +532,10 @@ impl PhasePlan {
             });
         }
         let all: u32 = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
-        for i in 0..MAX_MOVEMENTS {
-            let row = conflicts.rows[i];
-            if row & (1 << i) != 0 {
-                return Err(PlanError::SelfConflict { movement: i as u8 });
-            }
-            if row != 0 && (i >= n || row & !all != 0) {
-                let bad = if i >= n {
-                    i
-                } else {
-                    (row & !all).trailing_zeros() as usize
-                };
-                return Err(PlanError::ConflictOutOfRange {
-                    movement: bad as u8,
-                    count: n,
-                });
-            }
-        }
+        check_conflicts(&conflicts, n, all)?;
         for (p, phase) in phases.iter().enumerate() {
-            let p8 = p as u8;
-            let set = phase.movements;
-            if set.is_empty() {
-                return Err(PlanError::EmptyPhase { phase: p8 });
-            }
-            if set.0 & !all != 0 {
-                let movement = (set.0 & !all).trailing_zeros() as u8;
-                return Err(PlanError::UnknownMovement {
-                    phase: p8,
-                    movement,
-                    count: n,
-                });
-            }
-            for a in set.iter() {
-                if let Some(b) = conflicts.foes(a).and(set).iter().next() {
-                    return Err(PlanError::ConflictingPhase {
-                        phase: p8,
-                        a: a.0,
-                        b: b.0,
-                    });
-                }
-            }
-            let t = phase.timing;
-            if t.yellow < YELLOW_RANGE.0 || t.yellow > YELLOW_RANGE.1 {
-                return Err(PlanError::Yellow {
-                    phase: p8,
-                    yellow: t.yellow,
-                });
-            }
-            if t.all_red > ALL_RED_RANGE.1 {
-                return Err(PlanError::AllRed {
-                    phase: p8,
-                    all_red: t.all_red,
-                });
-            }
-            if t.min_green < MIN_GREEN_FLOOR {
-                return Err(PlanError::MinGreenTooShort {
-                    phase: p8,
-                    min_green: t.min_green,
-                });
-            }
-            if t.min_green >= t.max_green {
-                return Err(PlanError::MinGreenNotBelowMax {
-                    phase: p8,
-                    min_green: t.min_green,
-                    max_green: t.max_green,
-                });
-            }
-            if let Some(ped) = t.pedestrian {
-                if ped.walk.saturating_add(ped.clearance) > t.min_green {
-                    return Err(PlanError::PedestrianLongerThanMinGreen {
-                        phase: p8,
-                        min_green: t.min_green,
-                    });
-                }
-            }
+            check_phase_movements(p as u8, phase.movements, &conflicts, n, all)?;
+            check_phase_timing(p as u8, phase.timing)?;
         }
         Ok(PhasePlan {
             movements: Vec::from_slice(movements).expect("length checked above"),

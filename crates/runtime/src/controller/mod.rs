@@ -500,72 +500,8 @@ impl Controller {
             return Ok(false);
         }
         let now = self.now_ms();
-        let version = self.policy_version();
         for i in 0..self.signals.len() {
-            let observed = self.observe(i, field);
-            self.complete_pending(i, observed.is_ok(), false);
-            let decision = match &observed {
-                Ok(()) => self.infer(i),
-                Err(f) => Err(f.clone()),
-            };
-            // An unloadable model is reported once; the watchdog keeps the signal on its
-            // fallback for good after that.
-            let report = match &decision {
-                Err(f)
-                    if f.kind == FaultKind::ModelUnavailable
-                        && self.watchdog.reason(i) == Some(FaultKind::ModelUnavailable) =>
-                {
-                    None
-                }
-                Err(f) => Some(f),
-                Ok(_) => None,
-            };
-            let mode = self.watchdog.update(i, now, report);
-            let (requested, log_prob, source) = match (mode, decision) {
-                (Mode::Policy, Ok((phase, log_prob, explored))) => {
-                    self.stats.policy_decisions += 1;
-                    self.stats.explored_decisions += explored as u64;
-                    (phase, log_prob, ActionSource::Policy)
-                }
-                _ => {
-                    self.stats.fallback_decisions += 1;
-                    let phase = self
-                        .fallback
-                        .decide(i, &self.seqs[i], observed.is_ok(), &*field);
-                    (phase, 0.0, ActionSource::Fallback)
-                }
-            };
-            self.stats.decisions += 1;
-            let response = self.seqs[i].request(requested);
-            field
-                .request(i, requested, &response)
-                .map_err(ControllerError::Sink)?;
-            let source = match (source, response.overridden) {
-                (ActionSource::Policy, Some(_)) => {
-                    self.stats.supervisor_overrides += 1;
-                    ActionSource::Supervisor
-                }
-                (s, _) => s,
-            };
-            if observed.is_ok() {
-                self.pending[i] = Some(Transition {
-                    timestamp_ms: now,
-                    signal: i as u16,
-                    obs: heapless::Vec::from_slice(&self.obs[i]).unwrap_or_default(),
-                    requested,
-                    action: response.next_green.0,
-                    log_prob,
-                    reward: 0.0,
-                    next_obs: heapless::Vec::new(),
-                    done: false,
-                    policy_version: version,
-                    source,
-                    reward_kind: None,
-                });
-            } else {
-                // A decision without an observation cannot become a transition.
-                self.stats.transitions_dropped += 1;
-            }
+            self.decide_signal(i, now, field)?;
         }
         let observed: Vec<&[LaneReading]> = self
             .lanes
@@ -576,6 +512,90 @@ impl Controller {
             .collect();
         self.watch.record(&observed);
         self.play_interval(field)?;
+        self.finish_interval(field)
+    }
+
+    /// Signal `i`'s decision: observe, infer, let the watchdog choose policy or fallback,
+    /// request the phase, and keep the decision as the signal's pending transition.
+    fn decide_signal(
+        &mut self,
+        i: usize,
+        now: u64,
+        field: &mut (impl Field + ?Sized),
+    ) -> Result<(), ControllerError> {
+        let observed = self.observe(i, field);
+        self.complete_pending(i, observed.is_ok(), false);
+        let decision = match &observed {
+            Ok(()) => self.infer(i),
+            Err(f) => Err(f.clone()),
+        };
+        // An unloadable model is reported once; the watchdog keeps the signal on its
+        // fallback for good after that.
+        let report = match &decision {
+            Err(f)
+                if f.kind == FaultKind::ModelUnavailable
+                    && self.watchdog.reason(i) == Some(FaultKind::ModelUnavailable) =>
+            {
+                None
+            }
+            Err(f) => Some(f),
+            Ok(_) => None,
+        };
+        let mode = self.watchdog.update(i, now, report);
+        let (requested, log_prob, source) = match (mode, decision) {
+            (Mode::Policy, Ok((phase, log_prob, explored))) => {
+                self.stats.policy_decisions += 1;
+                self.stats.explored_decisions += explored as u64;
+                (phase, log_prob, ActionSource::Policy)
+            }
+            _ => {
+                self.stats.fallback_decisions += 1;
+                let phase = self
+                    .fallback
+                    .decide(i, &self.seqs[i], observed.is_ok(), &*field);
+                (phase, 0.0, ActionSource::Fallback)
+            }
+        };
+        self.stats.decisions += 1;
+        let response = self.seqs[i].request(requested);
+        field
+            .request(i, requested, &response)
+            .map_err(ControllerError::Sink)?;
+        let source = match (source, response.overridden) {
+            (ActionSource::Policy, Some(_)) => {
+                self.stats.supervisor_overrides += 1;
+                ActionSource::Supervisor
+            }
+            (s, _) => s,
+        };
+        if observed.is_err() {
+            // A decision without an observation cannot become a transition.
+            self.stats.transitions_dropped += 1;
+            return Ok(());
+        }
+        self.pending[i] = Some(Transition {
+            timestamp_ms: now,
+            signal: i as u16,
+            obs: heapless::Vec::from_slice(&self.obs[i]).unwrap_or_default(),
+            requested,
+            action: response.next_green.0,
+            log_prob,
+            reward: 0.0,
+            next_obs: heapless::Vec::new(),
+            done: false,
+            policy_version: self.policy_version(),
+            source,
+            reward_kind: None,
+        });
+        Ok(())
+    }
+
+    /// After the interval was played: the field moves on and says each signal's reward;
+    /// readback, KPI watch and the log's commit follow. `false` once the field has ended.
+    fn finish_interval(
+        &mut self,
+        field: &mut (impl Field + ?Sized),
+    ) -> Result<bool, ControllerError> {
         let rewards = field
             .advance(self.cfg.decision_interval)
             .map_err(ControllerError::Field)?;
