@@ -2,7 +2,7 @@
 //! controller loop, and the pin map that binds signal groups and lanes to HAL pins.
 
 use embedded_hal::digital::{InputPin, OutputPin};
-use greenwave_core::MovementSet;
+use greenwave_core::{Millis, MovementSet};
 
 use crate::detectors::LaneDetectorPins;
 use crate::heads::{HeadPins, Lamp};
@@ -42,7 +42,7 @@ pub struct LaneConfig {
     pub storage_veh: u16,
 }
 
-/// Everything about the cabinet that is not the phase plan.
+/// Everything about the cabinet that is not the phase plan. Durations are [`Millis`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BoardConfig<const L: usize> {
     /// Signal id written into transitions (which signal of the site).
@@ -56,21 +56,21 @@ pub struct BoardConfig<const L: usize> {
     /// The incoming lanes, in observation order.
     pub lanes: [LaneConfig; L],
     /// A detector input must be stable this long before presence changes.
-    pub detector_debounce_ms: u32,
+    pub detector_debounce: Millis,
     /// During green, a stop-bar loop occupied at least this long means a standing queue.
-    pub standing_queue_ms: u32,
+    pub standing_queue: Millis,
     /// During green, a stop-bar loop empty at least this long means the lane has emptied
     /// (resets the lane's vehicle count against counting drift).
-    pub empty_lane_gap_ms: u32,
-    /// Time between policy decisions (the training environment's delta).
-    pub decision_interval_ms: u32,
+    pub empty_lane_gap: Millis,
+    /// Time between policy decisions (the training environment's delta; above zero).
+    pub decision_interval: Millis,
     /// All-red shown at power-up and after a reset from flash, before the first green.
-    pub startup_all_red_ms: u32,
-    /// Half period of the red flash (500 ms: 60 flashes per minute).
-    pub flash_half_period_ms: u32,
+    pub startup_all_red: Millis,
+    /// Half period of the red flash (500 ms: 60 flashes per minute; above zero).
+    pub flash_half_period: Millis,
     /// A conflict, double indication or dark head must persist this long before the
-    /// monitor latches flash (covers lamp-sense latency; 0 = latch on the first reading).
-    pub fault_persistence_ms: u32,
+    /// monitor latches flash (covers lamp-sense latency; zero = latch on the first reading).
+    pub fault_persistence: Millis,
 }
 
 impl<const L: usize> BoardConfig<L> {
@@ -93,13 +93,13 @@ impl<const L: usize> BoardConfig<L> {
             sense_polarity: Polarity::ActiveHigh,
             detector_polarity: Polarity::ActiveHigh,
             lanes,
-            detector_debounce_ms: 50,
-            standing_queue_ms: 3000,
-            empty_lane_gap_ms: 6000,
-            decision_interval_ms: 5000,
-            startup_all_red_ms: 3000,
-            flash_half_period_ms: 500,
-            fault_persistence_ms: 250,
+            detector_debounce: Millis(50),
+            standing_queue: Millis::from_secs(3),
+            empty_lane_gap: Millis::from_secs(6),
+            decision_interval: Millis::from_secs(5),
+            startup_all_red: Millis::from_secs(3),
+            flash_half_period: Millis(500),
+            fault_persistence: Millis(250),
         }
     }
 }

@@ -1,4 +1,11 @@
 //! The monotonic millisecond tick source.
+//!
+//! Readings of the tick counter and the uptime built from them are *instants*, kept as raw
+//! integers (`u32` wrapping counter readings, `u64` uptime) because their arithmetic is
+//! wrapping or outgrows a `u32`; the time between two readings is a duration, a
+//! [`Millis`].
+
+use greenwave_core::Millis;
 
 /// A free-running millisecond counter (a SysTick or timer counter on an MCU).
 ///
@@ -32,12 +39,12 @@ impl Uptime {
         }
     }
 
-    /// Takes a new reading; returns the milliseconds elapsed since the previous one.
-    pub fn update(&mut self, raw_ms: u32) -> u32 {
+    /// Takes a new reading; returns the time elapsed since the previous one.
+    pub fn update(&mut self, raw_ms: u32) -> Millis {
         let elapsed_ms = raw_ms.wrapping_sub(self.last_raw_ms);
         self.last_raw_ms = raw_ms;
         self.uptime_ms += elapsed_ms as u64;
-        elapsed_ms
+        Millis(elapsed_ms)
     }
 
     /// Milliseconds since the first reading.
@@ -53,10 +60,10 @@ mod tests {
     #[test]
     fn wrap_is_counted_forward() {
         let mut u = Uptime::starting_at(u32::MAX - 5);
-        assert_eq!(u.update(4), 10);
+        assert_eq!(u.update(4), Millis(10));
         assert_eq!(u.uptime_ms(), 10);
-        assert_eq!(u.update(4), 0);
-        assert_eq!(u.update(1004), 1000);
+        assert_eq!(u.update(4), Millis::ZERO);
+        assert_eq!(u.update(1004), Millis(1000));
         assert_eq!(u.uptime_ms(), 1010);
     }
 }

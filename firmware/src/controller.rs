@@ -69,7 +69,8 @@ pub struct Decision {
 /// What one poll did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PollReport {
-    /// Controller uptime, ms.
+    /// Controller uptime, ms (an instant on the `u64` uptime: a raw integer, not a
+    /// [`Millis`], which is a `u32` duration).
     pub uptime_ms: u64,
     /// Mode after the poll.
     pub mode: Mode,
@@ -219,10 +220,10 @@ where
             }
         }
         for (field, v) in [
-            ("decision_interval_ms", board.decision_interval_ms),
-            ("flash_half_period_ms", board.flash_half_period_ms),
+            ("decision_interval", board.decision_interval),
+            ("flash_half_period", board.flash_half_period),
         ] {
-            if v == 0 {
+            if v == Millis::ZERO {
                 return Err(ControllerError::BoardTiming { field });
             }
         }
@@ -285,7 +286,7 @@ where
             ..MovementDetector::default()
         }; G];
         for (lane, est) in self.lanes.iter().zip(&self.lane_estimates) {
-            let gap_s = lane.stop_bar_gap_ms(now) as f32 / 1000.0;
+            let gap_s = lane.stop_bar_gap(now).as_secs_f32();
             let on_bar = gap_s == 0.0;
             for m in lane.config().movements.iter() {
                 if let Some(d) = out.get_mut(m.0 as usize) {
@@ -301,7 +302,7 @@ where
 
     /// One pass of the loop (see the module docs).
     pub fn poll(&mut self) -> PollReport {
-        let elapsed_ms = self.uptime.update(self.clock.now_ms());
+        let elapsed = self.uptime.update(self.clock.now_ms());
         let now = self.uptime.uptime_ms();
         for lane in &mut self.lanes {
             lane.sample(now, &self.board);
@@ -314,7 +315,7 @@ where
             }
             Mode::StartupAllRed => {
                 let held = now.saturating_sub(self.mode_since_ms);
-                if held >= self.board.startup_all_red_ms as u64 {
+                if held >= u64::from(self.board.startup_all_red.0) {
                     self.mode = Mode::Running;
                     self.mode_since_ms = now;
                     self.next_decision_ms = now;
@@ -324,11 +325,11 @@ where
                     }
                 }
             }
-            Mode::Running => self.advance_sequencer(elapsed_ms),
+            Mode::Running => self.advance_sequencer(elapsed),
         }
         if self.mode == Mode::Running && now >= self.next_decision_ms {
             decision = Some(self.decide(now));
-            let interval = self.board.decision_interval_ms as u64;
+            let interval = u64::from(self.board.decision_interval.0);
             self.next_decision_ms += interval;
             if self.next_decision_ms <= now {
                 // The loop stalled for more than a decision interval: do not catch up in a burst.
@@ -355,30 +356,30 @@ where
         }
     }
 
-    /// Advances the sequencer by up to `elapsed_ms`, stopping at the next interval boundary.
-    fn advance_sequencer(&mut self, elapsed_ms: u32) {
+    /// Advances the sequencer by up to `elapsed`, stopping at the next interval boundary.
+    fn advance_sequencer(&mut self, elapsed: Millis) {
         // Carry out any change already due (e.g. a held request whose min green was reached).
         self.seq.advance(Millis::ZERO, |_| {});
-        let left = self.ms_to_boundary();
-        let step = if left == 0 {
-            elapsed_ms
+        let left = self.time_to_boundary();
+        let step = if left == Millis::ZERO {
+            elapsed
         } else {
-            elapsed_ms.min(left)
+            elapsed.min(left)
         };
-        self.clock_slip_ms += (elapsed_ms - step) as u64;
-        self.seq.advance(Millis(step), |_| {});
+        self.clock_slip_ms += u64::from((elapsed - step).0);
+        self.seq.advance(step, |_| {});
         if self.policy.is_err() && self.actuated.is_none() {
             self.serve_fixed_time();
         }
     }
 
-    /// Milliseconds until the current interval ends if nothing is requested (0 if due now),
-    /// or until the fixed-time split ends when the fallback is driving.
-    fn ms_to_boundary(&self) -> u32 {
-        let left = self.seq.time_to_boundary().0;
+    /// Time until the current interval ends if nothing is requested (zero if due now), or
+    /// until the fixed-time split ends when the fallback is driving.
+    fn time_to_boundary(&self) -> Millis {
+        let left = self.seq.time_to_boundary();
         match self.seq.interval() {
             Interval::Green { .. } if self.policy.is_err() && self.actuated.is_none() => {
-                let split_left = self.fixed.green_left(&self.seq).map_or(left, |m| m.0);
+                let split_left = self.fixed.green_left(&self.seq).unwrap_or(left);
                 left.min(split_left)
             }
             _ => left,
@@ -555,7 +556,7 @@ where
     /// All red flashing: red lamps on for one half period, off for the next; yellow and
     /// green off throughout. Output errors are ignored here: flash is already the last resort.
     fn drive_flash(&mut self, now: u64) {
-        let half = self.board.flash_half_period_ms.max(1) as u64;
+        let half = u64::from(self.board.flash_half_period.0.max(1));
         let lit = (now.saturating_sub(self.mode_since_ms) / half) % 2 == 0;
         let lamps = if lit { Lamps::RED } else { Lamps::DARK };
         let polarity = self.board.lamp_polarity;
@@ -644,7 +645,8 @@ where
         self.ring.dropped()
     }
 
-    /// Time cut off at interval boundaries so intervals start on poll instants, ms.
+    /// Time cut off at interval boundaries so intervals start on poll instants, ms. A raw
+    /// `u64`, not a [`Millis`]: it accumulates over the whole uptime, which outgrows a `u32`.
     pub fn clock_slip_ms(&self) -> u64 {
         self.clock_slip_ms
     }

@@ -8,14 +8,14 @@
 //!
 //! * while none of the lane's movements is green, every stored vehicle is queued;
 //! * during green, the lane is queued only while the stop-bar loop has been occupied for at
-//!   least `standing_queue_ms` (a vehicle standing on the stop line: blocked or spillback);
-//! * during green, a stop-bar loop empty for `empty_lane_gap_ms` means the lane has emptied:
+//!   least `standing_queue` (a vehicle standing on the stop line: blocked or spillback);
+//! * during green, a stop-bar loop empty for `empty_lane_gap` means the lane has emptied:
 //!   the count is reset to zero, which bounds drift from missed or double counts.
 //!
 //! Counts are clamped to 1.5 × the lane's storage (the observation layout's limit).
 
 use embedded_hal::digital::{Error as _, ErrorKind, InputPin};
-use greenwave_core::LaneReading;
+use greenwave_core::{LaneReading, Millis};
 
 use crate::board::{BoardConfig, LaneConfig, Polarity};
 
@@ -24,8 +24,8 @@ use crate::board::{BoardConfig, LaneConfig, Polarity};
 pub struct DetectorInterval {
     /// Vehicles that arrived on the loop (debounced rising edges).
     pub count: u16,
-    /// Milliseconds the loop was occupied.
-    pub occupied_ms: u32,
+    /// Time the loop was occupied.
+    pub occupied: Millis,
 }
 
 /// One loop detector input with debouncing.
@@ -33,6 +33,8 @@ pub struct DetectorInterval {
 /// Times are kept as the low 32 bits of the uptime and compared with wrapping
 /// differences (RAM: 12 lanes × 2 loops on a 8 kB budget); a state held for more than
 /// 49 days reads as held for (its duration mod 2³² ms), which only delays a count reset.
+/// These instants stay raw `u32` (wrapping clock arithmetic); the durations taken from
+/// them are [`Millis`].
 #[derive(Debug)]
 pub struct Detector<I> {
     pin: I,
@@ -60,27 +62,28 @@ impl<I: InputPin> Detector<I> {
         }
     }
 
-    /// Reads the input at `now_ms`. Presence changes once the input has been stable for
-    /// `debounce_ms`; each debounced arrival counts one vehicle.
+    /// Reads the input at uptime `now_ms`. Presence changes once the input has been stable
+    /// for `debounce`; each debounced arrival counts one vehicle.
     pub fn sample(
         &mut self,
         now_ms: u64,
         polarity: Polarity,
-        debounce_ms: u32,
+        debounce: Millis,
     ) -> Result<(), ErrorKind> {
         let high = self.pin.is_high().map_err(|e| e.kind())?;
         let raw = polarity.is_active(high);
         let now_ms = now_ms as u32;
         if self.present {
             let since_last = now_ms.wrapping_sub(self.last_sample_ms);
-            self.interval.occupied_ms = self.interval.occupied_ms.saturating_add(since_last);
+            self.interval.occupied = self.interval.occupied.saturating_add(Millis(since_last));
         }
         self.last_sample_ms = now_ms;
         if raw != self.raw_present {
             self.raw_present = raw;
             self.raw_since_ms = now_ms;
         }
-        if self.raw_present != self.present && now_ms.wrapping_sub(self.raw_since_ms) >= debounce_ms
+        if self.raw_present != self.present
+            && Millis(now_ms.wrapping_sub(self.raw_since_ms)) >= debounce
         {
             self.present = self.raw_present;
             self.present_since_ms = now_ms;
@@ -96,9 +99,9 @@ impl<I: InputPin> Detector<I> {
         self.present
     }
 
-    /// How long the debounced presence has had its current value.
-    pub fn unchanged_for_ms(&self, now_ms: u64) -> u32 {
-        (now_ms as u32).wrapping_sub(self.present_since_ms)
+    /// How long the debounced presence has had its current value, at uptime `now_ms`.
+    pub fn unchanged_for(&self, now_ms: u64) -> Millis {
+        Millis((now_ms as u32).wrapping_sub(self.present_since_ms))
     }
 
     /// Returns this interval's count and occupancy and starts a new interval.
@@ -160,19 +163,19 @@ impl<D: InputPin> Lane<D> {
         &self.config
     }
 
-    /// Milliseconds since a vehicle last left the stop-bar loop (0 while one is on it): the
-    /// gap actuated control extends a green on.
-    pub fn stop_bar_gap_ms(&self, now_ms: u64) -> u32 {
+    /// Time since a vehicle last left the stop-bar loop (zero while one is on it), at
+    /// uptime `now_ms`: the gap actuated control extends a green on.
+    pub fn stop_bar_gap(&self, now_ms: u64) -> Millis {
         if self.stop_bar.present() {
-            0
+            Millis::ZERO
         } else {
-            self.stop_bar.unchanged_for_ms(now_ms)
+            self.stop_bar.unchanged_for(now_ms)
         }
     }
 
     /// Samples both loops; a read failure marks the interval as faulty.
     pub fn sample<const L: usize>(&mut self, now_ms: u64, board: &BoardConfig<L>) {
-        let (pol, db) = (board.detector_polarity, board.detector_debounce_ms);
+        let (pol, db) = (board.detector_polarity, board.detector_debounce);
         let entry = self.entry.sample(now_ms, pol, db);
         let stop = self.stop_bar.sample(now_ms, pol, db);
         if entry.is_err() || stop.is_err() {
@@ -197,12 +200,14 @@ impl<D: InputPin> Lane<D> {
             .saturating_add(entry.count)
             .saturating_sub(stop_bar.count)
             .min(cap);
-        let stop_held_ms = self.stop_bar.unchanged_for_ms(now_ms);
-        if lane_green && !self.stop_bar.present() && stop_held_ms >= board.empty_lane_gap_ms {
+        // Compared as integers: the derived `Ord` calls made this function too costly to
+        // inline into the decision, adding instructions to every decision on the target.
+        let stop_held = self.stop_bar.unchanged_for(now_ms).0;
+        if lane_green && !self.stop_bar.present() && stop_held >= board.empty_lane_gap.0 {
             vehicles = 0;
         }
         self.vehicles = vehicles;
-        let standing = self.stop_bar.present() && stop_held_ms >= board.standing_queue_ms;
+        let standing = self.stop_bar.present() && stop_held >= board.standing_queue.0;
         let halted_veh = if !lane_green || standing { vehicles } else { 0 };
         let fault = core::mem::take(&mut self.detector_fault);
         LaneEstimate {

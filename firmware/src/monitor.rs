@@ -13,14 +13,14 @@
 //!   has shown red for that channel's minimum red clearance (a cut all-red);
 //! * a channel going from yellow back to green.
 //!
-//! The first three must persist for the card's `persistence_ms` (lamp-sense latency); the
+//! The first three must persist for the card's persistence (lamp-sense latency); the
 //! sequence rules act on the first reading. Once latched, the fault stays until
 //! [`ConflictMonitor::reset`], which only a technician's reset input may call — never a
 //! policy output. Rules act on *clean* readings (exactly one lamp lit); transient double or
 //! dark readings are judged by the persistence rule alone.
 
 use greenwave_core::plan::MAX_MOVEMENTS;
-use greenwave_core::PhasePlan;
+use greenwave_core::{Millis, PhasePlan};
 use serde::{Deserialize, Serialize};
 
 use crate::heads::{Lamp, Lamps};
@@ -32,9 +32,9 @@ use crate::heads::{Lamp, Lamps};
 pub struct MonitorCard {
     channels: u8,
     foes: [u32; MAX_MOVEMENTS],
-    min_yellow_ms: [u32; MAX_MOVEMENTS],
-    min_red_clearance_ms: [u32; MAX_MOVEMENTS],
-    persistence_ms: u32,
+    min_yellow: [Millis; MAX_MOVEMENTS],
+    min_red_clearance: [Millis; MAX_MOVEMENTS],
+    persistence: Millis,
 }
 
 /// Why a monitor card was refused, or refused a plan.
@@ -82,28 +82,28 @@ pub enum CardError {
     },
     /// A phase's all-red is shorter than the card's minimum red clearance for one of its
     /// channels.
-    #[error("phase {phase} all-red {all_red_ms} ms is below channel {channel}'s minimum red clearance {min_red_clearance_ms} ms")]
+    #[error("phase {phase} all-red {} ms is below channel {channel}'s minimum red clearance {} ms", .all_red.0, .min_red_clearance.0)]
     RedClearanceBelowCard {
         /// The phase.
         phase: u8,
         /// The channel.
         channel: u8,
         /// The phase's all-red.
-        all_red_ms: u32,
+        all_red: Millis,
         /// The card's minimum.
-        min_red_clearance_ms: u32,
+        min_red_clearance: Millis,
     },
     /// A phase's yellow is shorter than the card's minimum for one of its channels.
-    #[error("phase {phase} yellow {yellow_ms} ms is below channel {channel}'s minimum {min_yellow_ms} ms")]
+    #[error("phase {phase} yellow {} ms is below channel {channel}'s minimum {} ms", .yellow.0, .min_yellow.0)]
     YellowBelowCard {
         /// The phase.
         phase: u8,
         /// The channel.
         channel: u8,
         /// The phase's yellow.
-        yellow_ms: u32,
+        yellow: Millis,
         /// The card's minimum.
-        min_yellow_ms: u32,
+        min_yellow: Millis,
     },
 }
 
@@ -113,15 +113,15 @@ impl MonitorCard {
     /// controller's plan).
     pub fn new(
         conflicts: &[(u8, u8)],
-        min_yellow_ms: &[u32],
-        min_red_clearance_ms: &[u32],
-        persistence_ms: u32,
+        min_yellow: &[Millis],
+        min_red_clearance: &[Millis],
+        persistence: Millis,
     ) -> Result<Self, CardError> {
-        let channels = min_yellow_ms.len();
-        if min_red_clearance_ms.len() != channels {
+        let channels = min_yellow.len();
+        if min_red_clearance.len() != channels {
             return Err(CardError::ClearanceListLength {
                 yellow: channels,
-                red: min_red_clearance_ms.len(),
+                red: min_red_clearance.len(),
             });
         }
         if channels > MAX_MOVEMENTS {
@@ -134,12 +134,12 @@ impl MonitorCard {
         let mut card = MonitorCard {
             channels: n,
             foes: [0; MAX_MOVEMENTS],
-            min_yellow_ms: [0; MAX_MOVEMENTS],
-            min_red_clearance_ms: [0; MAX_MOVEMENTS],
-            persistence_ms,
+            min_yellow: [Millis::ZERO; MAX_MOVEMENTS],
+            min_red_clearance: [Millis::ZERO; MAX_MOVEMENTS],
+            persistence,
         };
-        card.min_yellow_ms[..channels].copy_from_slice(min_yellow_ms);
-        card.min_red_clearance_ms[..channels].copy_from_slice(min_red_clearance_ms);
+        card.min_yellow[..channels].copy_from_slice(min_yellow);
+        card.min_red_clearance[..channels].copy_from_slice(min_red_clearance);
         for &(a, b) in conflicts {
             for c in [a, b] {
                 if c >= n {
@@ -159,40 +159,41 @@ impl MonitorCard {
     }
 
     /// The card a plan implies: its conflict matrix, and for each channel the shortest yellow
-    /// and the shortest all-red of the phases that serve it.
-    pub fn from_plan(plan: &PhasePlan, persistence_ms: u32) -> Self {
+    /// and the shortest all-red of the phases that serve it; faults other than sequence
+    /// faults must persist for `persistence`.
+    pub fn from_plan(plan: &PhasePlan, persistence: Millis) -> Self {
         let n = plan.movements().len().min(MAX_MOVEMENTS);
         let shortest_yellow = plan
             .phases()
             .iter()
-            .map(|p| p.timing.yellow.0)
+            .map(|p| p.timing.yellow)
             .min()
-            .unwrap_or(0);
+            .unwrap_or(Millis::ZERO);
         let mut card = MonitorCard {
             channels: n as u8,
             foes: [0; MAX_MOVEMENTS],
-            min_yellow_ms: [0; MAX_MOVEMENTS],
-            min_red_clearance_ms: [0; MAX_MOVEMENTS],
-            persistence_ms,
+            min_yellow: [Millis::ZERO; MAX_MOVEMENTS],
+            min_red_clearance: [Millis::ZERO; MAX_MOVEMENTS],
+            persistence,
         };
         for ch in 0..n {
             let m = greenwave_core::MovementId(ch as u8);
             card.foes[ch] = plan.conflicts().foes(m).0;
-            card.min_yellow_ms[ch] = plan
+            card.min_yellow[ch] = plan
                 .phases()
                 .iter()
                 .filter(|p| p.movements.contains(m))
-                .map(|p| p.timing.yellow.0)
+                .map(|p| p.timing.yellow)
                 .min()
                 .unwrap_or(shortest_yellow);
             // A channel no phase serves never turns green, so it never owes a clearance.
-            card.min_red_clearance_ms[ch] = plan
+            card.min_red_clearance[ch] = plan
                 .phases()
                 .iter()
                 .filter(|p| p.movements.contains(m))
-                .map(|p| p.timing.all_red.0)
+                .map(|p| p.timing.all_red)
                 .min()
-                .unwrap_or(0);
+                .unwrap_or(Millis::ZERO);
         }
         card
     }
@@ -220,22 +221,22 @@ impl MonitorCard {
                         b: clash.trailing_zeros() as u8,
                     });
                 }
-                let min = self.min_yellow_ms[a as usize];
-                if phase.timing.yellow.0 < min {
+                let min = self.min_yellow[a as usize];
+                if phase.timing.yellow < min {
                     return Err(CardError::YellowBelowCard {
                         phase: p as u8,
                         channel: a,
-                        yellow_ms: phase.timing.yellow.0,
-                        min_yellow_ms: min,
+                        yellow: phase.timing.yellow,
+                        min_yellow: min,
                     });
                 }
-                let min = self.min_red_clearance_ms[a as usize];
-                if phase.timing.all_red.0 < min {
+                let min = self.min_red_clearance[a as usize];
+                if phase.timing.all_red < min {
                     return Err(CardError::RedClearanceBelowCard {
                         phase: p as u8,
                         channel: a,
-                        all_red_ms: phase.timing.all_red.0,
-                        min_red_clearance_ms: min,
+                        all_red: phase.timing.all_red,
+                        min_red_clearance: min,
                     });
                 }
             }
@@ -248,21 +249,21 @@ impl MonitorCard {
         self.channels
     }
 
-    /// Minimum yellow of `channel`, ms.
-    pub fn min_yellow_ms(&self, channel: u8) -> u32 {
-        self.min_yellow_ms
+    /// Minimum yellow of `channel`.
+    pub fn min_yellow(&self, channel: u8) -> Millis {
+        self.min_yellow
             .get(channel as usize)
             .copied()
-            .unwrap_or(0)
+            .unwrap_or(Millis::ZERO)
     }
 
-    /// Minimum red clearance of `channel`, ms: how long a conflicting channel must wait
-    /// after this channel's yellow ends.
-    pub fn min_red_clearance_ms(&self, channel: u8) -> u32 {
-        self.min_red_clearance_ms
+    /// Minimum red clearance of `channel`: how long a conflicting channel must wait after
+    /// this channel's yellow ends.
+    pub fn min_red_clearance(&self, channel: u8) -> Millis {
+        self.min_red_clearance
             .get(channel as usize)
             .copied()
-            .unwrap_or(0)
+            .unwrap_or(Millis::ZERO)
     }
 }
 
@@ -296,27 +297,27 @@ pub enum FaultKind {
         channel: u8,
     },
     /// A yellow shorter than the channel's minimum.
-    #[error("channel {channel}: yellow shown {shown_ms} ms, minimum {required_ms} ms")]
+    #[error("channel {channel}: yellow shown {} ms, minimum {} ms", .shown.0, .required.0)]
     ShortYellow {
         /// The channel.
         channel: u8,
         /// How long the yellow was seen.
-        shown_ms: u32,
+        shown: Millis,
         /// The card's minimum.
-        required_ms: u32,
+        required: Millis,
     },
     /// A channel turned green before a conflicting channel, whose yellow had just ended,
     /// had shown red for its minimum red clearance (a cut all-red).
-    #[error("channel {next} green {shown_ms} ms after conflicting channel {channel} turned red, minimum red clearance {required_ms} ms")]
+    #[error("channel {next} green {} ms after conflicting channel {channel} turned red, minimum red clearance {} ms", .shown.0, .required.0)]
     ShortRedClearance {
         /// The conflicting channel that was clearing.
         channel: u8,
         /// The channel that turned green.
         next: u8,
         /// How long the clearing channel had been red.
-        shown_ms: u32,
+        shown: Millis,
         /// The card's minimum red clearance for the clearing channel.
-        required_ms: u32,
+        required: Millis,
     },
     /// Yellow went back to green.
     #[error("channel {channel}: yellow to green")]
@@ -356,12 +357,14 @@ pub enum FaultKind {
 pub struct MonitorFault {
     /// What was found.
     pub kind: FaultKind,
-    /// Controller uptime when it latched, ms.
+    /// Controller uptime when it latched, ms (an instant on the `u64` uptime, so a raw
+    /// integer, not a [`Millis`]).
     pub at_ms: u64,
 }
 
 /// The single lamp a channel showed on its last clean reading, and since when (low 32 bits
-/// of the uptime: only differences of a few seconds are ever taken).
+/// of the uptime, raw for wrapping arithmetic: only differences of a few seconds are ever
+/// taken, and those are [`Millis`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct CleanIndication {
     lamp: Lamp,
@@ -432,7 +435,7 @@ impl ConflictMonitor {
         match self.persistent_anomaly(sensed) {
             Some(kind) => {
                 let since = *self.anomaly_since_ms.get_or_insert(now_ms);
-                if now_ms.saturating_sub(since) >= self.card.persistence_ms as u64 {
+                if now_ms.saturating_sub(since) >= u64::from(self.card.persistence.0) {
                     return Some(self.trip(kind, now_ms));
                 }
             }
@@ -459,12 +462,12 @@ impl ConflictMonitor {
                     (Lamp::Green, Lamp::Red) => Some(FaultKind::SkippedYellow { channel }),
                     (Lamp::Yellow, Lamp::Green) => Some(FaultKind::YellowToGreen { channel }),
                     (Lamp::Yellow, Lamp::Red) => {
-                        let shown_ms = (now_ms as u32).wrapping_sub(prev.since_ms);
-                        let required_ms = self.card.min_yellow_ms[ch];
-                        (shown_ms < required_ms).then_some(FaultKind::ShortYellow {
+                        let shown = Millis((now_ms as u32).wrapping_sub(prev.since_ms));
+                        let required = self.card.min_yellow[ch];
+                        (shown < required).then_some(FaultKind::ShortYellow {
                             channel,
-                            shown_ms,
-                            required_ms,
+                            shown,
+                            required,
                         })
                     }
                     _ => None,
@@ -504,14 +507,14 @@ impl ConflictMonitor {
                 if ind.lamp != Lamp::Red || !ind.after_yellow {
                     continue;
                 }
-                let shown_ms = (now_ms as u32).wrapping_sub(ind.since_ms);
-                let required_ms = self.card.min_red_clearance_ms[f];
-                if shown_ms < required_ms {
+                let shown = Millis((now_ms as u32).wrapping_sub(ind.since_ms));
+                let required = self.card.min_red_clearance[f];
+                if shown < required {
                     return Some(FaultKind::ShortRedClearance {
                         channel: f as u8,
                         next: next as u8,
-                        shown_ms,
-                        required_ms,
+                        shown,
+                        required,
                     });
                 }
             }
@@ -551,7 +554,13 @@ mod tests {
     /// red clearance 2 s.
     fn monitor(persistence_ms: u32) -> ConflictMonitor {
         ConflictMonitor::new(
-            MonitorCard::new(&[(0, 1)], &[3000; 3], &[2000; 3], persistence_ms).unwrap(),
+            MonitorCard::new(
+                &[(0, 1)],
+                &[Millis(3000); 3],
+                &[Millis(2000); 3],
+                Millis(persistence_ms),
+            )
+            .unwrap(),
         )
     }
 
@@ -578,11 +587,15 @@ mod tests {
             f.kind,
             FaultKind::ShortYellow {
                 channel: 0,
-                shown_ms: 2999,
-                required_ms: 3000
+                shown: Millis(2999),
+                required: Millis(3000)
             }
         );
         assert_eq!(f.at_ms, 3999);
+        assert_eq!(
+            std::format!("{}", f.kind),
+            "channel 0: yellow shown 2999 ms, minimum 3000 ms"
+        );
         // Latched: a clean display later does not clear it.
         assert_eq!(m.check(10_000, &[R, R, R]), Some(f));
         m.reset();
@@ -601,8 +614,8 @@ mod tests {
         FaultKind::ShortRedClearance {
             channel: 0,
             next: 1,
-            shown_ms,
-            required_ms: 2000,
+            shown: Millis(shown_ms),
+            required: Millis(2000),
         }
     }
 
@@ -684,12 +697,18 @@ mod tests {
     fn card_checks_the_plan() {
         use greenwave_core::{PhasePlan, PhaseTiming};
         let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 30, 3, 2)).unwrap();
-        let card = MonitorCard::from_plan(&plan, 0);
+        let card = MonitorCard::from_plan(&plan, Millis::ZERO);
         assert_eq!(card.check_plan(&plan), Ok(()));
-        assert_eq!(card.min_yellow_ms(4), 3000);
-        assert_eq!(card.min_red_clearance_ms(4), 2000);
+        assert_eq!(card.min_yellow(4), Millis(3000));
+        assert_eq!(card.min_red_clearance(4), Millis(2000));
         // A card that forbids N-S through with S-N through refuses phase 0.
-        let strict = MonitorCard::new(&[(1, 7)], &[3000; 12], &[2000; 12], 0).unwrap();
+        let strict = MonitorCard::new(
+            &[(1, 7)],
+            &[Millis(3000); 12],
+            &[Millis(2000); 12],
+            Millis::ZERO,
+        )
+        .unwrap();
         assert_eq!(
             strict.check_plan(&plan),
             Err(CardError::PhaseConflicts {
@@ -698,27 +717,43 @@ mod tests {
                 b: 7
             })
         );
-        let long = MonitorCard::new(&[], &[4000; 12], &[2000; 12], 0).unwrap();
+        let long =
+            MonitorCard::new(&[], &[Millis(4000); 12], &[Millis(2000); 12], Millis::ZERO).unwrap();
         assert!(matches!(
             long.check_plan(&plan),
             Err(CardError::YellowBelowCard { phase: 0, .. })
         ));
-        let long_red = MonitorCard::new(&[], &[3000; 12], &[2500; 12], 0).unwrap();
+        let long_red =
+            MonitorCard::new(&[], &[Millis(3000); 12], &[Millis(2500); 12], Millis::ZERO).unwrap();
+        let channel = plan.phases()[0].movements.iter().next().unwrap().0;
+        let err = long_red.check_plan(&plan).unwrap_err();
         assert_eq!(
-            long_red.check_plan(&plan),
-            Err(CardError::RedClearanceBelowCard {
+            err,
+            CardError::RedClearanceBelowCard {
                 phase: 0,
-                channel: plan.phases()[0].movements.iter().next().unwrap().0,
-                all_red_ms: 2000,
-                min_red_clearance_ms: 2500
-            })
+                channel,
+                all_red: Millis(2000),
+                min_red_clearance: Millis(2500)
+            }
+        );
+        // Messages give durations in whole milliseconds, as before they were Millis.
+        assert_eq!(
+            std::format!("{err}"),
+            std::format!(
+                "phase 0 all-red 2000 ms is below channel {channel}'s minimum red clearance 2500 ms"
+            )
         );
         assert_eq!(
-            MonitorCard::new(&[], &[3000; 3], &[2000; 2], 0),
+            MonitorCard::new(&[], &[Millis(3000); 3], &[Millis(2000); 2], Millis::ZERO),
             Err(CardError::ClearanceListLength { yellow: 3, red: 2 })
         );
         assert_eq!(
-            MonitorCard::new(&[(0, 5)], &[3000; 3], &[2000; 3], 0),
+            MonitorCard::new(
+                &[(0, 5)],
+                &[Millis(3000); 3],
+                &[Millis(2000); 3],
+                Millis::ZERO
+            ),
             Err(CardError::ChannelOutOfRange {
                 channel: 5,
                 channels: 3

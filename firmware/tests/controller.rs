@@ -6,7 +6,7 @@ mod common;
 use common::synthetic::synthetic_mlp;
 use common::*;
 use greenwave_core::mlp::{masked_log_prob, BlobError, MlpBlob};
-use greenwave_core::{ActionSource, ObsLayout, PhaseMask};
+use greenwave_core::{ActionSource, Millis, ObsLayout, PhaseMask};
 use greenwave_firmware::policy::MAX_LAYER_WIDTH;
 use greenwave_firmware::{FallbackReason, Lamps, Mode};
 
@@ -321,7 +321,7 @@ fn bad_configuration_is_refused_with_the_field_named() {
         )
         .err()
     };
-    let card = MonitorCard::from_plan(&plan(), 250);
+    let card = MonitorCard::from_plan(&plan(), Millis(250));
     let mut b = board();
     b.lanes[3].storage_veh = 0;
     assert_eq!(
@@ -338,13 +338,14 @@ fn bad_configuration_is_refused_with_the_field_named() {
         })
     );
     let mut b = board();
-    b.decision_interval_ms = 0;
+    b.decision_interval = Millis::ZERO;
     let err = build(b, card).unwrap();
     assert_eq!(
         format!("{err}"),
-        "board setting decision_interval_ms must be above 0 ms"
+        "board setting decision_interval must be above 0 ms"
     );
-    let long_yellow = MonitorCard::new(&[], &[4000; 12], &[2000; 12], 250).unwrap();
+    let long_yellow =
+        MonitorCard::new(&[], &[Millis(4000); 12], &[Millis(2000); 12], Millis(250)).unwrap();
     assert!(matches!(
         build(board(), long_yellow),
         Some(ControllerError::MonitorCard(CardError::YellowBelowCard {

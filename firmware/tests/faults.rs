@@ -6,7 +6,7 @@ mod common;
 
 use common::synthetic::synthetic_mlp;
 use common::*;
-use greenwave_core::{ActionSource, ObsLayout};
+use greenwave_core::{ActionSource, Millis, ObsLayout};
 use greenwave_firmware::heads::Lamp;
 use greenwave_firmware::{FaultKind, Lamps, Mode};
 
@@ -110,8 +110,8 @@ fn short_yellow_latches_flash() {
         fault.kind,
         FaultKind::ShortYellow {
             channel: 1,
-            shown_ms: 1000,
-            required_ms: 3000
+            shown: Millis(1000),
+            required: Millis(3000)
         }
     );
     assert_eq!(fault.at_ms, 16_000);
@@ -163,13 +163,13 @@ fn green_during_all_red_latches_flash() {
         FaultKind::ShortRedClearance {
             channel,
             next: n,
-            shown_ms,
-            required_ms,
+            shown,
+            required,
         } => {
             assert_eq!(n as usize, next);
             assert!(first.contains(greenwave_core::MovementId(channel)));
-            assert_eq!(shown_ms, 500);
-            assert_eq!(required_ms, 2000);
+            assert_eq!(shown, Millis(500));
+            assert_eq!(required, Millis(2000));
         }
         other => panic!("expected a short red clearance, got {other:?}"),
     }
@@ -223,7 +223,7 @@ fn failed_lamp_output_latches_flash() {
 fn zero_persistence_latches_on_the_first_reading() {
     let field = Shared::default();
     let mut board = board();
-    board.fault_persistence_ms = 0;
+    board.fault_persistence = Millis::ZERO;
     let mut ctl = cabinet_with(&field, None, board);
     let mut run = Run::default();
     advance(&mut ctl, &field, 5000, &mut run);

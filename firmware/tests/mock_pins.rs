@@ -7,7 +7,9 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use embedded_hal_mock::eh1::digital::{Mock as PinMock, State, Transaction as Pin};
-use greenwave_core::{ConflictMatrix, Movement, MovementSet, Phase, PhasePlan, PhaseTiming, Turn};
+use greenwave_core::{
+    ConflictMatrix, Millis, Movement, MovementSet, Phase, PhasePlan, PhaseTiming, Turn,
+};
 use greenwave_firmware::detectors::{Detector, LaneDetectorPins};
 use greenwave_firmware::heads::{HeadPins, SignalHead};
 use greenwave_firmware::{
@@ -46,13 +48,13 @@ fn board(flash_half_period_ms: u32) -> BoardConfig<1> {
             movements: MovementSet::from_ids(&[0]),
             storage_veh: 10,
         }],
-        detector_debounce_ms: 0,
-        standing_queue_ms: 3000,
-        empty_lane_gap_ms: 6000,
-        decision_interval_ms: 5000,
-        startup_all_red_ms: 2000,
-        flash_half_period_ms,
-        fault_persistence_ms: 0,
+        detector_debounce: Millis::ZERO,
+        standing_queue: Millis(3000),
+        empty_lane_gap: Millis(6000),
+        decision_interval: Millis(5000),
+        startup_all_red: Millis(2000),
+        flash_half_period: Millis(flash_half_period_ms),
+        fault_persistence: Millis::ZERO,
     }
 }
 
@@ -153,7 +155,7 @@ fn controller(
     clock: &Rc<Cell<u32>>,
 ) -> MockController {
     let plan = two_phase_plan();
-    let card = MonitorCard::from_plan(&plan, 0);
+    let card = MonitorCard::from_plan(&plan, Millis::ZERO);
     let fixed = FixedCycle::from_splits(&plan, &[6000, 6000]).unwrap();
     Controller::new(
         plan,
@@ -285,7 +287,7 @@ fn detector_debounces_and_counts() {
     for (i, _) in levels.iter().enumerate() {
         let t = i as u64 * 10;
         let was = d.present();
-        d.sample(t, Polarity::ActiveHigh, 30).unwrap();
+        d.sample(t, Polarity::ActiveHigh, Millis(30)).unwrap();
         if d.present() && !was {
             rises.push(t);
         }
@@ -294,7 +296,7 @@ fn detector_debounces_and_counts() {
     let interval = d.take_interval();
     assert_eq!(interval.count, 1);
     // Present from 110 ms until the debounced fall at 190 ms (raw low at 160 ms).
-    assert_eq!(interval.occupied_ms, 80);
+    assert_eq!(interval.occupied, Millis(80));
     assert_eq!(d.take_interval().count, 0);
     pin.done();
 }

@@ -2,7 +2,7 @@
 //! the same logits as the exported ONNX model run in tract, to 1e-5, on the same inputs.
 
 use greenwave_core::mlp::MlpBlob;
-use greenwave_core::{ObsLayout, PhasePlan, PhaseTiming};
+use greenwave_core::{Millis, ObsLayout, PhasePlan, PhaseTiming};
 use greenwave_learn::{onnx, ActorCritic, Manifest, ObsNormalization, Provenance};
 use tract_onnx::prelude::*;
 
@@ -25,7 +25,13 @@ fn blob_forward_equals_onnx_in_tract() {
         *x += ((i * 31 % 17) as f32 - 8.0) * 0.05;
     }
     let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(8, 60, 3, 2)).unwrap();
-    let manifest = Manifest::new(&plan, layout, 5.0, vec![64, 64], Provenance::default());
+    let manifest = Manifest::new(
+        &plan,
+        layout,
+        Millis::from_secs(5),
+        vec![64, 64],
+        Provenance::default(),
+    );
     let model_bytes = onnx::export(&w, &manifest);
     let blob_bytes = w.actor_mlp(plan.hash(), 1).to_blob(false).unwrap();
     let blob = MlpBlob::parse(&blob_bytes).unwrap();

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use greenwave_core::mlp::DenseLayer;
+use greenwave_core::Millis;
 use greenwave_policy::files::{write_policy_files, PolicyFiles};
 use greenwave_policy::{Manifest, ObsNormalization, PolicyWeights, Provenance};
 use greenwave_sim::SignalSpec;
@@ -133,10 +134,12 @@ pub fn export(
         actor,
         critic,
     };
+    let decision_interval = Millis::from_secs_f32(decision_interval_s as f32)
+        .ok_or_else(|| format!("decision interval of {decision_interval_s} s is not a duration"))?;
     let manifest = Manifest::new(
         &signal.plan,
         layout,
-        decision_interval_s as f32,
+        decision_interval,
         weights.hidden(),
         req.provenance,
     );

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use greenwave_core::PhasePlan;
+use greenwave_core::{Millis, PhasePlan};
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{specialize, Incidence, Manifest, PolicyWeights, Provenance};
 use greenwave_sim::{Scenario, SignalSpec};
@@ -77,7 +77,7 @@ fn write_policy(
     let manifest = Manifest::new(
         plan,
         weights.obs_layout,
-        decision_interval_s as f32,
+        Millis::from_secs(decision_interval_s),
         weights.hidden(),
         provenance,
     );

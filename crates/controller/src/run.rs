@@ -175,7 +175,7 @@ fn load_policy(
         b.check_signal(&s.plan, s.layout)
             .with_context(|| format!("signal {i} ({})", s.id))?;
     }
-    let trained = Millis::from_secs_f32(b.manifest.decision_interval_s).unwrap_or(Millis::ZERO);
+    let trained = b.manifest.decision_interval;
     if trained != interval {
         bail!("decision interval check failed: the policy decides every {trained}, this controller every {interval}");
     }

@@ -47,7 +47,7 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         m.plan_hash,
         m.obs_layout.n_lanes,
         m.obs_layout.n_phases,
-        m.decision_interval_s,
+        m.decision_interval.as_secs_f32(),
         m.provenance.command,
         m.provenance.git_rev
     );

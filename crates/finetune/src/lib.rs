@@ -311,7 +311,7 @@ pub fn prepare(
     let layout = weights.obs_layout;
     let gamma = cfg
         .discount
-        .per_decision(f64::from(parent.decision_interval_s))
+        .per_decision(f64::from(parent.decision_interval.as_secs_f32()))
         .map_err(|e| FinetuneError::Config(format!("running policy's manifest: {e}")))?;
     progress(&format!(
         "running policy v{} ({} lanes × {} phases, hidden {:?}, decision every {} s: γ = {:.4} \
@@ -320,7 +320,7 @@ pub fn prepare(
         layout.n_lanes,
         layout.n_phases,
         weights.hidden(),
-        parent.decision_interval_s,
+        parent.decision_interval.as_secs_f32(),
         gamma,
         cfg.discount.half_life_s,
         log_dir.display()

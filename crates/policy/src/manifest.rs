@@ -2,27 +2,67 @@
 //!
 //! Stored as JSON in the ONNX model's `metadata_props` (key [`MANIFEST_KEY`]) and beside
 //! it in a bundle.
+//!
+//! ## Formats
+//!
+//! `format_version` says how the rest of the JSON is to be read; [`Manifest`]'s
+//! `Deserialize` reads it first and then reads the document as exactly that format:
+//!
+//! * **2** (written now): durations are whole milliseconds ([`Millis`], a JSON integer):
+//!   `decision_interval_ms`, and per phase `min_green_ms`, `max_green_ms`, `yellow_ms`,
+//!   `all_red_ms`.
+//! * **1**: the same fields, but durations in seconds as JSON numbers (`f32`):
+//!   `decision_interval_s`, and per phase `min_green_s`, `max_green_s`, `yellow_s`,
+//!   `all_red_s`. Still read, so that bundles already signed and flashed verify and load:
+//!   each value is rounded to the nearest millisecond ([`Millis::from_secs_f32`]; the
+//!   seconds were written from milliseconds, so nothing is lost), and a negative or
+//!   too-large value is refused with the field named.
+//!
+//! Any other `format_version` is refused. A format-1 manifest read in is held as the
+//! current format (its `format_version` is [`MANIFEST_FORMAT`]), so anything written from
+//! it (a re-export, a fine-tuned candidate) is format 2.
 
-use greenwave_core::{ObsLayout, PhasePlan};
-use serde::{Deserialize, Serialize};
+use greenwave_core::{Millis, ObsLayout, PhasePlan, PhaseTiming};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// `metadata_props` key holding the manifest JSON.
 pub const MANIFEST_KEY: &str = "greenwave.manifest";
-/// Current manifest format version.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// Current manifest format version (see the [module docs](self) for the formats read).
+pub const MANIFEST_FORMAT: u32 = 2;
 
-/// Timing of one phase, in seconds (for people reading the manifest; the plan hash is what
-/// is checked).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PhaseTimingSecs {
+/// Timing of one phase (for people reading the manifest; the plan hash is what is
+/// checked). JSON keys carry the unit: `min_green_ms`, `max_green_ms`, `yellow_ms`,
+/// `all_red_ms`, each an integer of milliseconds.
+///
+/// Not [`greenwave_core::PhaseTiming`] itself: that serializes without units in its keys
+/// and with its pedestrian timing, and the manifest's format must not change when the
+/// plan's does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseTimingMs {
     /// Min green.
-    pub min_green_s: f32,
+    #[serde(rename = "min_green_ms")]
+    pub min_green: Millis,
     /// Max green.
-    pub max_green_s: f32,
+    #[serde(rename = "max_green_ms")]
+    pub max_green: Millis,
     /// Yellow.
-    pub yellow_s: f32,
+    #[serde(rename = "yellow_ms")]
+    pub yellow: Millis,
     /// All-red.
-    pub all_red_s: f32,
+    #[serde(rename = "all_red_ms")]
+    pub all_red: Millis,
+}
+
+impl From<&PhaseTiming> for PhaseTimingMs {
+    fn from(t: &PhaseTiming) -> Self {
+        PhaseTimingMs {
+            min_green: t.min_green,
+            max_green: t.max_green,
+            yellow: t.yellow,
+            all_red: t.all_red,
+        }
+    }
 }
 
 /// Where a policy came from.
@@ -48,10 +88,11 @@ pub struct Provenance {
     pub details: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The manifest.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The manifest, as of format [`MANIFEST_FORMAT`]. Serializes as that format; deserializes
+/// from any format listed in the [module docs](self) (JSON only: the format is read first).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Manifest {
-    /// [`MANIFEST_FORMAT`].
+    /// [`MANIFEST_FORMAT`] (also after reading an older format, which is converted).
     pub format_version: u32,
     /// Policy version (1 for a trained policy; bumped by each accepted fine-tune).
     pub policy_version: u32,
@@ -63,10 +104,11 @@ pub struct Manifest {
     pub action_phases: Vec<u8>,
     /// `PhasePlan::hash()` of the plan, hex.
     pub plan_hash: String,
-    /// Seconds between decisions.
-    pub decision_interval_s: f32,
+    /// Time between decisions (JSON `decision_interval_ms`).
+    #[serde(rename = "decision_interval_ms")]
+    pub decision_interval: Millis,
     /// Per-phase timing.
-    pub phase_timing: Vec<PhaseTimingSecs>,
+    pub phase_timing: Vec<PhaseTimingMs>,
     /// Hidden widths of the actor and critic.
     pub hidden: Vec<usize>,
     /// Hidden activation ("tanh" or "relu").
@@ -76,11 +118,12 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// A manifest for a policy acting on `plan` with `layout`.
+    /// A manifest for a policy acting on `plan` with `layout`, deciding every
+    /// `decision_interval`.
     pub fn new(
         plan: &PhasePlan,
         layout: ObsLayout,
-        decision_interval_s: f32,
+        decision_interval: Millis,
         hidden: Vec<usize>,
         provenance: Provenance,
     ) -> Self {
@@ -91,16 +134,11 @@ impl Manifest {
             obs_layout_version: greenwave_core::observation::OBS_LAYOUT_VERSION,
             action_phases: (0..plan.n_phases() as u8).collect(),
             plan_hash: plan_hash_hex(plan),
-            decision_interval_s,
+            decision_interval,
             phase_timing: plan
                 .phases()
                 .iter()
-                .map(|p| PhaseTimingSecs {
-                    min_green_s: p.timing.min_green.as_secs_f32(),
-                    max_green_s: p.timing.max_green.as_secs_f32(),
-                    yellow_s: p.timing.yellow.as_secs_f32(),
-                    all_red_s: p.timing.all_red.as_secs_f32(),
-                })
+                .map(|p| PhaseTimingMs::from(&p.timing))
                 .collect(),
             hidden,
             activation: "tanh".into(),
@@ -117,4 +155,351 @@ impl Manifest {
 /// The plan fingerprint as 16 hex digits.
 pub fn plan_hash_hex(plan: &PhasePlan) -> String {
     format!("{:016x}", plan.hash())
+}
+
+impl<'de> Deserialize<'de> for Manifest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // The format decides which fields there are, so the document is read whole first
+        // and then as the one format it names.
+        let doc = serde_json::Value::deserialize(d)?;
+        let format = doc
+            .get("format_version")
+            .ok_or_else(|| D::Error::missing_field("format_version"))?;
+        let format = format.as_u64().ok_or_else(|| {
+            D::Error::custom(format!(
+                "manifest format_version {format} is not a whole number"
+            ))
+        })?;
+        let in_format =
+            |e: serde_json::Error| D::Error::custom(format!("manifest format {format}: {e}"));
+        match format {
+            2 => Ok(ManifestV2::deserialize(doc).map_err(in_format)?.into()),
+            1 => ManifestV1::deserialize(doc)
+                .map_err(in_format)?
+                .upgrade()
+                .map_err(|e| D::Error::custom(format!("manifest format 1: {e}"))),
+            _ => Err(D::Error::custom(format!(
+                "manifest format {format} is not one this build reads (1 to {MANIFEST_FORMAT})"
+            ))),
+        }
+    }
+}
+
+/// Format 2 as written: [`Manifest`]'s fields (kept in step with it by the conversion's
+/// exhaustive struct literal).
+#[derive(Deserialize)]
+struct ManifestV2 {
+    format_version: u32,
+    policy_version: u32,
+    obs_layout: ObsLayout,
+    obs_layout_version: u16,
+    action_phases: Vec<u8>,
+    plan_hash: String,
+    decision_interval_ms: Millis,
+    phase_timing: Vec<PhaseTimingMs>,
+    hidden: Vec<usize>,
+    activation: String,
+    provenance: Provenance,
+}
+
+impl From<ManifestV2> for Manifest {
+    fn from(m: ManifestV2) -> Self {
+        Manifest {
+            format_version: m.format_version,
+            policy_version: m.policy_version,
+            obs_layout: m.obs_layout,
+            obs_layout_version: m.obs_layout_version,
+            action_phases: m.action_phases,
+            plan_hash: m.plan_hash,
+            decision_interval: m.decision_interval_ms,
+            phase_timing: m.phase_timing,
+            hidden: m.hidden,
+            activation: m.activation,
+            provenance: m.provenance,
+        }
+    }
+}
+
+/// Format 1 as it was written (durations in seconds, `f32`). Frozen: never changes.
+#[derive(Deserialize)]
+struct ManifestV1 {
+    policy_version: u32,
+    obs_layout: ObsLayout,
+    obs_layout_version: u16,
+    action_phases: Vec<u8>,
+    plan_hash: String,
+    decision_interval_s: f32,
+    phase_timing: Vec<PhaseTimingSecsV1>,
+    hidden: Vec<usize>,
+    activation: String,
+    provenance: Provenance,
+}
+
+/// Format 1's per-phase timing, in seconds.
+#[derive(Deserialize)]
+struct PhaseTimingSecsV1 {
+    min_green_s: f32,
+    max_green_s: f32,
+    yellow_s: f32,
+    all_red_s: f32,
+}
+
+/// Seconds of a format-1 field as milliseconds, or which field is not a duration.
+fn secs_field(field: &str, s: f32) -> Result<Millis, String> {
+    Millis::from_secs_f32(s).ok_or_else(|| {
+        format!(
+            "{field} = {s} is not a duration (negative, not a number, or over {} s)",
+            u32::MAX / 1000
+        )
+    })
+}
+
+impl ManifestV1 {
+    /// The same manifest in the current format.
+    fn upgrade(self) -> Result<Manifest, String> {
+        let phase_timing = self
+            .phase_timing
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let f = |name: &str, s| secs_field(&format!("phase_timing[{i}].{name}"), s);
+                Ok(PhaseTimingMs {
+                    min_green: f("min_green_s", t.min_green_s)?,
+                    max_green: f("max_green_s", t.max_green_s)?,
+                    yellow: f("yellow_s", t.yellow_s)?,
+                    all_red: f("all_red_s", t.all_red_s)?,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Manifest {
+            format_version: MANIFEST_FORMAT,
+            policy_version: self.policy_version,
+            obs_layout: self.obs_layout,
+            obs_layout_version: self.obs_layout_version,
+            action_phases: self.action_phases,
+            plan_hash: self.plan_hash,
+            decision_interval: secs_field("decision_interval_s", self.decision_interval_s)?,
+            phase_timing,
+            hidden: self.hidden,
+            activation: self.activation,
+            provenance: self.provenance,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> PhasePlan {
+        PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(8, 60, 3, 2)).unwrap()
+    }
+
+    fn layout() -> ObsLayout {
+        ObsLayout {
+            n_lanes: 12,
+            n_phases: 4,
+        }
+    }
+
+    /// A format-1 manifest as the format-1 code wrote it (`serde_json::to_string_pretty`
+    /// of the old struct, seconds as `f32`), with some fractional seconds.
+    const FORMAT_1: &str = r#"{
+  "format_version": 1,
+  "policy_version": 3,
+  "obs_layout": {
+    "n_lanes": 12,
+    "n_phases": 4
+  },
+  "obs_layout_version": 1,
+  "action_phases": [
+    0,
+    1,
+    2,
+    3
+  ],
+  "plan_hash": "2eeb2622275d4f0b",
+  "decision_interval_s": 2.5,
+  "phase_timing": [
+    {
+      "min_green_s": 8.0,
+      "max_green_s": 60.0,
+      "yellow_s": 3.0,
+      "all_red_s": 2.0
+    },
+    {
+      "min_green_s": 7.5,
+      "max_green_s": 45.25,
+      "yellow_s": 3.5,
+      "all_red_s": 0.0
+    }
+  ],
+  "hidden": [
+    64,
+    64
+  ],
+  "activation": "tanh",
+  "provenance": {
+    "command": "greenwave train --scenario single-4way",
+    "git_rev": "2280b1c50f34",
+    "seed": 1,
+    "scenario": "single-4way",
+    "algorithm": "ppo",
+    "env_steps": 1000800,
+    "parent_version": null,
+    "details": {
+      "iterations": 695
+    }
+  }
+}"#;
+
+    #[test]
+    fn format_1_reads_with_the_same_values() {
+        let m: Manifest = serde_json::from_str(FORMAT_1).unwrap();
+        assert_eq!(m.format_version, MANIFEST_FORMAT);
+        assert_eq!(m.policy_version, 3);
+        assert_eq!(m.obs_layout, layout());
+        assert_eq!(m.obs_layout_version, 1);
+        assert_eq!(m.action_phases, [0, 1, 2, 3]);
+        assert_eq!(m.plan_hash, "2eeb2622275d4f0b");
+        assert_eq!(m.decision_interval, Millis(2500));
+        assert_eq!(
+            m.phase_timing,
+            [
+                PhaseTimingMs {
+                    min_green: Millis(8000),
+                    max_green: Millis(60_000),
+                    yellow: Millis(3000),
+                    all_red: Millis(2000),
+                },
+                PhaseTimingMs {
+                    min_green: Millis(7500),
+                    max_green: Millis(45_250),
+                    yellow: Millis(3500),
+                    all_red: Millis(0),
+                },
+            ]
+        );
+        assert_eq!(m.hidden, [64, 64]);
+        assert_eq!(m.activation, "tanh");
+        assert_eq!(m.provenance.seed, 1);
+        assert_eq!(m.provenance.env_steps, 1_000_800);
+        assert_eq!(m.provenance.details["iterations"], 695);
+        // Seconds as the old code read them are the new values in seconds.
+        assert_eq!(m.decision_interval.as_secs_f32(), 2.5);
+        assert_eq!(m.phase_timing[1].max_green.as_secs_f32(), 45.25);
+    }
+
+    #[test]
+    fn format_1_read_in_is_written_as_format_2() {
+        let m: Manifest = serde_json::from_str(FORMAT_1).unwrap();
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["format_version"], 2);
+        assert_eq!(v["decision_interval_ms"], 2500);
+        assert_eq!(v["phase_timing"][1]["max_green_ms"], 45_250);
+        let again: Manifest = serde_json::from_value(v).unwrap();
+        assert_eq!(again, m);
+    }
+
+    #[test]
+    fn format_2_round_trips() {
+        let m = Manifest::new(
+            &plan(),
+            layout(),
+            Millis(5000),
+            vec![64, 32],
+            Provenance {
+                command: "test".into(),
+                seed: 9,
+                ..Provenance::default()
+            },
+        );
+        assert_eq!(m.format_version, 2);
+        let text = serde_json::to_string_pretty(&m).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["format_version"], 2);
+        assert_eq!(v["decision_interval_ms"], 5000);
+        assert_eq!(v["phase_timing"].as_array().unwrap().len(), 4);
+        assert_eq!(
+            v["phase_timing"][0],
+            serde_json::json!({
+                "min_green_ms": 8000,
+                "max_green_ms": 60000,
+                "yellow_ms": 3000,
+                "all_red_ms": 2000
+            })
+        );
+        assert!(!text.contains("_s\""), "seconds keys in format 2: {text}");
+        let back: Manifest = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(serde_json::to_string_pretty(&back).unwrap(), text);
+    }
+
+    fn err(json: &str) -> String {
+        serde_json::from_str::<Manifest>(json)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn format_1_refuses_values_that_are_not_durations() {
+        let negative = FORMAT_1.replace("\"yellow_s\": 3.5", "\"yellow_s\": -3.5");
+        let e = err(&negative);
+        assert!(
+            e.contains("manifest format 1") && e.contains("phase_timing[1].yellow_s = -3.5"),
+            "{e}"
+        );
+        let huge = FORMAT_1.replace(
+            "\"decision_interval_s\": 2.5",
+            "\"decision_interval_s\": 1e30",
+        );
+        let e = err(&huge);
+        assert!(e.contains("decision_interval_s = "), "{e}");
+        // JSON has no NaN: the old writer wrote `null`, which never read as a number.
+        let null = FORMAT_1.replace(
+            "\"decision_interval_s\": 2.5",
+            "\"decision_interval_s\": null",
+        );
+        assert!(err(&null).contains("manifest format 1"));
+    }
+
+    #[test]
+    fn each_format_is_read_with_its_own_keys_only() {
+        // Format 2 keys under format 1, and format 1 keys under format 2, are refused.
+        let m = Manifest::new(
+            &plan(),
+            layout(),
+            Millis(5000),
+            vec![8],
+            Provenance::default(),
+        );
+        let mut v = serde_json::to_value(&m).unwrap();
+        v["format_version"] = 1.into();
+        let e = serde_json::from_value::<Manifest>(v)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("manifest format 1: missing field `") && e.contains("_s`"),
+            "{e}"
+        );
+        let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": 2"));
+        assert!(
+            e.starts_with("manifest format 2: missing field `") && e.contains("_ms`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_or_missing_formats_are_refused() {
+        let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": 3"));
+        assert!(
+            e.contains("manifest format 3 is not one this build reads"),
+            "{e}"
+        );
+        let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": \"1\""));
+        assert!(e.contains("not a whole number"), "{e}");
+        let e = err(&FORMAT_1.replace("\"format_version\": 1,", ""));
+        assert!(e.contains("missing field `format_version`"), "{e}");
+        assert!(serde_json::from_str::<Manifest>("[1, 2]").is_err());
+    }
 }

@@ -158,7 +158,13 @@ fn main() {
 
     for hidden in [64usize, 256] {
         let w = weights(layout, hidden, 7);
-        let manifest = Manifest::new(&plan, layout, 5.0, w.hidden(), Provenance::default());
+        let manifest = Manifest::new(
+            &plan,
+            layout,
+            Millis::from_secs(5),
+            w.hidden(),
+            Provenance::default(),
+        );
         let bytes = onnx::export(&w, &manifest);
         if hidden == 64 {
             let (rss, wall, logged) = controller_hour_rss(&bytes, layout);

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use common::{fixture, inputs, synthetic_weights, write_export};
 use ed25519_dalek::Signer;
-use greenwave_core::{ObsLayout, PhasePlan, PhaseTiming};
+use greenwave_core::{Millis, ObsLayout, PhasePlan, PhaseTiming};
 use greenwave_runtime::bundle::{
     self, pack_and_sign, verify_and_load, BundleError, MANIFEST_FILE, MODEL_FILE, SIGNATURE_FILE,
 };
@@ -203,7 +203,12 @@ fn packing_refuses_inconsistent_inputs_and_existing_output() {
     let other = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(7, 50, 4, 2)).unwrap();
     let d = fx.dir.join("other");
     fs::create_dir_all(&d).unwrap();
-    let onnx = write_export(&d, &synthetic_weights(fx.layout, &[8], 5), &other, 5.0);
+    let onnx = write_export(
+        &d,
+        &synthetic_weights(fx.layout, &[8], 5),
+        &other,
+        Millis::from_secs(5),
+    );
     fs::copy(
         fx.onnx.with_extension("manifest.json"),
         onnx.with_extension("manifest.json"),

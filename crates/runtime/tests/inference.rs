@@ -7,6 +7,7 @@
 mod common;
 
 use common::{plan_and_layout, scenario, synthetic_weights};
+use greenwave_core::Millis;
 use greenwave_policy::{onnx, Manifest, Provenance};
 use greenwave_runtime::inference::{load_backend, BackendKind, InferenceError, PolicyBackend};
 
@@ -23,7 +24,13 @@ fn observations(n: usize, d: usize) -> Vec<Vec<f32>> {
 fn model() -> (Vec<u8>, greenwave_policy::PolicyWeights) {
     let (plan, layout) = plan_and_layout(&scenario());
     let w = synthetic_weights(layout, &[64, 64], 9);
-    let m = Manifest::new(&plan, layout, 5.0, w.hidden(), Provenance::default());
+    let m = Manifest::new(
+        &plan,
+        layout,
+        Millis::from_secs(5),
+        w.hidden(),
+        Provenance::default(),
+    );
     (onnx::export(&w, &m), w)
 }
 

@@ -111,7 +111,7 @@ fn run() -> u32 {
         return 2;
     };
     let board = BoardConfig::<12>::one_lane_per_movement(1, 10);
-    let card = MonitorCard::from_plan(&plan, board.fault_persistence_ms);
+    let card = MonitorCard::from_plan(&plan, board.fault_persistence);
     let fixed = FixedCycle::midpoint(&plan);
     let blob: &'static [u8] = core::hint::black_box(&BLOB);
     let Ok(ctl) = Controller::new(plan, board, pins, card, fixed, Some(blob), Tick(0)) else {

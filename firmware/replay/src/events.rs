@@ -123,7 +123,7 @@ pub fn decode_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use greenwave_core::ActionSource;
+    use greenwave_core::{ActionSource, Millis};
     use greenwave_firmware::{FaultKind, Lamps};
 
     #[test]
@@ -153,8 +153,8 @@ mod tests {
                 kind: FaultKind::ShortRedClearance {
                     channel: 1,
                     next: 2,
-                    shown_ms: u32::MAX,
-                    required_ms: u32::MAX,
+                    shown: Millis(u32::MAX),
+                    required: Millis(u32::MAX),
                 },
                 at_ms: u64::MAX,
             }),

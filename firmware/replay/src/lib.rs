@@ -82,7 +82,7 @@ pub fn cabinet<B: BankRef>(blob: Option<&[u8]>) -> Result<Cabinet<'_, B>, Cabine
     let pins = PinMap::example_single_4way()
         .take_pins(&mut BankPins::<B>::default())
         .map_err(CabinetError::Pins)?;
-    let card = MonitorCard::from_plan(&plan, board.fault_persistence_ms);
+    let card = MonitorCard::from_plan(&plan, board.fault_persistence);
     let fixed = FixedCycle::midpoint(&plan);
     Controller::new(plan, board, pins, card, fixed, blob, BankClock::default())
         .map_err(CabinetError::Controller)

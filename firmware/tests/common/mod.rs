@@ -420,7 +420,7 @@ pub fn cabinet_with<'b>(
     board: BoardConfig<12>,
 ) -> Cabinet<'b> {
     let plan = plan();
-    let card = MonitorCard::from_plan(&plan, board.fault_persistence_ms);
+    let card = MonitorCard::from_plan(&plan, board.fault_persistence);
     let fixed = FixedCycle::from_splits(&plan, &SPLITS_MS).unwrap();
     Controller::new(
         plan,

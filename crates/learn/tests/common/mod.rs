@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use candle_core::Device;
-use greenwave_core::{ObsLayout, PhasePlan, PhaseTiming};
+use greenwave_core::{Millis, ObsLayout, PhasePlan, PhaseTiming};
 use greenwave_learn::{ActorCritic, Manifest, ObsNormalization, PolicyWeights, Provenance};
 
 pub fn policy() -> (PolicyWeights, Manifest) {
@@ -23,7 +23,13 @@ pub fn policy() -> (PolicyWeights, Manifest) {
         *x += ((i * 13 % 7) as f32 - 3.0) * 0.1;
     }
     let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)).unwrap();
-    let manifest = Manifest::new(&plan, layout, 5.0, vec![64, 64], Provenance::default());
+    let manifest = Manifest::new(
+        &plan,
+        layout,
+        Millis::from_secs(5),
+        vec![64, 64],
+        Provenance::default(),
+    );
     (w, manifest)
 }
 

@@ -86,12 +86,12 @@ pub fn write_export(
     dir: &Path,
     weights: &PolicyWeights,
     plan: &PhasePlan,
-    interval_s: f32,
+    interval: Millis,
 ) -> PathBuf {
     let manifest = Manifest::new(
         plan,
         weights.obs_layout,
-        interval_s,
+        interval,
         weights.hidden(),
         Provenance {
             command: "synthetic (test)".into(),
@@ -139,7 +139,12 @@ pub fn fixture(name: &str) -> Fixture {
     let scenario = scenario();
     let (plan, layout) = plan_and_layout(&scenario);
     let weights = synthetic_weights(layout, &[64, 64], 2024);
-    let onnx = write_export(&dir, &weights, &plan, scenario.decision_interval_s() as f32);
+    let onnx = write_export(
+        &dir,
+        &weights,
+        &plan,
+        Millis::from_secs(scenario.decision_interval_s()),
+    );
     let (keys, public) = bundle::keygen(&dir.join("site"), false).unwrap();
     let key = bundle::load_signing_key(&keys.secret).unwrap();
     let bundle_dir = dir.join("bundle");
