@@ -311,6 +311,11 @@ fn settings_errors_are_specific() {
         "name = \"small\"\ndecision_interval_s = 0",
     ));
     assert!(err.contains("decision_interval_s"), "{err}");
+    let err = error_of(("name = \"small\"", "name = \"small\"\nepisode_s = 4294968"));
+    assert!(
+        err.contains("episode_s") && err.contains("4294967"),
+        "{err}"
+    );
     let err = error_of(("name = \"small\"", "name = \"small\"\nreward = \"speed\""));
     assert!(err.contains("reward") || err.contains("speed"), "{err}");
     let err = error_of((

@@ -244,6 +244,19 @@ impl SumoConfig {
                 return bad(format!("{name} = {v} must be a positive number of seconds"));
             }
         }
+        // Simulated time is counted in `Millis` (u32 milliseconds, 49.7 days).
+        let longest_s = f64::from(u32::MAX / 1000);
+        for (name, v) in [
+            ("seconds", self.seconds),
+            ("decision_interval_s", self.decision_interval_s),
+        ] {
+            if v > longest_s {
+                return bad(format!(
+                    "{name} = {v} is longer than {longest_s} s, the most the clock counts \
+                     (u32 milliseconds)"
+                ));
+            }
+        }
         let step_ms = (self.step_length_s * 1000.0).round();
         if step_ms < 1.0 || (self.step_length_s * 1000.0 - step_ms).abs() > 1e-6 {
             return bad(format!(
@@ -403,6 +416,12 @@ mod tests {
         cfg.decision_interval_s = 5.0;
         cfg.seconds = f64::NAN;
         assert!(cfg.validate().is_err());
+        cfg.seconds = 5e6;
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("u32 milliseconds"));
         cfg.seconds = 60.0;
         cfg.routes = vec!["/no/such.rou.xml".into()];
         assert!(cfg
