@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use greenwave_core::mlp::DenseLayer;
+use greenwave_core::Millis;
 use greenwave_policy::files::{write_policy_files, PolicyFiles};
 use greenwave_policy::{Manifest, ObsNormalization, PolicyWeights, Provenance};
 use greenwave_sim::SignalSpec;
@@ -120,7 +121,7 @@ pub struct ExportRequest {
 /// Writes the policy for `signal` (with the environment's decision interval) to `out`.
 pub fn export(
     signal: &SignalSpec,
-    decision_interval_s: f64,
+    decision_interval: Millis,
     req: ExportRequest,
     out: &Path,
 ) -> Result<PolicyFiles, String> {
@@ -136,7 +137,7 @@ pub fn export(
     let manifest = Manifest::new(
         &signal.plan,
         layout,
-        decision_interval_s as f32,
+        decision_interval.as_secs_f32(),
         weights.hidden(),
         req.provenance,
     );

@@ -16,7 +16,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use greenwave_core::RewardKind;
+use greenwave_core::{Millis, RewardKind};
 
 pub mod approach;
 mod env;
@@ -311,6 +311,16 @@ impl SumoConfig {
         self.timing = spec;
         self.program = program;
         Ok(())
+    }
+
+    /// The episode length, `seconds` to the millisecond.
+    pub fn episode(&self) -> Millis {
+        timing::secs_to_ms(self.seconds)
+    }
+
+    /// The decision interval, `decision_interval_s` to the millisecond.
+    pub fn decision_interval(&self) -> Millis {
+        timing::secs_to_ms(self.decision_interval_s)
     }
 
     /// SUMO's step in whole milliseconds (valid once [`validate`](Self::validate) passed).
