@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use greenwave_core::mlp::MlpBlob;
+use greenwave_core::Millis;
 use greenwave_e2e::{ort_library, scratch};
 use greenwave_finetune::sim;
 use greenwave_learn::manifest::plan_hash_hex;
@@ -161,12 +162,17 @@ fn shared_policy_trains_on_mixed_layouts_and_runs_per_signal() {
 
     // `eval` runs the per-signal exports together, each on its own junction.
     let out = dir.join("export/policy.onnx");
-    let rows = greenwave_tools::eval_cmd::compare(&out, &scenario, &[1000], 600.0).unwrap();
+    let rows = greenwave_tools::eval_cmd::compare(&out, &scenario, &[1000], Millis::from_secs(600))
+        .unwrap();
     assert_eq!(rows[0].controller, "policy");
     assert!(rows[0].metrics.throughput_veh > 0, "{:?}", rows[0]);
-    let missing =
-        greenwave_tools::eval_cmd::compare(&dir.join("none.onnx"), &scenario, &[1000], 60.0)
-            .unwrap_err();
+    let missing = greenwave_tools::eval_cmd::compare(
+        &dir.join("none.onnx"),
+        &scenario,
+        &[1000],
+        Millis::from_secs(60),
+    )
+    .unwrap_err();
     assert!(
         format!("{missing:#}").contains("none.J1.onnx"),
         "{missing:#}"

@@ -121,7 +121,7 @@ pub struct ExportRequest {
 /// Writes the policy for `signal` (with the environment's decision interval) to `out`.
 pub fn export(
     signal: &SignalSpec,
-    decision_interval_s: f64,
+    decision_interval: Millis,
     req: ExportRequest,
     out: &Path,
 ) -> Result<PolicyFiles, String> {
@@ -134,8 +134,6 @@ pub fn export(
         actor,
         critic,
     };
-    let decision_interval = Millis::from_secs_f32(decision_interval_s as f32)
-        .ok_or_else(|| format!("decision interval of {decision_interval_s} s is not a duration"))?;
     let manifest = Manifest::new(
         &signal.plan,
         layout,

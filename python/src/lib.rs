@@ -132,12 +132,12 @@ impl NativeEnv {
 
     /// Seconds simulated per step.
     fn decision_interval_s(&self) -> PyResult<f64> {
-        Ok(self.env()?.decision_interval_s())
+        Ok(f64::from(self.env()?.decision_interval().0) / 1000.0)
     }
 
     /// Simulated seconds since reset.
     fn now_s(&self) -> PyResult<f64> {
-        Ok(self.env()?.now_s())
+        Ok(f64::from(self.env()?.now().0) / 1000.0)
     }
 
     /// The reward's name.
@@ -235,8 +235,7 @@ impl NativeEnv {
             clip,
             provenance,
         };
-        let files =
-            export::export(spec, env.decision_interval_s(), req, &path).map_err(value_err)?;
+        let files = export::export(spec, env.decision_interval(), req, &path).map_err(value_err)?;
         Ok(vec![
             files.onnx,
             files.blob,

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use greenwave_core::RewardKind;
+use greenwave_core::{Millis, RewardKind};
 use greenwave_sim::sumo::{SumoConfig, SumoEnv, TimingOverrides, TimingSpec};
 use greenwave_sim::{scenario, EmbeddedEnv, Env};
 
@@ -68,12 +68,14 @@ pub fn parse_reward(name: &str) -> Result<RewardKind, String> {
 }
 
 /// Whole seconds for a scenario setting, refusing fractions and nonsense.
-fn whole_seconds(name: &str, v: f64) -> Result<u32, String> {
-    if v.is_finite() && v >= 1.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
-        Ok(v as u32)
+fn whole_seconds(name: &str, v: f64) -> Result<Millis, String> {
+    // Simulated time is counted in u32 milliseconds.
+    let most = u32::MAX / 1000;
+    if v.is_finite() && v >= 1.0 && v.fract() == 0.0 && v <= f64::from(most) {
+        Ok(Millis::from_secs(v as u32))
     } else {
         Err(format!(
-            "{name} = {v}: the embedded simulator takes whole seconds, at least 1"
+            "{name} = {v}: the embedded simulator takes whole seconds, at least 1 and at most {most}"
         ))
     }
 }
@@ -111,12 +113,12 @@ impl EnvSpec {
         }
         if let Some(e) = self.episode_s {
             s = s
-                .with_episode_s(whole_seconds("episode_s", e)?)
+                .with_episode(whole_seconds("episode_s", e)?)
                 .map_err(err)?;
         }
         if let Some(d) = self.decision_interval_s {
             s = s
-                .with_decision_interval_s(whole_seconds("decision_interval_s", d)?)
+                .with_decision_interval(whole_seconds("decision_interval_s", d)?)
                 .map_err(err)?;
         }
         if let Some(r) = self.reward {

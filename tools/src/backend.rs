@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
+use greenwave_core::Millis;
 use greenwave_sim::{run_episode, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario};
 use serde::{Deserialize, Serialize};
 
@@ -256,6 +257,17 @@ impl BackendArgs {
     }
 }
 
+/// A `--seconds`-style episode length in whole seconds as a duration; an error past
+/// `u32::MAX` ms (49.7 days), the longest time the simulators count.
+pub fn episode_of_secs(seconds: u32) -> Result<Millis> {
+    seconds.checked_mul(1000).map(Millis).with_context(|| {
+        format!(
+            "an episode of {seconds} s is longer than the simulators count ({} s)",
+            u32::MAX / 1000
+        )
+    })
+}
+
 /// The error `--backend sumo` gives in a build without feature `sumo`.
 pub fn sumo_not_built() -> anyhow::Error {
     anyhow::anyhow!(
@@ -337,12 +349,12 @@ impl EnvSource {
         }
     }
 
-    /// Default episode length in simulated seconds.
-    pub fn episode_s(&self) -> f64 {
+    /// Default episode length.
+    pub fn episode(&self) -> Millis {
         match self {
-            EnvSource::Embedded(sc) => sc.episode_s() as f64,
+            EnvSource::Embedded(sc) => sc.episode(),
             #[cfg(feature = "sumo")]
-            EnvSource::Sumo(cfg) => cfg.seconds,
+            EnvSource::Sumo(cfg) => cfg.episode(),
         }
     }
 
@@ -355,18 +367,18 @@ impl EnvSource {
         }
     }
 
-    /// A fresh environment whose first episode is seeded `seed` and lasts `seconds` (for
+    /// A fresh environment whose first episode is seeded `seed` and lasts `episode` (for
     /// SUMO this starts `sumo`; SUMO's trip metrics exist only once an episode has run to
     /// its end, so episodes must be run for exactly this long there).
-    pub fn make(&self, seed: u64, seconds: f64) -> Result<Box<dyn Env>> {
+    pub fn make(&self, seed: u64, episode: Millis) -> Result<Box<dyn Env>> {
         match self {
             EnvSource::Embedded(sc) => {
-                let _ = seconds; // the caller's episode loop stops the embedded simulator
+                let _ = episode; // the caller's episode loop stops the embedded simulator
                 Ok(Box::new(EmbeddedEnv::from_scenario(sc, seed)))
             }
             #[cfg(feature = "sumo")]
             EnvSource::Sumo(cfg) => {
-                let cfg = Self::sumo_episode(cfg, seed, seconds);
+                let cfg = Self::sumo_episode(cfg, seed, episode);
                 let env = greenwave_sim::sumo::SumoEnv::new(cfg.clone())
                     .with_context(|| format!("starting SUMO on {}", cfg.net.display()))?;
                 Ok(Box::new(env))
@@ -378,11 +390,12 @@ impl EnvSource {
     fn sumo_episode(
         cfg: &greenwave_sim::sumo::SumoConfig,
         seed: u64,
-        seconds: f64,
+        episode: Millis,
     ) -> greenwave_sim::sumo::SumoConfig {
         let mut cfg = cfg.clone();
         cfg.seed = seed;
-        cfg.seconds = seconds;
+        // SUMO takes seconds; a length given in whole ms comes back to the same f64.
+        cfg.seconds = f64::from(episode.0) / 1000.0;
         cfg
     }
 
@@ -390,11 +403,11 @@ impl EnvSource {
     /// purpose (for SUMO: one short start of `sumo`, which also shows early whether SUMO
     /// runs at all).
     pub fn signals(&self) -> Result<Vec<greenwave_sim::SignalSpec>> {
-        let env = self.make(0, self.episode_s())?;
+        let env = self.make(0, self.episode())?;
         Ok(env.signals().to_vec())
     }
 
-    /// One episode of a classic controller, seeded `seed`, `seconds` long. On SUMO,
+    /// One episode of a classic controller, seeded `seed`, `episode` long. On SUMO,
     /// `fixed-time` is the network's own static program and actuated control uses its
     /// default max greens (there is no scenario demand to derive Webster greens from),
     /// as in `greenwave sim --backend sumo`.
@@ -402,13 +415,13 @@ impl EnvSource {
         &self,
         kind: ControllerKind,
         seed: u64,
-        seconds: f64,
+        episode: Millis,
     ) -> Result<EpisodeMetrics> {
         match self {
             EnvSource::Embedded(sc) => {
                 let mut env = EmbeddedEnv::from_scenario(sc, seed);
                 let mut c = kind.build(sc);
-                Ok(run_episode(&mut env, c.as_mut(), seed, seconds)?)
+                Ok(run_episode(&mut env, c.as_mut(), seed, episode)?)
             }
             #[cfg(feature = "sumo")]
             EnvSource::Sumo(cfg) => {
@@ -416,28 +429,28 @@ impl EnvSource {
                 let mut c: Box<dyn greenwave_sim::Controller> = match kind {
                     ControllerKind::FixedTime => {
                         return greenwave_sim::sumo::run_static_program(Self::sumo_episode(
-                            cfg, seed, seconds,
+                            cfg, seed, episode,
                         ))
                         .context("running the network's static program");
                     }
                     ControllerKind::Actuated => Box::new(Actuated::default()),
                     ControllerKind::MaxPressure => Box::new(MaxPressure::default()),
                 };
-                let mut env = self.make(seed, seconds)?;
-                Ok(run_episode(env.as_mut(), c.as_mut(), seed, seconds)?)
+                let mut env = self.make(seed, episode)?;
+                Ok(run_episode(env.as_mut(), c.as_mut(), seed, episode)?)
             }
         }
     }
 
-    /// One episode of a policy (greedy, masked argmax), seeded `seed`, `seconds` long.
+    /// One episode of a policy (greedy, masked argmax), seeded `seed`, `episode` long.
     pub fn run_policy(
         &self,
         weights: &[greenwave_learn::PolicyWeights],
         seed: u64,
-        seconds: f64,
+        episode: Millis,
     ) -> Result<EpisodeMetrics> {
-        let mut env = self.make(seed, seconds)?;
+        let mut env = self.make(seed, episode)?;
         let mut c = PolicyController::per_signal(weights.to_vec());
-        Ok(run_episode(env.as_mut(), &mut c, seed, seconds)?)
+        Ok(run_episode(env.as_mut(), &mut c, seed, episode)?)
     }
 }

@@ -72,8 +72,7 @@ pub fn run_demo(args: &DemoArgs) -> Result<PathBuf> {
         args.seeds
     );
     let seeds: Vec<u64> = (1000..1000 + args.seeds.max(1)).collect();
-    let seconds = scenario.episode_s() as f64;
-    let rows = compare(&model, &scenario, &seeds, seconds)?;
+    let rows = compare(&model, &scenario, &seeds, scenario.episode())?;
 
     eprintln!("[4/6] signing a bundle; the controller runs it for a simulated hour, logging");
     let (site, signer) = keygen(&out.join("keys/site"), true)?;
@@ -377,14 +376,15 @@ fn queue_traces(model: &Path, scenario: &Scenario, seed: u64) -> Result<Vec<Queu
         env.reset(seed)?;
         c.reset(&env);
         let mut trace = Vec::new();
-        while env.now_s() < scenario.episode_s() as f64 {
+        while env.now() < scenario.episode() {
             let a = c.decide(&env);
             env.step(&a)?;
             let q: f32 = (0..env.signals().len())
                 .flat_map(|s| env.detectors(s))
                 .map(|d| d.queue_veh)
                 .sum();
-            trace.push((env.now_s() / 60.0, q as f64));
+            let minute = f64::from(env.now().0) / 1000.0 / 60.0;
+            trace.push((minute, q as f64));
         }
         out.push((c.name().to_string(), trace));
     }

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use greenwave_core::Millis;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{onnx, Manifest, PolicyWeights};
 use greenwave_sim::{
@@ -11,7 +12,7 @@ use greenwave_sim::{
 };
 use serde::Serialize;
 
-use crate::backend::{BackendArgs, EnvSource};
+use crate::backend::{episode_of_secs, BackendArgs, EnvSource};
 
 /// One controller's averaged results.
 #[derive(Clone, Debug, Serialize)]
@@ -127,12 +128,12 @@ pub fn evaluate(
     scenario: &Scenario,
     make: &(dyn Fn() -> Box<dyn Controller> + Sync),
     seeds: &[u64],
-    seconds: f64,
+    episode: Millis,
 ) -> Result<Vec<EpisodeMetrics>> {
     evaluate_with(seeds, &|seed| {
         let mut env = EmbeddedEnv::from_scenario(scenario, seed);
         let mut c = make();
-        Ok(run_episode(&mut env, c.as_mut(), seed, seconds)?)
+        Ok(run_episode(&mut env, c.as_mut(), seed, episode)?)
     })
 }
 
@@ -141,13 +142,13 @@ pub fn compare(
     model: &Path,
     scenario: &Scenario,
     seeds: &[u64],
-    seconds: f64,
+    episode: Millis,
 ) -> Result<Vec<EvalRow>> {
     compare_on(
         model,
         &EnvSource::Embedded(scenario.clone()),
         seeds,
-        seconds,
+        episode,
     )
 }
 
@@ -183,7 +184,7 @@ pub fn compare_on(
     model: &Path,
     source: &EnvSource,
     seeds: &[u64],
-    seconds: f64,
+    episode: Millis,
 ) -> Result<Vec<EvalRow>> {
     let what = source.describe();
     let specs = source.signals()?;
@@ -192,12 +193,12 @@ pub fn compare_on(
     rows.push(EvalRow {
         controller: "policy".into(),
         metrics: average(&evaluate_with(seeds, &|seed| {
-            source.run_policy(&weights, seed, seconds)
+            source.run_policy(&weights, seed, episode)
         })?),
         seeds: seeds.len(),
     });
     for kind in ControllerKind::ALL {
-        let metrics = evaluate_with(seeds, &|seed| source.run_classic(kind, seed, seconds))
+        let metrics = evaluate_with(seeds, &|seed| source.run_classic(kind, seed, episode))
             .with_context(|| format!("evaluating {kind}"))?;
         rows.push(EvalRow {
             controller: kind.name().into(),
@@ -262,8 +263,11 @@ pub struct EvalArgs {
 pub fn run(args: &EvalArgs) -> Result<()> {
     let source = EnvSource::from_args(&args.sim, &args.scenario, args.demand.as_deref())?;
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds.max(1)).collect();
-    let seconds = args.seconds.map_or(source.episode_s(), f64::from);
-    let rows = compare_on(&args.model, &source, &seeds, seconds)?;
+    let episode = match args.seconds {
+        Some(s) => episode_of_secs(s)?,
+        None => source.episode(),
+    };
+    let rows = compare_on(&args.model, &source, &seeds, episode)?;
     if args.json {
         for r in &rows {
             println!("{}", serde_json::to_string(r)?);
@@ -276,7 +280,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             seeds.len(),
             seeds[0],
             seeds[seeds.len() - 1],
-            seconds
+            f64::from(episode.0) / 1000.0
         );
         print!("{}", table(&rows));
     }

@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use greenwave_sim::{run_episode, scenario, ControllerKind, EmbeddedEnv, EpisodeMetrics, Scenario};
-use greenwave_tools::backend::{Backend, BackendArgs, EnvSource};
+use greenwave_tools::backend::{episode_of_secs, Backend, BackendArgs, EnvSource};
 use serde::Serialize;
 
 /// Arguments of `greenwave sim`.
@@ -102,7 +102,10 @@ pub fn run(args: &SimArgs) -> Result<()> {
         out.write_all(scenario.to_toml_string().as_bytes())?;
         return Ok(());
     }
-    let seconds = args.seconds.unwrap_or(scenario.episode_s()) as f64;
+    let episode = match args.seconds {
+        Some(s) => episode_of_secs(s)?,
+        None => scenario.episode(),
+    };
     let mut env = EmbeddedEnv::from_scenario(&scenario, args.seed);
     let runs = args
         .controller
@@ -110,7 +113,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
         .into_iter()
         .map(|kind| {
             let mut controller = kind.build(&scenario);
-            let metrics = run_episode(&mut env, controller.as_mut(), args.seed, seconds)
+            let metrics = run_episode(&mut env, controller.as_mut(), args.seed, episode)
                 .with_context(|| format!("simulating {} under {kind}", scenario.name()))?;
             Ok(ControllerRun {
                 controller: kind.name(),
@@ -159,14 +162,17 @@ fn print_runs(
 /// and route files. Without feature `sumo`, an error saying how to rebuild.
 fn run_sumo(args: &SimArgs) -> Result<()> {
     let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
-    let seconds = args.seconds.map_or(source.episode_s(), f64::from);
+    let episode = match args.seconds {
+        Some(s) => episode_of_secs(s)?,
+        None => source.episode(),
+    };
     let runs = args
         .controller
         .kinds()
         .into_iter()
         .map(|kind| {
             let metrics = source
-                .run_classic(kind, args.seed, seconds)
+                .run_classic(kind, args.seed, episode)
                 .with_context(|| format!("simulating {} under {kind}", source.describe()))?;
             Ok(ControllerRun {
                 controller: kind.name(),

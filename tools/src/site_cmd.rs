@@ -15,7 +15,7 @@ use clap::Args;
 use greenwave_core::{ActuatedSignal, CycleStage, FixedCycle, Millis, PhasePlan};
 use greenwave_runtime::controller::{Fallback, FallbackKind, SignalSpec};
 use greenwave_runtime::site::SiteConfig;
-use greenwave_sim::controllers::MAX_GREEN_OVER_WEBSTER;
+use greenwave_sim::controllers::max_green_over;
 use greenwave_sim::Env;
 
 use crate::backend::{BackendArgs, EnvSource};
@@ -40,7 +40,7 @@ pub struct SiteArgs {
 /// Runs `greenwave site`.
 pub fn run(args: &SiteArgs) -> Result<()> {
     let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
-    let env = source.make(0, source.episode_s())?;
+    let env = source.make(0, source.episode())?;
     let specs: Vec<SignalSpec> = env
         .signals()
         .iter()
@@ -52,7 +52,7 @@ pub fn run(args: &SiteArgs) -> Result<()> {
             initial_phase: env.sequencer(i).interval().target(),
         })
         .collect();
-    let interval = Millis((env.decision_interval_s() * 1000.0).round() as u32);
+    let interval = env.decision_interval();
     let fallback = match source.scenario() {
         Some(sc) => Fallback::for_scenario(sc, FallbackKind::Actuated),
         None => program_fallback(env.as_ref(), &specs),
@@ -78,28 +78,23 @@ fn program_fallback(env: &dyn Env, specs: &[SignalSpec]) -> Fallback {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let greens_s = env.program_greens_s(i).unwrap_or_default();
-            (
-                program_cycle(&s.plan, &greens_s),
-                program_actuated(&greens_s),
-            )
+            let greens = env.program_greens(i).unwrap_or_default();
+            (program_cycle(&s.plan, &greens), program_actuated(&greens))
         })
         .unzip();
     Fallback::fixed_time(cycles).with_actuated_rules(rules)
 }
 
-fn program_cycle(plan: &PhasePlan, greens_s: &[f64]) -> FixedCycle {
+fn program_cycle(plan: &PhasePlan, greens: &[Millis]) -> FixedCycle {
     let stages: Vec<CycleStage> = plan
         .phases()
         .iter()
-        .zip(greens_s)
+        .zip(greens)
         .enumerate()
-        .filter(|(_, (_, &g))| g > 0.0)
+        .filter(|(_, (_, &g))| g > Millis::ZERO)
         .map(|(p, (phase, &g))| CycleStage {
             phase: p as u8,
-            green: Millis((g * 1000.0).round() as u32)
-                .max(phase.timing.min_green)
-                .min(phase.timing.max_green),
+            green: g.max(phase.timing.min_green).min(phase.timing.max_green),
         })
         .collect();
     match FixedCycle::new(&stages) {
@@ -108,10 +103,7 @@ fn program_cycle(plan: &PhasePlan, greens_s: &[f64]) -> FixedCycle {
     }
 }
 
-fn program_actuated(greens_s: &[f64]) -> ActuatedSignal {
-    let max: Vec<Millis> = greens_s
-        .iter()
-        .map(|g| Millis((g * MAX_GREEN_OVER_WEBSTER * 1000.0).round() as u32))
-        .collect();
+fn program_actuated(greens: &[Millis]) -> ActuatedSignal {
+    let max: Vec<Millis> = greens.iter().copied().map(max_green_over).collect();
     ActuatedSignal::new(ActuatedSignal::default().passage_s, &max)
 }

@@ -225,10 +225,7 @@ fn site_writes_what_the_controller_reads() {
     let scenario = greenwave_sim::load("single-4way").unwrap();
     assert_eq!(site.signals.len(), 1);
     assert_eq!(site.signals[0].plan.hash(), scenario.plans()[0].hash());
-    assert_eq!(
-        site.decision_interval_ms,
-        scenario.decision_interval_s() * 1000
-    );
+    assert_eq!(site.decision_interval_ms, scenario.decision_interval().0);
     let webster = greenwave_sim::controllers::FixedTime::webster(&scenario);
     assert_eq!(site.signals[0].fixed_cycle, webster.plans()[0].stages);
     let o = greenwave(&[

@@ -265,7 +265,9 @@ fn run_site(args: &RunArgs, path: &std::path::Path, quiet: bool) -> Result<()> {
             &scenario, args.seed,
         ));
         check_site_matches(&setup.specs, &field.signal_specs(), name)?;
-        let seconds = args.seconds.unwrap_or(scenario.episode_s() as f64);
+        let seconds = args
+            .seconds
+            .unwrap_or(f64::from(scenario.episode().0) / 1000.0);
         return drive(args, field, Setup { seconds, ..setup }, quiet);
     }
     bail!(
@@ -345,7 +347,9 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
         specs: field.signal_specs(),
         interval: field.decision_interval(),
         fallback: Fallback::for_scenario(&scenario, args.fallback),
-        seconds: args.seconds.unwrap_or(scenario.episode_s() as f64),
+        seconds: args
+            .seconds
+            .unwrap_or(f64::from(scenario.episode().0) / 1000.0),
     };
     match &args.replay {
         Some(path) => {

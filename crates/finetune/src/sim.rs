@@ -54,7 +54,13 @@ pub fn run_controller(
     epsilon: f32,
     log_dir: Option<&Path>,
 ) -> Result<EpisodeMetrics, SimRunError> {
-    let scenario = scenario.with_episode_s(seconds)?;
+    let episode = seconds.checked_mul(1000).map(Millis).ok_or_else(|| {
+        greenwave_sim::ScenarioError::Setting {
+            scenario: scenario.name().to_string(),
+            message: format!("an episode of {seconds} s is longer than the clock counts (u32 ms)"),
+        }
+    })?;
+    let scenario = scenario.with_episode(episode)?;
     let env = EmbeddedEnv::from_scenario(&scenario, seed);
     let fallback = Fallback::for_scenario(&scenario, FallbackKind::FixedTime);
     let run = Run {

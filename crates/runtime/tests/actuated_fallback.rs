@@ -7,7 +7,6 @@ mod common;
 
 use common::scenario;
 use greenwave_core::sequencer::Segment;
-use greenwave_core::Millis;
 use greenwave_runtime::controller::{
     Controller, ControllerConfig, Fallback, FallbackKind, ReplayRecorder, ReplaySource, SignalSink,
     SimField, SinkError, Split,
@@ -34,7 +33,7 @@ fn greens(
     let s = scenario();
     let specs = SimField::new(EmbeddedEnv::from_scenario(&s, 1)).signal_specs();
     let fallback = Fallback::for_scenario(&s, kind);
-    let cfg = ControllerConfig::new(Millis::from_secs(s.decision_interval_s()));
+    let cfg = ControllerConfig::new(s.decision_interval());
     let mut c = Controller::new(specs, Err("no policy".into()), fallback, cfg, None).unwrap();
     (0..decisions)
         .map(|_| {
@@ -51,7 +50,7 @@ fn actuated_fallback_replays_its_decisions_from_recorded_movement_readings() {
     let path = dir.join("field.jsonl");
     let sim = SimField::new(EmbeddedEnv::from_scenario(&s, 7));
     let specs = sim.signal_specs();
-    let interval = Millis::from_secs(s.decision_interval_s());
+    let interval = s.decision_interval();
     let mut recorder = ReplayRecorder::create(sim, &path, &specs, interval).unwrap();
     let live = greens(&mut recorder, FallbackKind::Actuated, DECISIONS);
     drop(recorder);

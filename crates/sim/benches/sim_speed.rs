@@ -62,13 +62,8 @@ fn controlled_rate(scenario: &Scenario, seed: u64) -> f64 {
     let mut env = EmbeddedEnv::from_scenario(scenario, seed);
     let mut controller = ControllerKind::MaxPressure.build(scenario);
     let started = Instant::now();
-    let m = run_episode(
-        &mut env,
-        controller.as_mut(),
-        seed,
-        scenario.episode_s() as f64,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let m = run_episode(&mut env, controller.as_mut(), seed, scenario.episode())
+        .unwrap_or_else(|e| panic!("{e}"));
     m.sim_seconds / started.elapsed().as_secs_f64()
 }
 

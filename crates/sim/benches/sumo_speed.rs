@@ -205,7 +205,8 @@ impl Fixture<'_> {
                 let t = Instant::now();
                 let mut env = SumoEnv::new(cfg.clone()).map_err(|e| e.to_string())?;
                 let mut ctl = make();
-                let mut m = run_episode(&mut env, ctl.as_mut(), args.seed, args.seconds)
+                let episode = env.episode();
+                let mut m = run_episode(&mut env, ctl.as_mut(), args.seed, episode)
                     .map_err(|e| e.to_string())?;
                 m.wall_seconds = t.elapsed().as_secs_f64();
                 env.write_replay_programs(&replay)

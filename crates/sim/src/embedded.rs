@@ -176,8 +176,9 @@ pub struct EmbeddedEnv {
     net: Arc<Network>,
     specs: Vec<SignalSpec>,
     profile: Profile,
-    decision_interval_s: u32,
-    episode_s: u32,
+    /// Whole seconds (the scenario's): `step` simulates this many one-second ticks.
+    decision_interval: Millis,
+    episode: Millis,
     reward_kind: RewardKind,
     scenario_name: String,
     state: State,
@@ -245,8 +246,8 @@ impl EmbeddedEnv {
         let mut env = EmbeddedEnv {
             specs,
             profile: demand.profile.clone(),
-            decision_interval_s: scenario.decision_interval_s(),
-            episode_s: scenario.episode_s(),
+            decision_interval: scenario.decision_interval(),
+            episode: scenario.episode(),
             reward_kind: scenario.reward_kind(),
             scenario_name: scenario.name().to_string(),
             state: State {
@@ -268,9 +269,9 @@ impl EmbeddedEnv {
         &self.scenario_name
     }
 
-    /// Episode length in seconds (`step` reports `done` from then on).
-    pub fn episode_s(&self) -> u32 {
-        self.episode_s
+    /// Episode length (`step` reports `done` from then on).
+    pub fn episode(&self) -> Millis {
+        self.episode
     }
 
     /// Vehicle counts now; see [`VehicleCounts`].
@@ -607,8 +608,8 @@ impl Env for EmbeddedEnv {
         &self.specs
     }
 
-    fn decision_interval_s(&self) -> f64 {
-        self.decision_interval_s as f64
+    fn decision_interval(&self) -> Millis {
+        self.decision_interval
     }
 
     fn reward_kind(&self) -> RewardKind {
@@ -679,8 +680,10 @@ impl Env for EmbeddedEnv {
         detectors
     }
 
-    fn now_s(&self) -> f64 {
-        self.state.tick as f64
+    fn now(&self) -> Millis {
+        // One tick is one second; past u32 milliseconds (49.7 days, beyond any episode a
+        // scenario allows) the clock stops.
+        Millis(self.state.tick.saturating_mul(1000))
     }
 
     fn step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError> {
@@ -698,7 +701,7 @@ impl Env for EmbeddedEnv {
             .zip(actions)
             .map(|(sig, &a)| sig.seq.request(a))
             .collect();
-        for _ in 0..self.decision_interval_s {
+        for _ in 0..self.decision_interval.0 / 1000 {
             self.state.tick(&self.net, &self.profile);
         }
         let rewards = self.state.refresh_views(&self.net, self.reward_kind);
@@ -706,7 +709,7 @@ impl Env for EmbeddedEnv {
         Ok(StepOutcome {
             rewards,
             responses,
-            done: self.state.tick >= self.episode_s,
+            done: self.now() >= self.episode,
         })
     }
 

@@ -3,10 +3,10 @@
 //! One `Env` is one road network with one or more signals. Each decision interval the
 //! learner (or a controller) gives one requested phase per signal; the environment hands the
 //! requests to each signal's [`Sequencer`] (so yellow and all-red are real in simulation
-//! too), simulates `decision_interval` seconds, and returns one reward per signal.
+//! too), simulates one decision interval, and returns one reward per signal.
 
 use greenwave_core::{
-    MovementSet, ObsLayout, PhaseMask, PhasePlan, Response, RewardKind, Sequencer,
+    Millis, MovementSet, ObsLayout, PhaseMask, PhasePlan, Response, RewardKind, Sequencer,
 };
 use serde::{Deserialize, Serialize};
 
@@ -132,8 +132,8 @@ pub trait Env {
     /// The signals, in the order actions and rewards use.
     fn signals(&self) -> &[SignalSpec];
 
-    /// Seconds simulated per `step`.
-    fn decision_interval_s(&self) -> f64;
+    /// Simulated time per `step`.
+    fn decision_interval(&self) -> Millis;
 
     /// The reward signals are scored on.
     fn reward_kind(&self) -> RewardKind;
@@ -155,15 +155,15 @@ pub trait Env {
     /// Per-movement detector view of signal `signal` (indexed like its plan's movements).
     fn detectors(&self, signal: usize) -> Vec<MovementDetector>;
 
-    /// Signal `signal`'s green time per phase (s) in the program greenwave replaces, where
-    /// it has one (a SUMO light's own program). Actuated control derives its max greens
-    /// from it, as from a Webster plan. None by default.
-    fn program_greens_s(&self, _signal: usize) -> Option<Vec<f64>> {
+    /// Signal `signal`'s green time per phase in the program greenwave replaces, where it
+    /// has one (a SUMO light's own program). Actuated control derives its max greens from
+    /// it, as from a Webster plan. None by default.
+    fn program_greens(&self, _signal: usize) -> Option<Vec<Millis>> {
         None
     }
 
-    /// Simulated seconds since reset.
-    fn now_s(&self) -> f64;
+    /// Simulated time since reset.
+    fn now(&self) -> Millis;
 
     /// Applies one requested phase per signal and simulates one decision interval.
     fn step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError>;

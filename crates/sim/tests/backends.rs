@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use greenwave_core::{Interval, MovementId, PhaseId};
+use greenwave_core::{Interval, Millis, MovementId, PhaseId};
 use greenwave_sim::controllers::{Actuated, MaxPressure};
 use greenwave_sim::sumo::{SumoConfig, SumoEnv, TlsModel};
 use greenwave_sim::{run_episode, Controller, EmbeddedEnv, Env, EpisodeMetrics, Scenario};
@@ -70,7 +70,7 @@ impl Watched {
     }
 
     fn check(&mut self, env: &dyn Env) {
-        let t = env.now_s();
+        let t = env.now();
         for (s, spec) in env.signals().iter().enumerate() {
             let seq = env.sequencer(s);
             let frame = seq.frame();
@@ -139,7 +139,7 @@ impl Controller for Watched {
 /// One episode of `controller` on `env`: the code path both backends share.
 fn episode(env: &mut dyn Env, controller: Box<dyn Controller>) -> (EpisodeMetrics, Watched) {
     let mut watched = Watched::new(controller);
-    let m = run_episode(env, &mut watched, SEED, SECONDS)
+    let m = run_episode(env, &mut watched, SEED, Millis::from_secs(SECONDS as u32))
         .unwrap_or_else(|e| panic!("{}: {e}", watched.name()));
     (m, watched)
 }

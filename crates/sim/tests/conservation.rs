@@ -2,27 +2,18 @@
 //! arrived = entered + waiting to enter, on every built-in scenario, under every
 //! controller and under random requests, and on a grid loaded until it gridlocks.
 
+use greenwave_core::Millis;
 use greenwave_sim::{load, ControllerKind, EmbeddedEnv, Env, Scenario};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 fn check_every_step(env: &mut EmbeddedEnv, mut decide: impl FnMut(&EmbeddedEnv) -> Vec<u8>) {
-    while env.now_s() < env.episode_s() as f64 {
+    while env.now() < env.episode() {
         let actions = decide(env);
         env.step(&actions).unwrap();
         let c = env.vehicle_counts();
-        assert_eq!(
-            c.entered,
-            c.exited + c.inside,
-            "at {} s: {c:?}",
-            env.now_s()
-        );
-        assert_eq!(
-            c.arrived,
-            c.entered + c.backlog,
-            "at {} s: {c:?}",
-            env.now_s()
-        );
+        assert_eq!(c.entered, c.exited + c.inside, "at {}: {c:?}", env.now());
+        assert_eq!(c.arrived, c.entered + c.backlog, "at {}: {c:?}", env.now());
         let m = env.metrics();
         assert_eq!(m.throughput_veh, c.exited);
         assert_eq!(m.backlog_veh, c.backlog);
@@ -42,7 +33,10 @@ fn random_requests(seed: u64) -> impl FnMut(&EmbeddedEnv) -> Vec<u8> {
 #[test]
 fn conservation_on_every_builtin_under_every_controller() {
     for name in ["single-4way", "arterial-3", "grid-4x4"] {
-        let scenario = load(name).unwrap().with_episode_s(1800).unwrap();
+        let scenario = load(name)
+            .unwrap()
+            .with_episode(Millis::from_secs(1800))
+            .unwrap();
         for kind in ControllerKind::ALL {
             let mut env = EmbeddedEnv::from_scenario(&scenario, 1);
             let mut controller = kind.build(&scenario);
@@ -63,9 +57,9 @@ fn conservation_every_second_through_gridlock() {
         .unwrap()
         .with_demand_scale(2.0)
         .unwrap()
-        .with_decision_interval_s(1)
+        .with_decision_interval(Millis::from_secs(1))
         .unwrap()
-        .with_episode_s(2400)
+        .with_episode(Millis::from_secs(2400))
         .unwrap();
     let mut env = EmbeddedEnv::from_scenario(&scenario, 3);
     check_every_step(&mut env, random_requests(3));

@@ -10,14 +10,9 @@ fn mean_delay_s(demand: &str, kind: ControllerKind, seeds: u64) -> f64 {
     let mut controller = kind.build(&scenario);
     let total: f64 = (0..seeds)
         .map(|seed| {
-            run_episode(
-                &mut env,
-                controller.as_mut(),
-                seed,
-                scenario.episode_s() as f64,
-            )
-            .unwrap()
-            .mean_delay_s
+            run_episode(&mut env, controller.as_mut(), seed, scenario.episode())
+                .unwrap()
+                .mean_delay_s
         })
         .sum();
     total / seeds as f64

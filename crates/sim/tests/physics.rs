@@ -40,7 +40,7 @@ fn fixed_cycle() -> FixedTime {
                 green: Millis::from_secs(20),
             },
         ],
-        cycle_s: CYCLE_S,
+        cycle: Millis((CYCLE_S * 1000.0) as u32),
     }])
 }
 
@@ -61,13 +61,7 @@ fn mean_delay_matches_webster() {
         let mut env = EmbeddedEnv::from_scenario(&scenario, 0);
         let mut total = 0.0;
         for seed in 0..seeds {
-            let m = run_episode(
-                &mut env,
-                &mut fixed_cycle(),
-                seed,
-                scenario.episode_s() as f64,
-            )
-            .unwrap();
+            let m = run_episode(&mut env, &mut fixed_cycle(), seed, scenario.episode()).unwrap();
             assert_eq!(
                 m.backlog_veh, 0,
                 "the approach is long enough to store the queue"

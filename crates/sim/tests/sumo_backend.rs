@@ -188,7 +188,7 @@ fn short_episode_on_the_single_intersection() {
     // The episode is over: stepping again is an error, not a hang; reset starts anew.
     assert!(env.step(&[0]).is_err());
     env.reset(8).unwrap();
-    assert_eq!(env.now_s(), 0.0);
+    assert_eq!(env.now(), greenwave_core::Millis::ZERO);
     env.step(&[0]).unwrap();
 }
 
@@ -275,7 +275,8 @@ fn the_classic_controllers_drive_sumo() {
     ];
     for mut c in controllers {
         let mut env = SumoEnv::new(config("single", 180.0)).unwrap();
-        let m = greenwave_sim::run_episode(&mut env, c.as_mut(), 3, 180.0).unwrap();
+        let episode = env.episode();
+        let m = greenwave_sim::run_episode(&mut env, c.as_mut(), 3, episode).unwrap();
         assert!(env.finished(), "{}", c.name());
         assert!(
             m.throughput_veh > 20 && m.mean_delay_s > 0.0,
@@ -292,7 +293,7 @@ fn replayed_programs_reproduce_the_episode_in_sumo_alone() {
         &mut env,
         &mut greenwave_sim::controllers::MaxPressure::default(),
         7,
-        300.0,
+        greenwave_core::Millis::from_secs(300),
     )
     .unwrap();
     assert_eq!(ours.backlog_veh, 0, "pending vehicles are not in tripinfo");

@@ -34,7 +34,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, BackendArgs};
+use crate::backend::{episode_of_secs, Backend, BackendArgs};
 use device::ComputeDevice;
 use policy::{PolicyKind, PolicyNet};
 use rollout::{
@@ -209,7 +209,7 @@ pub fn scenario_of(cfg: &TrainConfig) -> Result<Scenario> {
         sc = sc.with_demand(d)?;
     }
     if let Some(s) = cfg.episode_s {
-        sc = sc.with_episode_s(s)?;
+        sc = sc.with_episode(episode_of_secs(s)?)?;
     }
     Ok(sc)
 }
@@ -476,8 +476,9 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
             let scenario = scenario_of(cfg)?;
             let source = RunSource {
                 name: scenario.name().to_string(),
-                episode_decisions: (scenario.episode_s() / scenario.decision_interval_s().max(1))
-                    as u64,
+                episode_decisions: u64::from(
+                    scenario.episode().0 / scenario.decision_interval().0.max(1),
+                ),
                 scenario: Some(&scenario),
             };
             train_on(cfg, out, resume, progress, &source, |seed| {
@@ -718,7 +719,8 @@ fn train_on<E: Env + Send>(
     let mut slots = make_slots(cfg, &make)?;
     let specs = slots[0].env.signals().to_vec();
     let (kind, layout, shared) = choose_policy(cfg, &slots[0].env, &specs)?;
-    let mut cfg = with_discount(cfg, slots[0].env.decision_interval_s())?;
+    let interval_s = f64::from(slots[0].env.decision_interval().0) / 1000.0;
+    let mut cfg = with_discount(cfg, interval_s)?;
     cfg.policy = Some(kind);
     let cfg = &cfg;
 
@@ -845,7 +847,7 @@ fn write_run_info(
         cfg,
         &checkpoint::RunFacts {
             name: &source.name,
-            decision_interval_s: env.decision_interval_s().round() as u32,
+            decision_interval_s: (f64::from(env.decision_interval().0) / 1000.0).round() as u32,
             scenario: source.scenario,
             plans: signals.iter().map(|s| s.plan.clone()).collect(),
             signal_ids: signals.iter().map(|s| s.id.clone()).collect(),

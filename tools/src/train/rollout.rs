@@ -474,8 +474,8 @@ mod tests {
         fn signals(&self) -> &[SignalSpec] {
             self.inner.signals()
         }
-        fn decision_interval_s(&self) -> f64 {
-            self.inner.decision_interval_s()
+        fn decision_interval(&self) -> greenwave_core::Millis {
+            self.inner.decision_interval()
         }
         fn reward_kind(&self) -> RewardKind {
             self.inner.reward_kind()
@@ -497,8 +497,8 @@ mod tests {
         fn detectors(&self, signal: usize) -> Vec<MovementDetector> {
             self.inner.detectors(signal)
         }
-        fn now_s(&self) -> f64 {
-            self.inner.now_s()
+        fn now(&self) -> greenwave_core::Millis {
+            self.inner.now()
         }
         fn step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError> {
             self.inner.step(actions)
@@ -534,7 +534,7 @@ mod tests {
         // 60 decisions per episode: episodes end inside the rollout.
         greenwave_sim::load("single-4way")
             .unwrap()
-            .with_episode_s(300)
+            .with_episode(greenwave_core::Millis::from_secs(300))
             .unwrap()
     }
 

@@ -94,14 +94,8 @@ impl Fallback {
         let all = Actuated::for_scenario(scenario);
         let rules = (0..scenario.plans().len())
             .map(|i| {
-                let max_green: Vec<Millis> = all
-                    .max_green_s
-                    .get(i)
-                    .into_iter()
-                    .flatten()
-                    .map(|&s| Millis((s * 1000.0).round() as u32))
-                    .collect();
-                ActuatedSignal::new(all.passage_s, &max_green)
+                let max_green = all.max_green.get(i).map_or(&[][..], |m| m);
+                ActuatedSignal::new(all.passage_s, max_green)
             })
             .collect();
         f.with_actuated_rules(rules)

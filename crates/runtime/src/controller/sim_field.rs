@@ -50,7 +50,7 @@ impl<E: Env> SimField<E> {
 
     /// The simulator's decision interval.
     pub fn decision_interval(&self) -> Millis {
-        Millis((self.env.decision_interval_s() * 1000.0).round() as u32)
+        self.env.decision_interval()
     }
 
     /// The simulator.

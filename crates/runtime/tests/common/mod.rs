@@ -139,12 +139,7 @@ pub fn fixture(name: &str) -> Fixture {
     let scenario = scenario();
     let (plan, layout) = plan_and_layout(&scenario);
     let weights = synthetic_weights(layout, &[64, 64], 2024);
-    let onnx = write_export(
-        &dir,
-        &weights,
-        &plan,
-        Millis::from_secs(scenario.decision_interval_s()),
-    );
+    let onnx = write_export(&dir, &weights, &plan, scenario.decision_interval());
     let (keys, public) = bundle::keygen(&dir.join("site"), false).unwrap();
     let key = bundle::load_signing_key(&keys.secret).unwrap();
     let bundle_dir = dir.join("bundle");

@@ -14,7 +14,7 @@ pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 /// max-out with spill-back gating, the one actuated rule of the workspace) per signal, with
 /// max greens chosen per episode as below.
 ///
-/// **Max green.** Where `max_green_s` gives none for a signal, a signal that replaces a
+/// **Max green.** Where `max_green` gives none for a signal, a signal that replaces a
 /// program of its own (a SUMO light) caps each phase at [`MAX_GREEN_OVER_WEBSTER`] times
 /// the program's green for it, as a timing plan caps actuated greens at 1.25–1.5 times the
 /// fixed-time greens; near saturation, gap-out alone lets each long red's queue earn the
@@ -23,11 +23,11 @@ pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 pub struct Actuated {
     /// Largest gap (s) since the detector zone emptied that still extends the green.
     pub passage_s: f32,
-    /// Max green (s) per signal and phase; a signal or phase missing here uses
+    /// Max green per signal and phase; a signal or phase missing here uses
     /// [`MAX_GREEN_OVER_WEBSTER`] times its program's green (see above), else its plan's max
     /// green (which the sequencer enforces in any case).
-    pub max_green_s: Vec<Vec<f64>>,
-    /// Each signal's rule for this episode: `max_green_s`, completed at reset.
+    pub max_green: Vec<Vec<Millis>>,
+    /// Each signal's rule for this episode: `max_green`, completed at reset.
     episode: Vec<ActuatedSignal>,
 }
 
@@ -38,13 +38,21 @@ impl Default for Actuated {
     }
 }
 
+/// The max green of a phase whose fixed-time green (Webster's, or the replaced program's)
+/// is `green`: [`MAX_GREEN_OVER_WEBSTER`] times it, to the millisecond (half a millisecond
+/// rounds up; saturates at `u32::MAX` ms).
+pub fn max_green_over(green: Millis) -> Millis {
+    // Exact: 1.5 times a u32 is a multiple of 0.5 well inside f64's integers.
+    Millis((f64::from(green.0) * MAX_GREEN_OVER_WEBSTER).round() as u32)
+}
+
 impl Actuated {
-    /// Actuated control with passage `passage_s` and max greens `max_green_s` (per signal
-    /// and phase; see [`Actuated::max_green_s`]).
-    pub fn new(passage_s: f32, max_green_s: Vec<Vec<f64>>) -> Self {
+    /// Actuated control with passage `passage_s` and max greens `max_green` (per signal
+    /// and phase; see [`Actuated::max_green`]).
+    pub fn new(passage_s: f32, max_green: Vec<Vec<Millis>>) -> Self {
         Actuated {
             passage_s,
-            max_green_s,
+            max_green,
             episode: Vec::new(),
         }
     }
@@ -53,25 +61,22 @@ impl Actuated {
     /// for the scenario's demand (phases Webster leaves out keep their plan's max green).
     pub fn for_scenario(scenario: &Scenario) -> Self {
         let webster = FixedTime::webster(scenario);
-        let max_green_s = webster
+        let max_green = webster
             .plans()
             .iter()
             .zip(scenario.plans())
             .map(|(fixed, plan)| {
-                let mut max: Vec<f64> = plan
-                    .phases()
-                    .iter()
-                    .map(|p| p.timing.max_green.0 as f64 / 1000.0)
-                    .collect();
+                let mut max: Vec<Millis> =
+                    plan.phases().iter().map(|p| p.timing.max_green).collect();
                 for stage in &fixed.stages {
                     if let Some(m) = max.get_mut(stage.phase as usize) {
-                        *m = m.min(stage.green.0 as f64 / 1000.0 * MAX_GREEN_OVER_WEBSTER);
+                        *m = (*m).min(max_green_over(stage.green));
                     }
                 }
                 max
             })
             .collect();
-        Actuated::new(Actuated::default().passage_s, max_green_s)
+        Actuated::new(Actuated::default().passage_s, max_green)
     }
 }
 
@@ -83,14 +88,14 @@ impl Controller for Actuated {
     fn reset(&mut self, env: &dyn Env) {
         self.episode = (0..env.signals().len())
             .map(|i| {
-                let max_green_s = match self.max_green_s.get(i) {
+                let max_green = match self.max_green.get(i) {
                     Some(given) if !given.is_empty() => given.clone(),
                     _ => env
-                        .program_greens_s(i)
-                        .map(|greens| greens.iter().map(|g| g * MAX_GREEN_OVER_WEBSTER).collect())
+                        .program_greens(i)
+                        .map(|greens| greens.into_iter().map(max_green_over).collect())
                         .unwrap_or_default(),
                 };
-                self.signal_rule(&max_green_s)
+                ActuatedSignal::new(self.passage_s, &max_green)
             })
             .collect();
     }
@@ -99,21 +104,14 @@ impl Controller for Actuated {
         if self.episode.len() < env.signals().len() {
             // Before any reset (a controller driven without `run_episode`): as given.
             self.episode = (0..env.signals().len())
-                .map(|i| self.signal_rule(self.max_green_s.get(i).map_or(&[], |v| v)))
+                .map(|i| {
+                    let max_green = self.max_green.get(i).map_or(&[][..], |v| v);
+                    ActuatedSignal::new(self.passage_s, max_green)
+                })
                 .collect();
         }
         (0..env.signals().len())
             .map(|i| self.episode[i].decide(env.sequencer(i), &env.detectors(i)))
             .collect()
-    }
-}
-
-impl Actuated {
-    fn signal_rule(&self, max_green_s: &[f64]) -> ActuatedSignal {
-        let max_green: Vec<Millis> = max_green_s
-            .iter()
-            .map(|&s| Millis((s * 1000.0).round().clamp(0.0, u32::MAX as f64) as u32))
-            .collect();
-        ActuatedSignal::new(self.passage_s, &max_green)
     }
 }

@@ -18,7 +18,7 @@ pub struct FixedTimePlan {
     /// Stages in cycle order.
     pub stages: Vec<CycleStage>,
     /// Cycle length including clearances.
-    pub cycle_s: f64,
+    pub cycle: Millis,
 }
 
 /// Fixed-time control: every signal runs its cycle, stage after stage (greenwave-core's
@@ -51,9 +51,7 @@ impl FixedTime {
             .plans()
             .into_iter()
             .zip(scenario.lane_group_demand())
-            .map(|(plan, groups)| {
-                webster_plan(plan, &groups, &flow, scenario.decision_interval_s())
-            })
+            .map(|(plan, groups)| webster_plan(plan, &groups, &flow, scenario.decision_interval()))
             .collect();
         FixedTime::new(plans)
     }
@@ -69,13 +67,14 @@ impl FixedTime {
 ///
 /// `L` adds up each phase's lost time (start-up lost time plus the unused part of yellow
 /// and all-red). Phases that carry no demand are left out of the cycle (all of them are
-/// kept when none carries any). Greens are rounded to whole decision intervals, since
-/// the controller can only switch at decision points, and kept within min/max green.
+/// kept when none carries any). Greens are rounded to whole decision intervals (taken as at
+/// least 1 s), since the controller can only switch at decision points, and kept within
+/// min/max green.
 pub fn webster_plan(
     plan: &PhasePlan,
     groups: &[LaneGroupDemand],
     flow: &FlowModel,
-    decision_interval_s: u32,
+    decision_interval: Millis,
 ) -> FixedTimePlan {
     let s = flow.saturation_flow_veh_per_hour_per_lane;
     let ratios: Vec<f64> = plan
@@ -106,7 +105,7 @@ pub fn webster_plan(
         ((1.5 * total_lost_s + 5.0) / (1.0 - y_total)).clamp(CYCLE_RANGE_S.0, CYCLE_RANGE_S.1)
     };
     let effective_green_s = (cycle_s - total_lost_s).max(0.0);
-    let dt = decision_interval_s.max(1) as f64;
+    let dt = f64::from(decision_interval.max(Millis::from_secs(1)).0) / 1000.0;
     let stages: Vec<CycleStage> = served
         .iter()
         .map(|&p| {
@@ -127,14 +126,14 @@ pub fn webster_plan(
             }
         })
         .collect();
-    let cycle_s = stages
-        .iter()
-        .map(|st| {
-            let t = plan.phases()[st.phase as usize].timing;
-            (st.green.0 + t.yellow.0 + t.all_red.0) as f64 / 1000.0
-        })
-        .sum();
-    FixedTimePlan { stages, cycle_s }
+    let cycle = stages.iter().fold(Millis::ZERO, |cycle, st| {
+        let t = plan.phases()[st.phase as usize].timing;
+        cycle
+            .saturating_add(st.green)
+            .saturating_add(t.yellow)
+            .saturating_add(t.all_red)
+    });
+    FixedTimePlan { stages, cycle }
 }
 
 impl Controller for FixedTime {

@@ -1,6 +1,6 @@
 //! Max-pressure control (Varaiya, 2013), with the lost time of a switch accounted for.
 
-use greenwave_core::PhaseId;
+use greenwave_core::{Millis, PhaseId};
 
 use super::{decide_switchable, Controller};
 use crate::env::{Env, MovementDetector};
@@ -31,42 +31,42 @@ use crate::env::{Env, MovementDetector};
 /// **No starvation.** Pure max-pressure can hold a minor phase red indefinitely while a
 /// major one keeps more pressure; on real networks the starved approaches back up into the
 /// junctions upstream and to the network's entries. So a phase with demand (a queue or a
-/// call on a movement it serves) that has not been green for `max_red_s` is served next,
+/// call on a movement it serves) that has not been green for `max_red` is served next,
 /// the longest-waiting first: the maximum-red bound of cyclic max-pressure variants
 /// (Levin, Hu & Odell 2020, "Max-pressure signal control with cyclical phase structure").
 #[derive(Clone, Debug)]
 pub struct MaxPressure {
-    /// Longest a phase with demand is kept from green (s).
-    pub max_red_s: f64,
-    /// Per signal and phase: when it was last green (env seconds).
-    last_green_s: Vec<Vec<f64>>,
+    /// Longest a phase with demand is kept from green.
+    pub max_red: Millis,
+    /// Per signal and phase: when it was last green (env time, [`Env::now`]).
+    last_green: Vec<Vec<Millis>>,
 }
 
-/// Default of [`MaxPressure::max_red_s`]: two minutes, the usual ceiling of a cycle (and
-/// of a pedestrian's wait) in signal timing practice.
-pub const DEFAULT_MAX_RED_S: f64 = 120.0;
+/// Default of [`MaxPressure::max_red`]: two minutes, the usual ceiling of a cycle (and of
+/// a pedestrian's wait) in signal timing practice.
+pub const DEFAULT_MAX_RED: Millis = Millis::from_secs(120);
 
 impl Default for MaxPressure {
     fn default() -> Self {
         MaxPressure {
-            max_red_s: DEFAULT_MAX_RED_S,
-            last_green_s: Vec::new(),
+            max_red: DEFAULT_MAX_RED,
+            last_green: Vec::new(),
         }
     }
 }
 
 impl MaxPressure {
-    /// The phase of signal `i` starved longest past `max_red_s` that has demand, if any.
+    /// The phase of signal `i` starved longest past `max_red` that has demand, if any.
     fn starved(
         &self,
         i: usize,
-        now_s: f64,
+        now: Millis,
         candidates: impl Iterator<Item = usize>,
     ) -> Option<usize> {
-        let last = self.last_green_s.get(i)?;
+        let last = self.last_green.get(i)?;
         candidates
-            .filter(|&q| now_s - last.get(q).copied().unwrap_or(now_s) >= self.max_red_s)
-            .min_by(|&a, &b| last[a].total_cmp(&last[b]))
+            .filter(|&q| now.saturating_sub(last.get(q).copied().unwrap_or(now)) >= self.max_red)
+            .min_by_key(|&q| last[q])
     }
 }
 
@@ -104,8 +104,8 @@ impl Controller for MaxPressure {
     }
 
     fn reset(&mut self, env: &dyn Env) {
-        let now = env.now_s();
-        self.last_green_s = env
+        let now = env.now();
+        self.last_green = env
             .signals()
             .iter()
             .map(|s| vec![now; s.plan.n_phases()])
@@ -113,15 +113,15 @@ impl Controller for MaxPressure {
     }
 
     fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
-        let decision_s = env.decision_interval_s().max(1.0) as f32;
-        let now_s = env.now_s();
-        if self.last_green_s.len() != env.signals().len() {
+        let decision_s = (f64::from(env.decision_interval().0) / 1000.0).max(1.0) as f32;
+        let now = env.now();
+        if self.last_green.len() != env.signals().len() {
             self.reset(env);
         }
-        for (i, last) in self.last_green_s.iter_mut().enumerate() {
+        for (i, last) in self.last_green.iter_mut().enumerate() {
             if let Some(p) = env.sequencer(i).green_phase() {
                 if let Some(t) = last.get_mut(p.0 as usize) {
-                    *t = now_s;
+                    *t = now;
                 }
             }
         }
@@ -147,7 +147,7 @@ impl Controller for MaxPressure {
             let waiting = (0..plan.n_phases()).filter(|&q| {
                 q != phase.0 as usize && mask.allows(PhaseId(q as u8)) && has_demand(q)
             });
-            if let Some(q) = this.starved(i, now_s, waiting) {
+            if let Some(q) = this.starved(i, now, waiting) {
                 return q as u8;
             }
             let current = plan.phases()[phase.0 as usize].timing;

@@ -17,9 +17,9 @@ mod max_pressure;
 use std::fmt;
 use std::str::FromStr;
 
-use greenwave_core::{Interval, PhaseId, Sequencer};
+use greenwave_core::{Interval, Millis, PhaseId, Sequencer};
 
-pub use actuated::{Actuated, MAX_GREEN_OVER_WEBSTER};
+pub use actuated::{max_green_over, Actuated, MAX_GREEN_OVER_WEBSTER};
 pub use fixed_time::{webster_plan, FixedTime, FixedTimePlan};
 pub use max_pressure::{MaxPressure, DETECTION_RANGE_M};
 
@@ -102,17 +102,17 @@ impl FromStr for ControllerKind {
     }
 }
 
-/// Resets `env` with `seed`, then lets `controller` drive it until `seconds` have been
-/// simulated; returns the episode's metrics.
+/// Resets `env` with `seed`, then lets `controller` drive it until `episode` has been
+/// simulated (to the first decision point at or after it); returns the episode's metrics.
 pub fn run_episode(
     env: &mut dyn Env,
     controller: &mut dyn Controller,
     seed: u64,
-    seconds: f64,
+    episode: Millis,
 ) -> Result<EpisodeMetrics, EnvError> {
     env.reset(seed)?;
     controller.reset(env);
-    while env.now_s() < seconds {
+    while env.now() < episode {
         let actions = controller.decide(env);
         env.step(&actions)?;
     }

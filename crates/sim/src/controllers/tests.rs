@@ -5,6 +5,10 @@ use crate::scenario::{FlowModel, LaneGroupDemand};
 use crate::test_support::approach;
 use crate::EmbeddedEnv;
 
+fn secs(s: u32) -> Millis {
+    Millis::from_secs(s)
+}
+
 fn flow_model() -> FlowModel {
     FlowModel {
         saturation_flow_veh_per_hour_per_lane: 1800.0,
@@ -18,26 +22,29 @@ fn two_phase_plan() -> PhasePlan {
 }
 
 /// `(phase, displayed green)` of every green that ended while `controller` drove `env`
-/// for `seconds` (seen at decision points, worked back from the sequencer's state).
-fn greens(env: &mut dyn Env, controller: &mut dyn Controller, seconds: f64) -> Vec<(u8, f64)> {
+/// for `duration` (seen at decision points, worked back from the sequencer's state).
+fn greens(
+    env: &mut dyn Env,
+    controller: &mut dyn Controller,
+    duration: Millis,
+) -> Vec<(u8, Millis)> {
     let mut out = Vec::new();
-    let mut current: Option<(u8, f64)> = None;
-    while env.now_s() < seconds {
+    let mut current: Option<(u8, Millis)> = None;
+    while env.now() < duration {
         let actions = controller.decide(env);
         env.step(&actions).unwrap();
         let seq = env.sequencer(0);
-        let since_s = env.now_s() - seq.in_interval().0 as f64 / 1e3;
-        let green_now = seq.green_phase().map(|p| (p.0, since_s));
+        let since = env.now() - seq.in_interval();
+        let green_now = seq.green_phase().map(|p| (p.0, since));
         if let Some((p, start)) = current {
             if green_now != Some((p, start)) {
                 let t = seq.plan().phases()[p as usize].timing;
-                let (yellow_s, all_red_s) = (t.yellow.0 as f64 / 1e3, t.all_red.0 as f64 / 1e3);
-                let ended_s = match seq.interval() {
-                    Interval::Yellow { .. } => since_s,
-                    Interval::AllRed { .. } => since_s - yellow_s,
-                    Interval::Green { .. } => since_s - yellow_s - all_red_s,
+                let ended = match seq.interval() {
+                    Interval::Yellow { .. } => since,
+                    Interval::AllRed { .. } => since - t.yellow,
+                    Interval::Green { .. } => since - t.yellow - t.all_red,
                 };
-                out.push((p, ended_s - start));
+                out.push((p, ended - start));
             }
         }
         current = green_now;
@@ -74,7 +81,7 @@ fn webster_plan_matches_the_hand_computation() {
             flow_veh_per_hour: 300.0,
         },
     ];
-    let plan = webster_plan(&two_phase_plan(), &groups, &flow_model(), 5);
+    let plan = webster_plan(&two_phase_plan(), &groups, &flow_model(), secs(5));
     assert_eq!(
         plan.stages,
         vec![
@@ -88,15 +95,15 @@ fn webster_plan_matches_the_hand_computation() {
             }
         ]
     );
-    assert_eq!(plan.cycle_s, 40.0);
+    assert_eq!(plan.cycle, secs(40));
     // An unloaded phase is left out; oversaturation gets the longest cycle.
-    let only_north = webster_plan(&two_phase_plan(), &groups[..1], &flow_model(), 5);
+    let only_north = webster_plan(&two_phase_plan(), &groups[..1], &flow_model(), secs(5));
     assert_eq!(only_north.stages.len(), 1);
     let heavy = [LaneGroupDemand {
         flow_veh_per_hour: 1700.0,
         ..groups[0].clone()
     }];
-    let plan = webster_plan(&two_phase_plan(), &heavy, &flow_model(), 5);
+    let plan = webster_plan(&two_phase_plan(), &heavy, &flow_model(), secs(5));
     // 150 s cycle but the phase's max green (60 s) caps the green.
     assert_eq!(plan.stages[0].green, Millis::from_secs(60));
 }
@@ -131,14 +138,14 @@ fn fixed_time_runs_its_cycle() {
                 green: Millis::from_secs(10),
             },
         ],
-        cycle_s: 40.0,
+        cycle: secs(40),
     }]);
     ft.reset(&env);
-    let g = greens(&mut env, &mut ft, 400.0);
+    let g = greens(&mut env, &mut ft, secs(400));
     assert!(g.len() >= 18);
-    for (k, (phase, green_s)) in g.iter().enumerate() {
+    for (k, (phase, green)) in g.iter().enumerate() {
         assert_eq!(*phase, (k % 2) as u8);
-        assert_eq!(*green_s, if k % 2 == 0 { 20.0 } else { 10.0 });
+        assert_eq!(*green, secs(if k % 2 == 0 { 20 } else { 10 }));
     }
 }
 
@@ -150,13 +157,13 @@ fn actuated_rests_without_calls_and_serves_calls() {
     let mut act = Actuated::default();
     act.reset(&env);
     assert!(
-        greens(&mut env, &mut act, 120.0).is_empty(),
+        greens(&mut env, &mut act, secs(120)).is_empty(),
         "rests in green"
     );
     // Traffic on the north approach only: the green stays there.
     let s = approach(600.0, 500.0, 1, 1000.0);
     let mut env = EmbeddedEnv::from_scenario(&s, 1);
-    let g = greens(&mut env, &mut act, 600.0);
+    let g = greens(&mut env, &mut act, secs(600));
     assert_eq!(g.len(), 1, "{g:?}");
     assert_eq!(g[0].0, 1);
     assert_eq!(env.sequencer(0).green_phase(), Some(PhaseId(0)));
@@ -167,30 +174,30 @@ fn actuated_gaps_out_and_maxes_out() {
     let s = crate::load("single-4way").unwrap();
     let mut env = EmbeddedEnv::from_scenario(&s, 3);
     let mut act = Actuated::for_scenario(&s);
-    let max: Vec<f64> = act.max_green_s[0].clone();
-    let g = greens(&mut env, &mut act, 3600.0);
+    let max: Vec<Millis> = act.max_green[0].clone();
+    let g = greens(&mut env, &mut act, secs(3600));
     assert!(g.len() > 40);
     // Never beyond its max green (rounded up to a decision point).
-    for (phase, green_s) in &g {
-        assert!(*green_s <= max[*phase as usize] + 5.0, "{phase}: {green_s}");
+    for (phase, green) in &g {
+        assert!(*green <= max[*phase as usize] + secs(5), "{phase}: {green}");
     }
     // Some greens gap out well before max.
-    assert!(g.iter().any(|(p, gs)| *gs + 5.0 < max[*p as usize]));
+    assert!(g.iter().any(|(p, g)| *g + secs(5) < max[*p as usize]));
 }
 
 /// The embedded simulator seen as if each signal replaced a program of its own with
 /// these greens (as a SUMO light does).
 struct WithProgram {
     env: EmbeddedEnv,
-    greens_s: Vec<f64>,
+    greens: Vec<Millis>,
 }
 
 impl Env for WithProgram {
     fn signals(&self) -> &[crate::SignalSpec] {
         self.env.signals()
     }
-    fn decision_interval_s(&self) -> f64 {
-        self.env.decision_interval_s()
+    fn decision_interval(&self) -> Millis {
+        self.env.decision_interval()
     }
     fn reward_kind(&self) -> greenwave_core::RewardKind {
         self.env.reward_kind()
@@ -207,11 +214,11 @@ impl Env for WithProgram {
     fn detectors(&self, signal: usize) -> Vec<crate::MovementDetector> {
         self.env.detectors(signal)
     }
-    fn program_greens_s(&self, _signal: usize) -> Option<Vec<f64>> {
-        Some(self.greens_s.clone())
+    fn program_greens(&self, _signal: usize) -> Option<Vec<Millis>> {
+        Some(self.greens.clone())
     }
-    fn now_s(&self) -> f64 {
-        self.env.now_s()
+    fn now(&self) -> Millis {
+        self.env.now()
     }
     fn step(&mut self, actions: &[u8]) -> Result<crate::StepOutcome, crate::EnvError> {
         self.env.step(actions)
@@ -229,8 +236,8 @@ fn actuated_caps_greens_at_one_and_a_half_times_the_replaced_program() {
     let long_share = |env: &mut dyn Env, act: &mut Actuated| {
         env.reset(3).unwrap();
         act.reset(env);
-        let g = greens(env, act, 3600.0);
-        g.iter().filter(|g| g.1 > 18.0 + 5.0).count() as f64 / g.len() as f64
+        let g = greens(env, act, secs(3600));
+        g.iter().filter(|g| g.1 > secs(18 + 5)).count() as f64 / g.len() as f64
     };
     // Without a program, only the plan's max green (60 s) bounds it.
     let mut plain = EmbeddedEnv::from_scenario(&s, 3);
@@ -238,13 +245,16 @@ fn actuated_caps_greens_at_one_and_a_half_times_the_replaced_program() {
     // Replacing a program of 12 s greens: 18 s.
     let mut replacing = WithProgram {
         env: EmbeddedEnv::from_scenario(&s, 3),
-        greens_s: vec![12.0; 4],
+        greens: vec![secs(12); 4],
     };
     let capped = long_share(&mut replacing, &mut Actuated::default());
     assert!(uncapped > 0.2, "{uncapped}");
     assert!(capped < 0.05, "{capped}");
     // Max greens given explicitly win over the program's.
-    let given = long_share(&mut replacing, &mut Actuated::new(1.0, vec![vec![40.0; 4]]));
+    let given = long_share(
+        &mut replacing,
+        &mut Actuated::new(1.0, vec![vec![secs(40); 4]]),
+    );
     assert!(given > 0.2, "{given}");
 }
 
@@ -255,7 +265,7 @@ fn max_pressure_serves_the_longer_queue() {
     let s = approach(900.0, 500.0, 1, 1000.0);
     let mut env = EmbeddedEnv::from_scenario(&s, 1);
     let mut mp = MaxPressure::default();
-    let g = greens(&mut env, &mut mp, 600.0);
+    let g = greens(&mut env, &mut mp, secs(600));
     assert_eq!(g.len(), 1, "{g:?}");
     assert_eq!(g[0].0, 1);
     assert_eq!(env.sequencer(0).green_phase(), Some(PhaseId(0)));
@@ -268,7 +278,7 @@ fn run_episode_resets_and_runs_to_the_end() {
     for kind in ControllerKind::ALL {
         let mut c = kind.build(&s);
         assert_eq!(c.name(), kind.name());
-        let m = run_episode(&mut env, c.as_mut(), 7, 600.0).unwrap();
+        let m = run_episode(&mut env, c.as_mut(), 7, secs(600)).unwrap();
         assert_eq!(m.sim_seconds, 600.0);
         assert!(m.throughput_veh > 50, "{kind}: {m:?}");
     }

@@ -201,7 +201,7 @@ fn delay_counts_vehicles_waiting_to_enter() {
     let counts = env.vehicle_counts();
     assert!(m.backlog_veh > 100, "{m:?}");
     assert_eq!(counts.backlog, m.backlog_veh);
-    let now = env.now_s();
+    let now = f64::from(env.now().0) / 1000.0;
     let backlog_delay: f64 = env.state.origins[0]
         .backlog
         .iter()
@@ -277,7 +277,7 @@ fn arrivals_do_not_depend_on_the_controller() {
     let arrived = |kind: ControllerKind| {
         let mut env = EmbeddedEnv::from_scenario(&s, 4);
         let mut c = kind.build(&s);
-        run_episode(&mut env, c.as_mut(), 4, 1200.0).unwrap();
+        run_episode(&mut env, c.as_mut(), 4, Millis::from_secs(1200)).unwrap();
         env.vehicle_counts().arrived
     };
     let fixed = arrived(ControllerKind::FixedTime);

@@ -108,10 +108,23 @@ pub(crate) fn compile(file: &ScenarioFile, origin: &Origin) -> Result<Compiled, 
     })
 }
 
+/// The longest episode (s): simulated time is counted in [`Millis`](greenwave_core::Millis),
+/// a `u32` of milliseconds.
+const MAX_EPISODE_S: u32 = u32::MAX / 1000;
+
 /// The decision interval and the episode length.
 fn check_clock(file: &ScenarioFile, origin: &Origin) -> Result<(), ScenarioError> {
     if file.decision_interval_s == 0 {
         return Err(origin.top("decision_interval_s", "must be at least 1 s".into()));
+    }
+    if file.episode_s > MAX_EPISODE_S {
+        return Err(origin.top(
+            "episode_s",
+            format!(
+                "{} s is longer than {MAX_EPISODE_S} s, the most the clock counts (u32 milliseconds)",
+                file.episode_s
+            ),
+        ));
     }
     if file.episode_s < file.decision_interval_s {
         return Err(origin.top(

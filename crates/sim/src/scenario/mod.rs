@@ -13,7 +13,7 @@ pub mod file;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use greenwave_core::{MovementSet, PhasePlan, RewardKind};
+use greenwave_core::{Millis, MovementSet, PhasePlan, RewardKind};
 
 use crate::demand::Profile;
 use crate::network::{LinkEnd, Network};
@@ -227,14 +227,14 @@ impl Scenario {
         &self.file.description
     }
 
-    /// Seconds between decisions.
-    pub fn decision_interval_s(&self) -> u32 {
-        self.file.decision_interval_s
+    /// Time between decisions (whole seconds; the file's `decision_interval_s`).
+    pub fn decision_interval(&self) -> Millis {
+        Millis::from_secs(self.file.decision_interval_s)
     }
 
-    /// Episode length in seconds.
-    pub fn episode_s(&self) -> u32 {
-        self.file.episode_s
+    /// Episode length (whole seconds; the file's `episode_s`).
+    pub fn episode(&self) -> Millis {
+        Millis::from_secs(self.file.episode_s)
     }
 
     /// The reward signals are scored on.
@@ -310,24 +310,26 @@ impl Scenario {
         })
     }
 
-    /// The same scenario with another episode length.
-    pub fn with_episode_s(&self, episode_s: u32) -> Result<Scenario, ScenarioError> {
-        if episode_s < self.decision_interval_s() {
+    /// The same scenario with another episode length (whole seconds, at least one
+    /// decision interval: the embedded simulator steps whole seconds).
+    pub fn with_episode(&self, episode: Millis) -> Result<Scenario, ScenarioError> {
+        if episode.0 % 1000 != 0 || episode < self.decision_interval() {
             return Err(self.setting(format!(
-                "episode of {episode_s} s is shorter than one decision interval"
+                "episode of {episode} must be whole seconds and at least one decision interval"
             )));
         }
-        Ok(self.with_file(|f| f.episode_s = episode_s))
+        Ok(self.with_file(|f| f.episode_s = episode.0 / 1000))
     }
 
-    /// The same scenario with another decision interval (whole seconds ≥ 1).
-    pub fn with_decision_interval_s(&self, interval_s: u32) -> Result<Scenario, ScenarioError> {
-        if interval_s == 0 || interval_s > self.episode_s() {
+    /// The same scenario with another decision interval (whole seconds ≥ 1 s, within the
+    /// episode: the embedded simulator steps whole seconds).
+    pub fn with_decision_interval(&self, interval: Millis) -> Result<Scenario, ScenarioError> {
+        if interval.0 % 1000 != 0 || interval == Millis::ZERO || interval > self.episode() {
             return Err(self.setting(format!(
-                "decision interval of {interval_s} s must be ≥ 1 s and within the episode"
+                "decision interval of {interval} must be whole seconds ≥ 1 s and within the episode"
             )));
         }
-        Ok(self.with_file(|f| f.decision_interval_s = interval_s))
+        Ok(self.with_file(|f| f.decision_interval_s = interval.0 / 1000))
     }
 
     /// The same scenario scored on another reward.
@@ -378,7 +380,7 @@ impl Scenario {
     pub fn lane_group_demand(&self) -> Vec<Vec<LaneGroupDemand>> {
         let net = &self.network;
         let d = self.demand();
-        let mean = d.profile.mean_over(self.episode_s() as f64);
+        let mean = d.profile.mean_over(self.file.episode_s as f64);
         let entry: Vec<(u32, f64)> = d
             .flows_veh_per_hour
             .iter()

@@ -74,8 +74,8 @@ fn builtins_load_and_have_the_promised_shape() {
     for name in BUILTIN_NAMES {
         let s = load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(s.name(), name);
-        assert_eq!(s.decision_interval_s(), 5);
-        assert_eq!(s.episode_s(), 3600);
+        assert_eq!(s.decision_interval(), Millis::from_secs(5));
+        assert_eq!(s.episode(), Millis::from_secs(3600));
     }
     assert_eq!(load("single-4way").unwrap().signal_ids(), ["center"]);
     assert_eq!(load("arterial-3").unwrap().signal_ids().len(), 3);
@@ -154,13 +154,18 @@ fn shifted_demand_turns_the_heavy_direction() {
 #[test]
 fn settings_can_be_changed_within_range() {
     let s = load("single-4way").unwrap();
-    assert_eq!(s.with_episode_s(600).unwrap().episode_s(), 600);
-    assert!(s.with_episode_s(2).is_err());
+    let secs = Millis::from_secs;
+    assert_eq!(s.with_episode(secs(600)).unwrap().episode(), secs(600));
+    assert!(s.with_episode(secs(2)).is_err());
+    assert!(s.with_episode(Millis(600_500)).is_err());
     assert_eq!(
-        s.with_decision_interval_s(1).unwrap().decision_interval_s(),
-        1
+        s.with_decision_interval(secs(1))
+            .unwrap()
+            .decision_interval(),
+        secs(1)
     );
-    assert!(s.with_decision_interval_s(0).is_err());
+    assert!(s.with_decision_interval(Millis::ZERO).is_err());
+    assert!(s.with_decision_interval(Millis(1500)).is_err());
     assert_eq!(
         s.with_reward(RewardKind::Queue).reward_kind(),
         RewardKind::Queue
@@ -311,6 +316,11 @@ fn settings_errors_are_specific() {
         "name = \"small\"\ndecision_interval_s = 0",
     ));
     assert!(err.contains("decision_interval_s"), "{err}");
+    let err = error_of(("name = \"small\"", "name = \"small\"\nepisode_s = 4294968"));
+    assert!(
+        err.contains("episode_s") && err.contains("4294967"),
+        "{err}"
+    );
     let err = error_of(("name = \"small\"", "name = \"small\"\nreward = \"speed\""));
     assert!(err.contains("reward") || err.contains("speed"), "{err}");
     let err = error_of((

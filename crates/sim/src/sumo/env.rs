@@ -320,8 +320,8 @@ impl SumoEnv {
         let program_switches = program_switches(&net, cfg.program.as_deref());
         let (lanes, signal_lanes) = lanes_of(&net, &models);
         let specs = signal_specs(&models)?;
-        let interval_ms = (cfg.decision_interval_s * 1000.0).round() as u32;
-        let episode_ms = (cfg.seconds * 1000.0).round() as u64;
+        let interval_ms = cfg.decision_interval().0;
+        let episode_ms = u64::from(cfg.episode().0);
         let seqs = new_sequencers(&models)?;
         let n = models.len();
         let ZoneWaits {
@@ -368,6 +368,11 @@ impl SumoEnv {
         };
         env.start(env.seed)?;
         Ok(env)
+    }
+
+    /// Episode length (`step` reports `done` from the first decision point at or after it).
+    pub fn episode(&self) -> Millis {
+        Millis(u32::try_from(self.episode_ms).unwrap_or(u32::MAX))
     }
 
     /// The models (plans, links, lanes) of the signals, in signal order.
@@ -1204,8 +1209,8 @@ impl Env for SumoEnv {
         &self.specs
     }
 
-    fn decision_interval_s(&self) -> f64 {
-        self.interval_ms as f64 / 1000.0
+    fn decision_interval(&self) -> Millis {
+        Millis(self.interval_ms)
     }
 
     fn reward_kind(&self) -> RewardKind {
@@ -1255,8 +1260,8 @@ impl Env for SumoEnv {
         &self.seqs[signal]
     }
 
-    fn program_greens_s(&self, signal: usize) -> Option<Vec<f64>> {
-        self.models.get(signal).map(|m| m.program_greens_s.clone())
+    fn program_greens(&self, signal: usize) -> Option<Vec<Millis>> {
+        self.models.get(signal).map(|m| m.program_greens.clone())
     }
 
     fn detectors(&self, signal: usize) -> Vec<MovementDetector> {
@@ -1292,8 +1297,10 @@ impl Env for SumoEnv {
             .collect()
     }
 
-    fn now_s(&self) -> f64 {
-        self.now_ms as f64 / 1000.0
+    fn now(&self) -> Millis {
+        // The configuration keeps the episode within u32 milliseconds; the last decision
+        // point may pass it by less than one interval.
+        Millis(u32::try_from(self.now_ms).unwrap_or(u32::MAX))
     }
 
     fn step(&mut self, actions: &[u8]) -> Result<StepOutcome, EnvError> {

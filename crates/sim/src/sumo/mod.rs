@@ -16,7 +16,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use greenwave_core::RewardKind;
+use greenwave_core::{Millis, RewardKind};
 
 pub mod approach;
 mod env;
@@ -244,6 +244,19 @@ impl SumoConfig {
                 return bad(format!("{name} = {v} must be a positive number of seconds"));
             }
         }
+        // Simulated time is counted in `Millis` (u32 milliseconds, 49.7 days).
+        let longest_s = f64::from(u32::MAX / 1000);
+        for (name, v) in [
+            ("seconds", self.seconds),
+            ("decision_interval_s", self.decision_interval_s),
+        ] {
+            if v > longest_s {
+                return bad(format!(
+                    "{name} = {v} is longer than {longest_s} s, the most the clock counts \
+                     (u32 milliseconds)"
+                ));
+            }
+        }
         let step_ms = (self.step_length_s * 1000.0).round();
         if step_ms < 1.0 || (self.step_length_s * 1000.0 - step_ms).abs() > 1e-6 {
             return bad(format!(
@@ -298,6 +311,16 @@ impl SumoConfig {
         self.timing = spec;
         self.program = program;
         Ok(())
+    }
+
+    /// The episode length, `seconds` to the millisecond.
+    pub fn episode(&self) -> Millis {
+        timing::secs_to_ms(self.seconds)
+    }
+
+    /// The decision interval, `decision_interval_s` to the millisecond.
+    pub fn decision_interval(&self) -> Millis {
+        timing::secs_to_ms(self.decision_interval_s)
     }
 
     /// SUMO's step in whole milliseconds (valid once [`validate`](Self::validate) passed).
@@ -403,6 +426,12 @@ mod tests {
         cfg.decision_interval_s = 5.0;
         cfg.seconds = f64::NAN;
         assert!(cfg.validate().is_err());
+        cfg.seconds = 5e6;
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("u32 milliseconds"));
         cfg.seconds = 60.0;
         cfg.routes = vec!["/no/such.rou.xml".into()];
         assert!(cfg

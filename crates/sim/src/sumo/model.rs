@@ -35,12 +35,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use greenwave_core::plan::{MAX_MOVEMENTS, MAX_PHASES};
 use greenwave_core::{
-    ConflictMatrix, Interval, Movement, MovementId, MovementSet, Phase, PhasePlan, Signal,
+    ConflictMatrix, Interval, Millis, Movement, MovementId, MovementSet, Phase, PhasePlan, Signal,
     SignalFrame, Turn,
 };
 
 use super::net::{NetConnection, NetFile, TlLogic};
-use super::timing::{net_phase_timing, resolve, TimingSpec, DEFAULT_MIN_GREEN_S};
+use super::timing::{net_phase_timing, resolve, secs_to_ms, TimingSpec, DEFAULT_MIN_GREEN_S};
 use super::SumoError;
 
 /// How one position of the state string is driven.
@@ -70,9 +70,9 @@ pub struct TlsModel {
     pub static_phases: Vec<usize>,
     /// For each plan phase, the static program's state string.
     pub phase_states: Vec<String>,
-    /// For each plan phase, its green time in the light's program (s; an actuated
-    /// program's initial duration).
-    pub program_greens_s: Vec<f64>,
+    /// For each plan phase, its green time in the light's program (an actuated program's
+    /// initial duration), to the millisecond.
+    pub program_greens: Vec<Millis>,
     /// For each movement, its incoming and outgoing edge.
     pub movement_edges: Vec<(String, String)>,
     /// For each movement, its incoming lanes (shared lanes appear in several movements).
@@ -600,9 +600,9 @@ fn build_one(
         plan,
         links,
         static_phases: greens.iter().map(|g| g.index).collect(),
-        program_greens_s: greens
+        program_greens: greens
             .iter()
-            .map(|g| g.program.phases[g.index].duration_s)
+            .map(|g| secs_to_ms(g.program.phases[g.index].duration_s))
             .collect(),
         phase_states: greens
             .iter()

@@ -166,6 +166,12 @@ fn has_yellow(state: &str) -> bool {
     state.bytes().any(|c| c == b'y' || c == b'Y')
 }
 
+/// Seconds from SUMO (a net file, TraCI) as a duration rounded to the millisecond;
+/// negative or NaN is zero, past `u32::MAX` ms saturates.
+pub(crate) fn secs_to_ms(s: f64) -> Millis {
+    Millis((s * 1000.0).round().clamp(0.0, u32::MAX as f64) as u32)
+}
+
 fn secs_to_step(s: f64, step_ms: u32) -> Millis {
     let step = step_ms.max(1) as f64;
     Millis(((s * 1000.0 / step).ceil() * step).min(u32::MAX as f64) as u32)

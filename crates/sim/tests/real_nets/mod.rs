@@ -271,6 +271,7 @@ pub fn run_checked(
     seconds: f64,
     seed: u64,
 ) -> Result<greenwave_sim::EpisodeMetrics, String> {
+    use greenwave_core::Millis;
     use greenwave_sim::controllers::{Actuated, MaxPressure};
     use greenwave_sim::sumo::SumoEnv;
     use greenwave_sim::{Controller, Env};
@@ -286,15 +287,15 @@ pub fn run_checked(
     let mut env = SumoEnv::new(cfg).map_err(|e| e.to_string())?;
     env.reset(seed).map_err(|e| e.to_string())?;
     c.reset(&env);
-    let mut next_readback_s = 60.0;
-    while env.now_s() < seconds {
+    let mut next_readback = Millis::from_secs(60);
+    while env.now() < env.episode() {
         let actions = c.decide(&env);
         let done = env.step(&actions).map_err(|e| e.to_string())?.done;
         if done {
             break;
         }
-        if env.now_s() >= next_readback_s {
-            next_readback_s += 60.0;
+        if env.now() >= next_readback {
+            next_readback += Millis::from_secs(60);
             for i in 0..env.signals().len() {
                 let sent = env.state_history(i).last().map(|s| s.1.clone());
                 let shown = env.sumo_state(i).map_err(|e| e.to_string())?;
