@@ -11,8 +11,7 @@ use core::ptr::addr_of_mut;
 use embedded_hal::digital::{ErrorType, InputPin, OutputPin};
 use greenwave_core::{PhasePlan, PhaseTiming};
 use greenwave_firmware::{
-    BoardConfig, Controller, FixedCycle, MonitorCard, MonotonicClock, PinId, PinMap,
-    PinProvider,
+    BoardConfig, Controller, FixedCycle, MonitorCard, MonotonicClock, PinId, PinMap, PinProvider,
 };
 
 #[panic_handler]
