@@ -103,24 +103,25 @@ fn actuated_fallback_extends_on_the_stop_bar_and_skips_uncalled_phases() {
         .all(|(_, d)| d.source == ActionSource::Fallback));
     check_timeline(&plan(), &run.timeline, 12);
     // Phase 0's green lasts its 20 s max green (from 3 s, after the start-up all-red).
-    let g1: Vec<(u32, Lamps)> = run
-        .timeline
-        .of(1)
-        .iter()
-        .map(|c| (c.at_ms, c.lamps))
-        .collect();
-    assert_eq!(&g1[1..3], &[(3000, Lamps::GREEN), (23_000, Lamps::YELLOW)]);
+    let group1 = |run: &Run| -> Vec<(u32, Lamps)> {
+        run.timeline
+            .of(1)
+            .iter()
+            .map(|c| (c.at_ms, c.lamps))
+            .collect()
+    };
+    assert_eq!(
+        &group1(&run)[1..3],
+        &[(3000, Lamps::GREEN), (23_000, Lamps::YELLOW)]
+    );
     // No call anywhere: the green rests past the rule's max green, until the plan's max
     // green (30 s, the sequencer's) moves it on.
     let (idle, run) = served_greens(&[]);
     assert_eq!(&idle[..4], &[0, 1, 2, 3]);
-    let g1: Vec<(u32, Lamps)> = run
-        .timeline
-        .of(1)
-        .iter()
-        .map(|c| (c.at_ms, c.lamps))
-        .collect();
-    assert_eq!(&g1[1..3], &[(3000, Lamps::GREEN), (33_000, Lamps::YELLOW)]);
+    assert_eq!(
+        &group1(&run)[1..3],
+        &[(3000, Lamps::GREEN), (33_000, Lamps::YELLOW)]
+    );
 }
 
 /// Polls at irregular intervals (1–37 ms): intervals start on poll instants, so no

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use greenwave_core::{ActuatedSignal, CycleStage, FixedCycle, Millis, PhasePlan};
-use greenwave_runtime::controller::{Fallback, FallbackKind, SignalSpec};
+use greenwave_runtime::controller::{env_signal_specs, Fallback, FallbackKind, SignalSpec};
 use greenwave_runtime::site::SiteConfig;
 use greenwave_sim::controllers::max_green_over;
 use greenwave_sim::Env;
@@ -41,17 +41,7 @@ pub struct SiteArgs {
 pub fn run(args: &SiteArgs) -> Result<()> {
     let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
     let env = source.make(0, source.episode())?;
-    let specs: Vec<SignalSpec> = env
-        .signals()
-        .iter()
-        .enumerate()
-        .map(|(i, s)| SignalSpec {
-            id: s.id.clone(),
-            plan: s.plan.clone(),
-            layout: s.layout,
-            initial_phase: env.sequencer(i).interval().target(),
-        })
-        .collect();
+    let specs = env_signal_specs(env.as_ref());
     let interval = env.decision_interval();
     let fallback = match source.scenario() {
         Some(sc) => Fallback::for_scenario(sc, FallbackKind::Actuated),

@@ -159,33 +159,3 @@ impl Fallback {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use greenwave_core::{Interval, PhaseId, PhaseTiming};
-
-    #[test]
-    fn fixed_cycle_runs_its_stages_through_the_sequencer() {
-        let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)).unwrap();
-        let mut cycle = FixedCycle::equal_split(&plan, Millis::from_secs(12), Millis::from_secs(5));
-        assert!(cycle
-            .stages()
-            .iter()
-            .all(|s| s.green == Millis::from_secs(15)));
-        let mut seq = Sequencer::new(plan, PhaseId(2)).unwrap();
-        let mut greens = Vec::new();
-        for _ in 0..40 {
-            let r = cycle.decide(&seq);
-            seq.request(r);
-            seq.tick(Millis::from_secs(5));
-            if let Interval::Green { phase } = seq.interval() {
-                if greens.last() != Some(&phase.0) {
-                    greens.push(phase.0);
-                }
-            }
-        }
-        // Starts from the sequencer's phase, then cycles in order.
-        assert_eq!(&greens[..6], &[2, 3, 0, 1, 2, 3]);
-    }
-}

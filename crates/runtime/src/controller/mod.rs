@@ -37,7 +37,7 @@ pub use field::{
 pub use replay::{ReplayRecorder, ReplaySource};
 pub use rollback::{KpiBatch, KpiTest, RollbackConfig, RollbackEvent};
 #[cfg(feature = "sim")]
-pub use sim_field::SimField;
+pub use sim_field::{env_signal_specs, SimField};
 pub use watchdog::{Fault, FaultKind, Mode, Watchdog, WatchdogCounts};
 
 /// One signal the controller runs.

@@ -12,6 +12,21 @@ use greenwave_sim::{Env, EnvError, EpisodeMetrics, MovementDetector};
 use super::field::{DetectorError, DetectorSource, Readback, SignalSink, SinkError};
 use super::SignalSpec;
 
+/// The signals of a (just reset) simulator, with their initial phases: what a controller
+/// runs on it, or what `greenwave site` writes from it.
+pub fn env_signal_specs(env: &(impl Env + ?Sized)) -> Vec<SignalSpec> {
+    env.signals()
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SignalSpec {
+            id: s.id.clone(),
+            plan: s.plan.clone(),
+            layout: s.layout,
+            initial_phase: env.sequencer(i).interval().target(),
+        })
+        .collect()
+}
+
 /// A simulator as detectors and signal heads.
 #[derive(Debug)]
 pub struct SimField<E> {
@@ -35,17 +50,7 @@ impl<E: Env> SimField<E> {
     /// The signals of the simulation, with their initial phases, for
     /// [`Controller::new`](super::Controller::new).
     pub fn signal_specs(&self) -> Vec<SignalSpec> {
-        self.env
-            .signals()
-            .iter()
-            .enumerate()
-            .map(|(i, s)| SignalSpec {
-                id: s.id.clone(),
-                plan: s.plan.clone(),
-                layout: s.layout,
-                initial_phase: self.env.sequencer(i).interval().target(),
-            })
-            .collect()
+        env_signal_specs(&self.env)
     }
 
     /// The simulator's decision interval.
