@@ -358,6 +358,39 @@ impl EnvSource {
         }
     }
 
+    /// Time between decisions in this source's environments.
+    pub fn decision_interval(&self) -> Millis {
+        match self {
+            EnvSource::Embedded(sc) => sc.decision_interval(),
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => Millis((cfg.decision_interval_s * 1000.0).round() as u32),
+        }
+    }
+
+    /// The same source deciding every `interval`: SUMO runs at any multiple of its step;
+    /// an embedded scenario has its own interval, and another one is refused.
+    pub fn with_decision_interval(&self, interval: Millis) -> Result<Self> {
+        if interval == self.decision_interval() {
+            return Ok(self.clone());
+        }
+        match self {
+            EnvSource::Embedded(sc) => bail!(
+                "the policy decides every {} ms but scenario '{}' every {} ms",
+                interval.0,
+                sc.name(),
+                sc.decision_interval().0
+            ),
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => {
+                let mut cfg = cfg.clone();
+                cfg.decision_interval_s = f64::from(interval.0) / 1000.0;
+                cfg.validate()
+                    .with_context(|| format!("running the policy every {} ms", interval.0))?;
+                Ok(EnvSource::Sumo(cfg))
+            }
+        }
+    }
+
     /// The scenario, on the embedded simulator.
     pub fn scenario(&self) -> Option<&Scenario> {
         match self {
@@ -452,5 +485,32 @@ impl EnvSource {
         let mut env = self.make(seed, episode)?;
         let mut c = PolicyController::per_signal(weights.to_vec());
         Ok(run_episode(env.as_mut(), &mut c, seed, episode)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_embedded_scenario_keeps_its_own_decision_interval() {
+        let sc = greenwave_sim::load("single-4way").unwrap();
+        let own = sc.decision_interval();
+        let source = EnvSource::Embedded(sc);
+        assert_eq!(
+            source
+                .with_decision_interval(own)
+                .unwrap()
+                .decision_interval(),
+            own
+        );
+        let other = Millis(own.0 + 1000);
+        let err = source
+            .with_decision_interval(other)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains(&format!("every {} ms", other.0)), "{err}");
+        assert!(err.contains("single-4way"), "{err}");
     }
 }

@@ -24,6 +24,8 @@ pub struct EvalRow {
     pub metrics: EpisodeMetrics,
     /// Seeds run.
     pub seeds: usize,
+    /// Seconds between the controller's decisions (a policy runs at its manifest's).
+    pub decision_interval_s: f64,
 }
 
 /// Loads a policy from ONNX, checking it was trained for `scenario`'s plan and layout.
@@ -40,12 +42,21 @@ pub fn load_policy_for_signals(
     specs: &[SignalSpec],
     what: &str,
 ) -> Result<PolicyWeights> {
+    Ok(load_checked(model, specs, what)?.0)
+}
+
+/// The weights and manifest of `model`, checked to fit the signals `specs` of `what`.
+fn load_checked(
+    model: &Path,
+    specs: &[SignalSpec],
+    what: &str,
+) -> Result<(PolicyWeights, Manifest)> {
     let bytes = std::fs::read(model).with_context(|| format!("reading {}", model.display()))?;
     let (weights, manifest) =
         onnx::import(&bytes).with_context(|| format!("loading {}", model.display()))?;
     check_fits(&manifest, specs, what)
         .with_context(|| format!("{} cannot run on {what}", model.display()))?;
-    Ok(weights)
+    Ok((weights, manifest))
 }
 
 /// Whether a policy with `manifest` may act on the signals `specs` of `what`.
@@ -152,29 +163,55 @@ pub fn compare(
     )
 }
 
+/// A policy loaded for a set of signals: one network per signal (or one for all), and the
+/// decision interval it was trained at (its manifest's).
+pub struct LoadedPolicy {
+    /// The networks: one for every signal, or one per signal in the signals' order.
+    pub weights: Vec<PolicyWeights>,
+    /// Time between the policy's decisions.
+    pub decision_interval: Millis,
+}
+
 /// The policy for the signals `specs` of `what`: `model` itself (one network for every
 /// signal), or, when no file has that name, the per-signal exports of a shared policy
 /// beside it (`m.onnx` → `m.<signal id>.onnx`, as `greenwave export` writes them), each
-/// checked against its own signal.
-pub fn load_policies(model: &Path, specs: &[SignalSpec], what: &str) -> Result<Vec<PolicyWeights>> {
+/// checked against its own signal. Per-signal exports must agree on the decision interval.
+pub fn load_policies(model: &Path, specs: &[SignalSpec], what: &str) -> Result<LoadedPolicy> {
     if model.exists() {
-        return Ok(vec![load_policy_for_signals(model, specs, what)?]);
+        let (w, m) = load_checked(model, specs, what)?;
+        return Ok(LoadedPolicy {
+            weights: vec![w],
+            decision_interval: m.decision_interval,
+        });
     }
-    specs
-        .iter()
-        .map(|s| {
-            let path = crate::export_cmd::signal_path(model, &s.id);
-            if !path.exists() {
-                bail!(
-                    "{} does not exist, nor does {} (the export for signal '{}')",
-                    model.display(),
-                    path.display(),
-                    s.id
-                );
-            }
-            load_policy_for_signals(&path, std::slice::from_ref(s), what)
-        })
-        .collect()
+    let mut weights = Vec::with_capacity(specs.len());
+    let mut interval: Option<Millis> = None;
+    for s in specs {
+        let path = crate::export_cmd::signal_path(model, &s.id);
+        if !path.exists() {
+            bail!(
+                "{} does not exist, nor does {} (the export for signal '{}')",
+                model.display(),
+                path.display(),
+                s.id
+            );
+        }
+        let (w, m) = load_checked(&path, std::slice::from_ref(s), what)?;
+        if let Some(i) = interval.filter(|&i| i != m.decision_interval) {
+            bail!(
+                "{} decides every {} ms but the exports before it every {} ms",
+                path.display(),
+                m.decision_interval.0,
+                i.0
+            );
+        }
+        interval = Some(m.decision_interval);
+        weights.push(w);
+    }
+    Ok(LoadedPolicy {
+        weights,
+        decision_interval: interval.context("no signals to load a policy for")?,
+    })
 }
 
 /// The policy and the three classic controllers on the same seeds, on either backend. The
@@ -188,14 +225,25 @@ pub fn compare_on(
 ) -> Result<Vec<EvalRow>> {
     let what = source.describe();
     let specs = source.signals()?;
-    let weights = load_policies(model, &specs, &what)?;
+    let policy = load_policies(model, &specs, &what)?;
+    // The policy runs at the interval it was trained at (as the controller does); the
+    // classic controllers at the source's.
+    let policy_source = source.with_decision_interval(policy.decision_interval)?;
+    if policy.decision_interval != source.decision_interval() {
+        eprintln!(
+            "note: the policy decides every {} s (its manifest), the classic controllers every {} s",
+            secs(policy.decision_interval),
+            secs(source.decision_interval())
+        );
+    }
     let mut rows = Vec::new();
     rows.push(EvalRow {
         controller: "policy".into(),
         metrics: average(&evaluate_with(seeds, &|seed| {
-            source.run_policy(&weights, seed, episode)
+            policy_source.run_policy(&policy.weights, seed, episode)
         })?),
         seeds: seeds.len(),
+        decision_interval_s: secs(policy_source.decision_interval()),
     });
     for kind in ControllerKind::ALL {
         let metrics = evaluate_with(seeds, &|seed| source.run_classic(kind, seed, episode))
@@ -204,9 +252,14 @@ pub fn compare_on(
             controller: kind.name().into(),
             metrics: average(&metrics),
             seeds: seeds.len(),
+            decision_interval_s: secs(source.decision_interval()),
         });
     }
     Ok(rows)
+}
+
+fn secs(t: Millis) -> f64 {
+    f64::from(t.0) / 1000.0
 }
 
 /// Renders rows as a Markdown table.

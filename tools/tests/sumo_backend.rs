@@ -181,6 +181,71 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// `eval` runs a policy at the decision interval it was trained at (its manifest's), as
+/// the controller does, and the classic controllers at the command's.
+#[test]
+fn eval_runs_a_policy_at_its_own_decision_interval() {
+    if !sumo_available() {
+        return;
+    }
+    let d = tmp("interval");
+    let run = d.join("run");
+    let model = d.join("di2.onnx");
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let (run_s, model_s) = (run.to_str().unwrap(), model.to_str().unwrap());
+    let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
+    let sumo = ["--backend", "sumo", "--net", net_s, "--routes", routes_s];
+    let mut train = vec!["train"];
+    train.extend(sumo);
+    train.extend([
+        "--decision-interval",
+        "2",
+        "--episode-seconds",
+        "120",
+        "--steps",
+        "120",
+        "--envs",
+        "1",
+        "--rollout-steps",
+        "60",
+        "--hidden",
+        "8,8",
+        "--out",
+        run_s,
+        "--quiet",
+    ]);
+    ok(&greenwave(&train));
+    ok(&greenwave(&["export", run_s, "--out", model_s]));
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(model.with_extension("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["decision_interval_ms"], 2000);
+
+    let mut eval = vec!["eval", "--model", model_s];
+    eval.extend(sumo);
+    eval.extend(["--seeds", "1", "--seconds", "120", "--json"]);
+    let o = greenwave(&eval);
+    let out = ok(&o);
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let intervals: Vec<f64> = rows
+        .iter()
+        .map(|r| r["decision_interval_s"].as_f64().unwrap())
+        .collect();
+    assert_eq!(intervals, [2.0, 5.0, 5.0, 5.0], "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "the policy decides every 2 s (its manifest), the classic controllers every 5 s"
+        ),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn a_missing_sumo_binary_is_a_clear_error() {
     let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
