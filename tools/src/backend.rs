@@ -140,7 +140,8 @@ pub struct SumoTimingArgs {
     #[arg(long, value_name = "S")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_green: Option<f64>,
-    /// Seconds between decisions (default 5, or the timing file's).
+    /// Seconds between decisions (default the timing file's, else 5; `greenwave train` on
+    /// SUMO: 2, and a policy runs at the interval it was trained at).
     #[arg(long, value_name = "S")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_interval: Option<f64>,

@@ -69,14 +69,14 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
     let sumo = ["--backend", "sumo", "--net", net_s, "--routes", routes_s];
 
-    // 4 iterations × 2 envs × 60 decisions = 480 decisions: one 300 s SUMO episode per
-    // env and iteration.
+    // 4 iterations × 2 envs × 60 decisions = 480 decisions: one 120 s SUMO episode per
+    // env and iteration (a decision every 2 s, the SUMO training default).
     let t0 = Instant::now();
     let mut train = vec!["train"];
     train.extend(sumo);
     train.extend([
         "--episode-seconds",
-        "300",
+        "120",
         "--steps",
         "480",
         "--envs",
@@ -181,8 +181,9 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     let _ = std::fs::remove_dir_all(d);
 }
 
-/// `eval` runs a policy at the decision interval it was trained at (its manifest's), as
-/// the controller does, and the classic controllers at the command's.
+/// Training on SUMO decides every 2 s unless told otherwise, and `eval` runs a policy at the
+/// decision interval it was trained at (its manifest's), as the controller does, and the
+/// classic controllers at the command's (5 s by default).
 #[test]
 fn eval_runs_a_policy_at_its_own_decision_interval() {
     if !sumo_available() {
@@ -197,9 +198,8 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
     let sumo = ["--backend", "sumo", "--net", net_s, "--routes", routes_s];
     let mut train = vec!["train"];
     train.extend(sumo);
+    // No --decision-interval: training on SUMO decides every 2 s by default.
     train.extend([
-        "--decision-interval",
-        "2",
         "--episode-seconds",
         "120",
         "--steps",
@@ -214,7 +214,14 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
         run_s,
         "--quiet",
     ]);
-    ok(&greenwave(&train));
+    // Interrupted after one of its two iterations and resumed without the flag: the run
+    // keeps the interval it recorded.
+    let mut first = train.clone();
+    first.extend(["--stop-after-iterations", "1"]);
+    ok(&greenwave(&first));
+    train.push("--resume");
+    let out = ok(&greenwave(&train));
+    assert!(out.contains("trained 120 decisions"), "{out}");
     ok(&greenwave(&["export", run_s, "--out", model_s]));
     let manifest: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(model.with_extension("manifest.json")).unwrap(),

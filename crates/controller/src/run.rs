@@ -52,7 +52,7 @@ struct SumoTiming {
     /// Max green of every signal (s).
     #[arg(long, requires = "sumo_net")]
     max_green: Option<f64>,
-    /// Seconds between decisions.
+    /// Seconds between decisions (default: the timing file's, else the bundle's).
     #[arg(long, requires = "sumo_net")]
     decision_interval: Option<f64>,
 }
@@ -314,6 +314,11 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
     if let Some(net) = args.sumo_net.clone() {
         let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, args.sumo_routes[0].clone());
         cfg.routes = args.sumo_routes.clone();
+        // The simulated field decides at the bundle's interval unless the timing file or
+        // flag names one. A bundle that does not verify is reported by `load_policy`.
+        if let Ok(b) = bundle::verify(&args.bundle, &trusted_keys(&args.trust)?) {
+            cfg.decision_interval_s = f64::from(b.manifest.decision_interval.0) / 1000.0;
+        }
         args.sumo_timing.apply(&mut cfg)?;
         cfg.seconds = args.seconds.unwrap_or(3600.0);
         cfg.seed = args.seed;
