@@ -16,7 +16,7 @@ use common::{failed, greenwave, ok, tmp};
 
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_sim::sumo::model::{build_models, ModelOptions};
-use greenwave_sim::sumo::TimingSpec;
+use greenwave_sim::sumo::{observed_layout, TimingSpec};
 
 /// Every light's model under the net's own timing.
 fn net_models(net: &NetFile) -> Vec<greenwave_sim::sumo::TlsModel> {
@@ -99,8 +99,8 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     assert_eq!(info["config"]["backend"], "sumo");
     assert_eq!(info["config"]["net"], net_s);
     assert_eq!(info["plans"].as_array().map(Vec::len), Some(1));
-    // 8 incoming lanes, 2 phases: 2·8 + 2 + 3 observations.
-    assert_eq!(info["obs_layout"]["n_lanes"], 8);
+    // 8 incoming lanes of two detection zones each, 2 phases: 2·16 + 2 + 3 observations.
+    assert_eq!(info["obs_layout"]["n_lanes"], 16);
     assert_eq!(info["obs_layout"]["n_phases"], 2);
     assert!(!run.join("scenario.toml").exists(), "no scenario on SUMO");
     for f in ["metrics.csv", "policy.safetensors", "checkpoint.json"] {
@@ -311,10 +311,7 @@ fn bundle_is_refused_under_other_timing(d: &Path, model: &Path, net_path: &Path)
     let trust = bundle::load_public_key(&key.with_extension("pub")).unwrap();
     let b = bundle::verify(&dir, &[trust]).unwrap();
     let net = NetFile::read(net_path).unwrap();
-    let layout_of = |m: &greenwave_sim::sumo::TlsModel| greenwave_core::ObsLayout {
-        n_lanes: m.in_lanes.len() as u16,
-        n_phases: m.plan.n_phases() as u8,
-    };
+    let layout_of = |m: &greenwave_sim::sumo::TlsModel| observed_layout(m).unwrap();
     let own = &net_models(&net)[0];
     b.check_signal(&own.plan, layout_of(own)).unwrap();
     let mut timing = TimingSpec::default();

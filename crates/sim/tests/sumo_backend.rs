@@ -163,7 +163,8 @@ fn short_episode_on_the_single_intersection() {
     assert!(env.sumo_version().unwrap().contains("SUMO"));
     assert_eq!(env.signals().len(), 1);
     let dim = env.signals()[0].layout.dim();
-    assert_eq!(dim, 2 * 8 + 2 + 3);
+    // 8 incoming lanes, each a stop-bar and an advance zone.
+    assert_eq!(dim, 2 * 16 + 2 + 3);
     let mut obs = vec![0.0; dim];
     let mut steps = 0;
     loop {
@@ -190,6 +191,39 @@ fn short_episode_on_the_single_intersection() {
     env.reset(8).unwrap();
     assert_eq!(env.now(), greenwave_core::Millis::ZERO);
     env.step(&[0]).unwrap();
+}
+
+/// Each incoming lane is observed as its stop-bar zone then its advance zone, vehicles
+/// placed by position: a queue held at red fills the stop-bar zone first, and no zone
+/// holds more halted vehicles than vehicles.
+#[test]
+fn queues_fill_the_stop_bar_zone_first() {
+    let mut env = SumoEnv::new(config("single", 300.0)).unwrap();
+    let layout = env.signals()[0].layout;
+    let zones = layout.n_lanes as usize;
+    assert_eq!(zones, 2 * 8);
+    let mut obs = vec![0.0; layout.dim()];
+    let (mut stop_bar_queue, mut advance_queue) = (0.0f32, 0.0f32);
+    loop {
+        env.observe(0, &mut obs).unwrap();
+        let (density, queue) = (&obs[..zones], &obs[zones..2 * zones]);
+        for z in 0..zones {
+            assert!(queue[z] <= density[z] + 0.15, "zone {z}: {obs:?}");
+        }
+        for lane in 0..zones / 2 {
+            stop_bar_queue += queue[2 * lane];
+            advance_queue += queue[2 * lane + 1];
+        }
+        // Hold phase 0: the other approaches queue at red.
+        if env.step(&[0]).unwrap().done {
+            break;
+        }
+    }
+    assert!(stop_bar_queue > 1.0, "no queue seen at the stop bars");
+    assert!(
+        stop_bar_queue > advance_queue,
+        "stop bar {stop_bar_queue}, advance {advance_queue}"
+    );
 }
 
 #[test]

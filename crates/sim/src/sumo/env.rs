@@ -152,6 +152,39 @@ impl Lanes {
     }
 }
 
+impl Lanes {
+    /// An approach zone's readings split at [`STOP_BAR_ZONE_M`]: (stop-bar zone, advance
+    /// zone). Vehicles are placed by their positions (from the context subscription);
+    /// halted ones stand from the stop line back, so the stop-bar zone holds the first
+    /// of them up to its storage.
+    fn zone_split(&self, zone: &[(usize, ZoneLane)]) -> [LaneReading; 2] {
+        let z = self.zone_reading(zone);
+        let mut near = 0.0f32;
+        for (i, zl) in zone {
+            near += self.vehicle_waits[*i]
+                .iter()
+                .filter(|v| zl.holds(v.pos_m))
+                .filter(|v| zl.offset_m + (zl.length_m - v.pos_m) < STOP_BAR_ZONE_M)
+                .count() as f32;
+        }
+        let zone_m: f64 = zone.iter().map(|(_, zl)| zl.covered_m).sum();
+        let near_store = (STOP_BAR_ZONE_M.min(zone_m) / VEHICLE_SPACING_M).max(1.0) as f32;
+        let far_store = (z.storage_veh - near_store).max(1.0);
+        let near = near.min(z.vehicles);
+        // Halted vehicles stand from the stop line back, but never more of them in the
+        // stop-bar zone than vehicles placed there.
+        let near_halted = z.halting.min(near_store).min(near);
+        [
+            LaneReading::from_counts(near, near_halted, near_store),
+            LaneReading::from_counts(
+                (z.vehicles - near).max(0.0),
+                (z.halting - near_halted).max(0.0),
+                far_store,
+            ),
+        ]
+    }
+}
+
 /// What an approach zone holds.
 #[derive(Clone, Copy, Debug, Default)]
 struct ZoneReading {
@@ -1104,22 +1137,48 @@ fn lanes_of(net: &NetFile, models: &[TlsModel]) -> (Lanes, Vec<SignalLanes>) {
     (lanes, signal_lanes)
 }
 
+/// Detection zones observed per incoming lane: the stop-bar zone and the advance zone.
+pub const ZONES_PER_LANE: usize = 2;
+
+/// How far upstream of the stop line the stop-bar zone reaches (m): about 4 s of travel at
+/// 50 km/h, 8 queued cars. The advance zone is the rest of the approach zone, out to
+/// [`APPROACH_RANGE_M`]. Counts over the whole 200 m say how many vehicles come but not
+/// when: two zones tell a platoon about to reach the stop line from one that is 10 s out,
+/// which is what starting a green as it arrives needs (tools/README.md, "Training on real
+/// networks", finding 10).
+pub const STOP_BAR_ZONE_M: f64 = 60.0;
+
+/// The signal's observation layout: [`ZONES_PER_LANE`] zones per incoming lane.
+pub fn observed_layout(m: &TlsModel) -> Result<ObsLayout, SumoError> {
+    let n_lanes = m
+        .in_lanes
+        .len()
+        .checked_mul(ZONES_PER_LANE)
+        .and_then(|n| u16::try_from(n).ok())
+        .ok_or_else(|| SumoError::Tls {
+            tls: m.id.clone(),
+            message: format!("{} incoming lanes", m.in_lanes.len()),
+        })?;
+    Ok(ObsLayout {
+        n_lanes,
+        n_phases: m.plan.n_phases() as u8,
+    })
+}
+
 /// The signals' specs: id, plan, observation layout and lane–phase incidence.
 fn signal_specs(models: &[TlsModel]) -> Result<Vec<SignalSpec>, SumoError> {
     let mut specs = Vec::with_capacity(models.len());
     for m in models {
-        let n_lanes = u16::try_from(m.in_lanes.len()).map_err(|_| SumoError::Tls {
-            tls: m.id.clone(),
-            message: format!("{} incoming lanes", m.in_lanes.len()),
-        })?;
+        // Each lane's movements serve both of its zones.
+        let zone_movements: Vec<MovementSet> = lane_movements(m)
+            .into_iter()
+            .flat_map(|x| std::iter::repeat_n(x, ZONES_PER_LANE))
+            .collect();
         specs.push(SignalSpec {
             id: m.id.clone(),
             plan: m.plan.clone(),
-            layout: ObsLayout {
-                n_lanes,
-                n_phases: m.plan.n_phases() as u8,
-            },
-            incidence: lane_phase_incidence(&m.plan, &lane_movements(m)),
+            layout: observed_layout(m)?,
+            incidence: lane_phase_incidence(&m.plan, &zone_movements),
         });
     }
     Ok(specs)
@@ -1136,9 +1195,9 @@ struct ZoneWaits {
 }
 
 impl ZoneWaits {
-    /// Only the wait- and delay-delta rewards read the vehicles' waits or time losses (and
-    /// those waiting to be inserted on the zones' edges): other rewards save SUMO the
-    /// context subscriptions.
+    /// Every reward subscribes: the observation places each vehicle in its lane's
+    /// stop-bar or advance zone ([`Lanes::zone_split`]). Only the wait- and delay-delta
+    /// rewards sum the waits or time losses (and those waiting to be inserted).
     fn new(
         reward: RewardKind,
         net: &NetFile,
@@ -1146,17 +1205,13 @@ impl ZoneWaits {
         lanes: &Lanes,
         signal_lanes: &[SignalLanes],
     ) -> Self {
+        // The observation's zone split needs every vehicle's position whatever the reward.
         let measure = match reward {
-            RewardKind::WaitDelta => Some(VehicleMeasure::AccumulatedWait),
-            RewardKind::DelayDelta => Some(VehicleMeasure::TimeLoss),
-            RewardKind::Queue | RewardKind::Pressure | RewardKind::Delay => None,
-        };
-        let Some(measure) = measure else {
-            return ZoneWaits {
-                waits: WaitWatch::default(),
-                pending_edges: Vec::new(),
-                signal_pending: vec![Vec::new(); models.len()],
-            };
+            RewardKind::WaitDelta => VehicleMeasure::AccumulatedWait,
+            RewardKind::DelayDelta
+            | RewardKind::Queue
+            | RewardKind::Pressure
+            | RewardKind::Delay => VehicleMeasure::TimeLoss,
         };
         let junctions = models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
             let edge = &net.lanes.get(l)?.edge;
@@ -1237,20 +1292,18 @@ impl Env for SumoEnv {
             .get(signal)
             .ok_or(EnvError::UnknownSignal { signal, count })?;
         let l = &self.lanes;
-        let readings: Vec<LaneReading> = self.signal_lanes[signal]
-            .approach
-            .iter()
-            .map(|zone| {
-                let z = l.zone_reading(zone);
-                let r = LaneReading::from_counts(z.vehicles, z.halting, z.storage_veh.max(1.0));
-                // Short vehicles can pack a lane past the 7.5 m-per-car storage estimate;
-                // that is real traffic, not a faulty detector, so it saturates.
-                LaneReading {
-                    density: r.density.min(MAX_LANE_FRACTION),
-                    queue: r.queue.min(MAX_LANE_FRACTION),
-                }
-            })
-            .collect();
+        // Short vehicles can pack a lane past the 7.5 m-per-car storage estimate; that is
+        // real traffic, not a faulty detector, so it saturates.
+        let sat = |r: LaneReading| LaneReading {
+            density: r.density.min(MAX_LANE_FRACTION),
+            queue: r.queue.min(MAX_LANE_FRACTION),
+        };
+        let mut readings = Vec::with_capacity(spec.layout.n_lanes as usize);
+        for zone in &self.signal_lanes[signal].approach {
+            let [stop_bar, advance] = l.zone_split(zone);
+            readings.push(sat(stop_bar));
+            readings.push(sat(advance));
+        }
         spec.layout
             .write(&readings, &self.seqs[signal], out)
             .map_err(|source| EnvError::Observation { signal, source })

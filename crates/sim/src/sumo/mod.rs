@@ -30,7 +30,7 @@ pub mod tripinfo;
 mod waits;
 mod xml;
 
-pub use env::{run_static_program, SumoEnv};
+pub use env::{observed_layout, run_static_program, SumoEnv, STOP_BAR_ZONE_M, ZONES_PER_LANE};
 pub use model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
 pub use net::NetFile;
 pub use readings::ReadMode;
