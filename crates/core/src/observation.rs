@@ -1,7 +1,10 @@
 //! The observation layout shared by the simulators, the runtime and the firmware.
 //!
-//! For one signal with `L` incoming lanes and `P` phases the observation is `2L + P + 3`
-//! floats, in this order:
+//! For one signal with `L` observed lanes and `P` phases the observation is `2L + P + 3`
+//! floats, in this order. An observed "lane" is a detection zone: the embedded simulator
+//! and the firmware observe each incoming lane once; the SUMO backend observes each as a
+//! stop-bar zone then an advance zone (greenwave-sim's `sumo::ZONES_PER_LANE`), so there
+//! `L` is twice its incoming lanes.
 //!
 //! | offset | size | meaning | range |
 //! |---|---|---|---|
