@@ -150,9 +150,7 @@ impl Lanes {
         }
         r
     }
-}
 
-impl Lanes {
     /// An approach zone's readings split at [`STOP_BAR_ZONE_M`]: (stop-bar zone, advance
     /// zone). Vehicles are placed by their positions (from the context subscription);
     /// halted ones stand from the stop line back, so the stop-bar zone holds the first
