@@ -364,7 +364,7 @@ impl EnvSource {
         match self {
             EnvSource::Embedded(sc) => sc.decision_interval(),
             #[cfg(feature = "sumo")]
-            EnvSource::Sumo(cfg) => Millis((cfg.decision_interval_s * 1000.0).round() as u32),
+            EnvSource::Sumo(cfg) => cfg.decision_interval(),
         }
     }
 

@@ -56,18 +56,45 @@ fn single_net_plan_hash() -> String {
     plan_hash_hex(&models[0].plan)
 }
 
+/// A test's scratch folder `d` with a run folder and a model path in it, on the
+/// single-intersection fixture.
+struct SingleRun {
+    d: PathBuf,
+    run: PathBuf,
+    model: PathBuf,
+    net: PathBuf,
+    routes: PathBuf,
+}
+
+impl SingleRun {
+    fn new(name: &str, model: &str) -> Self {
+        let d = tmp(name);
+        SingleRun {
+            run: d.join("run"),
+            model: d.join(model),
+            net: fixture("single.net.xml"),
+            routes: fixture("single.rou.xml"),
+            d,
+        }
+    }
+
+    /// `--backend sumo --net … --routes …` for the fixture.
+    fn sumo(&self) -> [&str; 6] {
+        let (net, routes) = (self.net.to_str().unwrap(), self.routes.to_str().unwrap());
+        ["--backend", "sumo", "--net", net, "--routes", routes]
+    }
+}
+
 #[test]
 fn train_export_eval_on_the_sumo_single_intersection() {
     if !sumo_available() {
         return;
     }
-    let d = tmp("tee");
-    let run = d.join("run");
-    let model = d.join("models/sumo-tiny.onnx");
-    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let s = SingleRun::new("tee", "models/sumo-tiny.onnx");
+    let (d, run, model, net) = (&s.d, &s.run, &s.model, &s.net);
     let (run_s, model_s) = (run.to_str().unwrap(), model.to_str().unwrap());
-    let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
-    let sumo = ["--backend", "sumo", "--net", net_s, "--routes", routes_s];
+    let net_s = net.to_str().unwrap();
+    let sumo = s.sumo();
 
     // 4 iterations × 2 envs × 60 decisions = 480 decisions: one 120 s SUMO episode per
     // env and iteration (a decision every 2 s, the SUMO training default).
@@ -119,7 +146,7 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     assert_eq!(prov["scenario"], format!("sumo:{net_s}").as_str());
     assert_eq!(prov["details"]["backend"], "sumo");
 
-    bundle_is_refused_under_other_timing(&d, &model, &net);
+    bundle_is_refused_under_other_timing(d, model, net);
 
     // Eval on the same net: the policy next to the static program, actuated, max-pressure.
     let t0 = Instant::now();
@@ -189,13 +216,9 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
     if !sumo_available() {
         return;
     }
-    let d = tmp("interval");
-    let run = d.join("run");
-    let model = d.join("di2.onnx");
-    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
-    let (run_s, model_s) = (run.to_str().unwrap(), model.to_str().unwrap());
-    let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
-    let sumo = ["--backend", "sumo", "--net", net_s, "--routes", routes_s];
+    let s = SingleRun::new("interval", "di2.onnx");
+    let (run_s, model_s) = (s.run.to_str().unwrap(), s.model.to_str().unwrap());
+    let sumo = s.sumo();
     let mut train = vec!["train"];
     train.extend(sumo);
     // No --decision-interval: training on SUMO decides every 2 s by default.
@@ -224,7 +247,7 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
     assert!(out.contains("trained 120 decisions"), "{out}");
     ok(&greenwave(&["export", run_s, "--out", model_s]));
     let manifest: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(model.with_extension("manifest.json")).unwrap(),
+        &std::fs::read_to_string(s.model.with_extension("manifest.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(manifest["decision_interval_ms"], 2000);
@@ -250,7 +273,7 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
         ),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(d);
+    let _ = std::fs::remove_dir_all(&s.d);
 }
 
 #[test]

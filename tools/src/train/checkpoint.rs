@@ -280,6 +280,11 @@ pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
     )
 }
 
+/// The run information (`run.json`) of the run folder `out`.
+pub fn read_run_info(out: &Path) -> Result<RunInfo> {
+    read_json(&out.join("run.json"))
+}
+
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -300,7 +305,7 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
             out.display()
         );
     }
-    let run: RunInfo = read_json(&out.join("run.json"))?;
+    let run = read_run_info(out)?;
     if run.policy() != cfg.policy.unwrap_or(PolicyKind::Mlp) {
         bail!(
             "{} was trained with --policy {}; resume with the same policy",

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 
 use super::device::ComputeDevice;
@@ -121,6 +121,7 @@ fn sumo_decision_interval(args: &TrainArgs) -> Result<Option<f64>> {
     }
     #[cfg(feature = "sumo")]
     if let Some(file) = &timing.timing {
+        use anyhow::Context as _;
         let spec = greenwave_sim::sumo::TimingSpec::load(file)
             .with_context(|| format!("reading {}", file.display()))?;
         if spec.decision_interval_s.is_some() {
@@ -130,12 +131,8 @@ fn sumo_decision_interval(args: &TrainArgs) -> Result<Option<f64>> {
     if !args.resume {
         return Ok(Some(SUMO_TRAIN_DECISION_INTERVAL_S));
     }
-    let path = args.out.join("run.json");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let run: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    Ok(run["config"]["timing"]["decision_interval"].as_f64())
+    let run = super::checkpoint::read_run_info(&args.out)?;
+    Ok(run.config.sim.timing.decision_interval)
 }
 
 /// Runs `greenwave train`.
