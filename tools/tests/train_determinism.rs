@@ -51,6 +51,20 @@ fn same_seed_same_policy_and_resume_continues_exactly() {
             5,
             "header + 4 iterations, no duplicates after resume"
         );
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        assert_eq!(header[header.len() - 2..], ["rollout_s", "update_s"]);
+        for row in csv.lines().skip(1) {
+            let times: Vec<f64> = row
+                .split(',')
+                .rev()
+                .take(2)
+                .map(|x| x.parse().unwrap())
+                .collect();
+            assert!(
+                times.iter().all(|t| t.is_finite() && *t >= 0.0) && times[1] > 0.0,
+                "{algo:?}: rollout and update seconds in {row}"
+            );
+        }
         assert!(c.join("training.png").exists() && c.join("losses.png").exists());
         for d in [a, b, c] {
             let _ = std::fs::remove_dir_all(d);

@@ -6,6 +6,7 @@
 //! CPU by default; feature `cuda` builds candle with CUDA (never in CI).
 #![warn(missing_docs)]
 
+pub mod activation;
 pub mod discount;
 pub mod gae;
 pub mod nets;

@@ -53,6 +53,16 @@ pub fn orthogonal(rows: usize, cols: usize, gain: f32, rng: &mut StdRng) -> Vec<
     out
 }
 
+/// `y + b` on every row of `y [n, out]`, written as `y + 1ₙ bᵀ` so that the bias's
+/// gradient is a matrix product (`1ₙᵀ · grad`): candle sums a broadcast's gradient over
+/// the batch dimension element by element down a column stride, which took a third of a
+/// shared-network update over large lane batches.
+fn add_bias(y: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let n = y.dim(0)?;
+    let ones = Tensor::ones((n, 1), y.dtype(), y.device())?;
+    y + ones.matmul(&b.unsqueeze(0)?)?
+}
+
 impl MlpNet {
     /// Orthogonally initialised layers `widths[0] → … → widths[last]`: hidden gain √2,
     /// output gain `out_gain`, zero biases.
@@ -126,11 +136,9 @@ impl MlpNet {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut x = x.clone();
         for (i, (w, b)) in self.layers.iter().enumerate() {
-            x = x
-                .matmul(&w.as_tensor().t()?)?
-                .broadcast_add(b.as_tensor())?;
+            x = add_bias(&x.matmul(&w.as_tensor().t()?)?, b.as_tensor())?;
             if i + 1 < self.layers.len() {
-                x = x.tanh()?;
+                x = crate::activation::tanh(&x)?;
             }
         }
         Ok(x)
@@ -141,7 +149,7 @@ impl MlpNet {
         let Some((w, b)) = self.layers.get(i) else {
             candle_core::bail!("layer {i} of a {}-layer network", self.layers.len())
         };
-        x.matmul(&w.as_tensor().t()?)?.broadcast_add(b.as_tensor())
+        add_bias(&x.matmul(&w.as_tensor().t()?)?, b.as_tensor())
     }
 
     /// The trainable variables.

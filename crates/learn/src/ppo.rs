@@ -138,6 +138,19 @@ pub trait PolicyModel {
     /// `(logits [m, n_actions], values [m])` of normalised observations `[m, obs_dim]` of
     /// group `group`.
     fn forward_group(&self, group: usize, obs: &Tensor) -> Result<(Tensor, Tensor)>;
+    /// `(logits [m, A], values [m])` of the decisions `rows` — `(group, row)` pairs into
+    /// `batches`, whose observations are normalised — in one pass and in `rows`' order,
+    /// where `A` is the most actions of any batch (a group with fewer has its logits
+    /// padded; its mask hides the padding). `None` when the model can only go group by
+    /// group ([`PolicyModel::forward_group`]); the update then does that, with the same
+    /// result (up to float rounding) and one pass per group in each minibatch.
+    fn forward_rows(
+        &self,
+        _batches: &[PpoBatch],
+        _rows: &[(usize, usize)],
+    ) -> Option<Result<(Tensor, Tensor)>> {
+        None
+    }
 }
 
 impl PolicyModel for ActorCritic {
@@ -198,47 +211,72 @@ impl MinibatchTerms {
     }
 }
 
-/// The per-sample loss terms of the rows `local` of group `g`, with their advantages.
-fn group_terms(
-    model: &dyn PolicyModel,
-    g: usize,
-    batch: &PpoBatch,
-    local: &[usize],
-    adv: Vec<f32>,
+/// A minibatch's per-decision inputs to the loss besides the network's outputs.
+struct LossInputs {
+    mask: Tensor,
+    act: Tensor,
+    old_lp: Tensor,
+    old_v: Tensor,
+    ret: Tensor,
+    adv: Tensor,
+}
+
+impl LossInputs {
+    /// Of the decisions `rows` (`(group, row)` pairs into `batches`) with advantages `adv`,
+    /// every mask padded with "not allowed" to `n_actions` columns.
+    fn new(
+        batches: &[PpoBatch],
+        rows: &[(usize, usize)],
+        n_actions: usize,
+        adv: Vec<f32>,
+        dev: &Device,
+    ) -> Result<Self> {
+        let m = rows.len();
+        let mut mask = Vec::with_capacity(m * n_actions);
+        for &(g, i) in rows {
+            let b = &batches[g];
+            mask.extend_from_slice(&b.masks[i * b.n_actions..(i + 1) * b.n_actions]);
+            mask.resize(mask.len() + n_actions.saturating_sub(b.n_actions), 0);
+        }
+        let column = |f: fn(&PpoBatch) -> &[f32]| -> Result<Tensor> {
+            let v: Vec<f32> = rows.iter().map(|&(g, i)| f(&batches[g])[i]).collect();
+            Tensor::from_vec(v, m, dev)
+        };
+        let act: Vec<u32> = rows.iter().map(|&(g, i)| batches[g].actions[i]).collect();
+        Ok(LossInputs {
+            mask: Tensor::from_vec(mask, (m, n_actions), dev)?,
+            act: Tensor::from_vec(act, m, dev)?,
+            old_lp: column(|b| &b.old_log_probs)?,
+            old_v: column(|b| &b.old_values)?,
+            ret: column(|b| &b.returns)?,
+            adv: Tensor::from_vec(adv, m, dev)?,
+        })
+    }
+}
+
+/// The per-sample loss terms from the network's `logits` and values `v` on the decisions
+/// of `inp`.
+fn loss_terms(
+    logits: &Tensor,
+    v: &Tensor,
+    inp: &LossInputs,
     cfg: &PpoConfig,
 ) -> Result<GroupTerms> {
-    let (m, dev) = (local.len(), model.device());
-    let obs = Tensor::from_vec(
-        rows(&batch.obs, batch.obs_dim, local),
-        (m, batch.obs_dim),
-        dev,
-    )?;
-    let mask = Tensor::from_vec(
-        rows(&batch.masks, batch.n_actions, local),
-        (m, batch.n_actions),
-        dev,
-    )?;
-    let act = Tensor::from_vec(rows(&batch.actions, 1, local), m, dev)?;
-    let old_lp = Tensor::from_vec(rows(&batch.old_log_probs, 1, local), m, dev)?;
-    let old_v = Tensor::from_vec(rows(&batch.old_values, 1, local), m, dev)?;
-    let ret = Tensor::from_vec(rows(&batch.returns, 1, local), m, dev)?;
-    let adv = Tensor::from_vec(adv, m, dev)?;
-    let (logits, v) = model.forward_group(g, &obs)?;
-    let lp_all = masked_log_softmax(&logits, &mask)?;
-    let lp = gather_actions(&lp_all, &act)?;
-    let log_ratio = (&lp - &old_lp)?;
+    let lp_all = masked_log_softmax(logits, &inp.mask)?;
+    let lp = gather_actions(&lp_all, &inp.act)?;
+    let log_ratio = (&lp - &inp.old_lp)?;
     let ratio = log_ratio.exp()?;
     let eps = cfg.clip_eps as f64;
-    let pg1 = (adv.neg()? * &ratio)?;
-    let pg2 = (adv.neg()? * ratio.clamp(1.0 - eps, 1.0 + eps)?)?;
+    let pg1 = (inp.adv.neg()? * &ratio)?;
+    let pg2 = (inp.adv.neg()? * ratio.clamp(1.0 - eps, 1.0 + eps)?)?;
     let pg = pg1.maximum(&pg2)?;
     let v_loss = if cfg.clip_value {
-        let v_clip = (&old_v + (&v - &old_v)?.clamp(-eps, eps)?)?;
-        let a = (&v - &ret)?.sqr()?;
-        let b = (v_clip - &ret)?.sqr()?;
+        let v_clip = (&inp.old_v + (v - &inp.old_v)?.clamp(-eps, eps)?)?;
+        let a = (v - &inp.ret)?.sqr()?;
+        let b = (v_clip - &inp.ret)?.sqr()?;
         a.maximum(&b)?
     } else {
-        (&v - &ret)?.sqr()?
+        (v - &inp.ret)?.sqr()?
     };
     Ok(GroupTerms {
         pg,
@@ -247,6 +285,27 @@ fn group_terms(
         ratio,
         log_ratio,
     })
+}
+
+/// The per-sample loss terms of the rows `local` of group `g`, with their advantages.
+fn group_terms(
+    model: &dyn PolicyModel,
+    g: usize,
+    batches: &[PpoBatch],
+    local: &[usize],
+    adv: Vec<f32>,
+    cfg: &PpoConfig,
+) -> Result<GroupTerms> {
+    let (batch, m, dev) = (&batches[g], local.len(), model.device());
+    let obs = Tensor::from_vec(
+        rows(&batch.obs, batch.obs_dim, local),
+        (m, batch.obs_dim),
+        dev,
+    )?;
+    let owned: Vec<(usize, usize)> = local.iter().map(|&i| (g, i)).collect();
+    let inp = LossInputs::new(batches, &owned, batch.n_actions, adv, dev)?;
+    let (logits, v) = model.forward_group(g, &obs)?;
+    loss_terms(&logits, &v, &inp, cfg)
 }
 
 /// Normalises advantages to zero mean and unit standard deviation (when `m > 1`).
@@ -324,7 +383,15 @@ fn minibatch_terms(
         normalise_advantages(&mut adv_v);
     }
     let mut t = MinibatchTerms::default();
-    for (g, batch) in batches.iter().enumerate() {
+    let picked: Vec<(usize, usize)> = chunk.iter().map(|&i| owner[i]).collect();
+    if let Some(out) = model.forward_rows(batches, &picked) {
+        let (logits, v) = out?;
+        let n_actions = batches.iter().map(|b| b.n_actions).max().unwrap_or(0);
+        let inp = LossInputs::new(batches, &picked, n_actions, adv_v, model.device())?;
+        t.push(loss_terms(&logits, &v, &inp, cfg)?);
+        return Ok(t);
+    }
+    for g in 0..batches.len() {
         let (local, adv): (Vec<usize>, Vec<f32>) = chunk
             .iter()
             .zip(&adv_v)
@@ -332,7 +399,7 @@ fn minibatch_terms(
             .map(|(&i, &a)| (owner[i].1, a))
             .unzip();
         if !local.is_empty() {
-            t.push(group_terms(model, g, batch, &local, adv, cfg)?);
+            t.push(group_terms(model, g, batches, &local, adv, cfg)?);
         }
     }
     Ok(t)

@@ -33,9 +33,10 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
+use crate::activation::Tanh;
 use crate::nets::MlpNet;
 use crate::normalizer::RunningObsStats;
-use crate::ppo::PolicyModel;
+use crate::ppo::{PolicyModel, PpoBatch};
 use crate::weights::{dense_forward, ObsNormalization, PolicyWeights};
 
 /// Features each lane's encoder reads.
@@ -434,17 +435,102 @@ pub struct IncidenceTensors {
     pub inc: Tensor,
     /// `inc` row-normalised, `[P, L]`.
     pub ninc: Tensor,
+    /// The incidence itself (the packed pass builds its inputs from it).
+    pub incidence: Incidence,
+    /// `inc` row-normalised, row-major `[P][L]`, as plain data.
+    ninc_rows: Vec<f32>,
 }
 
 impl IncidenceTensors {
     /// Tensors of `inc` on `dev`.
     pub fn new(inc: &Incidence, dev: &Device) -> CResult<Self> {
         let shape = (inc.n_phases, inc.n_lanes);
+        let ninc_rows = inc.row_normalised();
         Ok(IncidenceTensors {
             layout: inc.layout(),
             inc: Tensor::from_vec(inc.matrix(), shape, dev)?,
-            ninc: Tensor::from_vec(inc.row_normalised(), shape, dev)?,
+            ninc: Tensor::from_vec(ninc_rows.clone(), shape, dev)?,
+            incidence: inc.clone(),
+            ninc_rows,
         })
+    }
+}
+
+/// A weighted sum of lane rows into output rows: output row `to[j]` gains
+/// `weight[j] · lane row from[j]`, for every entry `j`.
+#[derive(Default)]
+struct Pooling {
+    from: Vec<u32>,
+    to: Vec<u32>,
+    weight: Vec<f32>,
+}
+
+impl Pooling {
+    fn push(&mut self, from: usize, to: usize, weight: f32) {
+        self.from.push(from as u32);
+        self.to.push(to as u32);
+        self.weight.push(weight);
+    }
+
+    /// `[rows, H]`: the pooling of `lanes [n, H]` (gather, scale, scatter-add: candle
+    /// differentiates all three).
+    fn apply(self, lanes: &Tensor, rows: usize) -> CResult<Tensor> {
+        let (dev, n) = (lanes.device(), self.from.len());
+        let from = Tensor::from_vec(self.from, n, dev)?;
+        let to = Tensor::from_vec(self.to, n, dev)?;
+        let w = Tensor::from_vec(self.weight, (n, 1), dev)?;
+        let picked = lanes.index_select(&from, 0)?.broadcast_mul(&w)?;
+        Tensor::zeros((rows, lanes.dim(1)?), lanes.dtype(), dev)?.index_add(&to, &picked, 0)
+    }
+}
+
+/// The inputs of [`SharedActorCritic::forward_packed`]: every decision's lanes one after
+/// another, and the two poolings over them.
+struct PackedInputs {
+    /// Lane features `[Σ L, 6]`.
+    feats: Vec<f32>,
+    /// The actor's phase pooling into row `i · P + p` (decision `i`, phase `p`): the
+    /// row-normalised incidence.
+    phases: Pooling,
+    /// The critic's lane mean into row `i`: `1/L` on each of the decision's lanes.
+    mean: Pooling,
+}
+
+impl PackedInputs {
+    fn new(groups: &[IncidenceTensors], rows: &[(usize, &[f32])], phases: usize) -> CResult<Self> {
+        let mut p = PackedInputs {
+            feats: Vec::new(),
+            phases: Pooling::default(),
+            mean: Pooling::default(),
+        };
+        for (i, &(g, x)) in rows.iter().enumerate() {
+            let Some(group) = groups.get(g) else {
+                candle_core::bail!("group {g} of {}", groups.len())
+            };
+            let inc = &group.incidence;
+            let (l, np) = (inc.n_lanes, inc.n_phases);
+            if x.len() != inc.layout().dim() {
+                candle_core::bail!(
+                    "an observation of {} floats for layout {:?}",
+                    x.len(),
+                    inc.layout()
+                )
+            }
+            let first = p.feats.len() / LANE_FEATURES;
+            p.feats.extend(lane_features(inc, x).iter().flatten());
+            for q in 0..np {
+                for k in 0..l {
+                    let w = group.ninc_rows[q * l + k];
+                    if w != 0.0 {
+                        p.phases.push(first + k, i * phases + q, w);
+                    }
+                }
+            }
+            for k in 0..l {
+                p.mean.push(first + k, i, 1.0 / l as f32);
+            }
+        }
+        Ok(p)
     }
 }
 
@@ -515,12 +601,52 @@ impl SharedActorCritic {
         let (l, p) = (g.layout.n_lanes as usize, g.layout.n_phases as usize);
         let b = obs.dim(0)?;
         let x = Self::lane_features(g, obs)?;
-        let enc = self.actor.layer(0, &x)?.tanh()?.reshape((b, l, ()))?;
+        let enc = self.actor.layer(0, &x)?.apply(&Tanh)?.reshape((b, l, ()))?;
         let pooled = g.ninc.broadcast_matmul(&enc)?.reshape((b * p, ()))?;
-        let z = self.actor.layer(1, &pooled)?.tanh()?;
+        let z = self.actor.layer(1, &pooled)?.apply(&Tanh)?;
         let logits = self.actor.layer(2, &z)?.reshape((b, p))?;
-        let venc = self.critic.layer(0, &x)?.tanh()?.reshape((b, l, ()))?;
-        let vz = self.critic.layer(1, &venc.mean(1)?)?.tanh()?;
+        let venc = self
+            .critic
+            .layer(0, &x)?
+            .apply(&Tanh)?
+            .reshape((b, l, ()))?;
+        let vz = self.critic.layer(1, &venc.mean(1)?)?.apply(&Tanh)?;
+        let values = self.critic.layer(2, &vz)?.squeeze(D::Minus1)?;
+        Ok((logits, values))
+    }
+}
+
+impl SharedActorCritic {
+    /// `(logits [m, P], values [m])` of normalised observations of junctions of several
+    /// layouts at once (`rows[i]` = `(group, observation)`), where `P` is the most phases
+    /// of any of `groups` (the logits of a junction with fewer are padded with its head's
+    /// bias, for the action mask to hide). Every decision's lanes are encoded once, packed
+    /// one after another; the phase pooling and the critic's lane mean gather from them.
+    /// Equals [`SharedActorCritic::forward`] group by group (up to float rounding), in one
+    /// pass whatever the number of layouts.
+    pub fn forward_packed(
+        &self,
+        groups: &[IncidenceTensors],
+        rows: &[(usize, &[f32])],
+    ) -> CResult<(Tensor, Tensor)> {
+        let m = rows.len();
+        let phases = groups
+            .iter()
+            .map(|g| g.incidence.n_phases)
+            .max()
+            .unwrap_or(0);
+        let p = PackedInputs::new(groups, rows, phases)?;
+        let n = p.feats.len() / LANE_FEATURES;
+        let x = Tensor::from_vec(p.feats, (n, LANE_FEATURES), &self.device)?;
+        let enc = self.actor.layer(0, &x)?.apply(&Tanh)?;
+        let pooled = p.phases.apply(&enc, m * phases)?;
+        let z = self.actor.layer(1, &pooled)?.apply(&Tanh)?;
+        let logits = self.actor.layer(2, &z)?.reshape((m, phases))?;
+        let venc = self.critic.layer(0, &x)?.apply(&Tanh)?;
+        let vz = self
+            .critic
+            .layer(1, &p.mean.apply(&venc, m)?)?
+            .apply(&Tanh)?;
         let values = self.critic.layer(2, &vz)?.squeeze(D::Minus1)?;
         Ok((logits, values))
     }
@@ -550,6 +676,26 @@ impl PolicyModel for SharedGroups<'_> {
             candle_core::bail!("group {group} of {}", self.groups.len())
         };
         self.net.forward(g, obs)
+    }
+
+    fn forward_rows(
+        &self,
+        batches: &[PpoBatch],
+        rows: &[(usize, usize)],
+    ) -> Option<CResult<(Tensor, Tensor)>> {
+        let obs: Option<Vec<(usize, &[f32])>> = rows
+            .iter()
+            .map(|&(g, i)| {
+                let b = batches.get(g)?;
+                Some((g, b.obs.get(i * b.obs_dim..(i + 1) * b.obs_dim)?))
+            })
+            .collect();
+        Some(match obs {
+            Some(obs) => self.net.forward_packed(&self.groups, &obs),
+            None => Err(candle_core::Error::Msg(
+                "a minibatch row outside its group's batch".into(),
+            )),
+        })
     }
 }
 

@@ -426,7 +426,7 @@ pub fn load_policy(run: &Path) -> Result<(PolicyWeights, RunInfo, PolicyInfo)> {
     }
 }
 
-const CSV_HEADER: &str = "iteration,env_steps,wall_s,steps_per_s,episodes,episode_delay_s,episode_return,learning_rate,policy_loss,value_loss,entropy,approx_kl,clip_frac";
+const CSV_HEADER: &str = "iteration,env_steps,wall_s,steps_per_s,episodes,episode_delay_s,episode_return,learning_rate,policy_loss,value_loss,entropy,approx_kl,clip_frac,rollout_s,update_s";
 
 /// Opens `metrics.csv`: fresh, or (on resume) keeping only rows up to `iteration`.
 pub fn open_csv(path: &Path, resume: bool, iteration: u64) -> Result<BufWriter<File>> {
@@ -457,7 +457,7 @@ pub fn open_csv(path: &Path, resume: bool, iteration: u64) -> Result<BufWriter<F
 pub fn write_csv_row(w: &mut BufWriter<File>, r: &IterationRow) -> Result<()> {
     writeln!(
         w,
-        "{},{},{:.3},{:.1},{},{:.4},{:.4},{:.6e},{:.6},{:.6},{:.6},{:.6},{:.6}",
+        "{},{},{:.3},{:.1},{},{:.4},{:.4},{:.6e},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3}",
         r.iteration,
         r.env_steps,
         r.wall_s,
@@ -470,7 +470,9 @@ pub fn write_csv_row(w: &mut BufWriter<File>, r: &IterationRow) -> Result<()> {
         r.value_loss,
         r.entropy,
         r.approx_kl,
-        r.clip_frac
+        r.clip_frac,
+        r.rollout_s,
+        r.update_s
     )?;
     w.flush()?;
     Ok(())

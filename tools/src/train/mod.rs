@@ -184,6 +184,12 @@ pub struct IterationRow {
     pub approx_kl: f32,
     /// Clip fraction (PPO; NaN off-policy).
     pub clip_frac: f32,
+    /// Wall seconds of this iteration's rollout (the simulators and the policy acting).
+    #[serde(default)]
+    pub rollout_s: f64,
+    /// Wall seconds of this iteration's update (the learner alone).
+    #[serde(default)]
+    pub update_s: f64,
 }
 
 /// What a finished run reports.
@@ -907,6 +913,7 @@ fn iteration<E: Env + Send>(
     };
     let (trajs, finished) = collect_parallel(slots, &spec, it, cfg.threads, cfg.pipelined)?;
     let steps: u64 = trajs.iter().map(|t| t.actions.len() as u64).sum();
+    let rollout_s = it_start.elapsed().as_secs_f64();
     let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed ^ it.wrapping_mul(0x9e37_79b9));
     let mut row = match cfg.algo {
         Algo::Ppo => ppo_iteration(learner, ctx, &trajs, frac_left, &mut rng)?,
@@ -919,6 +926,8 @@ fn iteration<E: Env + Send>(
     for (e, slot) in learner.slot_episodes.iter_mut().zip(slots.iter()) {
         *e = slot.episodes;
     }
+    row.rollout_s = rollout_s;
+    row.update_s = it_start.elapsed().as_secs_f64() - rollout_s;
     row.iteration = it + 1;
     row.env_steps = learner.env_steps;
     row.wall_s = start.elapsed().as_secs_f64();

@@ -1,4 +1,5 @@
 use super::*;
+use crate::ppo::PolicyModel;
 use proptest::prelude::*;
 use rand::Rng;
 
@@ -222,4 +223,162 @@ fn compiled_critic_has_the_actors_hidden_widths() {
         random_layer(3, 1, &mut StdRng::seed_from_u64(3)),
     ];
     assert!(matches!(specialize(&bad, &inc), Err(SharedError::Shape(_))));
+}
+
+/// Three junction layouts (different lane and phase counts) and the shared network over
+/// them, with every parameter random.
+fn three_layouts(rng: &mut StdRng) -> (SharedWeights, SharedActorCritic, Vec<Incidence>) {
+    let shared = random_shared(8, 5, 21);
+    let net = SharedActorCritic::new(&[8, 5], 0, &Device::Cpu).unwrap();
+    net.actor.set_dense(&shared.actor).unwrap();
+    net.critic.set_dense(&shared.critic).unwrap();
+    let incs = [(12, 4), (6, 3), (16, 2)]
+        .iter()
+        .map(|&(lanes, phases)| random_incidence(phases, lanes, rng))
+        .collect();
+    (shared, net, incs)
+}
+
+#[test]
+fn the_packed_pass_equals_the_plain_forward_on_mixed_layouts() {
+    let mut rng = StdRng::seed_from_u64(22);
+    let (shared, net, incs) = three_layouts(&mut rng);
+    let groups: Vec<IncidenceTensors> = incs
+        .iter()
+        .map(|i| IncidenceTensors::new(i, &Device::Cpu).unwrap())
+        .collect();
+    // Interleaved rows of every layout, normalised as the update sees them.
+    let rows: Vec<(usize, Vec<f32>)> = (0..11)
+        .map(|i| {
+            let g = (i * 7) % incs.len();
+            let layout = incs[g].layout();
+            let raw = random_obs(layout, &mut rng);
+            let mut x = vec![0.0; raw.len()];
+            shared.norm.for_layout(layout).apply(&raw, &mut x);
+            (g, x)
+        })
+        .collect();
+    let borrowed: Vec<(usize, &[f32])> = rows.iter().map(|(g, x)| (*g, &x[..])).collect();
+    let (logits, values) = net.forward_packed(&groups, &borrowed).unwrap();
+    let logits: Vec<Vec<f32>> = logits.to_vec2().unwrap();
+    let values: Vec<f32> = values.to_vec1().unwrap();
+    assert_eq!(logits[0].len(), 4, "padded to the most phases");
+    for (i, (g, x)) in rows.iter().enumerate() {
+        let (l, v) = shared.forward_normalised(&incs[*g], x);
+        assert_close(&logits[i][..l.len()], &l, "packed logits");
+        assert_close(&[values[i]], &[v], "packed value");
+    }
+}
+
+/// [`SharedGroups`] without its one-pass forward: the update goes group by group.
+struct GroupByGroup<'a>(SharedGroups<'a>);
+
+impl PolicyModel for GroupByGroup<'_> {
+    fn vars(&self) -> Vec<Var> {
+        self.0.vars()
+    }
+
+    fn device(&self) -> &Device {
+        self.0.device()
+    }
+
+    fn forward_group(&self, group: usize, obs: &Tensor) -> CResult<(Tensor, Tensor)> {
+        self.0.forward_group(group, obs)
+    }
+}
+
+/// A PPO batch of `n` random decisions of a junction with incidence `inc`.
+fn random_batch(inc: &Incidence, n: usize, rng: &mut StdRng) -> PpoBatch {
+    let (layout, p) = (inc.layout(), inc.n_phases());
+    let mut b = PpoBatch {
+        obs_dim: layout.dim(),
+        n_actions: p,
+        ..Default::default()
+    };
+    for _ in 0..n {
+        b.obs.extend(random_obs(layout, rng));
+        let allowed: Vec<u8> = (0..p).map(|_| rng.random_bool(0.7) as u8).collect();
+        let a = allowed.iter().position(|&m| m == 1).unwrap_or(0);
+        b.masks.extend(
+            allowed
+                .iter()
+                .enumerate()
+                .map(|(q, &m)| m.max((q == a) as u8)),
+        );
+        b.actions.push(a as u32);
+        b.old_log_probs.push(rng.random_range(-2.0..-0.1));
+        b.old_values.push(rng.random_range(-1.0..1.0));
+        let adv = rng.random_range(-1.0..1.0);
+        b.advantages.push(adv);
+        b.returns.push(adv + b.old_values.last().unwrap());
+    }
+    b
+}
+
+#[test]
+fn an_update_over_mixed_layouts_is_the_same_packed_or_group_by_group() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let (_, _, incs) = three_layouts(&mut rng);
+    let batches: Vec<PpoBatch> = incs.iter().map(|i| random_batch(i, 40, &mut rng)).collect();
+    let cfg = crate::ppo::PpoConfig {
+        epochs: 3,
+        minibatch: 16,
+        ..Default::default()
+    };
+    let train = |packed: bool| -> (Vec<DenseLayer>, Vec<DenseLayer>, crate::ppo::UpdateStats) {
+        let net = SharedActorCritic::new(&[8, 5], 9, &Device::Cpu).unwrap();
+        let model = SharedGroups {
+            net: &net,
+            groups: incs
+                .iter()
+                .map(|i| IncidenceTensors::new(i, &Device::Cpu).unwrap())
+                .collect(),
+        };
+        let mut opt = crate::nets::Adam::new(model.vars(), 1e-5).unwrap();
+        let mut shuffle = StdRng::seed_from_u64(5);
+        let st = if packed {
+            crate::ppo::update_groups(&model, &mut opt, &batches, &cfg, 1e-2, &mut shuffle)
+        } else {
+            let model = GroupByGroup(model);
+            crate::ppo::update_groups(&model, &mut opt, &batches, &cfg, 1e-2, &mut shuffle)
+        }
+        .unwrap();
+        (
+            net.actor.to_dense().unwrap(),
+            net.critic.to_dense().unwrap(),
+            st,
+        )
+    };
+    let (pa, pc, ps) = train(true);
+    let (ga, gc, gs) = train(false);
+    assert_eq!(ps.minibatches, gs.minibatches);
+    assert!(
+        (ps.policy_loss - gs.policy_loss).abs() < 1e-4,
+        "{ps:?} vs {gs:?}"
+    );
+    assert!(
+        (ps.value_loss - gs.value_loss).abs() < 1e-4,
+        "{ps:?} vs {gs:?}"
+    );
+    let init = SharedActorCritic::new(&[8, 5], 9, &Device::Cpu).unwrap();
+    let before = init.actor.to_dense().unwrap();
+    // Adam divides each step by the gradient's running spread, so a parameter whose true
+    // gradient is 0 (the actor head's bias: softmax ignores a shift of every logit) moves
+    // by rounding noise, differently on each path; 24 steps at 1e-2 move parameters by
+    // up to about 0.2, so 2e-4 still tells a wrong pass from a reordered sum.
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() <= 2e-4, "{what}: {a:?} vs {b:?}");
+        }
+    };
+    for (a, b) in pa.iter().chain(&pc).zip(ga.iter().chain(&gc)) {
+        close(&a.weights, &b.weights, "weights after the update");
+        close(&a.bias, &b.bias, "biases after the update");
+    }
+    // The update moved the parameters (the comparison is not between two no-ops).
+    assert!(pa[0]
+        .weights
+        .iter()
+        .zip(&before[0].weights)
+        .any(|(x, y)| (x - y).abs() > 1e-3));
 }
