@@ -30,7 +30,9 @@ pub mod sequencer;
 pub mod transition;
 pub mod units;
 
-pub use control::{ActuatedSignal, CycleStage, FixedCycle, FixedCycleError, MovementDetector};
+pub use control::{
+    ActuatedSignal, CycleStage, FixedCycle, FixedCycleError, MaxRed, MovementDetector,
+};
 pub use observation::{LaneReading, ObsError, ObsLayout};
 pub use plan::{
     ConflictMatrix, Movement, MovementId, MovementSet, Phase, PhaseId, PhasePlan, PhaseTiming,

@@ -4,6 +4,8 @@
 //!
 //! * [`FixedCycle`]: fixed-time control, each stage's phase green for its time, in order.
 //! * [`ActuatedSignal`]: vehicle-actuated gap-out / max-out on per-movement detectors.
+//! * [`MaxRed`]: the starvation bound — a phase with a call waits at most `max_red` for
+//!   green — for max-pressure control and for every learned policy.
 //! * [`MovementDetector`]: what a detector tells a controller about one movement.
 //!
 //! Each rule only *requests* phases; the [`Sequencer`](crate::Sequencer) still enforces
@@ -13,9 +15,11 @@
 
 mod actuated;
 mod fixed_time;
+mod max_red;
 
 pub use actuated::ActuatedSignal;
 pub use fixed_time::{CycleStage, FixedCycle, FixedCycleError, MAX_STAGES};
+pub use max_red::{phases_with_calls, MaxRed, DEFAULT_MAX_RED};
 
 use serde::{Deserialize, Serialize};
 

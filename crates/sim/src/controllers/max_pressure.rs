@@ -1,5 +1,6 @@
 //! Max-pressure control (Varaiya, 2013), with the lost time of a switch accounted for.
 
+use greenwave_core::control::{phases_with_calls, MaxRed, DEFAULT_MAX_RED};
 use greenwave_core::{Millis, PhaseId};
 
 use super::{decide_switchable, Controller};
@@ -32,41 +33,22 @@ use crate::env::{Env, MovementDetector};
 /// major one keeps more pressure; on real networks the starved approaches back up into the
 /// junctions upstream and to the network's entries. So a phase with demand (a queue or a
 /// call on a movement it serves) that has not been green for `max_red` is served next,
-/// the longest-waiting first: the maximum-red bound of cyclic max-pressure variants
-/// (Levin, Hu & Odell 2020, "Max-pressure signal control with cyclical phase structure").
+/// the longest-waiting first: greenwave-core's [`MaxRed`] rule, which every learned policy
+/// runs under too.
 #[derive(Clone, Debug)]
 pub struct MaxPressure {
     /// Longest a phase with demand is kept from green.
     pub max_red: Millis,
-    /// Per signal and phase: when it was last green (env time, [`Env::now`]).
-    last_green: Vec<Vec<Millis>>,
+    /// Per signal: the max-red rule (when each phase was last green, env time).
+    rules: Vec<MaxRed>,
 }
-
-/// Default of [`MaxPressure::max_red`]: two minutes, the usual ceiling of a cycle (and of
-/// a pedestrian's wait) in signal timing practice.
-pub const DEFAULT_MAX_RED: Millis = Millis::from_secs(120);
 
 impl Default for MaxPressure {
     fn default() -> Self {
         MaxPressure {
             max_red: DEFAULT_MAX_RED,
-            last_green: Vec::new(),
+            rules: Vec::new(),
         }
-    }
-}
-
-impl MaxPressure {
-    /// The phase of signal `i` starved longest past `max_red` that has demand, if any.
-    fn starved(
-        &self,
-        i: usize,
-        now: Millis,
-        candidates: impl Iterator<Item = usize>,
-    ) -> Option<usize> {
-        let last = self.last_green.get(i)?;
-        candidates
-            .filter(|&q| now.saturating_sub(last.get(q).copied().unwrap_or(now)) >= self.max_red)
-            .min_by_key(|&q| last[q])
     }
 }
 
@@ -105,25 +87,17 @@ impl Controller for MaxPressure {
 
     fn reset(&mut self, env: &dyn Env) {
         let now = env.now();
-        self.last_green = env
-            .signals()
-            .iter()
-            .map(|s| vec![now; s.plan.n_phases()])
-            .collect();
+        self.rules = vec![MaxRed::new(self.max_red, now); env.signals().len()];
     }
 
     fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
         let decision_s = (f64::from(env.decision_interval().0) / 1000.0).max(1.0) as f32;
         let now = env.now();
-        if self.last_green.len() != env.signals().len() {
+        if self.rules.len() != env.signals().len() {
             self.reset(env);
         }
-        for (i, last) in self.last_green.iter_mut().enumerate() {
-            if let Some(p) = env.sequencer(i).green_phase() {
-                if let Some(t) = last.get_mut(p.0 as usize) {
-                    *t = now;
-                }
-            }
+        for (i, rule) in self.rules.iter_mut().enumerate() {
+            rule.note(env.sequencer(i), now);
         }
         let this = &*self;
         decide_switchable(env, |i, seq, phase, detectors| {
@@ -137,18 +111,9 @@ impl Controller for MaxPressure {
                     .map(pressure)
                     .sum()
             };
-            let has_demand = |q: usize| {
-                plan.phases()[q]
-                    .movements
-                    .iter()
-                    .filter_map(|m| detectors.get(m.0 as usize))
-                    .any(MovementDetector::calls)
-            };
-            let waiting = (0..plan.n_phases()).filter(|&q| {
-                q != phase.0 as usize && mask.allows(PhaseId(q as u8)) && has_demand(q)
-            });
-            if let Some(q) = this.starved(i, now, waiting) {
-                return q as u8;
+            let calls = phases_with_calls(plan, detectors);
+            if let Some(q) = this.rules[i].starved(seq, mask, calls, now) {
+                return q.0;
             }
             let current = plan.phases()[phase.0 as usize].timing;
             let lost_s = (current.yellow.0 + current.all_red.0) as f32 / 1000.0;
