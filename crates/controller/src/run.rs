@@ -148,6 +148,10 @@ pub struct RunArgs {
     /// Fault-free seconds before a signal returns from its fallback to the policy.
     #[arg(long, default_value_t = 60)]
     healthy_s: u32,
+    /// Longest (s) a phase whose detectors call is kept from green while the policy acts;
+    /// then it is served next (the max-red rule, as in training and `greenwave eval`).
+    #[arg(long, default_value_t = greenwave_core::control::DEFAULT_MAX_RED.0 / 1000)]
+    max_red_s: u32,
     /// Log fsync policy: record, records:N or ms:T.
     #[arg(long, default_value = "ms:1000")]
     fsync: SyncPolicy,
@@ -517,6 +521,7 @@ fn controller_config(args: &RunArgs, interval: Millis) -> ControllerConfig {
     cfg.realtime = args.realtime;
     cfg.inference_budget = Duration::from_secs_f64(args.inference_budget_ms.max(0.0) / 1000.0);
     cfg.healthy_period = Millis::from_secs(args.healthy_s);
+    cfg.max_red = Millis::from_secs(args.max_red_s);
     cfg
 }
 
@@ -576,8 +581,8 @@ fn print_report(r: &RunReport) {
         ),
     }
     println!(
-        "fallback switches {}, returns to policy {}, supervisor overrides {}",
-        r.fallback_switches, r.policy_returns, r.supervisor_overrides
+        "fallback switches {}, returns to policy {}, supervisor overrides {} ({} by the max-red rule)",
+        r.fallback_switches, r.policy_returns, r.supervisor_overrides, r.controller.max_red_overrides
     );
     println!(
         "transitions logged {} (committed {}), inference p50 {:.0} µs p99 {:.0} µs, peak RSS {} KiB",

@@ -8,37 +8,15 @@
 
 mod common;
 
+use common::AlwaysFirstPhase;
 use std::path::Path;
 
 use greenwave_core::{Millis, ObsLayout};
 use greenwave_runtime::controller::{
     Controller, ControllerConfig, Fallback, FallbackKind, Policy, RollbackEvent, SimField,
 };
-use greenwave_runtime::inference::{
-    load_backend, BackendKind, Explorer, InferenceError, PolicyBackend,
-};
+use greenwave_runtime::inference::{load_backend, BackendKind, Explorer, PolicyBackend};
 use greenwave_sim::EmbeddedEnv;
-
-/// A broken policy: always asks for phase 0 (the supervisor still cycles the others at
-/// max green).
-struct AlwaysFirstPhase {
-    n: usize,
-}
-
-impl PolicyBackend for AlwaysFirstPhase {
-    fn name(&self) -> &'static str {
-        "always-phase-0"
-    }
-
-    fn infer(&mut self, _obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError> {
-        logits
-            .iter_mut()
-            .take(self.n)
-            .enumerate()
-            .for_each(|(i, z)| *z = -(i as f32));
-        Ok(0.0)
-    }
-}
 
 fn trained(version: u32, n: &ObsLayout) -> Policy {
     let model =

@@ -19,6 +19,7 @@ mod watchdog;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use greenwave_core::control::{phases_with_calls, MaxRed, DEFAULT_MAX_RED};
 use greenwave_core::sequencer::{Segment, SequencerError};
 use greenwave_core::transition::MAX_OBS_DIM;
 use greenwave_core::{
@@ -67,6 +68,9 @@ pub struct ControllerConfig {
     pub realtime: bool,
     /// The automatic rollback of a switched-in policy on a live KPI regression.
     pub rollback: RollbackConfig,
+    /// Longest a phase with a detector call is kept from green while the policy acts
+    /// (greenwave-core's max-red rule, as in training and `greenwave eval`).
+    pub max_red: Millis,
 }
 
 impl ControllerConfig {
@@ -79,6 +83,7 @@ impl ControllerConfig {
             healthy_period: Millis::from_secs(60),
             realtime: false,
             rollback: RollbackConfig::default(),
+            max_red: DEFAULT_MAX_RED,
         }
     }
 }
@@ -157,8 +162,11 @@ pub struct ControllerStats {
     /// Policy decisions chosen by the exploratory branch.
     pub explored_decisions: u64,
     /// Policy requests the supervisor did not serve as asked (min green, clearance,
-    /// max-green forcing).
+    /// max-green forcing, the max-red rule).
     pub supervisor_overrides: u64,
+    /// Of those, the policy decisions the max-red rule replaced: a phase with a call had
+    /// waited `max_red` (see [`ControllerConfig::max_red`]).
+    pub max_red_overrides: u64,
     /// Watchdog switches and faults.
     pub watchdog: WatchdogCounts,
     /// Transitions appended to the log.
@@ -201,6 +209,8 @@ pub struct Controller {
     cfg: ControllerConfig,
     signals: Vec<SignalSpec>,
     seqs: Vec<Sequencer>,
+    /// Per signal: the max-red rule's record of when each phase was last green.
+    max_red: Vec<MaxRed>,
     policy: Result<Policy, String>,
     previous: Option<Policy>,
     watch: rollback::RegressionWatch,
@@ -281,6 +291,7 @@ impl Controller {
         let n = signals.len();
         let max_phases = signals.iter().map(|s| s.plan.n_phases()).max().unwrap_or(0);
         Ok(Controller {
+            max_red: vec![MaxRed::new(cfg.max_red, Millis(0)); n],
             watchdog: Watchdog::new(n, cfg.healthy_period.0 as u64),
             pending: vec![None; n],
             lanes: signals
@@ -424,6 +435,25 @@ impl Controller {
             })
     }
 
+    /// Notes signal `i`'s green at this decision (ms since start `now`) and returns the
+    /// phase the max-red rule makes it serve, if any: a phase whose movements' detectors
+    /// call and that has waited `max_red`. A field without per-movement detectors has no
+    /// calls, so nothing is forced there.
+    fn max_red_phase(
+        &mut self,
+        i: usize,
+        now: u64,
+        field: &(impl Field + ?Sized),
+    ) -> Option<PhaseId> {
+        // The rule compares times modulo 2³² ms, so the uptime may wrap.
+        let now = Millis(now as u32);
+        let seq = &self.seqs[i];
+        self.max_red[i].note(seq, now);
+        let detectors = field.movement_detectors(i)?;
+        let calls = phases_with_calls(seq.plan(), &detectors);
+        self.max_red[i].starved(seq, seq.action_mask(), calls, now)
+    }
+
     /// Runs the policy on `self.obs[i]`; returns the chosen phase and its log-prob.
     fn infer(&mut self, i: usize) -> Result<(u8, f32, bool), Fault> {
         let n = self.signals[i].plan.n_phases();
@@ -542,11 +572,24 @@ impl Controller {
             Ok(_) => None,
         };
         let mode = self.watchdog.update(i, now, report);
+        let starved = self.max_red_phase(i, now, &*field);
+        // The phase asked of the sequencer: the decision's, or the one the max-red rule
+        // forces over a policy's choice (the record keeps the policy's request, whose
+        // log-prob it carries, and says the supervisor overrode it).
+        let mut asked = None;
         let (requested, log_prob, source) = match (mode, decision) {
             (Mode::Policy, Ok((phase, log_prob, explored))) => {
                 self.stats.policy_decisions += 1;
                 self.stats.explored_decisions += explored as u64;
-                (phase, log_prob, ActionSource::Policy)
+                match starved {
+                    Some(q) if q.0 != phase => {
+                        self.stats.max_red_overrides += 1;
+                        self.stats.supervisor_overrides += 1;
+                        asked = Some(q.0);
+                        (phase, log_prob, ActionSource::Supervisor)
+                    }
+                    _ => (phase, log_prob, ActionSource::Policy),
+                }
             }
             _ => {
                 self.stats.fallback_decisions += 1;
@@ -557,9 +600,10 @@ impl Controller {
             }
         };
         self.stats.decisions += 1;
-        let response = self.seqs[i].request(requested);
+        let asked = asked.unwrap_or(requested);
+        let response = self.seqs[i].request(asked);
         field
-            .request(i, requested, &response)
+            .request(i, asked, &response)
             .map_err(ControllerError::Sink)?;
         let source = match (source, response.overridden) {
             (ActionSource::Policy, Some(_)) => {

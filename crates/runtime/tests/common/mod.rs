@@ -396,3 +396,24 @@ pub fn log_record(seq: u64) -> greenwave_core::Transition {
         reward_kind: Some(greenwave_core::RewardKind::WaitDelta),
     }
 }
+
+/// A broken (stubborn) policy: always asks for phase 0, whatever it sees. The supervisor
+/// still cycles the others at max green, and the max-red rule serves the ones that call.
+pub struct AlwaysFirstPhase {
+    pub n: usize,
+}
+
+impl PolicyBackend for AlwaysFirstPhase {
+    fn name(&self) -> &'static str {
+        "always-phase-0"
+    }
+
+    fn infer(&mut self, _obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError> {
+        logits
+            .iter_mut()
+            .take(self.n)
+            .enumerate()
+            .for_each(|(i, z)| *z = -(i as f32));
+        Ok(0.0)
+    }
+}
