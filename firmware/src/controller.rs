@@ -17,6 +17,7 @@
 
 use embedded_hal::digital::{InputPin, OutputPin};
 use embedded_io::Write;
+use greenwave_core::control::{phases_with_calls, MaxRed, DEFAULT_MAX_RED};
 use greenwave_core::plan::MAX_PHASES;
 use greenwave_core::sequencer::SequencerError;
 use greenwave_core::{
@@ -154,6 +155,8 @@ pub struct Controller<
     policy: Result<Policy<'b>, FallbackReason>,
     fixed: FixedCycle,
     actuated: Option<ActuatedSignal>,
+    /// The max-red rule over the policy's decisions.
+    max_red: MaxRed,
     monitor: ConflictMonitor,
     mode: Mode,
     mode_since_ms: u64,
@@ -252,6 +255,7 @@ where
             policy,
             fixed,
             actuated: None,
+            max_red: MaxRed::new(DEFAULT_MAX_RED, Millis(0)),
             monitor: ConflictMonitor::new(card),
             mode: Mode::StartupAllRed,
             mode_since_ms: 0,
@@ -276,6 +280,14 @@ where
     /// spill-back.
     pub fn with_actuated(mut self, rule: ActuatedSignal) -> Self {
         self.actuated = Some(rule);
+        self
+    }
+
+    /// Sets how long a phase whose movements call may be kept from green while the policy
+    /// acts (greenwave-core's max-red rule, as in training; default
+    /// [`DEFAULT_MAX_RED`]). Calls come from the stop-bar loops, as for actuated control.
+    pub fn with_max_red(mut self, max_red: Millis) -> Self {
+        self.max_red = MaxRed::new(max_red, Millis(0));
         self
     }
 
@@ -472,11 +484,28 @@ where
             Some((c, _)) => (c.phase, c.log_prob, true),
             None => (self.fallback_decide(now, trusted), 0.0, false),
         };
-        let response = self.seq.request(requested);
-        let source = match (from_policy, response.overridden) {
-            (false, _) => ActionSource::Fallback,
-            (true, None) => ActionSource::Policy,
-            (true, Some(_)) => ActionSource::Supervisor,
+        // The max-red rule: a phase with a call kept from green too long is served next,
+        // whatever the policy chose (the uptime may wrap: the rule compares modulo 2³² ms).
+        let at = Millis(now as u32);
+        self.max_red.note(&self.seq, at);
+        let forced = match from_policy {
+            true => {
+                let calls = phases_with_calls(self.seq.plan(), &self.movement_detectors(now));
+                self.max_red.starved(&self.seq, mask, calls, at)
+            }
+            false => None,
+        };
+        // The record keeps the policy's request (its log-prob is of that); the served phase
+        // and the source say the supervisor overrode it.
+        let (asked, max_red_forced) = match forced {
+            Some(q) if q.0 != requested => (q.0, true),
+            _ => (requested, false),
+        };
+        let response = self.seq.request(asked);
+        let source = match (from_policy, response.overridden, max_red_forced) {
+            (false, _, _) => ActionSource::Fallback,
+            (true, None, false) => ActionSource::Policy,
+            (true, _, _) => ActionSource::Supervisor,
         };
         let served = response.next_green.0;
         self.pending = Some(FieldTransition {

@@ -155,18 +155,7 @@ fn policy_cycles_and_logged_transitions() {
         let field = Shared::default();
         let mut ctl = cabinet(&field, Some(&bytes));
         assert_eq!(ctl.policy_status(), Ok(1));
-        let mut traffic = Traffic::new(12, 0.08, 3);
-        let mut run = Run::default();
-        run_for(
-            &mut ctl,
-            &field,
-            Some(&mut traffic),
-            600_000,
-            &mut || 10,
-            &mut run,
-        );
-        assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
-        check_timeline(&plan(), &run.timeline, 10);
+        let run = run_in_traffic(&mut ctl, &field, 600_000);
         // Decisions at 3 s, 8 s, ...: one every 5 s after the start-up all-red.
         assert_eq!(run.decisions.len(), 120);
         assert!(run.decisions.windows(2).all(|w| w[1].0 - w[0].0 == 5000));
@@ -354,4 +343,41 @@ fn bad_configuration_is_refused_with_the_field_named() {
             ..
         }))
     ));
+}
+
+/// A policy that only ever asks for phase 0 still lets every phase whose stop-bar loops
+/// call show green: the max-red rule (as in training and on the host controller) serves
+/// a phase with a call kept from green for `max_red`, and logs the decision it overrules
+/// as the supervisor's with the policy's request kept.
+#[test]
+fn the_max_red_rule_serves_phases_a_policy_never_asks_for() {
+    let mut stubborn = synthetic_mlp(plan().hash(), layout(), 64, 7);
+    let head = stubborn.layers.last_mut().unwrap();
+    head.weights.fill(0.0);
+    head.bias = vec![1.0, 0.0, -1.0, -2.0];
+    let bytes = stubborn.to_blob(false).unwrap();
+    let served = |max_red: Millis| {
+        let field = Shared::default();
+        let mut ctl = cabinet(&field, Some(&bytes)).with_max_red(max_red);
+        let run = run_in_traffic(&mut ctl, &field, 1_200_000);
+        run.decisions
+    };
+    // As good as off: max green only ever forces the next phase, so phases 2 and 3 wait.
+    let off = served(Millis(u32::MAX));
+    assert!(
+        off.iter().all(|(_, d)| d.served <= 1),
+        "phases 2 and 3 never served"
+    );
+    let on = served(Millis::from_secs(120));
+    for phase in 0..4 {
+        assert!(
+            on.iter().any(|(_, d)| d.served == phase),
+            "phase {phase} is served"
+        );
+    }
+    // The decisions that started those greens: the policy asked for phase 0, the
+    // supervisor served the phase kept waiting.
+    assert!(on
+        .iter()
+        .any(|(_, d)| d.requested == 0 && d.served >= 2 && d.source == ActionSource::Supervisor));
 }

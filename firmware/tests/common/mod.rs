@@ -502,3 +502,27 @@ pub fn run_for(
         ctl.drain_transitions(&mut out.serial, 4).unwrap();
     }
 }
+
+/// Runs `ctl` for `duration_ms` in steady traffic on its 12 lanes (8 % arrival chance per
+/// lane and poll, seed 3), polled every 10 ms; checks it stayed running and that every
+/// stretch of display kept the plan's timing. Returns what the run recorded.
+pub fn run_in_traffic(ctl: &mut Cabinet, field: &Shared, duration_ms: u32) -> Run {
+    let mut traffic = Traffic::new(12, 0.08, 3);
+    let mut run = Run::default();
+    run_for(
+        ctl,
+        field,
+        Some(&mut traffic),
+        duration_ms,
+        &mut || 10,
+        &mut run,
+    );
+    assert_eq!(
+        ctl.mode(),
+        greenwave_firmware::Mode::Running,
+        "{:?}",
+        ctl.fault()
+    );
+    check_timeline(&plan(), &run.timeline, 10);
+    run
+}
