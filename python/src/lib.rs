@@ -17,6 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use args::spec_from_kwargs;
+use greenwave_sim::PolicyMasks;
 use spec::{BoxEnv, EnvSpec};
 pub use vector::NativeVecEnv;
 
@@ -26,12 +27,20 @@ pub struct NativeEnv {
     /// Behind a mutex so the class is `Sync` (Python may touch it from any thread); the
     /// GIL already serialises calls, so it is never contended.
     env: Mutex<BoxEnv>,
+    /// The policy's masks under the max-red rule, noted at every decision.
+    masks: Mutex<PolicyMasks>,
     spec: EnvSpec,
 }
 
 impl NativeEnv {
     fn env(&self) -> PyResult<MutexGuard<'_, BoxEnv>> {
         self.env
+            .lock()
+            .map_err(|_| runtime_err("the environment failed in an earlier call (a panic)"))
+    }
+
+    fn masks(&self) -> PyResult<MutexGuard<'_, PolicyMasks>> {
+        self.masks
             .lock()
             .map_err(|_| runtime_err("the environment failed in an earlier call (a panic)"))
     }
@@ -81,9 +90,10 @@ fn observe(env: &dyn greenwave_sim::Env, i: usize) -> Result<Vec<f32>, String> {
     Ok(buf)
 }
 
-/// Which phases signal `i` may request now (the sequencer's action mask).
-fn mask(env: &dyn greenwave_sim::Env, i: usize) -> Vec<bool> {
-    let m = env.action_mask(i);
+/// Which phases signal `i` may request now: the sequencer's action mask under the max-red
+/// rule (`masks`, noted at this decision), as in `greenwave train`.
+fn mask(env: &dyn greenwave_sim::Env, masks: &PolicyMasks, i: usize) -> Vec<bool> {
+    let m = masks.mask(env, i);
     (0..env.signals()[i].plan.n_phases())
         .map(|p| m.allows(greenwave_core::PhaseId(p as u8)))
         .collect()
@@ -99,8 +109,11 @@ impl NativeEnv {
     fn new(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let (spec, seed) = spec_from_kwargs(kwargs)?;
         let env = spec.build(seed).map_err(value_err)?;
+        let mut masks = PolicyMasks::default();
+        masks.note(env.as_ref());
         Ok(NativeEnv {
             env: Mutex::new(env),
+            masks: Mutex::new(masks),
             spec,
         })
     }
@@ -149,6 +162,7 @@ impl NativeEnv {
     fn reset<'py>(&self, py: Python<'py>, seed: u64) -> PyResult<Vec<Bound<'py, PyArray1<f32>>>> {
         py.detach(|| self.env().map(|mut e| e.reset(seed)))?
             .map_err(runtime_err)?;
+        self.masks()?.note(self.env()?.as_ref());
         self.observations(py)
     }
 
@@ -164,10 +178,13 @@ impl NativeEnv {
         Bound<'py, PyArray1<f32>>,
         bool,
     )> {
-        let actions = check_actions(self.env()?.as_ref(), &actions).map_err(value_err)?;
+        let mut actions = check_actions(self.env()?.as_ref(), &actions).map_err(value_err)?;
+        // A phase kept from green past max red with a call is served whatever was asked.
+        self.masks()?.enforce(self.env()?.as_ref(), &mut actions);
         let out = py
             .detach(|| self.env().map(|mut e| e.step(&actions)))?
             .map_err(runtime_err)?;
+        self.masks()?.note(self.env()?.as_ref());
         let obs = self.observations(py)?;
         Ok((obs, out.rewards.into_pyarray(py), out.done))
     }
@@ -186,9 +203,9 @@ impl NativeEnv {
 
     /// Each signal's action mask (which phases it may request now).
     fn action_masks<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyArray1<bool>>>> {
-        let env = self.env()?;
+        let (env, masks) = (self.env()?, self.masks()?);
         Ok((0..env.signals().len())
-            .map(|i| mask(env.as_ref(), i).into_pyarray(py))
+            .map(|i| mask(env.as_ref(), &masks, i).into_pyarray(py))
             .collect())
     }
 

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use crate::args::spec_from_kwargs;
 use crate::spec::{BoxEnv, EnvSpec};
 use crate::{check_actions, mask, observe, runtime_err, value_err};
+use greenwave_sim::PolicyMasks;
 use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
 
@@ -21,6 +22,8 @@ struct Slot {
     episodes: u64,
     /// Metrics of the last finished episode, as JSON.
     last_metrics: Option<String>,
+    /// The policy's masks under the max-red rule, noted at every decision.
+    masks: PolicyMasks,
 }
 
 impl Slot {
@@ -70,14 +73,18 @@ impl NativeVecEnv {
 
 /// Steps one copy; resets it when its episode ended. Returns (rewards, done).
 fn step_slot(slot: &mut Slot, actions: &[u8], next_seed: u64) -> Result<(Vec<f32>, bool), String> {
-    let env = slot.env_mut();
-    let out = env.step(actions).map_err(|e| e.to_string())?;
+    let mut actions = actions.to_vec();
+    let env = slot.env.get_mut().unwrap_or_else(|p| p.into_inner());
+    // A phase kept from green past max red with a call is served whatever was asked.
+    slot.masks.enforce(env.as_ref(), &mut actions);
+    let out = env.step(&actions).map_err(|e| e.to_string())?;
     if out.done {
         let metrics = serde_json::to_string(&env.metrics()).map_err(|e| e.to_string())?;
         env.reset(next_seed).map_err(|e| e.to_string())?;
         slot.last_metrics = Some(metrics);
         slot.episodes += 1;
     }
+    slot.masks.note(env.as_ref());
     Ok((out.rewards, out.done))
 }
 
@@ -94,10 +101,13 @@ impl NativeVecEnv {
         let slots = (0..n_envs)
             .map(|k| {
                 let env = spec.build(seed.wrapping_add(k as u64)).map_err(value_err)?;
+                let mut masks = PolicyMasks::default();
+                masks.note(env.as_ref());
                 Ok(Slot {
                     env: Mutex::new(env),
                     episodes: 0,
                     last_metrics: None,
+                    masks,
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
@@ -146,7 +156,10 @@ impl NativeVecEnv {
         py.detach(|| {
             slots.par_iter_mut().enumerate().try_for_each(|(k, s)| {
                 s.episodes = 0;
-                s.env_mut().reset(seed.wrapping_add(k as u64))
+                s.env_mut().reset(seed.wrapping_add(k as u64))?;
+                let env = s.env.get_mut().unwrap_or_else(|p| p.into_inner());
+                s.masks.note(env.as_ref());
+                Ok::<(), greenwave_sim::EnvError>(())
             })
         })
         .map_err(runtime_err)?;
@@ -220,7 +233,7 @@ impl NativeVecEnv {
         for (k, s) in self.slots.iter().enumerate() {
             for i in 0..n_signals {
                 let env = s.env();
-                for (p, allowed) in mask(env.as_ref(), i).into_iter().enumerate() {
+                for (p, allowed) in mask(env.as_ref(), &s.masks, i).into_iter().enumerate() {
                     out[[k, i, p]] = allowed;
                 }
             }

@@ -4,16 +4,18 @@
 use greenwave_core::mlp::masked_argmax;
 use greenwave_learn::weights::dense_forward;
 use greenwave_learn::PolicyWeights;
-use greenwave_sim::{Controller, Env};
+use greenwave_sim::{Controller, Env, PolicyMasks};
 
 /// Greedy (masked argmax) control by a policy: one network for every signal, or one per
-/// signal (a shared policy exported per junction).
+/// signal (a shared policy exported per junction), under the max-red rule
+/// ([`PolicyMasks`]) as in training and on the controller.
 #[derive(Clone, Debug)]
 pub struct PolicyController {
     /// One network (acting for every signal) or one per signal, in signal order.
     weights: Vec<PolicyWeights>,
     raw: Vec<f32>,
     x: Vec<f32>,
+    masks: PolicyMasks,
 }
 
 impl PolicyController {
@@ -30,6 +32,7 @@ impl PolicyController {
             weights,
             raw: vec![0.0; d],
             x: vec![0.0; d],
+            masks: PolicyMasks::default(),
         }
     }
 }
@@ -39,12 +42,15 @@ impl Controller for PolicyController {
         "policy"
     }
 
-    fn reset(&mut self, _env: &dyn Env) {}
+    fn reset(&mut self, _env: &dyn Env) {
+        self.masks = PolicyMasks::new(self.masks.max_red());
+    }
 
     fn decide(&mut self, env: &dyn Env) -> Vec<u8> {
+        self.masks.note(env);
         (0..env.signals().len())
             .map(|s| {
-                let mask = env.action_mask(s);
+                let mask = self.masks.mask(env, s);
                 let hold = env.sequencer(s).interval().target().0;
                 let Some(w) = self.weights.get(s).or(self.weights.first()) else {
                     return hold;
@@ -105,11 +111,14 @@ mod tests {
             ranking(&specs[0], biases[0]),
             ranking(&specs[1], biases[1]),
         ]);
-        let mut told_apart = false;
+        let (mut told_apart, mut overruled) = (false, false);
         for _ in 0..120 {
             let actions = c.decide(&env);
             for (s, &a) in actions.iter().enumerate() {
-                let mask = env.action_mask(s);
+                // The max-red rule narrows the env's mask once a preferred phase has kept
+                // the others red for too long.
+                let mask = c.masks.mask(&env, s);
+                overruled |= mask != env.action_mask(s);
                 let n = specs[s].layout.n_phases as usize;
                 let logits: Vec<f32> = (0..n).map(biases[s]).collect();
                 assert_eq!(Some(a), masked_argmax(&logits, mask), "signal {s}");
@@ -124,5 +133,6 @@ mod tests {
             told_apart,
             "the two rankings never differed under the masks"
         );
+        assert!(overruled, "the max-red rule never served a starved phase");
     }
 }

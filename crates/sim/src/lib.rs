@@ -8,6 +8,7 @@
 //!   resolves a name or a file path.
 //! * [`controllers`]: fixed-time (Webster), actuated and max-pressure control, written
 //!   against [`Env`] so they drive every backend.
+//! * [`PolicyMasks`]: a learned policy's action masks under the max-red rule.
 #![warn(missing_docs)]
 
 pub mod controllers;
@@ -15,6 +16,7 @@ pub mod demand;
 mod embedded;
 pub mod env;
 mod network;
+mod policy_masks;
 pub mod scenario;
 #[cfg(feature = "sumo")]
 pub mod sumo;
@@ -27,4 +29,5 @@ pub use env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
     StepStarted,
 };
+pub use policy_masks::PolicyMasks;
 pub use scenario::{load, Scenario, ScenarioError};

@@ -795,6 +795,7 @@ fn make_slots<E: Env>(
                 index: i,
                 episodes: 0,
                 running_return: 0.0,
+                masks: greenwave_sim::PolicyMasks::default(),
             })
         })
         .collect()

@@ -7,7 +7,7 @@ use greenwave_core::PhaseMask;
 use greenwave_learn::shared::Incidence;
 use greenwave_learn::weights::dense_forward;
 use greenwave_learn::{ObsNormalization, PolicyWeights, SharedWeights};
-use greenwave_sim::{Env, EnvError, EpisodeMetrics, StepOutcome, StepStarted};
+use greenwave_sim::{Env, EnvError, EpisodeMetrics, PolicyMasks, StepOutcome, StepStarted};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -58,6 +58,8 @@ pub struct EnvSlot<E> {
     pub episodes: u64,
     /// Return of the running episode.
     pub running_return: f64,
+    /// The policy's action masks (the env's under the max-red rule).
+    pub masks: PolicyMasks,
 }
 
 /// Seed of episode `episode` of slot `slot` in a run seeded `seed`.
@@ -171,19 +173,20 @@ pub struct RolloutSpec<'a> {
 /// `s_t`, the mask, action, log-probability and value in `trs` (the slot's trajectories),
 /// and `V(s_t)` as the previous step's next value unless an episode ended there.
 fn act<E: Env>(
-    slot: &EnvSlot<E>,
+    slot: &mut EnvSlot<E>,
     trs: &mut [AgentTrajectory],
     t: usize,
     policy: &RolloutPolicy,
     rng: &mut StdRng,
     actions: &mut [u8],
 ) -> Result<(), EnvError> {
+    slot.masks.note(&slot.env);
     for (s, (tr, act)) in trs.iter_mut().zip(actions.iter_mut()).enumerate() {
         let (d, a) = policy.dims(s);
         let (mut raw, mut x) = (vec![0.0f32; d], vec![0.0f32; d]);
         slot.env.observe(s, &mut raw)?;
         policy.norm(s).apply(&raw, &mut x);
-        let mask = slot.env.action_mask(s);
+        let mask = slot.masks.mask(&slot.env, s);
         let (logits, value) = policy.act(s, &x);
         let (pick, lp) = sample_masked(&logits, mask, rng);
         *act = pick;
@@ -224,7 +227,8 @@ fn record<E: Env>(
         slot.running_return += r as f64;
         slot.env.observe(s, &mut raw)?;
         tr.raw_next_obs.extend_from_slice(&raw);
-        tr.next_masks.extend(mask_bytes(slot.env.action_mask(s), a));
+        tr.next_masks
+            .extend(mask_bytes(slot.masks.mask(&slot.env, s), a));
         if outcome.done || t + 1 == steps {
             policy.norm(s).apply(&raw, &mut x);
             tr.next_values.push(policy.value(s, &x));
@@ -562,6 +566,7 @@ mod tests {
                 index: i,
                 episodes: 0,
                 running_return: 0.0,
+                masks: PolicyMasks::default(),
             })
             .collect()
     }
