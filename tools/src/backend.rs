@@ -476,15 +476,17 @@ impl EnvSource {
         }
     }
 
-    /// One episode of a policy (greedy, masked argmax), seeded `seed`, `episode` long.
+    /// One episode of a policy (greedy, masked argmax, under the max-red rule with bound
+    /// `max_red`, `None`: off), seeded `seed`, `episode` long.
     pub fn run_policy(
         &self,
         weights: &[greenwave_learn::PolicyWeights],
+        max_red: Option<Millis>,
         seed: u64,
         episode: Millis,
     ) -> Result<EpisodeMetrics> {
         let mut env = self.make(seed, episode)?;
-        let mut c = PolicyController::per_signal(weights.to_vec());
+        let mut c = PolicyController::per_signal(weights.to_vec()).with_max_red(max_red);
         Ok(run_episode(env.as_mut(), &mut c, seed, episode)?)
     }
 }

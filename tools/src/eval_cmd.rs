@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use greenwave_core::control::DEFAULT_MAX_RED;
 use greenwave_core::Millis;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{onnx, Manifest, PolicyWeights};
@@ -160,6 +161,7 @@ pub fn compare(
         &EnvSource::Embedded(scenario.clone()),
         seeds,
         episode,
+        Some(DEFAULT_MAX_RED),
     )
 }
 
@@ -217,11 +219,13 @@ pub fn load_policies(model: &Path, specs: &[SignalSpec], what: &str) -> Result<L
 /// The policy and the three classic controllers on the same seeds, on either backend. The
 /// policy must fit the source's signals (plan hash and observation layout), else nothing
 /// runs.
+/// The policy acts under the max-red rule with bound `max_red` (`None`: off).
 pub fn compare_on(
     model: &Path,
     source: &EnvSource,
     seeds: &[u64],
     episode: Millis,
+    max_red: Option<Millis>,
 ) -> Result<Vec<EvalRow>> {
     let what = source.describe();
     let specs = source.signals()?;
@@ -240,7 +244,7 @@ pub fn compare_on(
     rows.push(EvalRow {
         controller: "policy".into(),
         metrics: average(&evaluate_with(seeds, &|seed| {
-            policy_source.run_policy(&policy.weights, seed, episode)
+            policy_source.run_policy(&policy.weights, max_red, seed, episode)
         })?),
         seeds: seeds.len(),
         decision_interval_s: secs(policy_source.decision_interval()),
@@ -310,6 +314,14 @@ pub struct EvalArgs {
     /// One JSON row per controller instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The max-red rule's bound for the policy (s): a phase whose detectors call and that
+    /// has been kept from green this long is served next, as in training and on the
+    /// controller (`greenwave-controller run --max-red-s`).
+    #[arg(long, default_value_t = DEFAULT_MAX_RED.0 / 1000)]
+    pub max_red_s: u32,
+    /// Evaluate the policy without the max-red rule (to see what the rule changes).
+    #[arg(long, conflicts_with = "max_red_s")]
+    pub no_max_red: bool,
 }
 
 /// Runs `greenwave eval`.
@@ -320,7 +332,11 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         Some(s) => episode_of_secs(s)?,
         None => source.episode(),
     };
-    let rows = compare_on(&args.model, &source, &seeds, episode)?;
+    let max_red = (!args.no_max_red).then(|| Millis::from_secs(args.max_red_s));
+    if max_red.is_none() {
+        eprintln!("note: the policy acts without the max-red rule (--no-max-red)");
+    }
+    let rows = compare_on(&args.model, &source, &seeds, episode, max_red)?;
     if args.json {
         for r in &rows {
             println!("{}", serde_json::to_string(r)?);

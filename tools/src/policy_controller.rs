@@ -37,13 +37,25 @@ impl PolicyController {
     }
 }
 
+impl PolicyController {
+    /// The max-red rule's bound (default greenwave-core's `DEFAULT_MAX_RED`); `None`
+    /// switches the rule off, to measure what it changes.
+    pub fn with_max_red(mut self, max_red: Option<greenwave_core::Millis>) -> Self {
+        self.masks = match max_red {
+            Some(m) => PolicyMasks::new(m),
+            None => PolicyMasks::off(),
+        };
+        self
+    }
+}
+
 impl Controller for PolicyController {
     fn name(&self) -> &'static str {
         "policy"
     }
 
     fn reset(&mut self, _env: &dyn Env) {
-        self.masks = PolicyMasks::new(self.masks.max_red());
+        self.masks.clear();
     }
 
     fn decide(&mut self, env: &dyn Env) -> Vec<u8> {

@@ -13,7 +13,8 @@ use crate::env::Env;
 /// The max-red rule over every signal of an environment, for a policy's decisions.
 #[derive(Clone, Debug)]
 pub struct PolicyMasks {
-    max_red: Millis,
+    /// The bound (`None`: the rule is off and the masks are the env's).
+    max_red: Option<Millis>,
     rules: Vec<MaxRed>,
     /// The env time of the last decision noted (`None`: none yet).
     noted_at: Option<Millis>,
@@ -29,25 +30,44 @@ impl PolicyMasks {
     /// The rule with bound `max_red` (no decision noted yet).
     pub fn new(max_red: Millis) -> Self {
         PolicyMasks {
-            max_red,
+            max_red: Some(max_red),
             rules: Vec::new(),
             noted_at: None,
         }
     }
 
-    /// The bound.
-    pub fn max_red(&self) -> Millis {
+    /// No rule: every mask is the env's (to measure what the rule changes, as
+    /// `greenwave eval --no-max-red` does).
+    pub fn off() -> Self {
+        PolicyMasks {
+            max_red: None,
+            rules: Vec::new(),
+            noted_at: None,
+        }
+    }
+
+    /// The bound (`None`: off).
+    pub fn max_red(&self) -> Option<Millis> {
         self.max_red
+    }
+
+    /// Forgets every decision noted (a new episode starts afresh).
+    pub fn clear(&mut self) {
+        self.rules.clear();
+        self.noted_at = None;
     }
 
     /// Notes which phase each signal shows green at this decision. Call once per decision,
     /// before [`PolicyMasks::mask`]. A clock that went back (a new episode) or another
     /// number of signals starts the rule afresh: every phase counts as green now.
     pub fn note(&mut self, env: &dyn Env) {
+        let Some(max_red) = self.max_red else {
+            return;
+        };
         let now = env.now();
         let n = env.signals().len();
         if self.rules.len() != n || self.noted_at.is_none_or(|t| now < t) {
-            self.rules = vec![MaxRed::new(self.max_red, now); n];
+            self.rules = vec![MaxRed::new(max_red, now); n];
         }
         for (s, rule) in self.rules.iter_mut().enumerate() {
             rule.note(env.sequencer(s), now);
@@ -124,6 +144,20 @@ mod tests {
             let m = mask(&env);
             let pick = (0..n as u8).find(|&q| m.allows(PhaseId(q))).unwrap_or(0);
             env.step(&[pick]).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_rule_switched_off_leaves_the_env_masks() {
+        let sc = crate::load("single-4way").unwrap();
+        let mut env = EmbeddedEnv::from_scenario(&sc, 3);
+        env.reset(3).unwrap();
+        let mut masks = PolicyMasks::off();
+        for _ in 0..200 {
+            masks.note(&env);
+            assert_eq!(masks.mask(&env, 0), env.action_mask(0));
+            assert_eq!(masks.forced(&env, 0), None);
+            env.step(&[0]).unwrap();
         }
     }
 
