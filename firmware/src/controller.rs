@@ -17,7 +17,7 @@
 
 use embedded_hal::digital::{InputPin, OutputPin};
 use embedded_io::Write;
-use greenwave_core::control::{phases_with_calls, MaxRed, DEFAULT_MAX_RED};
+use greenwave_core::control::{max_out_cycle, phases_with_calls, MaxRed};
 use greenwave_core::plan::MAX_PHASES;
 use greenwave_core::sequencer::SequencerError;
 use greenwave_core::{
@@ -236,6 +236,7 @@ where
         card.check_plan(&plan)
             .map_err(ControllerError::MonitorCard)?;
         let policy = Policy::load(blob, plan.hash(), layout);
+        let max_red = MaxRed::new(max_out_cycle(&plan), Millis(0));
         let seq = Sequencer::new(plan, PhaseId(0)).map_err(ControllerError::Sequencer)?;
         let mut lane_index = 0;
         let lanes = pins.loops.map(|p| {
@@ -255,7 +256,7 @@ where
             policy,
             fixed,
             actuated: None,
-            max_red: MaxRed::new(DEFAULT_MAX_RED, Millis(0)),
+            max_red,
             monitor: ConflictMonitor::new(card),
             mode: Mode::StartupAllRed,
             mode_since_ms: 0,
@@ -284,8 +285,8 @@ where
     }
 
     /// Sets how long a phase whose movements call may be kept from green while the policy
-    /// acts (greenwave-core's max-red rule, as in training; default
-    /// [`DEFAULT_MAX_RED`]). Calls come from the stop-bar loops, as for actuated control.
+    /// acts (greenwave-core's max-red rule, as in training; default the plan's max-out
+    /// cycle, [`max_out_cycle`]). Calls come from the stop-bar loops, as for actuated control.
     pub fn with_max_red(mut self, max_red: Millis) -> Self {
         self.max_red = MaxRed::new(max_red, Millis(0));
         self

@@ -477,11 +477,11 @@ impl EnvSource {
     }
 
     /// One episode of a policy (greedy, masked argmax, under the max-red rule with bound
-    /// `max_red`, `None`: off), seeded `seed`, `episode` long.
+    /// `max_red`), seeded `seed`, `episode` long.
     pub fn run_policy(
         &self,
         weights: &[greenwave_learn::PolicyWeights],
-        max_red: Option<Millis>,
+        max_red: greenwave_sim::MaxRedBound,
         seed: u64,
         episode: Millis,
     ) -> Result<EpisodeMetrics> {

@@ -4,12 +4,12 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use greenwave_core::control::DEFAULT_MAX_RED;
 use greenwave_core::Millis;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{onnx, Manifest, PolicyWeights};
 use greenwave_sim::{
-    run_episode, Controller, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario, SignalSpec,
+    run_episode, Controller, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, MaxRedBound,
+    Scenario, SignalSpec,
 };
 use serde::Serialize;
 
@@ -161,7 +161,7 @@ pub fn compare(
         &EnvSource::Embedded(scenario.clone()),
         seeds,
         episode,
-        Some(DEFAULT_MAX_RED),
+        MaxRedBound::PlanCycle,
     )
 }
 
@@ -219,13 +219,13 @@ pub fn load_policies(model: &Path, specs: &[SignalSpec], what: &str) -> Result<L
 /// The policy and the three classic controllers on the same seeds, on either backend. The
 /// policy must fit the source's signals (plan hash and observation layout), else nothing
 /// runs.
-/// The policy acts under the max-red rule with bound `max_red` (`None`: off).
+/// The policy acts under the max-red rule with bound `max_red`.
 pub fn compare_on(
     model: &Path,
     source: &EnvSource,
     seeds: &[u64],
     episode: Millis,
-    max_red: Option<Millis>,
+    max_red: MaxRedBound,
 ) -> Result<Vec<EvalRow>> {
     let what = source.describe();
     let specs = source.signals()?;
@@ -316,9 +316,10 @@ pub struct EvalArgs {
     pub json: bool,
     /// The max-red rule's bound for the policy (s): a phase whose detectors call and that
     /// has been kept from green this long is served next, as in training and on the
-    /// controller (`greenwave-controller run --max-red-s`).
-    #[arg(long, default_value_t = DEFAULT_MAX_RED.0 / 1000)]
-    pub max_red_s: u32,
+    /// controller (`greenwave-controller run --max-red-s`). Default: each signal's
+    /// max-out cycle (every phase at max green, plus clearances).
+    #[arg(long)]
+    pub max_red_s: Option<u32>,
     /// Evaluate the policy without the max-red rule (to see what the rule changes).
     #[arg(long, conflicts_with = "max_red_s")]
     pub no_max_red: bool,
@@ -332,8 +333,12 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         Some(s) => episode_of_secs(s)?,
         None => source.episode(),
     };
-    let max_red = (!args.no_max_red).then(|| Millis::from_secs(args.max_red_s));
-    if max_red.is_none() {
+    let max_red = match (args.no_max_red, args.max_red_s) {
+        (true, _) => MaxRedBound::Off,
+        (false, Some(s)) => MaxRedBound::Fixed(Millis::from_secs(s)),
+        (false, None) => MaxRedBound::PlanCycle,
+    };
+    if max_red == MaxRedBound::Off {
         eprintln!("note: the policy acts without the max-red rule (--no-max-red)");
     }
     let rows = compare_on(&args.model, &source, &seeds, episode, max_red)?;

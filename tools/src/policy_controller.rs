@@ -4,7 +4,7 @@
 use greenwave_core::mlp::masked_argmax;
 use greenwave_learn::weights::dense_forward;
 use greenwave_learn::PolicyWeights;
-use greenwave_sim::{Controller, Env, PolicyMasks};
+use greenwave_sim::{Controller, Env, MaxRedBound, PolicyMasks};
 
 /// Greedy (masked argmax) control by a policy: one network for every signal, or one per
 /// signal (a shared policy exported per junction), under the max-red rule
@@ -38,13 +38,10 @@ impl PolicyController {
 }
 
 impl PolicyController {
-    /// The max-red rule's bound (default greenwave-core's `DEFAULT_MAX_RED`); `None`
-    /// switches the rule off, to measure what it changes.
-    pub fn with_max_red(mut self, max_red: Option<greenwave_core::Millis>) -> Self {
-        self.masks = match max_red {
-            Some(m) => PolicyMasks::new(m),
-            None => PolicyMasks::off(),
-        };
+    /// The max-red rule's bound (default: each signal's max-out cycle);
+    /// [`MaxRedBound::Off`] switches the rule off, to measure what it changes.
+    pub fn with_max_red(mut self, bound: MaxRedBound) -> Self {
+        self.masks = PolicyMasks::with_bound(bound);
         self
     }
 }

@@ -150,8 +150,9 @@ pub struct RunArgs {
     healthy_s: u32,
     /// Longest (s) a phase whose detectors call is kept from green while the policy acts;
     /// then it is served next (the max-red rule, as in training and `greenwave eval`).
-    #[arg(long, default_value_t = greenwave_core::control::DEFAULT_MAX_RED.0 / 1000)]
-    max_red_s: u32,
+    /// Default: each signal's max-out cycle (every phase at max green, plus clearances).
+    #[arg(long)]
+    max_red_s: Option<u32>,
     /// Log fsync policy: record, records:N or ms:T.
     #[arg(long, default_value = "ms:1000")]
     fsync: SyncPolicy,
@@ -521,7 +522,7 @@ fn controller_config(args: &RunArgs, interval: Millis) -> ControllerConfig {
     cfg.realtime = args.realtime;
     cfg.inference_budget = Duration::from_secs_f64(args.inference_budget_ms.max(0.0) / 1000.0);
     cfg.healthy_period = Millis::from_secs(args.healthy_s);
-    cfg.max_red = Millis::from_secs(args.max_red_s);
+    cfg.max_red = args.max_red_s.map(Millis::from_secs);
     cfg
 }
 

@@ -20,7 +20,7 @@ fn run(max_red: Millis) -> (u64, u64) {
     let specs = field.signal_specs();
     let layout: ObsLayout = specs[0].layout;
     let mut cfg = ControllerConfig::new(field.decision_interval());
-    cfg.max_red = max_red;
+    cfg.max_red = Some(max_red);
     let mut c = Controller::new(
         specs,
         Ok(Policy {

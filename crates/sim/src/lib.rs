@@ -29,5 +29,5 @@ pub use env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
     StepStarted,
 };
-pub use policy_masks::PolicyMasks;
+pub use policy_masks::{MaxRedBound, PolicyMasks};
 pub use scenario::{load, Scenario, ScenarioError};

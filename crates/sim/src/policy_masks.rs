@@ -5,7 +5,7 @@
 //! Python environments act through it; the roadside runtime and the firmware apply the
 //! same rule to their own sequencers.
 
-use greenwave_core::control::{phases_with_calls, MaxRed, DEFAULT_MAX_RED};
+use greenwave_core::control::{max_out_cycle, phases_with_calls, MaxRed};
 use greenwave_core::{Millis, PhaseId, PhaseMask};
 
 use crate::env::Env;
@@ -13,42 +13,55 @@ use crate::env::Env;
 /// The max-red rule over every signal of an environment, for a policy's decisions.
 #[derive(Clone, Debug)]
 pub struct PolicyMasks {
-    /// The bound (`None`: the rule is off and the masks are the env's).
-    max_red: Option<Millis>,
+    /// The bound.
+    bound: MaxRedBound,
     rules: Vec<MaxRed>,
     /// The env time of the last decision noted (`None`: none yet).
     noted_at: Option<Millis>,
 }
 
+/// How long a phase with a call may be kept from green while a policy acts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MaxRedBound {
+    /// Each signal's max-out cycle ([`max_out_cycle`]): the default.
+    #[default]
+    PlanCycle,
+    /// The same bound at every signal.
+    Fixed(Millis),
+    /// No rule: the masks are the env's.
+    Off,
+}
+
 impl Default for PolicyMasks {
     fn default() -> Self {
-        Self::new(DEFAULT_MAX_RED)
+        Self::with_bound(MaxRedBound::PlanCycle)
     }
 }
 
 impl PolicyMasks {
     /// The rule with bound `max_red` (no decision noted yet).
     pub fn new(max_red: Millis) -> Self {
-        PolicyMasks {
-            max_red: Some(max_red),
-            rules: Vec::new(),
-            noted_at: None,
-        }
+        Self::with_bound(MaxRedBound::Fixed(max_red))
     }
 
     /// No rule: every mask is the env's (to measure what the rule changes, as
     /// `greenwave eval --no-max-red` does).
     pub fn off() -> Self {
+        Self::with_bound(MaxRedBound::Off)
+    }
+
+    /// The rule with bound `bound` (no decision noted yet).
+    pub fn with_bound(bound: MaxRedBound) -> Self {
         PolicyMasks {
-            max_red: None,
+            bound,
             rules: Vec::new(),
             noted_at: None,
         }
     }
 
-    /// The bound (`None`: off).
-    pub fn max_red(&self) -> Option<Millis> {
-        self.max_red
+    /// The bound.
+    pub fn bound(&self) -> MaxRedBound {
+        self.bound
     }
 
     /// Forgets every decision noted (a new episode starts afresh).
@@ -61,13 +74,21 @@ impl PolicyMasks {
     /// before [`PolicyMasks::mask`]. A clock that went back (a new episode) or another
     /// number of signals starts the rule afresh: every phase counts as green now.
     pub fn note(&mut self, env: &dyn Env) {
-        let Some(max_red) = self.max_red else {
+        if self.bound == MaxRedBound::Off {
             return;
-        };
+        }
         let now = env.now();
         let n = env.signals().len();
         if self.rules.len() != n || self.noted_at.is_none_or(|t| now < t) {
-            self.rules = vec![MaxRed::new(max_red, now); n];
+            self.rules = (0..n)
+                .map(|s| {
+                    let bound = match self.bound {
+                        MaxRedBound::Fixed(m) => m,
+                        _ => max_out_cycle(env.sequencer(s).plan()),
+                    };
+                    MaxRed::new(bound, now)
+                })
+                .collect();
         }
         for (s, rule) in self.rules.iter_mut().enumerate() {
             rule.note(env.sequencer(s), now);
@@ -113,12 +134,13 @@ mod tests {
     /// Over an hour of `single-4way` driven by a policy that asks for phase 0 whenever
     /// `mask` lets it (else the one phase it allows): per phase of signal 0, the longest
     /// time (s, at decision points) from when the max-red rule first wanted it — a call,
-    /// and red for [`DEFAULT_MAX_RED`] — until it showed green (or the hour ended).
+    /// and red for the plan's max-out cycle — until it showed green (or the hour ended).
     fn longest_overdue_s(mut mask: impl FnMut(&dyn Env) -> PhaseMask) -> Vec<u32> {
         let sc = crate::load("single-4way").unwrap();
         let mut env = EmbeddedEnv::from_scenario(&sc, 3);
         env.reset(3).unwrap();
         let n = env.signals()[0].plan.n_phases();
+        let bound = max_out_cycle(&env.signals()[0].plan).0;
         let mut last = vec![0u32; n];
         let mut overdue: Vec<Option<u32>> = vec![None; n];
         let mut longest = vec![0u32; n];
@@ -130,7 +152,7 @@ mod tests {
             }
             let calls = phases_with_calls(env.sequencer(0).plan(), &env.detectors(0));
             for q in 0..n {
-                let wanted = calls.allows(PhaseId(q as u8)) && now - last[q] >= DEFAULT_MAX_RED.0;
+                let wanted = calls.allows(PhaseId(q as u8)) && now - last[q] >= bound;
                 if wanted && overdue[q].is_none() {
                     overdue[q] = Some(now);
                 }

@@ -1,9 +1,9 @@
 //! The max-red rule (a starvation bound): a phase with a call is kept from green for at
 //! most `max_red`; then, once the green showing has served its min green, it is served
 //! next, the longest-waiting first. The maximum-red bound of cyclic max-pressure variants
-//! (Levin, Hu & Odell 2020, "Max-pressure signal control with cyclical phase structure");
-//! in signal timing practice two minutes is the usual ceiling of a cycle and of a
-//! pedestrian's wait.
+//! (Levin, Hu & Odell 2020, "Max-pressure signal control with cyclical phase structure").
+//! Max-pressure uses two minutes ([`DEFAULT_MAX_RED`]); a learned policy by default its
+//! plan's max-out cycle ([`max_out_cycle`]).
 //!
 //! Max-pressure control needs it because a major phase can keep more pressure than a minor
 //! one for ever. A learned policy needs it for the same reason seen from the other side: a
@@ -18,8 +18,23 @@ use crate::plan::{PhasePlan, MAX_PHASES};
 use crate::sequencer::{PhaseMask, Sequencer};
 use crate::{Millis, PhaseId};
 
-/// Default longest time a phase with a call is kept from green: two minutes.
+/// Max-pressure's longest time a phase with a call is kept from green: two minutes.
 pub const DEFAULT_MAX_RED: Millis = Millis::from_secs(120);
+
+/// A learned policy's default bound for `plan`: its max-out cycle, every phase at max green
+/// plus its yellow and all-red. No phase waits longer than that under the plan's own
+/// actuated control at max-out, so the rule binds only a policy that starves a phase
+/// outright, never one that merely runs long greens. (A fixed two minutes cut into a good
+/// policy's cycle on a busy junction: tools/README.md, finding 11.)
+pub fn max_out_cycle(plan: &PhasePlan) -> Millis {
+    let ms = plan.phases().iter().fold(0u32, |sum, p| {
+        let t = p.timing;
+        sum.saturating_add(t.max_green.0)
+            .saturating_add(t.yellow.0)
+            .saturating_add(t.all_red.0)
+    });
+    Millis(ms)
+}
 
 /// The phases of `plan` with a call: one of their movements' detectors calls
 /// ([`MovementDetector::calls`]). Movements without a detector never call.
@@ -187,6 +202,12 @@ mod tests {
             "phase 2 has waited 119.999 s"
         );
         assert_eq!(rule.last_green(PhaseId(2)), Some(Millis(50_000)));
+    }
+
+    #[test]
+    fn a_policys_bound_is_the_plans_max_out_cycle() {
+        // Four phases of 60 s max green, 3 s yellow and 2 s all-red.
+        assert_eq!(max_out_cycle(&plan()), Millis::from_secs(4 * 65));
     }
 
     #[test]

@@ -19,7 +19,7 @@ mod max_red;
 
 pub use actuated::ActuatedSignal;
 pub use fixed_time::{CycleStage, FixedCycle, FixedCycleError, MAX_STAGES};
-pub use max_red::{phases_with_calls, MaxRed, DEFAULT_MAX_RED};
+pub use max_red::{max_out_cycle, phases_with_calls, MaxRed, DEFAULT_MAX_RED};
 
 use serde::{Deserialize, Serialize};
 

@@ -19,7 +19,7 @@ mod watchdog;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use greenwave_core::control::{phases_with_calls, MaxRed, DEFAULT_MAX_RED};
+use greenwave_core::control::{max_out_cycle, phases_with_calls, MaxRed};
 use greenwave_core::sequencer::{Segment, SequencerError};
 use greenwave_core::transition::MAX_OBS_DIM;
 use greenwave_core::{
@@ -69,8 +69,9 @@ pub struct ControllerConfig {
     /// The automatic rollback of a switched-in policy on a live KPI regression.
     pub rollback: RollbackConfig,
     /// Longest a phase with a detector call is kept from green while the policy acts
-    /// (greenwave-core's max-red rule, as in training and `greenwave eval`).
-    pub max_red: Millis,
+    /// (greenwave-core's max-red rule, as in training and `greenwave eval`); `None`: each
+    /// signal's max-out cycle (`max_out_cycle`, the default).
+    pub max_red: Option<Millis>,
 }
 
 impl ControllerConfig {
@@ -83,7 +84,7 @@ impl ControllerConfig {
             healthy_period: Millis::from_secs(60),
             realtime: false,
             rollback: RollbackConfig::default(),
-            max_red: DEFAULT_MAX_RED,
+            max_red: None,
         }
     }
 }
@@ -291,7 +292,10 @@ impl Controller {
         let n = signals.len();
         let max_phases = signals.iter().map(|s| s.plan.n_phases()).max().unwrap_or(0);
         Ok(Controller {
-            max_red: vec![MaxRed::new(cfg.max_red, Millis(0)); n],
+            max_red: signals
+                .iter()
+                .map(|s| MaxRed::new(cfg.max_red.unwrap_or(max_out_cycle(&s.plan)), Millis(0)))
+                .collect(),
             watchdog: Watchdog::new(n, cfg.healthy_period.0 as u64),
             pending: vec![None; n],
             lanes: signals
