@@ -59,11 +59,6 @@ impl PolicyMasks {
         }
     }
 
-    /// The bound.
-    pub fn bound(&self) -> MaxRedBound {
-        self.bound
-    }
-
     /// Forgets every decision noted (a new episode starts afresh).
     pub fn clear(&mut self) {
         self.rules.clear();
@@ -101,16 +96,16 @@ impl PolicyMasks {
     pub fn forced(&self, env: &dyn Env, signal: usize) -> Option<PhaseId> {
         let rule = self.rules.get(signal)?;
         let seq = env.sequencer(signal);
-        let calls = phases_with_calls(seq.plan(), &env.detectors(signal));
-        rule.starved(seq, env.action_mask(signal), calls, env.now())
+        rule.starved(seq, env.action_mask(signal), calls(env, signal), env.now())
     }
 
     /// Signal `signal`'s mask at this decision: only the phase the rule forces, else the
-    /// env's.
+    /// env's ([`MaxRed::narrow`]).
     pub fn mask(&self, env: &dyn Env, signal: usize) -> PhaseMask {
-        match self.forced(env, signal) {
-            Some(q) => PhaseMask(1 << q.0),
-            None => env.action_mask(signal),
+        let mask = env.action_mask(signal);
+        match self.rules.get(signal) {
+            Some(rule) => rule.narrow(env.sequencer(signal), mask, calls(env, signal), env.now()),
+            None => mask,
         }
     }
 
@@ -124,6 +119,11 @@ impl PolicyMasks {
             }
         }
     }
+}
+
+/// The phases of signal `signal` whose movements' detectors call now.
+fn calls(env: &dyn Env, signal: usize) -> PhaseMask {
+    phases_with_calls(env.sequencer(signal).plan(), &env.detectors(signal))
 }
 
 #[cfg(test)]

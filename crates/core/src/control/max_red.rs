@@ -71,11 +71,6 @@ impl MaxRed {
         }
     }
 
-    /// The bound.
-    pub const fn max_red(&self) -> Millis {
-        self.max_red
-    }
-
     /// When phase `p` was last seen green (or the start).
     pub fn last_green(&self, p: PhaseId) -> Option<Millis> {
         self.last_green.get(p.0 as usize).copied()
