@@ -141,7 +141,8 @@ pub struct SumoTimingArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_green: Option<f64>,
     /// Seconds between decisions (default the timing file's, else 5; `greenwave train` on
-    /// SUMO: 2, and a policy runs at the interval it was trained at).
+    /// SUMO: 2, or 5 where its demand probe finds the net saturated; a policy runs at the
+    /// interval it was trained at).
     #[arg(long, value_name = "S")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_interval: Option<f64>,

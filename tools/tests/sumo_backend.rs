@@ -221,7 +221,8 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
     let sumo = s.sumo();
     let mut train = vec!["train"];
     train.extend(sumo);
-    // No --decision-interval: training on SUMO decides every 2 s by default.
+    // No --decision-interval: the demand probe finds the fixture's demand light, so
+    // training decides every 2 s.
     train.extend([
         "--episode-seconds",
         "120",
@@ -245,6 +246,10 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
     train.push("--resume");
     let out = ok(&greenwave(&train));
     assert!(out.contains("trained 120 decisions"), "{out}");
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s.run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["config"]["demand_probe"]["saturated"], false, "{info}");
+    assert_eq!(info["config"]["demand_probe"]["backlog_veh"], 0, "{info}");
     ok(&greenwave(&["export", run_s, "--out", model_s]));
     let manifest: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(s.model.with_extension("manifest.json")).unwrap(),
@@ -273,6 +278,74 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
         ),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&s.d);
+}
+
+/// A net that cannot carry its demand trains at 5 s decisions: the demand probe
+/// (max-pressure for one episode) leaves most vehicles never inserted, and `run.json` keeps
+/// what it measured. The fixture's own light demand (the test above) trains at 2 s.
+#[test]
+fn a_saturated_net_trains_at_five_second_decisions() {
+    if !sumo_available() {
+        return;
+    }
+    let s = SingleRun::new("saturated", "sat.onnx");
+    std::fs::create_dir_all(&s.d).unwrap();
+    let routes = s.d.join("flood.rou.xml");
+    let mut xml = String::from("<routes>\n");
+    for (i, (from, to)) in [
+        ("bottom0A0", "A0top0"),
+        ("top0A0", "A0bottom0"),
+        ("left0A0", "A0right0"),
+        ("right0A0", "A0left0"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        xml.push_str(&format!(
+            "  <route id=\"r{i}\" edges=\"{from} {to}\"/>\n  \
+             <flow id=\"f{i}\" route=\"r{i}\" begin=\"0\" end=\"120\" number=\"300\"/>\n"
+        ));
+    }
+    xml.push_str("</routes>\n");
+    std::fs::write(&routes, xml).unwrap();
+    let run_s = s.run.to_str().unwrap();
+    let o = greenwave(&[
+        "train",
+        "--backend",
+        "sumo",
+        "--net",
+        s.net.to_str().unwrap(),
+        "--routes",
+        routes.to_str().unwrap(),
+        "--episode-seconds",
+        "120",
+        "--steps",
+        "24",
+        "--envs",
+        "1",
+        "--rollout-steps",
+        "24",
+        "--hidden",
+        "8,8",
+        "--out",
+        run_s,
+        "--quiet",
+    ]);
+    let out = ok(&o);
+    assert!(out.contains("trained 24 decisions"), "{out}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the net is saturated, so the policy decides every 5 s"),
+        "{err}"
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s.run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["decision_interval_s"], 5);
+    let probe = &info["config"]["demand_probe"];
+    assert_eq!(probe["controller"], "max-pressure");
+    assert_eq!(probe["saturated"], true);
+    assert!(probe["backlog_share"].as_f64().unwrap() > 0.5, "{probe}");
     let _ = std::fs::remove_dir_all(&s.d);
 }
 

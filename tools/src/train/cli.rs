@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
+use super::demand_probe::DemandProbe;
 use super::device::ComputeDevice;
 use super::policy::PolicyKind;
 use super::{train, Algo, TrainConfig};
-use crate::backend::{Backend, BackendArgs};
+use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource};
 
 /// Arguments of `greenwave train`.
 #[derive(Debug, Args)]
@@ -105,19 +106,16 @@ const SUMO_EPOCHS: usize = 10;
 /// PPO minibatch on SUMO.
 const SUMO_MINIBATCH: usize = 64;
 
-/// Seconds between a policy's decisions when training on SUMO and neither
-/// `--decision-interval` nor the timing file names one (tools/README.md, "Training on real
-/// networks", finding 9). The classic controllers keep SUMO's default of 5 s, at which
+/// The decision interval a SUMO training run records, and the demand probe that chose it:
+/// the flag's, else the timing file's, else — for a fresh run — the probe's
+/// ([`DemandProbe`]: 2 s where the net carries its demand, 5 s where it is saturated); a
+/// resumed run keeps what its `run.json` recorded (none for runs from before the 2 s
+/// default: SUMO's 5 s). The classic controllers keep SUMO's default of 5 s, at which
 /// max-pressure does better than at 2 s.
-pub const SUMO_TRAIN_DECISION_INTERVAL_S: f64 = 2.0;
-
-/// The decision interval a SUMO training run records: the flag's, else the timing file's,
-/// else — for a fresh run — [`SUMO_TRAIN_DECISION_INTERVAL_S`]; a resumed run keeps what
-/// its `run.json` recorded (none for runs from before this default: SUMO's 5 s).
-fn sumo_decision_interval(args: &TrainArgs) -> Result<Option<f64>> {
+fn sumo_decision_interval(args: &TrainArgs) -> Result<(Option<f64>, Option<DemandProbe>)> {
     let timing = &args.sim.timing;
     if timing.decision_interval.is_some() {
-        return Ok(timing.decision_interval);
+        return Ok((timing.decision_interval, None));
     }
     #[cfg(feature = "sumo")]
     if let Some(file) = &timing.timing {
@@ -125,14 +123,24 @@ fn sumo_decision_interval(args: &TrainArgs) -> Result<Option<f64>> {
         let spec = greenwave_sim::sumo::TimingSpec::load(file)
             .with_context(|| format!("reading {}", file.display()))?;
         if spec.decision_interval_s.is_some() {
-            return Ok(None);
+            return Ok((None, None));
         }
     }
-    if !args.resume {
-        return Ok(Some(SUMO_TRAIN_DECISION_INTERVAL_S));
+    if args.resume {
+        let run = super::checkpoint::read_run_info(&args.out)?;
+        return Ok((
+            run.config.sim.timing.decision_interval,
+            run.config.demand_probe,
+        ));
     }
-    let run = super::checkpoint::read_run_info(&args.out)?;
-    Ok(run.config.sim.timing.decision_interval)
+    let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
+    let episode = match args.episode_seconds {
+        Some(s) => episode_of_secs(s)?,
+        None => source.episode(),
+    };
+    let probe = DemandProbe::run(&source, args.seed, episode)?;
+    eprintln!("{}", probe.describe());
+    Ok((Some(probe.decision_interval_s), Some(probe)))
 }
 
 /// Runs `greenwave train`.
@@ -164,7 +172,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         // (tools/README.md, "Training on real networks").
         cfg.ppo.epochs = SUMO_EPOCHS;
         cfg.ppo.minibatch = SUMO_MINIBATCH;
-        cfg.sim.timing.decision_interval = sumo_decision_interval(args)?;
+        let (interval, probe) = sumo_decision_interval(args)?;
+        cfg.sim.timing.decision_interval = interval;
+        cfg.demand_probe = probe;
     }
     if let Some(epochs) = args.epochs {
         cfg.ppo.epochs = epochs;

@@ -12,6 +12,7 @@
 
 pub mod checkpoint;
 pub mod cli;
+pub mod demand_probe;
 pub mod device;
 pub mod plots;
 pub mod policy;
@@ -121,6 +122,10 @@ pub struct TrainConfig {
     /// Where the learner runs (`--device`); absent in older runs: CPU.
     #[serde(default)]
     pub device: ComputeDevice,
+    /// The demand probe that chose a SUMO run's decision interval (none where the command
+    /// or the timing file named one, and in older runs).
+    #[serde(default)]
+    pub demand_probe: Option<demand_probe::DemandProbe>,
 }
 
 impl TrainConfig {
@@ -151,6 +156,7 @@ impl TrainConfig {
             command: String::new(),
             stop_after_iterations: None,
             device: ComputeDevice::Cpu,
+            demand_probe: None,
         }
     }
 }
