@@ -9,6 +9,7 @@
 pub mod activation;
 pub mod discount;
 pub mod gae;
+mod lane_pool;
 pub mod nets;
 pub mod normalizer;
 pub mod offpolicy;

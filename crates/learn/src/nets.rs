@@ -152,6 +152,14 @@ impl MlpNet {
         add_bias(&x.matmul(&w.as_tensor().t()?)?, b.as_tensor())
     }
 
+    /// Layer `i`'s weights `[out, in]` and bias `[out]`.
+    pub fn layer_params(&self, i: usize) -> Result<(&Tensor, &Tensor)> {
+        match self.layers.get(i) {
+            Some((w, b)) => Ok((w.as_tensor(), b.as_tensor())),
+            None => candle_core::bail!("layer {i} of a {}-layer network", self.layers.len()),
+        }
+    }
+
     /// The trainable variables.
     pub fn vars(&self) -> Vec<Var> {
         self.layers

@@ -34,6 +34,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::activation::Tanh;
+use crate::lane_pool::{self, LanePool};
 use crate::nets::MlpNet;
 use crate::normalizer::RunningObsStats;
 use crate::ppo::{PolicyModel, PpoBatch};
@@ -472,6 +473,23 @@ impl Pooling {
         self.weight.push(weight);
     }
 
+    /// `[rows, H]`: the pooling of `tanh(layer 0 of net (lanes [n, 6]))`, fused into one
+    /// op on the CPU ([`LanePool`]), composed of candle's ops elsewhere.
+    fn encode(self, net: &MlpNet, lanes: &Tensor, rows: usize) -> CResult<Tensor> {
+        if lane_pool::fusable(lanes) {
+            let (w, b) = net.layer_params(0)?;
+            let op = LanePool {
+                from: self.from,
+                to: self.to,
+                weight: self.weight,
+                rows,
+                enc: Default::default(),
+            };
+            return op.encode(lanes, w, b);
+        }
+        self.apply(&net.layer(0, lanes)?.apply(&Tanh)?, rows)
+    }
+
     /// `[rows, H]`: the pooling of `lanes [n, H]` (gather, scale, scatter-add: candle
     /// differentiates all three).
     fn apply(self, lanes: &Tensor, rows: usize) -> CResult<Tensor> {
@@ -638,15 +656,11 @@ impl SharedActorCritic {
         let p = PackedInputs::new(groups, rows, phases)?;
         let n = p.feats.len() / LANE_FEATURES;
         let x = Tensor::from_vec(p.feats, (n, LANE_FEATURES), &self.device)?;
-        let enc = self.actor.layer(0, &x)?.apply(&Tanh)?;
-        let pooled = p.phases.apply(&enc, m * phases)?;
+        let pooled = p.phases.encode(&self.actor, &x, m * phases)?;
         let z = self.actor.layer(1, &pooled)?.apply(&Tanh)?;
         let logits = self.actor.layer(2, &z)?.reshape((m, phases))?;
-        let venc = self.critic.layer(0, &x)?.apply(&Tanh)?;
-        let vz = self
-            .critic
-            .layer(1, &p.mean.apply(&venc, m)?)?
-            .apply(&Tanh)?;
+        let vmean = p.mean.encode(&self.critic, &x, m)?;
+        let vz = self.critic.layer(1, &vmean)?.apply(&Tanh)?;
         let values = self.critic.layer(2, &vz)?.squeeze(D::Minus1)?;
         Ok((logits, values))
     }

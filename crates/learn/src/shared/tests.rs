@@ -382,3 +382,89 @@ fn an_update_over_mixed_layouts_is_the_same_packed_or_group_by_group() {
         .zip(&before[0].weights)
         .any(|(x, y)| (x - y).abs() > 1e-3));
 }
+
+/// `(output, ∂W, ∂b)` of `Σ probe · pool(tanh(layer 0 (x)))`, fused or composed of
+/// candle's ops.
+fn lane_pool_grads(
+    net: &SharedActorCritic,
+    x: &Tensor,
+    pooling: &Pooling,
+    rows: usize,
+    probe: &Tensor,
+    fused: bool,
+) -> [Vec<f32>; 3] {
+    let p = Pooling {
+        from: pooling.from.clone(),
+        to: pooling.to.clone(),
+        weight: pooling.weight.clone(),
+    };
+    let out = if fused {
+        p.encode(&net.actor, x, rows).unwrap()
+    } else {
+        let enc = net.actor.layer(0, x).unwrap().apply(&Tanh).unwrap();
+        p.apply(&enc, rows).unwrap()
+    };
+    let grads = (&out * probe)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let (w, b) = net.actor.layer_params(0).unwrap();
+    let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let grad = |v: &Tensor| grads.get(v).map_or_else(|| vec![0.0; v.elem_count()], flat);
+    [flat(&out), grad(w), grad(b)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    #[test]
+    fn fused_lane_pooling_equals_the_candle_ops(
+        lanes in 1usize..40,
+        rows in 1usize..10,
+        entries in 1usize..100,
+        seed in any::<u64>(),
+    ) {
+        let dev = Device::Cpu;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let net = SharedActorCritic::new(&[16, 8], seed, &dev).unwrap();
+        let feats: Vec<f32> = (0..lanes * LANE_FEATURES)
+            .map(|_| rng.random_range(-2.0..2.0))
+            .collect();
+        let x = Tensor::from_vec(feats, (lanes, LANE_FEATURES), &dev).unwrap();
+        let mut pooling = Pooling::default();
+        for _ in 0..entries {
+            let (from, to) = (rng.random_range(0..lanes), rng.random_range(0..rows));
+            pooling.push(from, to, rng.random_range(-1.0..1.0));
+        }
+        let probe: Vec<f32> = (0..rows * 16).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let probe = Tensor::from_vec(probe, (rows, 16), &dev).unwrap();
+        let fused = lane_pool_grads(&net, &x, &pooling, rows, &probe, true);
+        let plain = lane_pool_grads(&net, &x, &pooling, rows, &probe, false);
+        for (what, (f, p)) in ["output", "∂W", "∂b"].iter().zip(fused.iter().zip(&plain)) {
+            prop_assert_eq!(f.len(), p.len(), "{}", what);
+            prop_assert!(p.iter().any(|v| v.abs() > 1e-4), "{} is all zero", what);
+            for (a, b) in f.iter().zip(p) {
+                prop_assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{}: {} vs {}", what, a, b);
+            }
+        }
+    }
+}
+
+#[test]
+fn lane_pooling_refuses_an_entry_outside_its_lanes() {
+    let dev = Device::Cpu;
+    let net = SharedActorCritic::new(&[16, 8], 3, &dev).unwrap();
+    let x = Tensor::zeros((5, LANE_FEATURES), candle_core::DType::F32, &dev).unwrap();
+    let (w, b) = net.actor.layer_params(0).unwrap();
+    let outside = |from: u32, to: u32| LanePool {
+        from: vec![from],
+        to: vec![to],
+        weight: vec![1.0],
+        rows: 2,
+        enc: Default::default(),
+    };
+    assert!(outside(5, 0).encode(&x, w, b).is_err(), "lane 5 of 5");
+    assert!(outside(0, 2).encode(&x, w, b).is_err(), "row 2 of 2");
+    assert!(outside(4, 1).encode(&x, w, b).is_ok());
+}
