@@ -25,6 +25,8 @@ enum Command {
     Sim(sim_cmd::SimArgs),
     /// Train a PPO policy on a scenario.
     Train(greenwave_tools::train::cli::TrainArgs),
+    /// Redraw a training run's curves (training.png, losses.png) from its metrics.csv.
+    Plot(greenwave_tools::train::plots::PlotArgs),
     /// Export a trained run as ONNX (+ firmware blobs and manifest).
     Export(greenwave_tools::export_cmd::ExportArgs),
     /// Evaluate a policy next to fixed-time, actuated and max-pressure.
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => greenwave_tools::demo::run(args),
         Command::Sim(args) => sim_cmd::run(args),
         Command::Train(args) => greenwave_tools::train::cli::run(args),
+        Command::Plot(args) => greenwave_tools::train::plots::run(args),
         Command::Export(args) => greenwave_tools::export_cmd::run(args),
         Command::Eval(args) => greenwave_tools::eval_cmd::run(args),
         Command::Keygen(args) => greenwave_tools::bundle_cmd::run_keygen(args),

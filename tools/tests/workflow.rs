@@ -39,6 +39,20 @@ fn train_export_eval() {
     ] {
         assert!(run.join(f).exists(), "{f} missing from the run folder");
     }
+    // `greenwave plot` redraws the curves from metrics.csv (a run stopped early).
+    for f in ["training.png", "losses.png"] {
+        std::fs::remove_file(run.join(f)).unwrap();
+    }
+    ok(&greenwave(&["plot", run_s]));
+    for f in ["training.png", "losses.png"] {
+        assert!(run.join(f).exists(), "{f} not redrawn by greenwave plot");
+    }
+    let o = greenwave(&["plot", d.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no metrics.csv"),
+        "{o:?}"
+    );
     let out = ok(&greenwave(&["export", run_s, "--out", model_s]));
     assert!(out.contains("tiny.onnx"));
     for f in [

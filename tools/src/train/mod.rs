@@ -772,6 +772,14 @@ fn train_on<E: Env + Send>(
         if on_episode_ends || learner.iteration == schedule.stop_at {
             checkpoint::save(out, &learner, on_episode_ends)?;
         }
+        if on_episode_ends && learner.iteration < schedule.stop_at {
+            // Curves so far, so that a run stopped early (a timeout, Ctrl-C) has them too;
+            // a failed plot does not stop training (the final one reports its error).
+            csv.flush()?;
+            if let Err(e) = plots::write_plots(&csv_path, out) {
+                bar.suspend(|| eprintln!("warning: training curves not written: {e:#}"));
+            }
+        }
     }
     bar.finish_and_clear();
     csv.flush()?;

@@ -1,13 +1,37 @@
 //! Progress bar and PNG plots of a training run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 
 use super::checkpoint::read_csv;
 use super::IterationRow;
+
+/// `greenwave plot`: redraws a run folder's curves from its `metrics.csv`.
+#[derive(Debug, clap::Args)]
+pub struct PlotArgs {
+    /// The run folder (`greenwave train --out`).
+    pub run: PathBuf,
+}
+
+/// Writes `training.png` and `losses.png` into the run folder from its `metrics.csv`.
+pub fn run(args: &PlotArgs) -> Result<()> {
+    let csv = args.run.join("metrics.csv");
+    if !csv.is_file() {
+        anyhow::bail!(
+            "{} has no metrics.csv: not a training run folder",
+            args.run.display()
+        );
+    }
+    write_plots(&csv, &args.run).with_context(|| format!("plotting {}", csv.display()))?;
+    println!(
+        "wrote {0}/training.png and {0}/losses.png",
+        args.run.display()
+    );
+    Ok(())
+}
 
 /// A progress bar over iterations (hidden when `show` is false or stderr is not a terminal).
 pub fn progress_bar(show: bool, total: u64, done: u64) -> ProgressBar {
