@@ -79,12 +79,20 @@ impl LanePool {
     fn shapes(&self, x: &Shape, w: &Shape, b: &Shape) -> Result<(usize, usize, usize)> {
         let (n, d) = x.dims2()?;
         let (h, dw) = w.dims2()?;
-        if dw != d || b.dims1()? != h {
+        if dw != d || b.dims1()? != h || d == 0 || h == 0 {
             candle_core::bail!("lane-pool: lanes {x:?}, weights {w:?}, bias {b:?}")
+        }
+        let entries = self.from.len();
+        if self.to.len() != entries || self.weight.len() != entries {
+            candle_core::bail!(
+                "lane-pool: entry lists of different lengths (from {entries}, to {}, weight {})",
+                self.to.len(),
+                self.weight.len()
+            )
         }
         let bad_from = self.from.iter().any(|&f| f as usize >= n);
         let bad_to = self.to.iter().any(|&t| t as usize >= self.rows);
-        if bad_from || bad_to || self.from.len() != self.to.len() {
+        if bad_from || bad_to {
             candle_core::bail!(
                 "lane-pool: an entry outside {n} lanes or {} rows",
                 self.rows

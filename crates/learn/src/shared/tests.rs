@@ -467,4 +467,41 @@ fn lane_pooling_refuses_an_entry_outside_its_lanes() {
     assert!(outside(5, 0).encode(&x, w, b).is_err(), "lane 5 of 5");
     assert!(outside(0, 2).encode(&x, w, b).is_err(), "row 2 of 2");
     assert!(outside(4, 1).encode(&x, w, b).is_ok());
+    let mut ragged = outside(0, 0);
+    ragged.weight.clear();
+    assert!(
+        ragged.encode(&x, w, b).is_err(),
+        "an entry without a weight"
+    );
+}
+
+#[test]
+fn a_second_backward_through_one_fused_graph_gives_the_same_gradients() {
+    // The op keeps its forward activations for the first backward; a second one
+    // recomputes them.
+    let dev = Device::Cpu;
+    let net = SharedActorCritic::new(&[16, 8], 4, &dev).unwrap();
+    let feats: Vec<f32> = (0..7 * LANE_FEATURES)
+        .map(|i| (i as f32 * 0.37).sin())
+        .collect();
+    let x = Tensor::from_vec(feats, (7, LANE_FEATURES), &dev).unwrap();
+    let mut pooling = Pooling::default();
+    for (from, to) in [(0, 0), (3, 0), (6, 1), (2, 2)] {
+        pooling.push(from, to, 0.5);
+    }
+    let loss = pooling
+        .encode(&net.actor, &x, 3)
+        .unwrap()
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let (w, _) = net.actor.layer_params(0).unwrap();
+    let grad = |g: candle_core::backprop::GradStore| -> Vec<f32> {
+        g.get(w).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    };
+    let first = grad(loss.backward().unwrap());
+    let second = grad(loss.backward().unwrap());
+    assert!(first.iter().any(|v| v.abs() > 1e-4));
+    assert_eq!(first, second);
 }
