@@ -63,7 +63,11 @@ impl candle_core::Module for Tanh {
 }
 
 /// The contiguous f32 data of `storage` under `layout`.
-fn f32_slice<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
+pub(crate) fn f32_slice<'a>(
+    storage: &'a CpuStorage,
+    layout: &Layout,
+    op: &str,
+) -> Result<&'a [f32]> {
     let CpuStorage::F32(v) = storage else {
         candle_core::bail!("{op}: f32 only")
     };

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Tensor};
 
-use crate::activation::fast_tanh;
+use crate::activation::{f32_slice, fast_tanh};
 
 /// A weighted sum of encoded lane rows into output rows: output row `to[j]` gains
 /// `weight[j] · tanh(W · lane[from[j]] + b)`.
@@ -35,17 +35,6 @@ pub(crate) struct LanePool {
 /// composes candle's ops.
 pub(crate) fn fusable(x: &Tensor) -> bool {
     matches!(x.device(), Device::Cpu) && x.dtype() == DType::F32
-}
-
-/// The contiguous f32 data of `storage` under `layout`.
-fn data<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
-    let CpuStorage::F32(v) = storage else {
-        candle_core::bail!("lane-pool: f32 only")
-    };
-    match layout.contiguous_offsets() {
-        Some((start, end)) => Ok(&v[start..end]),
-        None => candle_core::bail!("lane-pool: contiguous input only"),
-    }
 }
 
 /// `tanh(W x_l + b)` of every lane row of `x [n, d]`, with `w [h, d]`: `[n, h]`. The
@@ -123,7 +112,12 @@ impl CustomOp3 for LanePool {
         lb: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let (_, d, h) = self.shapes(lx.shape(), lw.shape(), lb.shape())?;
-        let enc = encode_rows(data(sx, lx)?, data(sw, lw)?, data(sb, lb)?, d);
+        let enc = encode_rows(
+            f32_slice(sx, lx, self.name())?,
+            f32_slice(sw, lw, self.name())?,
+            f32_slice(sb, lb, self.name())?,
+            d,
+        );
         let mut out = vec![0.0f32; self.rows * h];
         for ((&f, &t), &wt) in self.from.iter().zip(&self.to).zip(&self.weight) {
             let src = &enc[f as usize * h..][..h];
