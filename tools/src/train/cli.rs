@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::demand_probe::DemandProbe;
 use super::device::ComputeDevice;
-use super::policy::PolicyKind;
+use super::policy::{PolicyKind, SharedOverrides};
 use super::{train, Algo, TrainConfig};
 use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource};
 
@@ -65,14 +65,15 @@ pub struct TrainArgs {
     /// MLP per signal). Default: `shared` when the signals' layouts differ, else `mlp`.
     #[arg(long, value_enum)]
     pub policy: Option<PolicyKind>,
-    /// Initial learning rate (annealed linearly to 0).
+    /// Initial learning rate (annealed linearly to 0). Default 3e-4; 1e-3 for the `shared`
+    /// policy on SUMO.
     #[arg(long)]
     pub learning_rate: Option<f64>,
     /// Stop early once approx-KL exceeds this (PPO).
     #[arg(long)]
     pub target_kl: Option<f32>,
     /// Passes over each iteration's batch (PPO). Default 4 on the embedded simulator, 10 on
-    /// SUMO.
+    /// SUMO (5 for the `shared` policy).
     #[arg(long)]
     pub epochs: Option<usize>,
     /// Decisions per gradient step (PPO). Default 256 on the embedded simulator, 64 on
@@ -143,6 +144,24 @@ fn sumo_decision_interval(args: &TrainArgs) -> Result<(Option<f64>, Option<Deman
     Ok((Some(probe.decision_interval_s), Some(probe)))
 }
 
+/// What the shared network changes in the SUMO recipe ([`SharedOverrides::sumo`]) for the
+/// settings the command leaves unset; a resumed run keeps what its `run.json` recorded
+/// (nothing for runs from before: they go on with the recipe they started with).
+fn sumo_shared_overrides(args: &TrainArgs) -> Result<SharedOverrides> {
+    if !args.resume {
+        return Ok(SharedOverrides::sumo(args.learning_rate, args.epochs));
+    }
+    let recorded = super::checkpoint::read_run_info(&args.out)?
+        .config
+        .shared_overrides;
+    Ok(SharedOverrides {
+        learning_rate: recorded
+            .learning_rate
+            .filter(|_| args.learning_rate.is_none()),
+        epochs: recorded.epochs.filter(|_| args.epochs.is_none()),
+    })
+}
+
 /// Runs `greenwave train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
     let scenario = match args.sim.backend {
@@ -172,6 +191,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         // (tools/README.md, "Training on real networks").
         cfg.ppo.epochs = SUMO_EPOCHS;
         cfg.ppo.minibatch = SUMO_MINIBATCH;
+        cfg.shared_overrides = sumo_shared_overrides(args)?;
         let (interval, probe) = sumo_decision_interval(args)?;
         cfg.sim.timing.decision_interval = interval;
         cfg.demand_probe = probe;

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{episode_of_secs, Backend, BackendArgs};
 use device::ComputeDevice;
-use policy::{PolicyKind, PolicyNet};
+use policy::{PolicyKind, PolicyNet, SharedOverrides};
 use rollout::{
     collect_parallel, episode_seed, AgentTrajectory, EnvSlot, RolloutPolicy, RolloutSpec,
 };
@@ -104,6 +104,10 @@ pub struct TrainConfig {
     pub discount: Discount,
     /// On-policy PPO settings (`gamma` is set from `discount`).
     pub ppo: PpoConfig,
+    /// What PPO changes when the policy turns out `shared` (`greenwave train` on SUMO sets
+    /// it for the settings its command left unset). Absent in older runs: nothing.
+    #[serde(default)]
+    pub shared_overrides: SharedOverrides,
     /// Off-policy PPO settings.
     pub offpolicy: OffPolicyConfig,
     /// Replay capacity (decisions) for off-policy PPO.
@@ -145,6 +149,7 @@ impl TrainConfig {
             pipelined: false,
             discount: Discount::default(),
             ppo: PpoConfig::default(),
+            shared_overrides: SharedOverrides::default(),
             offpolicy: OffPolicyConfig {
                 epochs: 4,
                 learning_rate: 3e-4,
@@ -734,6 +739,7 @@ fn train_on<E: Env + Send>(
     let interval_s = f64::from(slots[0].env.decision_interval().0) / 1000.0;
     let mut cfg = with_discount(cfg, interval_s)?;
     cfg.policy = Some(kind);
+    cfg.shared_overrides.apply(kind, &mut cfg.ppo);
     let cfg = &cfg;
 
     let mut learner = start_learner(cfg, out, resume, layout)?;

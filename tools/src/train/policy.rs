@@ -44,6 +44,41 @@ impl PolicyKind {
     }
 }
 
+/// The PPO settings the `shared` network trains with in place of the run's defaults,
+/// where the command left them unset (tools/README.md, finding 14: on a net of many signals
+/// its update is a third of the MLP's per decision and moves the policy less, so it takes
+/// larger steps and fewer passes). `None` keeps `TrainConfig::ppo`'s.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SharedOverrides {
+    /// Initial learning rate.
+    pub learning_rate: Option<f64>,
+    /// Epochs per iteration.
+    pub epochs: Option<usize>,
+}
+
+impl SharedOverrides {
+    /// The SUMO recipe's: learning rate 1e-3 and 5 epochs, each where not asked for.
+    pub fn sumo(asked_learning_rate: Option<f64>, asked_epochs: Option<usize>) -> Self {
+        SharedOverrides {
+            learning_rate: asked_learning_rate.is_none().then_some(1e-3),
+            epochs: asked_epochs.is_none().then_some(5),
+        }
+    }
+
+    /// `ppo` as the `kind` of policy trains it.
+    pub fn apply(self, kind: PolicyKind, ppo: &mut greenwave_learn::ppo::PpoConfig) {
+        if kind != PolicyKind::Shared {
+            return;
+        }
+        if let Some(lr) = self.learning_rate {
+            ppo.learning_rate = lr;
+        }
+        if let Some(epochs) = self.epochs {
+            ppo.epochs = epochs;
+        }
+    }
+}
+
 /// Every signal's incidence, checked against its layout.
 pub fn signal_incidences(specs: &[SignalSpec]) -> Result<Vec<Incidence>> {
     specs
