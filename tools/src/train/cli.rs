@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
+use super::checkpoint::RunInfo;
 use super::demand_probe::DemandProbe;
 use super::device::ComputeDevice;
 use super::policy::{PolicyKind, SharedOverrides};
@@ -113,7 +114,10 @@ const SUMO_MINIBATCH: usize = 64;
 /// resumed run keeps what its `run.json` recorded (none for runs from before the 2 s
 /// default: SUMO's 5 s). The classic controllers keep SUMO's default of 5 s, at which
 /// max-pressure does better than at 2 s.
-fn sumo_decision_interval(args: &TrainArgs) -> Result<(Option<f64>, Option<DemandProbe>)> {
+fn sumo_decision_interval(
+    args: &TrainArgs,
+    resumed: Option<&RunInfo>,
+) -> Result<(Option<f64>, Option<DemandProbe>)> {
     let timing = &args.sim.timing;
     if timing.decision_interval.is_some() {
         return Ok((timing.decision_interval, None));
@@ -127,11 +131,10 @@ fn sumo_decision_interval(args: &TrainArgs) -> Result<(Option<f64>, Option<Deman
             return Ok((None, None));
         }
     }
-    if args.resume {
-        let run = super::checkpoint::read_run_info(&args.out)?;
+    if let Some(run) = resumed {
         return Ok((
             run.config.sim.timing.decision_interval,
-            run.config.demand_probe,
+            run.config.demand_probe.clone(),
         ));
     }
     let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
@@ -147,19 +150,17 @@ fn sumo_decision_interval(args: &TrainArgs) -> Result<(Option<f64>, Option<Deman
 /// What the shared network changes in the SUMO recipe ([`SharedOverrides::sumo`]) for the
 /// settings the command leaves unset; a resumed run keeps what its `run.json` recorded
 /// (nothing for runs from before: they go on with the recipe they started with).
-fn sumo_shared_overrides(args: &TrainArgs) -> Result<SharedOverrides> {
-    if !args.resume {
-        return Ok(SharedOverrides::sumo(args.learning_rate, args.epochs));
-    }
-    let recorded = super::checkpoint::read_run_info(&args.out)?
-        .config
-        .shared_overrides;
-    Ok(SharedOverrides {
+fn sumo_shared_overrides(args: &TrainArgs, resumed: Option<&RunInfo>) -> SharedOverrides {
+    let Some(run) = resumed else {
+        return SharedOverrides::sumo(args.learning_rate, args.epochs);
+    };
+    let recorded = run.config.shared_overrides;
+    SharedOverrides {
         learning_rate: recorded
             .learning_rate
             .filter(|_| args.learning_rate.is_none()),
         epochs: recorded.epochs.filter(|_| args.epochs.is_none()),
-    })
+    }
 }
 
 /// Runs `greenwave train`.
@@ -191,8 +192,12 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         // (tools/README.md, "Training on real networks").
         cfg.ppo.epochs = SUMO_EPOCHS;
         cfg.ppo.minibatch = SUMO_MINIBATCH;
-        cfg.shared_overrides = sumo_shared_overrides(args)?;
-        let (interval, probe) = sumo_decision_interval(args)?;
+        let resumed = match args.resume {
+            true => Some(super::checkpoint::read_run_info(&args.out)?),
+            false => None,
+        };
+        cfg.shared_overrides = sumo_shared_overrides(args, resumed.as_ref());
+        let (interval, probe) = sumo_decision_interval(args, resumed.as_ref())?;
         cfg.sim.timing.decision_interval = interval;
         cfg.demand_probe = probe;
     }

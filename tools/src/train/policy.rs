@@ -46,8 +46,9 @@ impl PolicyKind {
 
 /// The PPO settings the `shared` network trains with in place of the run's defaults,
 /// where the command left them unset (tools/README.md, finding 14: on a net of many signals
-/// its update is a third of the MLP's per decision and moves the policy less, so it takes
-/// larger steps and fewer passes). `None` keeps `TrainConfig::ppo`'s.
+/// ten passes took twice the rollout's time and moved the policy a third as far, by
+/// approx-KL, as the MLP's update does, so it takes larger steps and fewer passes). `None`
+/// keeps `TrainConfig::ppo`'s.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SharedOverrides {
     /// Initial learning rate.
