@@ -132,7 +132,8 @@ fn shared_policy_trains_on_mixed_layouts_and_runs_per_signal() {
     let run = dir.join("run");
     let summary = train(&toy_training(&mixed), &run, false, false).unwrap();
     assert!(summary.env_steps >= 3000, "{summary:?}");
-    let (RunPolicy::Shared(shared), _, _) = load_run_policy(&run).unwrap() else {
+    let (RunPolicy::Shared(shared), _, _) = load_run_policy(&run, Default::default()).unwrap()
+    else {
         panic!("the run holds a shared policy")
     };
 

@@ -13,7 +13,9 @@ use greenwave_sim::{Scenario, SignalSpec};
 
 use crate::backend::{Backend, BackendArgs, EnvSource};
 
-use crate::train::checkpoint::{load_policy, load_run_policy, PolicyInfo, RunInfo, RunPolicy};
+use crate::train::checkpoint::{
+    load_policy_at, load_run_policy_at, PolicyChoice, PolicyInfo, RunInfo, RunPolicy, SelectedInfo,
+};
 use crate::train::policy::PolicyKind;
 
 /// Paths of the side files of an ONNX model path: `X.blob`, `X.int8.blob`, `X.manifest.json`.
@@ -85,17 +87,43 @@ fn write_policy(
         .with_context(|| format!("exporting to {}", out.display()))
 }
 
-/// Exports the latest policy of `run` to `out` (an `.onnx` path). The run must hold a
-/// per-signal MLP (`--policy mlp`); a shared policy is exported per signal with
-/// [`export_signals`].
+/// Adds to `prov` the validation that selected the exported weights (`None`: the last
+/// weights were exported).
+fn note_selection(prov: &mut Provenance, selected: Option<&SelectedInfo>) {
+    if let Some(s) = selected {
+        prov.details.insert(
+            "selected_by".into(),
+            serde_json::json!({
+                "validation_seeds": s.validation.seeds,
+                "validation_delay_s": s.validation.delay_s,
+            }),
+        );
+    }
+}
+
+/// Exports the `choice` policy of `run` (the validation-selected weights by default) to
+/// `out` (an `.onnx` path). The run must hold a per-signal MLP (`--policy mlp`); a shared
+/// policy is exported per signal with [`export_signals`].
 pub fn export(run: &Path, out: &Path) -> Result<Exported> {
-    let (weights, info, pinfo) =
-        load_policy(run).with_context(|| format!("reading run folder {}", run.display()))?;
+    export_choice(run, out, PolicyChoice::Selected)
+}
+
+/// [`export`] of the `choice` weights.
+pub fn export_choice(run: &Path, out: &Path, choice: PolicyChoice) -> Result<Exported> {
+    export_at(run, out, choice.resolve(run)?.as_ref())
+}
+
+/// [`export`] of the selected weights `selected` (as [`PolicyChoice::resolve`] read them;
+/// `None`: the last weights).
+fn export_at(run: &Path, out: &Path, selected: Option<&SelectedInfo>) -> Result<Exported> {
+    let (weights, info, pinfo) = load_policy_at(run, selected)
+        .with_context(|| format!("reading run folder {}", run.display()))?;
     let plans = trained_plans(run, &info)?;
     let plan = plans
         .first()
         .context("the trained environment has no signals")?;
-    let provenance = provenance(&info, &pinfo, &plans);
+    let mut provenance = provenance(&info, &pinfo, &plans);
+    note_selection(&mut provenance, selected);
     write_policy(&weights, plan, info.decision_interval_s, provenance, out)
 }
 
@@ -162,21 +190,21 @@ pub fn export_signals(run: &Path, out: &Path, target: Option<&str>) -> Result<Ve
     match target {
         Some(name) => {
             let specs = EnvSource::from_args(&BackendArgs::embedded(), name, None)?.signals()?;
-            export_signals_for(run, out, Some(&specs))
+            export_signals_for(run, out, Some(&specs), PolicyChoice::Selected)
         }
-        None => export_signals_for(run, out, None),
+        None => export_signals_for(run, out, None, PolicyChoice::Selected),
     }
 }
 
-/// [`export_signals`] for the signals `target` (of any backend: a SUMO net's too), or
-/// those trained on.
-pub fn export_signals_for(
+/// [`export_signals_for`] of the selected weights `selected` (`None`: the last weights).
+fn export_signals_at(
     run: &Path,
     out: &Path,
     target: Option<&[SignalSpec]>,
+    selected: Option<&SelectedInfo>,
 ) -> Result<Vec<SignalExport>> {
-    let (policy, info, pinfo) =
-        load_run_policy(run).with_context(|| format!("reading run folder {}", run.display()))?;
+    let (policy, info, pinfo) = load_run_policy_at(run, selected)
+        .with_context(|| format!("reading run folder {}", run.display()))?;
     let RunPolicy::Shared(shared) = policy else {
         bail!(
             "{} holds a per-signal MLP (--policy mlp): export it with one --out file",
@@ -189,6 +217,7 @@ pub fn export_signals_for(
         let inc = Incidence::new(&rows).with_context(|| format!("signal '{id}'"))?;
         let weights = specialize(&shared, &inc).with_context(|| format!("signal '{id}'"))?;
         let mut prov = provenance(&info, &pinfo, &plans);
+        note_selection(&mut prov, selected);
         prov.details.insert(
             "policy".into(),
             serde_json::json!(PolicyKind::Shared.name()),
@@ -205,6 +234,17 @@ pub fn export_signals_for(
         });
     }
     Ok(written)
+}
+
+/// [`export_signals`] of the `choice` weights for the signals `target` (of any backend: a
+/// SUMO net's too), or those trained on.
+pub fn export_signals_for(
+    run: &Path,
+    out: &Path,
+    target: Option<&[SignalSpec]>,
+    choice: PolicyChoice,
+) -> Result<Vec<SignalExport>> {
+    export_signals_at(run, out, target, choice.resolve(run)?.as_ref())
 }
 
 /// Arguments of `greenwave export`.
@@ -224,6 +264,10 @@ pub struct ExportArgs {
     /// timing options) compiles for the signals of that SUMO net instead — zero-shot.
     #[command(flatten)]
     pub sim: BackendArgs,
+    /// Export the run's last weights instead of those its validation selected
+    /// (`best.safetensors`; runs without validation have only the last).
+    #[arg(long)]
+    pub last: bool,
 }
 
 fn print_files(e: &Exported) {
@@ -239,6 +283,21 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         &std::fs::read_to_string(args.run.join("run.json"))
             .with_context(|| format!("reading {}", args.run.join("run.json").display()))?,
     )?;
+    let choice = match args.last {
+        true => PolicyChoice::Last,
+        false => PolicyChoice::Selected,
+    };
+    // Read once: the weights exported and the provenance are of the same selection.
+    let selected = choice.resolve(&args.run)?;
+    match &selected {
+        Some(s) => println!(
+            "exporting the weights of iteration {} selected on validation seeds {:?} (greedy delay {:.2} s; --last for the last weights)",
+            s.policy.iteration,
+            s.validation.seeds,
+            s.validation.mean_delay_s()
+        ),
+        None => println!("exporting the run's last weights"),
+    }
     match info.policy() {
         PolicyKind::Mlp => {
             if args.scenario.is_some() || args.sim.backend == Backend::Sumo {
@@ -247,7 +306,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                      (--policy shared)"
                 );
             }
-            print_files(&export(&args.run, &args.out)?);
+            print_files(&export_at(&args.run, &args.out, selected.as_ref())?);
         }
         PolicyKind::Shared => {
             // Zero-shot onto another scenario's or net's signals, else those trained on.
@@ -257,7 +316,8 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                     EnvSource::from_args(&args.sim, name.unwrap_or_default(), None)?.signals()?,
                 ),
             };
-            for e in export_signals_for(&args.run, &args.out, target.as_deref())? {
+            for e in export_signals_at(&args.run, &args.out, target.as_deref(), selected.as_ref())?
+            {
                 println!("signal {}:", e.signal_id);
                 print_files(&e.files);
             }

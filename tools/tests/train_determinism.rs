@@ -20,7 +20,7 @@ fn tiny(algo: Algo, steps: u64) -> TrainConfig {
 }
 
 fn actor(run: &Path) -> Vec<f32> {
-    let (w, _, _) = checkpoint::load_policy(run).unwrap();
+    let (w, _, _) = checkpoint::load_policy(run, checkpoint::PolicyChoice::Last).unwrap();
     w.actor
         .iter()
         .flat_map(|l| l.weights.iter().chain(&l.bias).copied())
@@ -105,7 +105,7 @@ fn resume_without_checkpoint_is_a_clear_error() {
 }
 
 fn shared_actor(run: &Path) -> Vec<f32> {
-    let (p, _, _) = checkpoint::load_run_policy(run).unwrap();
+    let (p, _, _) = checkpoint::load_run_policy(run, checkpoint::PolicyChoice::Last).unwrap();
     let checkpoint::RunPolicy::Shared(w) = p else {
         panic!("{} holds a shared policy", run.display())
     };

@@ -1,6 +1,8 @@
 //! The run folder: `run.json` (what was trained, on which backend, the signals' phase
 //! plans) and, on the embedded simulator, `scenario.toml` (for export and inspection),
 //! `policy.safetensors` + `policy.json` (latest weights and normalisation),
+//! `best.safetensors` + `best.json` (the validation-selected weights, see
+//! [`super::selection`]) and `validation.csv`,
 //! `checkpoint.safetensors` + `checkpoint.json` (everything `--resume` needs), and
 //! `metrics.csv`. Files are written to a temporary name and renamed, so an interrupted
 //! run never leaves a half-written checkpoint.
@@ -21,6 +23,7 @@ use greenwave_sim::Scenario;
 use serde::{Deserialize, Serialize};
 
 use super::policy::{lane_norm, PolicyKind, PolicyNet};
+use super::selection::Validation;
 use super::{IterationRow, Learner, Replay, TrainConfig, OBS_CLIP};
 
 /// `run.json`.
@@ -213,8 +216,8 @@ pub fn write_run_info(
     }
 }
 
-/// Saves the policy, and (when `resumable`) the full checkpoint.
-pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
+/// The learner's actor and critic tensors and what `policy.json` says about them.
+fn policy_tensors(l: &Learner) -> (HashMap<String, Tensor>, PolicyInfo) {
     let mut map = HashMap::new();
     let (actor, critic) = l.net.nets();
     put_net(&mut map, "actor", actor);
@@ -224,6 +227,79 @@ pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
         env_steps: l.env_steps,
         stats: stats_of(&l.stats),
     };
+    (map, policy)
+}
+
+/// `best.json`: the selected weights' progress and normalisation (as `policy.json`) and the
+/// validation that selected them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SelectedInfo {
+    /// As in `policy.json`.
+    #[serde(flatten)]
+    pub policy: PolicyInfo,
+    /// The validation that selected them.
+    pub validation: Validation,
+}
+
+/// The tensor in `best.safetensors` holding the iteration its weights are from, which
+/// must equal `best.json`'s (the pair is two files: a crash or a reader between their
+/// writes must not pair one iteration's weights with another's statistics).
+const SELECTED_ITERATION: &str = "selected.iteration";
+
+/// Saves the learner's current weights as the selected ones (`best.safetensors`,
+/// `best.json`), validated by `validation`. `best.json` is removed first, so a crash
+/// between the two writes leaves no selection (export then takes the last weights, and a
+/// resumed run validates these weights again) rather than a mismatched pair.
+pub fn save_selected(out: &Path, l: &Learner, validation: &Validation) -> Result<()> {
+    let (mut map, policy) = policy_tensors(l);
+    let iteration = i64::try_from(policy.iteration).context("iteration count")?;
+    map.insert(
+        SELECTED_ITERATION.into(),
+        Tensor::from_slice(&[iteration], 1, &Device::Cpu)?,
+    );
+    let info = SelectedInfo {
+        policy,
+        validation: validation.clone(),
+    };
+    let json = out.join("best.json");
+    if json.exists() {
+        std::fs::remove_file(&json).with_context(|| format!("removing {}", json.display()))?;
+    }
+    save_tensors(&out.join("best.safetensors"), &map)?;
+    write_atomic(&json, serde_json::to_string_pretty(&info)?.as_bytes())
+}
+
+/// Checks that `best.safetensors` (`map`, read from `file`) holds the weights of
+/// `iteration`, as `best.json` says.
+fn check_selected_iteration(
+    map: &HashMap<String, Tensor>,
+    file: &Path,
+    iteration: u64,
+) -> Result<()> {
+    let saved: Vec<i64> = take(map, SELECTED_ITERATION, file)?.to_vec1()?;
+    if saved.first().and_then(|&i| u64::try_from(i).ok()) != Some(iteration) {
+        bail!(
+            "{} holds the weights of iteration {saved:?}, best.json says {iteration}: the pair \
+             is being rewritten (a run writing it?); export again, or take the last weights \
+             with --last",
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+/// The selected weights' record in `out` (`best.json`), if the run has selected any.
+pub fn read_selected(out: &Path) -> Result<Option<SelectedInfo>> {
+    let path = out.join("best.json");
+    if !path.exists() {
+        return Ok(None);
+    }
+    read_json(&path).map(Some)
+}
+
+/// Saves the policy, and (when `resumable`) the full checkpoint.
+pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
+    let (mut map, policy) = policy_tensors(l);
     save_tensors(&out.join("policy.safetensors"), &map)?;
     write_atomic(
         &out.join("policy.json"),
@@ -327,6 +403,15 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
             run.config.n_envs
         );
     }
+    if run.config.validation != cfg.validation {
+        bail!(
+            "{} was trained with --validation-seeds {} --validation-first-seed {}; resume with \
+             the same (its selected weights were validated on those seeds)",
+            out.display(),
+            run.config.validation.seeds,
+            run.config.validation.first_seed
+        );
+    }
     if run.config.sim != cfg.sim {
         let describe = |b: &crate::backend::BackendArgs| {
             b.sumo_label()
@@ -375,7 +460,7 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
     Ok(l)
 }
 
-/// The latest policy of a run folder: a per-signal MLP, or the shared network.
+/// A policy of a run folder: a per-signal MLP, or the shared network.
 pub enum RunPolicy {
     /// One MLP for every signal.
     Mlp(PolicyWeights),
@@ -383,12 +468,53 @@ pub enum RunPolicy {
     Shared(SharedWeights),
 }
 
-/// The latest policy of a run folder, as plain weights, with the run's info.
-pub fn load_run_policy(run: &Path) -> Result<(RunPolicy, RunInfo, PolicyInfo)> {
+/// Which weights of a run folder to take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PolicyChoice {
+    /// The validation-selected ones (`best.*`), or the last where the run selected none
+    /// (validation off, or a run from before selection).
+    #[default]
+    Selected,
+    /// The last ones (`policy.*`).
+    Last,
+}
+
+impl PolicyChoice {
+    /// The selected weights' record this choice takes in `run`, or `None` for the last.
+    pub fn resolve(self, run: &Path) -> Result<Option<SelectedInfo>> {
+        match self {
+            PolicyChoice::Selected => read_selected(run),
+            PolicyChoice::Last => Ok(None),
+        }
+    }
+}
+
+/// The `choice` policy of a run folder, as plain weights, with the run's info.
+pub fn load_run_policy(
+    run: &Path,
+    choice: PolicyChoice,
+) -> Result<(RunPolicy, RunInfo, PolicyInfo)> {
+    load_run_policy_at(run, choice.resolve(run)?.as_ref())
+}
+
+/// The selected weights `selected` of a run folder (as [`PolicyChoice::resolve`] read
+/// them), or its last ones for `None`, as plain weights, with the run's info.
+pub fn load_run_policy_at(
+    run: &Path,
+    selected: Option<&SelectedInfo>,
+) -> Result<(RunPolicy, RunInfo, PolicyInfo)> {
     let info: RunInfo = read_json(&run.join("run.json"))?;
-    let pinfo: PolicyInfo = read_json(&run.join("policy.json"))?;
-    let file = run.join("policy.safetensors");
+    let (pinfo, file) = match selected {
+        Some(s) => (s.policy.clone(), run.join("best.safetensors")),
+        None => (
+            read_json(&run.join("policy.json"))?,
+            run.join("policy.safetensors"),
+        ),
+    };
     let map = load_tensors(&file)?;
+    if selected.is_some() {
+        check_selected_iteration(&map, &file, pinfo.iteration)?;
+    }
     let stats = RunningObsStats {
         mean: pinfo.stats.mean.clone(),
         var: pinfo.stats.var.clone(),
@@ -414,10 +540,21 @@ pub fn load_run_policy(run: &Path) -> Result<(RunPolicy, RunInfo, PolicyInfo)> {
     Ok((policy, info, pinfo))
 }
 
-/// The latest per-signal MLP policy of a run folder, with the run's info (a run with a
+/// The `choice` per-signal MLP policy of a run folder, with the run's info (a run with a
 /// shared policy: see [`load_run_policy`]).
-pub fn load_policy(run: &Path) -> Result<(PolicyWeights, RunInfo, PolicyInfo)> {
-    match load_run_policy(run)? {
+pub fn load_policy(
+    run: &Path,
+    choice: PolicyChoice,
+) -> Result<(PolicyWeights, RunInfo, PolicyInfo)> {
+    load_policy_at(run, choice.resolve(run)?.as_ref())
+}
+
+/// [`load_policy`] of the selected weights `selected` (`None`: the last ones).
+pub fn load_policy_at(
+    run: &Path,
+    selected: Option<&SelectedInfo>,
+) -> Result<(PolicyWeights, RunInfo, PolicyInfo)> {
+    match load_run_policy_at(run, selected)? {
         (RunPolicy::Mlp(w), info, pinfo) => Ok((w, info, pinfo)),
         (RunPolicy::Shared(_), _, _) => bail!(
             "{} holds a shared (--policy shared) policy: export it per signal",

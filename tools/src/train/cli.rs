@@ -9,6 +9,7 @@ use super::checkpoint::RunInfo;
 use super::demand_probe::DemandProbe;
 use super::device::ComputeDevice;
 use super::policy::{PolicyKind, SharedOverrides};
+use super::selection::{self, ValidationConfig};
 use super::{train, Algo, TrainConfig};
 use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource};
 
@@ -98,6 +99,18 @@ pub struct TrainArgs {
     /// `--features cuda` (never in CI); rollouts always run on the CPU.
     #[arg(long, value_enum, default_value_t = ComputeDevice::Cpu)]
     pub device: ComputeDevice,
+    /// Checkpoint selection: in the run's second half the policy runs greedily on this
+    /// many validation seeds at a few checkpoints and at the end, and the weights with
+    /// the lowest mean delay are kept (`best.safetensors`; `greenwave export` takes them,
+    /// `--last` the last ones). 0 turns it off. Default 3 (a resumed run: what it
+    /// started with).
+    #[arg(long)]
+    pub validation_seeds: Option<u32>,
+    /// The first validation seed (then the next ones): apart from `greenwave eval`'s
+    /// held-out seeds (1000 on) and from the training episodes' (hashed from `--seed`).
+    /// Default 500 (a resumed run: what it started with).
+    #[arg(long)]
+    pub validation_first_seed: Option<u64>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -163,6 +176,26 @@ fn sumo_shared_overrides(args: &TrainArgs, resumed: Option<&RunInfo>) -> SharedO
     }
 }
 
+/// The validation settings: the flags', else a resumed run's recorded ones (none for runs
+/// from before checkpoint selection), else the defaults.
+fn validation(args: &TrainArgs) -> Result<ValidationConfig> {
+    let base = match args.resume {
+        true => {
+            super::checkpoint::read_run_info(&args.out)?
+                .config
+                .validation
+        }
+        false => ValidationConfig {
+            seeds: selection::DEFAULT_SEEDS,
+            first_seed: selection::DEFAULT_FIRST_SEED,
+        },
+    };
+    Ok(ValidationConfig {
+        seeds: args.validation_seeds.unwrap_or(base.seeds),
+        first_seed: args.validation_first_seed.unwrap_or(base.first_seed),
+    })
+}
+
 /// Runs `greenwave train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
     let scenario = match args.sim.backend {
@@ -182,6 +215,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.episode_s = args.episode_seconds;
     cfg.stop_after_iterations = args.stop_after_iterations;
     cfg.device = args.device;
+    cfg.validation = validation(args)?;
     if let Some(lr) = args.learning_rate {
         cfg.ppo.learning_rate = lr;
         cfg.offpolicy.learning_rate = lr;
@@ -217,9 +251,23 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         "trained {} decisions in {} iterations, {:.1} s ({:.0} decisions/s); recent episode delay {:.2} s",
         s.env_steps, s.iterations, s.wall_s, s.steps_per_s, s.recent_episode_delay_s
     );
+    if let Some(v) = &s.selected {
+        println!(
+            "selected the weights of iteration {} ({} decisions): greedy delay {:.2} s on validation seeds {:?}; `greenwave export` takes them (validation.csv has every validation)",
+            v.iteration,
+            v.env_steps,
+            v.mean_delay_s(),
+            v.seeds
+        );
+    }
     println!(
-        "run folder: {} (metrics.csv, training.png, losses.png, policy.safetensors)",
-        args.out.display()
+        "run folder: {} (metrics.csv, training.png, losses.png, policy.safetensors{})",
+        args.out.display(),
+        if s.selected.is_some() {
+            ", best.safetensors, validation.csv"
+        } else {
+            ""
+        }
     );
     Ok(())
 }

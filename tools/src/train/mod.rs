@@ -17,13 +17,14 @@ pub mod device;
 pub mod plots;
 pub mod policy;
 pub mod rollout;
+pub mod selection;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use greenwave_core::ObsLayout;
+use greenwave_core::{Millis, ObsLayout};
 use greenwave_learn::gae::{gae, Trajectory};
 use greenwave_learn::offpolicy::{self, OffPolicyConfig, QCritic, ReplayBatch};
 use greenwave_learn::ppo::{self, PpoBatch, PpoConfig};
@@ -41,6 +42,7 @@ use policy::{PolicyKind, PolicyNet, SharedOverrides};
 use rollout::{
     collect_parallel, episode_seed, AgentTrajectory, EnvSlot, RolloutPolicy, RolloutSpec,
 };
+use selection::{Selector, Validation};
 
 /// Normalised observations are clipped to ±this.
 pub const OBS_CLIP: f32 = 10.0;
@@ -130,6 +132,10 @@ pub struct TrainConfig {
     /// or the timing file named one, and in older runs).
     #[serde(default)]
     pub demand_probe: Option<demand_probe::DemandProbe>,
+    /// Checkpoint selection on validation seeds ([`selection`]); off in the library's
+    /// default and in older runs, on (3 seeds) in `greenwave train`.
+    #[serde(default)]
+    pub validation: selection::ValidationConfig,
 }
 
 impl TrainConfig {
@@ -162,6 +168,7 @@ impl TrainConfig {
             stop_after_iterations: None,
             device: ComputeDevice::Cpu,
             demand_probe: None,
+            validation: selection::ValidationConfig::default(),
         }
     }
 }
@@ -216,6 +223,8 @@ pub struct TrainSummary {
     pub steps_per_s: f64,
     /// Mean delay of the episodes finished in the last iterations.
     pub recent_episode_delay_s: f64,
+    /// The validation of the selected weights (none with validation off).
+    pub selected: Option<Validation>,
 }
 
 /// Loads the scenario a config names, with its episode-length override.
@@ -467,6 +476,8 @@ struct RunSource<'a> {
     name: String,
     /// Decisions per episode (checkpoints fall on episode ends).
     episode_decisions: u64,
+    /// Episode length (validation episodes run this long).
+    episode: Millis,
     /// The scenario (embedded simulator), written to the run folder as `scenario.toml`.
     scenario: Option<&'a Scenario>,
 }
@@ -486,6 +497,7 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
         );
     }
     cfg.sim.check()?;
+    cfg.validation.check()?;
     // Fail before any simulator starts when this build cannot give the asked device.
     cfg.device.candle()?;
     match cfg.sim.backend {
@@ -496,6 +508,7 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
                 episode_decisions: u64::from(
                     scenario.episode().0 / scenario.decision_interval().0.max(1),
                 ),
+                episode: scenario.episode(),
                 scenario: Some(&scenario),
             };
             train_on(cfg, out, resume, progress, &source, |seed| {
@@ -518,6 +531,7 @@ fn train_sumo(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Re
     let source = RunSource {
         name: cfg.sim.sumo_label().unwrap_or_default(),
         episode_decisions: (base.seconds / base.decision_interval_s).ceil() as u64,
+        episode: base.episode(),
         scenario: None,
     };
     train_on(cfg, out, resume, progress, &source, |seed| {
@@ -729,7 +743,7 @@ fn train_on<E: Env + Send>(
     resume: bool,
     progress: bool,
     source: &RunSource<'_>,
-    make: impl Fn(u64) -> Result<E>,
+    make: impl Fn(u64) -> Result<E> + Sync,
 ) -> Result<TrainSummary> {
     std::fs::create_dir_all(out)
         .with_context(|| format!("creating run folder {}", out.display()))?;
@@ -747,8 +761,16 @@ fn train_on<E: Env + Send>(
         slot.episodes = eps;
         slot.env.reset(episode_seed(cfg.seed, slot.index, eps))?;
     }
-    write_run_info(cfg, out, source, &slots[0].env, layout)?;
     let schedule = Schedule::new(cfg, source, specs.len());
+    // Before run.json changes: a fresh run must not pair it with an earlier run's selection.
+    let mut selector = Selector::start(
+        out,
+        &cfg.validation,
+        resume,
+        learner.iteration,
+        (schedule.iterations_total, schedule.checkpoint_every),
+    )?;
+    write_run_info(cfg, out, source, &slots[0].env, layout)?;
 
     let csv_path = out.join("metrics.csv");
     let mut csv = checkpoint::open_csv(&csv_path, resume, learner.iteration)?;
@@ -761,6 +783,9 @@ fn train_on<E: Env + Send>(
         shared: shared.as_ref(),
         layout,
     };
+    let validation = (out, source.episode, &make, &bar);
+    // A run resumed at a validation point that was not validated yet.
+    select_if_due(&mut selector, &learner, &ctx, validation)?;
     while learner.iteration < schedule.stop_at {
         let row = iteration(
             &mut learner,
@@ -778,6 +803,8 @@ fn train_on<E: Env + Send>(
         if on_episode_ends || learner.iteration == schedule.stop_at {
             checkpoint::save(out, &learner, on_episode_ends)?;
         }
+        // After the checkpoint: a run stopped while validating validates again on resume.
+        select_if_due(&mut selector, &learner, &ctx, validation)?;
         if on_episode_ends && learner.iteration < schedule.stop_at {
             // Curves so far, so that a run stopped early (a timeout, Ctrl-C) has them too;
             // a failed plot does not stop training (the final one reports its error).
@@ -791,16 +818,81 @@ fn train_on<E: Env + Send>(
     csv.flush()?;
     drop(csv);
     plots::write_plots(&csv_path, out).context("writing plots")?;
-    let wall_s = start.elapsed().as_secs_f64();
-    let trained = learner.env_steps - start_steps;
-    let k = recent_delay.len().min(3);
-    Ok(TrainSummary {
+    let mut summary = TrainSummary::of(&learner, start, start_steps, &recent_delay);
+    summary.selected = selector.best().cloned();
+    Ok(summary)
+}
+
+impl TrainSummary {
+    /// The summary of an invocation that started at `start` with `start_steps` decisions
+    /// done, whose finished episodes had mean delays `recent_delay` (selection: none).
+    fn of(learner: &Learner, start: Instant, start_steps: u64, recent_delay: &[f64]) -> Self {
+        let wall_s = start.elapsed().as_secs_f64();
+        let trained = learner.env_steps - start_steps;
+        let k = recent_delay.len().min(3);
+        TrainSummary {
+            env_steps: learner.env_steps,
+            iterations: learner.iteration,
+            wall_s,
+            steps_per_s: trained as f64 / wall_s.max(1e-9),
+            recent_episode_delay_s: mean(recent_delay[recent_delay.len() - k..].iter().copied()),
+            selected: None,
+        }
+    }
+}
+
+/// Validates the learner's current weights ([`select`]) if they are due and not yet
+/// validated, reporting the result on stderr (above the progress bar `bar`).
+fn select_if_due<E: Env>(
+    selector: &mut Selector,
+    learner: &Learner,
+    ctx: &UpdateCtx<'_>,
+    (out, episode, make, bar): (
+        &Path,
+        Millis,
+        &(impl Fn(u64) -> Result<E> + Sync),
+        &indicatif::ProgressBar,
+    ),
+) -> Result<()> {
+    if !selector.pending(learner.iteration) {
+        return Ok(());
+    }
+    let line = select(selector, learner, ctx, out, (episode, make))?;
+    bar.suspend(|| eprintln!("{line}"));
+    Ok(())
+}
+
+/// Validates the learner's current weights greedily on the validation seeds, in
+/// environments from `make` running episodes `episode` long, keeps them if they are the
+/// best so far, and returns the line that reports it.
+fn select<E: Env>(
+    selector: &mut Selector,
+    learner: &Learner,
+    ctx: &UpdateCtx<'_>,
+    out: &Path,
+    (episode, make): (Millis, &(impl Fn(u64) -> Result<E> + Sync)),
+) -> Result<String> {
+    let weights = rollout_policy(learner, ctx.shared)?
+        .per_signal_weights()
+        .context("compiling the shared policy for validation")?;
+    let seeds = selector.seeds();
+    let start = Instant::now();
+    let metrics = selection::validate(make, &weights, &seeds, episode, ctx.cfg.threads)?;
+    let v = Validation {
+        iteration: learner.iteration,
         env_steps: learner.env_steps,
-        iterations: learner.iteration,
-        wall_s,
-        steps_per_s: trained as f64 / wall_s.max(1e-9),
-        recent_episode_delay_s: mean(recent_delay[recent_delay.len() - k..].iter().copied()),
-    })
+        seeds,
+        delay_s: metrics.iter().map(|m| m.mean_delay_s).collect(),
+    };
+    let mean = v.mean_delay_s();
+    let better = selector.record(out, learner, v)?;
+    Ok(format!(
+        "validation at iteration {}: greedy delay {mean:.2} s on {} seeds ({:.0} s){}",
+        learner.iteration,
+        metrics.len(),
+        start.elapsed().as_secs_f64(),
+        if better { ", best so far: kept" } else { "" }
+    ))
 }
 
 /// The run's environment slots, each on the first episode of its seed stream.

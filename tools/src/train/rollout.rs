@@ -119,6 +119,20 @@ impl RolloutPolicy {
         RolloutPolicy::Shared { weights, signals }
     }
 
+    /// The greedy policy as networks per signal: the one MLP, or the shared network
+    /// compiled for each signal as `greenwave export` compiles it.
+    pub fn per_signal_weights(
+        &self,
+    ) -> Result<Vec<PolicyWeights>, greenwave_learn::shared::SharedError> {
+        match self {
+            RolloutPolicy::Mlp(w) => Ok(vec![w.clone()]),
+            RolloutPolicy::Shared { weights, signals } => signals
+                .iter()
+                .map(|(inc, _)| greenwave_learn::specialize(weights, inc))
+                .collect(),
+        }
+    }
+
     /// Observation width and action count of signal `s`.
     fn dims(&self, s: usize) -> (usize, usize) {
         match self {

@@ -1,0 +1,197 @@
+//! Checkpoint selection: the validated weights with the lowest greedy delay are kept, they
+//! are exactly the weights that were validated, export takes them (`--last` the last ones),
+//! validation leaves training untouched, and a resumed run selects as the uninterrupted one.
+
+mod common;
+
+use std::path::Path;
+
+use common::{greenwave, ok, tmp};
+use greenwave_core::Millis;
+use greenwave_sim::{run_episode, EmbeddedEnv};
+use greenwave_tools::policy_controller::PolicyController;
+use greenwave_tools::train::checkpoint::{self, PolicyChoice};
+use greenwave_tools::train::selection::ValidationConfig;
+use greenwave_tools::train::{train, Algo, TrainConfig};
+
+/// 10 iterations of 2 envs × 60 decisions, checkpoints every 2 iterations, validated on 2
+/// seeds at iterations 6, 8 and 10.
+fn tiny(validation_seeds: u32) -> TrainConfig {
+    let mut c = TrainConfig::new("single-4way", Algo::Ppo, 1200, 7);
+    c.n_envs = 2;
+    c.rollout_steps = 60;
+    c.hidden = vec![16, 16];
+    c.episode_s = Some(600);
+    c.ppo.minibatch = 64;
+    c.validation = ValidationConfig {
+        seeds: validation_seeds,
+        first_seed: 500,
+    };
+    c
+}
+
+/// `(iteration, mean delay, best)` of each row of `validation.csv`.
+fn log_rows(run: &Path) -> Vec<(u64, f64, bool)> {
+    let text = std::fs::read_to_string(run.join("validation.csv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().unwrap(), f[2].parse().unwrap(), f[4] == "1")
+        })
+        .collect()
+}
+
+fn actor(run: &Path, choice: PolicyChoice) -> Vec<f32> {
+    let (w, _, _) = checkpoint::load_policy(run, choice).unwrap();
+    w.actor
+        .iter()
+        .flat_map(|l| l.weights.iter().chain(&l.bias).copied())
+        .collect()
+}
+
+/// The iteration count an exported manifest's provenance records.
+fn exported_iteration(manifest: &Path) -> u64 {
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
+    m["provenance"]["details"]["iterations"].as_u64().unwrap()
+}
+
+#[test]
+fn the_lowest_validated_delay_is_kept_and_is_what_was_validated() {
+    let run = tmp("sel-run");
+    let s = train(&tiny(2), &run, false, false).unwrap();
+    let rows = log_rows(&run);
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![6, 8, 10],
+        "validated at the second half's checkpoints and the end"
+    );
+    // The log rounds to 1 ms: the selection is a row within that of the lowest.
+    let lowest = rows.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    let selected = checkpoint::read_selected(&run).unwrap().unwrap();
+    let row = rows
+        .iter()
+        .find(|r| r.0 == selected.policy.iteration)
+        .expect("the selected iteration was logged");
+    assert!((row.1 - lowest).abs() < 2e-3, "rows: {rows:?}");
+    assert!((selected.validation.mean_delay_s() - row.1).abs() < 1e-3);
+    assert_eq!(s.selected.as_ref().unwrap().iteration, row.0);
+    // Rows flagged best: the running minimum, so the last flagged one is the selection.
+    let flagged: Vec<u64> = rows.iter().filter(|r| r.2).map(|r| r.0).collect();
+    assert_eq!(flagged.last(), Some(&row.0));
+    assert!(flagged.windows(2).all(|w| {
+        let d = |it| rows.iter().find(|r| r.0 == it).unwrap().1;
+        d(w[1]) < d(w[0])
+    }));
+
+    // The saved weights, run again on the validation seeds, give the logged delays.
+    let (w, _, _) = checkpoint::load_policy(&run, PolicyChoice::Selected).unwrap();
+    let scenario = greenwave_sim::load("single-4way").unwrap();
+    for (&seed, &logged) in selected
+        .validation
+        .seeds
+        .iter()
+        .zip(&selected.validation.delay_s)
+    {
+        let mut env = EmbeddedEnv::from_scenario(&scenario, seed);
+        let mut c = PolicyController::new(w.clone());
+        let m = run_episode(&mut env, &mut c, seed, Millis::from_secs(600)).unwrap();
+        assert!(
+            (m.mean_delay_s - logged).abs() < 1e-9,
+            "seed {seed}: {} s again against {logged} s logged",
+            m.mean_delay_s
+        );
+    }
+    let _ = std::fs::remove_dir_all(run);
+}
+
+#[test]
+fn validation_leaves_training_untouched_and_export_takes_the_selection() {
+    let (with, without) = (tmp("sel-with"), tmp("sel-without"));
+    train(&tiny(2), &with, false, false).unwrap();
+    train(&tiny(0), &without, false, false).unwrap();
+    assert!(
+        actor(&with, PolicyChoice::Last) == actor(&without, PolicyChoice::Last),
+        "validation changed the trained weights"
+    );
+    assert!(checkpoint::read_selected(&without).unwrap().is_none());
+    assert!(!without.join("validation.csv").exists());
+
+    let selected = checkpoint::read_selected(&with).unwrap().unwrap();
+    assert_ne!(
+        selected.policy.iteration, 10,
+        "this run's best is its last weights, so it cannot tell export's two choices apart"
+    );
+    let out = with.join("p.onnx");
+    let o = out.to_str().unwrap();
+    let stdout = ok(&greenwave(&["export", with.to_str().unwrap(), "--out", o]));
+    assert!(stdout.contains("selected on validation seeds"), "{stdout}");
+    let manifest = with.join("p.manifest.json");
+    assert_eq!(exported_iteration(&manifest), selected.policy.iteration);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    assert_eq!(
+        m["provenance"]["details"]["selected_by"]["validation_seeds"],
+        serde_json::json!([500, 501])
+    );
+    ok(&greenwave(&[
+        "export",
+        with.to_str().unwrap(),
+        "--out",
+        o,
+        "--last",
+    ]));
+    assert_eq!(exported_iteration(&manifest), 10);
+
+    // A best.json that does not describe best.safetensors (a torn write) is refused.
+    let json = with.join("best.json");
+    let text = std::fs::read_to_string(&json).unwrap();
+    let torn = text.replacen(
+        &format!("\"iteration\": {}", selected.policy.iteration),
+        "\"iteration\": 9",
+        1,
+    );
+    assert_ne!(torn, text);
+    std::fs::write(&json, torn).unwrap();
+    let o2 = greenwave(&["export", with.to_str().unwrap(), "--out", o]);
+    let err = common::failed(&o2);
+    assert!(err.contains("holds the weights of iteration"), "{err}");
+    std::fs::write(&json, text).unwrap();
+
+    // A resume that changes the validation seeds is refused.
+    let mut other = tiny(3);
+    other.stop_after_iterations = Some(10);
+    let e = train(&other, &with, true, false).unwrap_err();
+    assert!(format!("{e:#}").contains("--validation-seeds 2"), "{e:#}");
+
+    // A fresh run into the same folder without validation drops the old selection.
+    train(&tiny(0), &with, false, false).unwrap();
+    assert!(checkpoint::read_selected(&with).unwrap().is_none());
+    assert!(!with.join("best.safetensors").exists() && !with.join("validation.csv").exists());
+    for d in [with, without] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+#[test]
+fn a_resumed_run_selects_as_the_uninterrupted_one() {
+    let (full, parts) = (tmp("sel-full"), tmp("sel-parts"));
+    train(&tiny(2), &full, false, false).unwrap();
+    let mut first = tiny(2);
+    first.stop_after_iterations = Some(8);
+    train(&first, &parts, false, false).unwrap();
+    assert_eq!(
+        log_rows(&parts).iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![6, 8]
+    );
+    train(&tiny(2), &parts, true, false).unwrap();
+    assert_eq!(log_rows(&parts), log_rows(&full));
+    assert!(
+        actor(&parts, PolicyChoice::Selected) == actor(&full, PolicyChoice::Selected),
+        "the resumed run selected other weights"
+    );
+    for d in [full, parts] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
