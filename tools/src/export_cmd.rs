@@ -101,16 +101,11 @@ fn note_selection(prov: &mut Provenance, selected: Option<&SelectedInfo>) {
     }
 }
 
-/// Exports the `choice` policy of `run` (the validation-selected weights by default) to
-/// `out` (an `.onnx` path). The run must hold a per-signal MLP (`--policy mlp`); a shared
-/// policy is exported per signal with [`export_signals`].
+/// Exports the policy of `run` (its validation-selected weights, or its last ones where it
+/// selected none) to `out` (an `.onnx` path). The run must hold a per-signal MLP
+/// (`--policy mlp`); a shared policy is exported per signal with [`export_signals`].
 pub fn export(run: &Path, out: &Path) -> Result<Exported> {
-    export_choice(run, out, PolicyChoice::Selected)
-}
-
-/// [`export`] of the `choice` weights.
-pub fn export_choice(run: &Path, out: &Path, choice: PolicyChoice) -> Result<Exported> {
-    export_at(run, out, choice.resolve(run)?.as_ref())
+    export_at(run, out, PolicyChoice::Selected.resolve(run)?.as_ref())
 }
 
 /// [`export`] of the selected weights `selected` (as [`PolicyChoice::resolve`] read them;
@@ -190,9 +185,9 @@ pub fn export_signals(run: &Path, out: &Path, target: Option<&str>) -> Result<Ve
     match target {
         Some(name) => {
             let specs = EnvSource::from_args(&BackendArgs::embedded(), name, None)?.signals()?;
-            export_signals_for(run, out, Some(&specs), PolicyChoice::Selected)
+            export_signals_for(run, out, Some(&specs))
         }
-        None => export_signals_for(run, out, None, PolicyChoice::Selected),
+        None => export_signals_for(run, out, None),
     }
 }
 
@@ -236,15 +231,19 @@ fn export_signals_at(
     Ok(written)
 }
 
-/// [`export_signals`] of the `choice` weights for the signals `target` (of any backend: a
-/// SUMO net's too), or those trained on.
+/// [`export_signals`] for the signals `target` (of any backend: a SUMO net's too), or
+/// those trained on.
 pub fn export_signals_for(
     run: &Path,
     out: &Path,
     target: Option<&[SignalSpec]>,
-    choice: PolicyChoice,
 ) -> Result<Vec<SignalExport>> {
-    export_signals_at(run, out, target, choice.resolve(run)?.as_ref())
+    export_signals_at(
+        run,
+        out,
+        target,
+        PolicyChoice::Selected.resolve(run)?.as_ref(),
+    )
 }
 
 /// Arguments of `greenwave export`.

@@ -567,7 +567,20 @@ const CSV_HEADER: &str = "iteration,env_steps,wall_s,steps_per_s,episodes,episod
 
 /// Opens `metrics.csv`: fresh, or (on resume) keeping only rows up to `iteration`.
 pub fn open_csv(path: &Path, resume: bool, iteration: u64) -> Result<BufWriter<File>> {
+    reopen_csv(path, CSV_HEADER, resume, iteration).map(|(w, _)| w)
+}
+
+/// Opens a per-iteration CSV log (first column the iteration) with header `header`: fresh,
+/// or (on resume) keeping only the rows up to `iteration`, the checkpoint resumed from;
+/// also returns the iteration of the last row kept.
+pub fn reopen_csv(
+    path: &Path,
+    header: &str,
+    resume: bool,
+    iteration: u64,
+) -> Result<(BufWriter<File>, Option<u64>)> {
     let mut kept = Vec::new();
+    let mut last = None;
     if resume && path.exists() {
         for line in BufReader::new(File::open(path)?).lines().skip(1) {
             let line = line?;
@@ -578,16 +591,18 @@ pub fn open_csv(path: &Path, resume: bool, iteration: u64) -> Result<BufWriter<F
                 .unwrap_or(u64::MAX);
             if it <= iteration {
                 kept.push(line);
+                last = Some(it);
             }
         }
     }
     let mut w =
         BufWriter::new(File::create(path).with_context(|| format!("creating {}", path.display()))?);
-    writeln!(w, "{CSV_HEADER}")?;
+    writeln!(w, "{header}")?;
     for l in kept {
         writeln!(w, "{l}")?;
     }
-    Ok(w)
+    w.flush()?;
+    Ok((w, last))
 }
 
 /// Appends one row (and flushes, so the file is useful while training runs).

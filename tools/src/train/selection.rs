@@ -268,33 +268,17 @@ const CSV_HEADER: &str = "iteration,env_steps,mean_delay_s,seed_delays_s,best";
 /// `validation.csv`: one row per validation (per-seed delays joined by `;`), `best` 1 on
 /// the rows that became the selected weights.
 pub struct ValidationLog {
-    path: std::path::PathBuf,
+    w: std::io::BufWriter<std::fs::File>,
     last_iteration: Option<u64>,
 }
 
 impl ValidationLog {
-    /// Opens the log in `out`: fresh, or on resume keeping the rows up to `iteration`.
+    /// Opens the log in `out`: fresh, or on resume keeping the rows up to `iteration`
+    /// (as `metrics.csv`).
     pub fn open(out: &Path, resume: bool, iteration: u64) -> Result<Self> {
-        let path = out.join("validation.csv");
-        let mut text = format!("{CSV_HEADER}\n");
-        let mut last = None;
-        if resume && path.exists() {
-            let old = std::fs::read_to_string(&path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            for line in old.lines().skip(1) {
-                let it = line.split(',').next().and_then(|s| s.parse::<u64>().ok());
-                if let Some(it) = it.filter(|&it| it <= iteration) {
-                    text.push_str(line);
-                    text.push('\n');
-                    last = Some(it);
-                }
-            }
-        }
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        Ok(ValidationLog {
-            path,
-            last_iteration: last,
-        })
+        let (w, last_iteration) =
+            checkpoint::reopen_csv(&out.join("validation.csv"), CSV_HEADER, resume, iteration)?;
+        Ok(ValidationLog { w, last_iteration })
     }
 
     /// The iteration of the log's last row, if any.
@@ -302,24 +286,20 @@ impl ValidationLog {
         self.last_iteration
     }
 
-    /// Appends `v`'s row.
+    /// Appends `v`'s row (and flushes).
     pub fn append(&mut self, v: &Validation, best: bool) -> Result<()> {
         use std::io::Write as _;
         let seeds: Vec<String> = v.delay_s.iter().map(|d| format!("{d:.3}")).collect();
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .with_context(|| format!("opening {}", self.path.display()))?;
         writeln!(
-            f,
+            self.w,
             "{},{},{:.3},{},{}",
             v.iteration,
             v.env_steps,
             v.mean_delay_s(),
             seeds.join(";"),
             u8::from(best)
-        )
-        .with_context(|| format!("writing {}", self.path.display()))?;
+        )?;
+        self.w.flush().context("writing validation.csv")?;
         self.last_iteration = Some(v.iteration);
         Ok(())
     }
