@@ -609,7 +609,7 @@ pub fn reopen_csv(
 pub fn write_csv_row(w: &mut BufWriter<File>, r: &IterationRow) -> Result<()> {
     writeln!(
         w,
-        "{},{},{:.3},{:.1},{},{:.4},{:.4},{:.6e},{:.6},{:.6},{:.6},{:.6},{:.6},{:.3},{:.3}",
+        "{},{},{:.3},{:.1},{},{:.4},{:.4},{:.6e},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6}",
         r.iteration,
         r.env_steps,
         r.wall_s,
