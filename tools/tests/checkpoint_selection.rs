@@ -1,4 +1,5 @@
-//! Checkpoint selection: the validated weights with the lowest greedy delay are kept, they
+//! Checkpoint selection: the validated weights with the lowest greedy delay are kept (unless
+//! they do not beat the last weights clearly), they
 //! are exactly the weights that were validated, export takes them (`--last` the last ones),
 //! validation leaves training untouched, and a resumed run selects as the uninterrupted one.
 
@@ -11,7 +12,7 @@ use greenwave_core::Millis;
 use greenwave_sim::{run_episode, EmbeddedEnv};
 use greenwave_tools::policy_controller::PolicyController;
 use greenwave_tools::train::checkpoint::{self, PolicyChoice};
-use greenwave_tools::train::selection::ValidationConfig;
+use greenwave_tools::train::selection::{Validation, ValidationConfig};
 use greenwave_tools::train::{train, Algo, TrainConfig};
 
 /// 10 iterations of 2 envs × 60 decisions, checkpoints every 2 iterations, validated on 2
@@ -32,14 +33,33 @@ fn tiny(validation_seeds: u32) -> TrainConfig {
 
 /// `(iteration, mean delay, best)` of each row of `validation.csv`.
 fn log_rows(run: &Path) -> Vec<(u64, f64, bool)> {
+    log_fields(run)
+        .into_iter()
+        .map(|f| (f[0].parse().unwrap(), f[2].parse().unwrap(), f[4] == "1"))
+        .collect()
+}
+
+/// The fields of each row of `validation.csv`.
+fn log_fields(run: &Path) -> Vec<Vec<String>> {
     let text = std::fs::read_to_string(run.join("validation.csv")).unwrap();
     text.lines()
         .skip(1)
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (f[0].parse().unwrap(), f[2].parse().unwrap(), f[4] == "1")
-        })
+        .map(|l| l.split(',').map(str::to_string).collect())
         .collect()
+}
+
+/// The row of `validation.csv` at `iteration` as a validation on `seeds`.
+fn logged_validation(run: &Path, iteration: u64, seeds: &[u64]) -> Validation {
+    let f = log_fields(run)
+        .into_iter()
+        .find(|f| f[0] == iteration.to_string())
+        .unwrap();
+    Validation {
+        iteration,
+        env_steps: f[1].parse().unwrap(),
+        seeds: seeds.to_vec(),
+        delay_s: f[3].split(';').map(|d| d.parse().unwrap()).collect(),
+    }
 }
 
 fn actor(run: &Path, choice: PolicyChoice) -> Vec<f32> {
@@ -67,20 +87,33 @@ fn the_lowest_validated_delay_is_kept_and_is_what_was_validated() {
         vec![6, 8, 10],
         "validated at the second half's checkpoints and the end"
     );
-    // The log rounds to 1 ms: the selection is a row within that of the lowest.
-    let lowest = rows.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    // The lowest mean (the log rounds to 1 ms: the first row within that of the lowest)
+    // is selected if it beats the last weights clearly, else the last weights are.
     let selected = checkpoint::read_selected(&run).unwrap().unwrap();
-    let row = rows
-        .iter()
-        .find(|r| r.0 == selected.policy.iteration)
-        .expect("the selected iteration was logged");
-    assert!((row.1 - lowest).abs() < 2e-3, "rows: {rows:?}");
+    let seeds = selected.validation.seeds.clone();
+    let lowest = rows.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    let lowest = rows.iter().find(|r| r.1 - lowest < 2e-3).unwrap().0;
+    let (best, last) = (
+        logged_validation(&run, lowest, &seeds),
+        logged_validation(&run, 10, &seeds),
+    );
+    let expected = match lowest == 10 || best.clearly_beats(&last) {
+        true => lowest,
+        false => 10,
+    };
+    assert_eq!(selected.policy.iteration, expected, "rows: {rows:?}");
+    let row = rows.iter().find(|r| r.0 == expected).unwrap();
     assert!((selected.validation.mean_delay_s() - row.1).abs() < 1e-3);
     assert_eq!(s.selected.as_ref().unwrap().iteration, row.0);
-    // Rows flagged best: the running minimum, so the last flagged one is the selection.
+    // Rows flagged best: the running minimum (and the end, when its weights are kept over
+    // it), so the last flagged one is the selection.
     let flagged: Vec<u64> = rows.iter().filter(|r| r.2).map(|r| r.0).collect();
     assert_eq!(flagged.last(), Some(&row.0));
-    assert!(flagged.windows(2).all(|w| {
+    let running_min = match expected == lowest {
+        true => &flagged[..],
+        false => &flagged[..flagged.len() - 1],
+    };
+    assert!(running_min.windows(2).all(|w| {
         let d = |it| rows.iter().find(|r| r.0 == it).unwrap().1;
         d(w[1]) < d(w[0])
     }));

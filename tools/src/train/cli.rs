@@ -102,7 +102,9 @@ pub struct TrainArgs {
     /// Checkpoint selection: in the run's second half the policy runs greedily on this
     /// many validation seeds at a few checkpoints and at the end, and the weights with
     /// the lowest mean delay are kept (`best.safetensors`; `greenwave export` takes them,
-    /// `--last` the last ones). 0 turns it off. Default 3 (a resumed run: what it
+    /// `--last` the last ones), unless at the end they do not beat the last weights
+    /// clearly (a paired one-sided t-test over the seeds, p < 0.10): then the last ones
+    /// are kept. 0 turns it off; at least 2 otherwise. Default 3 (a resumed run: what it
     /// started with).
     #[arg(long)]
     pub validation_seeds: Option<u32>,

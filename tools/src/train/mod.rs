@@ -42,7 +42,7 @@ use policy::{PolicyKind, PolicyNet, SharedOverrides};
 use rollout::{
     collect_parallel, episode_seed, AgentTrajectory, EnvSlot, RolloutPolicy, RolloutSpec,
 };
-use selection::{Selector, Validation};
+use selection::{Kept, Selector, Validation};
 
 /// Normalised observations are clipped to ±this.
 pub const OBS_CLIP: f32 = 10.0;
@@ -885,13 +885,20 @@ fn select<E: Env>(
         delay_s: metrics.iter().map(|m| m.mean_delay_s).collect(),
     };
     let mean = v.mean_delay_s();
-    let better = selector.record(out, learner, v)?;
+    let kept = match selector.record(out, learner, v)? {
+        Kept::No => String::new(),
+        Kept::Best => ", best so far: kept".into(),
+        Kept::LastOverEarlier { earlier, p_value } => format!(
+            ", kept: iteration {earlier}'s lower mean is not clearly better than the last weights (paired t-test p = {}, needs < {})",
+            p_value.map_or("n/a".into(), |p| format!("{p:.2}")),
+            selection::SIGNIFICANCE
+        ),
+    };
     Ok(format!(
-        "validation at iteration {}: greedy delay {mean:.2} s on {} seeds ({:.0} s){}",
+        "validation at iteration {}: greedy delay {mean:.2} s on {} seeds ({:.0} s){kept}",
         learner.iteration,
         metrics.len(),
         start.elapsed().as_secs_f64(),
-        if better { ", best so far: kept" } else { "" }
     ))
 }
 
