@@ -424,6 +424,14 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
             describe(&cfg.sim)
         );
     }
+    if cfg.validation.seeds > 0 && run.config.total_steps != cfg.total_steps {
+        bail!(
+            "{} was trained with --steps {}; with checkpoint selection a resume needs the same \
+             (the run's length sets when it validates and which validation is its end)",
+            out.display(),
+            run.config.total_steps
+        );
+    }
     let info: CheckpointInfo = read_json(&info_path)?;
     let file = out.join("checkpoint.safetensors");
     let map = load_tensors(&file)?;

@@ -218,6 +218,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.stop_after_iterations = args.stop_after_iterations;
     cfg.device = args.device;
     cfg.validation = validation(args)?;
+    // Before the demand probe, which can take a minute: bad settings fail at once.
+    cfg.validation.check()?;
     if let Some(lr) = args.learning_rate {
         cfg.ppo.learning_rate = lr;
         cfg.offpolicy.learning_rate = lr;

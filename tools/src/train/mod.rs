@@ -863,8 +863,8 @@ fn select_if_due<E: Env>(
 }
 
 /// Validates the learner's current weights greedily on the validation seeds, in
-/// environments from `make` running episodes `episode` long, keeps them if they are the
-/// best so far, and returns the line that reports it.
+/// environments from `make` running episodes `episode` long, keeps them if the selection
+/// rule ([`selection::decide`]) says so, and returns the line that reports it.
 fn select<E: Env>(
     selector: &mut Selector,
     learner: &Learner,
