@@ -26,6 +26,7 @@ use greenwave_learn::PolicyWeights;
 use greenwave_sim::{run_episode, Env, EpisodeMetrics};
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
+use statrs::statistics::Statistics;
 
 use super::{checkpoint, Learner};
 use crate::policy_controller::PolicyController;
@@ -135,6 +136,11 @@ impl Validation {
         self.delay_s.iter().sum::<f64>() / self.delay_s.len() as f64
     }
 
+    /// Whether every seed's delay is finite.
+    fn all_finite(&self) -> bool {
+        self.delay_s.iter().all(|d| d.is_finite())
+    }
+
     /// Whether these weights are better than `best`'s (ties keep the earlier weights; a
     /// NaN score never wins).
     pub fn beats(&self, best: Option<&Validation>) -> bool {
@@ -151,11 +157,10 @@ impl Validation {
     /// delay that is not finite.
     pub fn paired_p_value(&self, other: &Validation) -> Option<f64> {
         let n = self.delay_s.len();
-        let finite = |v: &Validation| v.delay_s.iter().all(|d| d.is_finite());
         if n < 2 || self.seeds != other.seeds || other.delay_s.len() != n {
             return None;
         }
-        if !finite(self) || !finite(other) {
+        if !self.all_finite() || !other.all_finite() {
             return None;
         }
         let diffs: Vec<f64> = self
@@ -164,8 +169,8 @@ impl Validation {
             .zip(&other.delay_s)
             .map(|(a, b)| a - b)
             .collect();
-        let mean = diffs.iter().sum::<f64>() / n as f64;
-        let var = diffs.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        // statrs' sample variance (n − 1).
+        let (mean, var) = (diffs.iter().mean(), diffs.iter().variance());
         if var == 0.0 {
             // Every seed moved by the same amount: certain, one way or the other.
             return Some(if mean < 0.0 { 0.0 } else { 1.0 });
@@ -178,8 +183,7 @@ impl Validation {
     /// Whether these weights beat `other`'s clearly: the paired test's p-value is below
     /// [`SIGNIFICANCE`], or `other`'s delays are not all finite where these are.
     pub fn clearly_beats(&self, other: &Validation) -> bool {
-        let finite = |v: &Validation| v.delay_s.iter().all(|d| d.is_finite());
-        if finite(self) && !finite(other) && !self.delay_s.is_empty() {
+        if self.all_finite() && !other.all_finite() && !self.delay_s.is_empty() {
             return true;
         }
         self.paired_p_value(other).is_some_and(|p| p < SIGNIFICANCE)
