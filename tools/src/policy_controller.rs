@@ -2,7 +2,7 @@
 //! classic controllers (and on every backend).
 
 use greenwave_core::mlp::masked_argmax;
-use greenwave_learn::weights::dense_forward;
+use greenwave_learn::weights::InputMajorLayers;
 use greenwave_learn::PolicyWeights;
 use greenwave_sim::{Controller, Env, MaxRedBound, PolicyMasks};
 
@@ -13,6 +13,9 @@ use greenwave_sim::{Controller, Env, MaxRedBound, PolicyMasks};
 pub struct PolicyController {
     /// One network (acting for every signal) or one per signal, in signal order.
     weights: Vec<PolicyWeights>,
+    /// Each network's actor, input-major (the same logits as `dense_forward`, bit for
+    /// bit, in vectorised loops: a compiled shared policy's layers are wide).
+    actors: Vec<InputMajorLayers>,
     raw: Vec<f32>,
     x: Vec<f32>,
     masks: PolicyMasks,
@@ -29,6 +32,10 @@ impl PolicyController {
     pub fn per_signal(weights: Vec<PolicyWeights>) -> Self {
         let d = weights.iter().map(|w| w.obs_dim()).max().unwrap_or(0);
         PolicyController {
+            actors: weights
+                .iter()
+                .map(|w| InputMajorLayers::new(&w.actor))
+                .collect(),
             weights,
             raw: vec![0.0; d],
             x: vec![0.0; d],
@@ -61,7 +68,8 @@ impl Controller for PolicyController {
             .map(|s| {
                 let mask = self.masks.mask(env, s);
                 let hold = env.sequencer(s).interval().target().0;
-                let Some(w) = self.weights.get(s).or(self.weights.first()) else {
+                let k = if s < self.weights.len() { s } else { 0 };
+                let (Some(w), Some(actor)) = (self.weights.get(k), self.actors.get(k)) else {
                     return hold;
                 };
                 let d = w.obs_dim();
@@ -72,7 +80,7 @@ impl Controller for PolicyController {
                     return hold;
                 }
                 w.norm.apply(raw, x);
-                let logits = dense_forward(&w.actor, x);
+                let logits = actor.forward(x);
                 masked_argmax(&logits, mask).unwrap_or(hold)
             })
             .collect()

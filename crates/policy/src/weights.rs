@@ -109,3 +109,128 @@ pub fn dense_forward(layers: &[DenseLayer], x: &[f32]) -> Vec<f32> {
     }
     cur
 }
+
+/// [`dense_forward`]'s layers stored input-major (`[inputs][outputs]`), for the many
+/// forward passes of rollouts and greedy episodes.
+///
+/// Each output still sums its products in input order from −0.0, as `dense_forward`'s
+/// `sum` does, and then adds its bias, so the results are the same bit for bit (property
+/// test `input_major_layers_equal_dense_forward_bit_for_bit`): runs, their validations and
+/// their figures do not change. What changes is the loop: a row-major dot product is one
+/// chain of dependent additions the compiler may not reorder, where input-major order
+/// updates every output at once and vectorises.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputMajorLayers {
+    layers: Vec<InputMajorLayer>,
+    /// The widest layer, the size of the two scratch rows.
+    widest: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct InputMajorLayer {
+    outputs: usize,
+    /// `weights[i * outputs + j]` = the row-major layer's `weights[j * inputs + i]`.
+    weights: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl InputMajorLayer {
+    fn new(l: &DenseLayer) -> Self {
+        let weights = (0..l.inputs)
+            .flat_map(|i| (0..l.outputs).map(move |j| l.weights[j * l.inputs + i]))
+            .collect();
+        InputMajorLayer {
+            outputs: l.outputs,
+            weights,
+            bias: l.bias.clone(),
+        }
+    }
+
+    /// `out[j] = bias[j] + Σ_i w[j][i] · x[i]`, the sum in the order of `dense_forward`'s.
+    fn affine(&self, x: &[f32], out: &mut [f32]) {
+        out.fill(-0.0);
+        for (v, w) in x.iter().zip(self.weights.chunks_exact(self.outputs)) {
+            out.iter_mut().zip(w).for_each(|(o, w)| *o += w * v);
+        }
+        // `o + b` is `b + o` bit for bit: IEEE addition commutes.
+        out.iter_mut().zip(&self.bias).for_each(|(o, b)| *o += b);
+    }
+}
+
+impl InputMajorLayers {
+    /// The layers of `layers` (tanh hidden layers and a linear last one), input-major.
+    pub fn new(layers: &[DenseLayer]) -> Self {
+        InputMajorLayers {
+            layers: layers.iter().map(InputMajorLayer::new).collect(),
+            widest: layers.iter().map(|l| l.outputs).max().unwrap_or(0),
+        }
+    }
+
+    /// `dense_forward(layers, x)`, bit for bit.
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let (mut cur, mut next) = (x.to_vec(), Vec::with_capacity(self.widest));
+        for (i, l) in self.layers.iter().enumerate() {
+            next.clear();
+            next.resize(l.outputs, 0.0);
+            l.affine(&cur, &mut next);
+            if i + 1 < self.layers.len() {
+                next.iter_mut().for_each(|z| *z = z.tanh());
+            }
+            std::mem::swap(&mut cur, &mut next);
+        }
+        cur
+    }
+
+    /// The first layer alone, without its activation, into `out` (`out.len()` its
+    /// outputs): what a shared network's lane encoder applies to each lane.
+    pub fn first_affine(&self, x: &[f32], out: &mut [f32]) {
+        if let Some(l) = self.layers.first() {
+            l.affine(x, &mut out[..l.outputs]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn layer(inputs: usize, outputs: usize, vals: &[f32], at: usize) -> DenseLayer {
+        let pick = |k: usize| vals[(at + k) % vals.len()];
+        DenseLayer {
+            inputs,
+            outputs,
+            weights: (0..inputs * outputs).map(pick).collect(),
+            bias: (0..outputs).map(|k| pick(7 * k + 3)).collect(),
+        }
+    }
+
+    proptest! {
+        /// Zeros of both signs are among the values, so the sums' start (−0.0, as
+        /// `Iterator::sum` for floats) is checked too.
+        #[test]
+        fn input_major_layers_equal_dense_forward_bit_for_bit(
+            widths in proptest::collection::vec(1usize..40, 2..5),
+            vals in proptest::collection::vec(
+                prop_oneof![Just(0.0f32), Just(-0.0f32), -3.0f32..3.0], 1..200),
+            x in proptest::collection::vec(
+                prop_oneof![Just(0.0f32), Just(-0.0f32), -5.0f32..5.0], 40),
+        ) {
+            let layers: Vec<DenseLayer> = widths
+                .windows(2)
+                .enumerate()
+                .map(|(k, w)| layer(w[0], w[1], &vals, 31 * k))
+                .collect();
+            let x = &x[..widths[0]];
+            let want: Vec<u32> = dense_forward(&layers, x).iter().map(|v| v.to_bits()).collect();
+            let got: Vec<u32> =
+                InputMajorLayers::new(&layers).forward(x).iter().map(|v| v.to_bits()).collect();
+            prop_assert_eq!(got, want);
+            let first = &layers[..1];
+            let mut out = vec![0.0; widths[1]];
+            InputMajorLayers::new(first).first_affine(x, &mut out);
+            let want: Vec<u32> = dense_forward(first, x).iter().map(|v| v.to_bits()).collect();
+            prop_assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+        }
+    }
+}

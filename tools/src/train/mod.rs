@@ -598,7 +598,7 @@ impl SharedSetup {
 fn rollout_policy(learner: &Learner, shared: Option<&SharedSetup>) -> Result<RolloutPolicy> {
     Ok(match (&learner.net, shared) {
         (PolicyNet::Mlp(net), _) => {
-            RolloutPolicy::Mlp(net.to_weights(learner.stats.normalization(OBS_CLIP))?)
+            RolloutPolicy::mlp(net.to_weights(learner.stats.normalization(OBS_CLIP))?)
         }
         (PolicyNet::Shared(net), Some(setup)) => RolloutPolicy::shared(
             net.to_weights(policy::lane_norm(&learner.stats, OBS_CLIP))?,

@@ -4,8 +4,8 @@
 
 use greenwave_core::mlp::masked_log_prob;
 use greenwave_core::PhaseMask;
-use greenwave_learn::shared::Incidence;
-use greenwave_learn::weights::dense_forward;
+use greenwave_learn::shared::{Incidence, SharedForward};
+use greenwave_learn::weights::InputMajorLayers;
 use greenwave_learn::{ObsNormalization, PolicyWeights, SharedWeights};
 use greenwave_sim::{Env, EnvError, EpisodeMetrics, PolicyMasks, StepOutcome, StepStarted};
 use rand::rngs::StdRng;
@@ -96,27 +96,54 @@ fn mask_bytes(mask: PhaseMask, n: usize) -> impl Iterator<Item = u8> {
 }
 
 /// The policy a rollout acts with: one per-signal MLP for every signal (one layout), or
-/// the shared lane–phase network with every signal's incidence.
+/// the shared lane–phase network with every signal's incidence. Each keeps its layers
+/// input-major as well ([`InputMajorLayers`]: the same numbers, bit for bit, in
+/// vectorised loops), built once per rollout.
 pub enum RolloutPolicy {
     /// The same MLP for every signal.
-    Mlp(PolicyWeights),
+    Mlp {
+        /// Its weights.
+        weights: PolicyWeights,
+        /// Its actor and critic, prepared for the rollout's forward passes.
+        forward: Box<(InputMajorLayers, InputMajorLayers)>,
+    },
     /// The shared network; `signals[s]` is signal `s`'s incidence and normalisation.
     Shared {
         /// Shared parameters.
         weights: SharedWeights,
         /// Per signal: its incidence and the per-feature normalisation of its layout.
         signals: Vec<(Incidence, ObsNormalization)>,
+        /// The forward pass of `weights`, prepared.
+        forward: Box<SharedForward>,
+        /// Per signal: its incidence's phase pooling (`Incidence::row_normalised`).
+        pooling: Vec<Vec<f32>>,
     },
 }
 
 impl RolloutPolicy {
+    /// One MLP acting for every signal.
+    pub fn mlp(weights: PolicyWeights) -> Self {
+        let forward = Box::new((
+            InputMajorLayers::new(&weights.actor),
+            InputMajorLayers::new(&weights.critic),
+        ));
+        RolloutPolicy::Mlp { weights, forward }
+    }
+
     /// The shared network acting on signals with incidences `incidences`.
     pub fn shared(weights: SharedWeights, incidences: &[Incidence]) -> Self {
         let signals = incidences
             .iter()
             .map(|i| (i.clone(), weights.norm.for_layout(i.layout())))
             .collect();
-        RolloutPolicy::Shared { weights, signals }
+        let pooling = incidences.iter().map(Incidence::row_normalised).collect();
+        let forward = Box::new(SharedForward::new(&weights));
+        RolloutPolicy::Shared {
+            weights,
+            signals,
+            forward,
+            pooling,
+        }
     }
 
     /// The greedy policy as networks per signal: the one MLP, or the shared network
@@ -125,8 +152,10 @@ impl RolloutPolicy {
         &self,
     ) -> Result<Vec<PolicyWeights>, greenwave_learn::shared::SharedError> {
         match self {
-            RolloutPolicy::Mlp(w) => Ok(vec![w.clone()]),
-            RolloutPolicy::Shared { weights, signals } => signals
+            RolloutPolicy::Mlp { weights, .. } => Ok(vec![weights.clone()]),
+            RolloutPolicy::Shared {
+                weights, signals, ..
+            } => signals
                 .iter()
                 .map(|(inc, _)| greenwave_learn::specialize(weights, inc))
                 .collect(),
@@ -136,7 +165,7 @@ impl RolloutPolicy {
     /// Observation width and action count of signal `s`.
     fn dims(&self, s: usize) -> (usize, usize) {
         match self {
-            RolloutPolicy::Mlp(w) => (w.obs_dim(), w.n_actions()),
+            RolloutPolicy::Mlp { weights: w, .. } => (w.obs_dim(), w.n_actions()),
             RolloutPolicy::Shared { signals, .. } => {
                 let l = signals[s].0.layout();
                 (l.dim(), l.n_phases as usize)
@@ -147,7 +176,7 @@ impl RolloutPolicy {
     /// The normalisation of signal `s`'s observations.
     fn norm(&self, s: usize) -> &ObsNormalization {
         match self {
-            RolloutPolicy::Mlp(w) => &w.norm,
+            RolloutPolicy::Mlp { weights: w, .. } => &w.norm,
             RolloutPolicy::Shared { signals, .. } => &signals[s].1,
         }
     }
@@ -155,17 +184,20 @@ impl RolloutPolicy {
     /// `(logits, value)` of signal `s` at the normalised observation `x`.
     fn act(&self, s: usize, x: &[f32]) -> (Vec<f32>, f32) {
         match self {
-            RolloutPolicy::Mlp(w) => (dense_forward(&w.actor, x), dense_forward(&w.critic, x)[0]),
-            RolloutPolicy::Shared { weights, signals } => {
-                weights.forward_normalised(&signals[s].0, x)
-            }
+            RolloutPolicy::Mlp { forward, .. } => (forward.0.forward(x), forward.1.forward(x)[0]),
+            RolloutPolicy::Shared {
+                signals,
+                forward,
+                pooling,
+                ..
+            } => forward.forward_normalised(&signals[s].0, &pooling[s], x),
         }
     }
 
     /// `V` of signal `s` at the normalised observation `x`.
     fn value(&self, s: usize, x: &[f32]) -> f32 {
         match self {
-            RolloutPolicy::Mlp(w) => dense_forward(&w.critic, x)[0],
+            RolloutPolicy::Mlp { forward, .. } => forward.1.forward(x)[0],
             RolloutPolicy::Shared { .. } => self.act(s, x).1,
         }
     }
@@ -565,7 +597,7 @@ mod tests {
             weights: (0..o * d).map(|k| ((k % 7) as f32 - 3.0) * 0.05).collect(),
             bias: vec![0.0; o],
         };
-        RolloutPolicy::Mlp(PolicyWeights {
+        RolloutPolicy::mlp(PolicyWeights {
             norm: ObsNormalization::identity(d, 5.0),
             obs_layout: layout,
             actor: vec![layer(a)],

@@ -94,6 +94,38 @@ fn specialised_mlp_equals_the_shared_network_on_several_layouts() {
 }
 
 #[test]
+fn the_prepared_forward_is_the_row_major_one_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(21);
+    for (seed, (lanes, phases)) in [(12, 4), (8, 2), (6, 3), (1, 1), (16, 8)]
+        .into_iter()
+        .enumerate()
+    {
+        let shared = random_shared(16, 9, 30 + seed as u64);
+        let prepared = SharedForward::new(&shared);
+        let inc = random_incidence(phases, lanes, &mut rng);
+        let pooling = inc.row_normalised();
+        for _ in 0..20 {
+            let raw = random_obs(inc.layout(), &mut rng);
+            let mut x = vec![0.0; raw.len()];
+            shared.norm.for_layout(inc.layout()).apply(&raw, &mut x);
+            let (la, va) = prepared.forward_normalised(&inc, &pooling, &x);
+            let (lb, vb) = row_major_forward(&shared, &inc, &x);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&la),
+                bits(&lb),
+                "logits, {lanes} lanes × {phases} phases"
+            );
+            assert_eq!(
+                va.to_bits(),
+                vb.to_bits(),
+                "value, {lanes} lanes × {phases} phases"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_phase_serving_no_lane_and_a_lane_in_no_phase_compile_too() {
     let shared = random_shared(4, 3, 3);
     let inc = Incidence::new(&[
