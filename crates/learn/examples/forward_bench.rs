@@ -16,9 +16,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use candle_core::Device;
-use greenwave_learn::shared::{
-    row_major_forward, Incidence, LaneNormalization, SharedActorCritic, SharedForward,
-};
+use greenwave_learn::shared::reference::row_major_forward;
+use greenwave_learn::shared::{Incidence, LaneNormalization, SharedActorCritic, SharedForward};
 use greenwave_learn::specialize;
 use greenwave_learn::weights::{dense_forward, InputMajorLayers};
 use rand::rngs::StdRng;

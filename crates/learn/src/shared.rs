@@ -262,7 +262,8 @@ fn lane_features(inc: &Incidence, x: &[f32]) -> Vec<[f32; LANE_FEATURES]> {
 /// `tanh(layer 0 (f))` of every lane's features `f`, one row of `h` after another.
 fn encode(layer: &InputMajorLayers, h: usize, feats: &[[f32; LANE_FEATURES]]) -> Vec<f32> {
     let mut enc = vec![0.0f32; feats.len() * h];
-    for (f, row) in feats.iter().zip(enc.chunks_exact_mut(h)) {
+    // A zero-width encoder has no rows: `max(1)` only keeps `chunks_exact` legal.
+    for (f, row) in feats.iter().zip(enc.chunks_exact_mut(h.max(1))) {
         layer.first_affine(f, row);
         row.iter_mut().for_each(|z| *z = z.tanh());
     }
@@ -336,7 +337,7 @@ impl SharedForward {
         let logits = (0..inc.n_phases)
             .map(|p| {
                 let mut e = vec![0.0f32; h];
-                for (k, enc_k) in enc.chunks_exact(h).enumerate() {
+                for (k, enc_k) in enc.chunks_exact(h.max(1)).enumerate() {
                     let w = pooling[p * inc.n_lanes + k];
                     e.iter_mut().zip(enc_k).for_each(|(a, b)| *a += w * b);
                 }
@@ -345,7 +346,7 @@ impl SharedForward {
             .collect();
         let venc = encode(&self.critic_lane, hv, &feats);
         let mut mean = vec![0.0f32; hv];
-        for v in venc.chunks_exact(hv) {
+        for v in venc.chunks_exact(hv.max(1)) {
             mean.iter_mut()
                 .zip(v)
                 .for_each(|(a, b)| *a += b / inc.n_lanes as f32);
@@ -355,45 +356,50 @@ impl SharedForward {
     }
 }
 
-/// The shared forward pass as it was written before [`SharedForward`]: each lane and
-/// each phase through `dense_forward`, row-major. Kept as the reference that
-/// `SharedForward`'s test (bit for bit: runs made then must run the same now) and the
-/// `forward_bench` example compare against; nothing else calls it.
-#[doc(hidden)]
-pub fn row_major_forward(w: &SharedWeights, inc: &Incidence, x: &[f32]) -> (Vec<f32>, f32) {
-    use crate::weights::dense_forward;
-    let feats = lane_features(inc, x);
-    let encode = |layer: &DenseLayer| -> Vec<Vec<f32>> {
-        feats
-            .iter()
-            .map(|f| {
-                let z = dense_forward(std::slice::from_ref(layer), f);
-                z.iter().map(|z| z.tanh()).collect()
+/// Reference passes, kept to hold faster ones to the numbers of the passes they
+/// replaced; nothing in training, export or control calls them.
+pub mod reference {
+    use super::*;
+
+    /// The shared forward pass as it was written before [`SharedForward`]: each lane and
+    /// each phase through `dense_forward`, row-major. `SharedForward`'s test holds it to
+    /// these numbers bit for bit (runs made before it must run the same now), and the
+    /// `forward_bench` example times the two.
+    pub fn row_major_forward(w: &SharedWeights, inc: &Incidence, x: &[f32]) -> (Vec<f32>, f32) {
+        use crate::weights::dense_forward;
+        let feats = lane_features(inc, x);
+        let encode = |layer: &DenseLayer| -> Vec<Vec<f32>> {
+            feats
+                .iter()
+                .map(|f| {
+                    let z = dense_forward(std::slice::from_ref(layer), f);
+                    z.iter().map(|z| z.tanh()).collect()
+                })
+                .collect()
+        };
+        let (enc, ninc, h) = (
+            encode(&w.actor[0]),
+            inc.row_normalised(),
+            w.actor[0].outputs,
+        );
+        let logits = (0..inc.n_phases)
+            .map(|p| {
+                let mut e = vec![0.0f32; h];
+                for (k, enc_k) in enc.iter().enumerate() {
+                    let wt = ninc[p * inc.n_lanes + k];
+                    e.iter_mut().zip(enc_k).for_each(|(a, b)| *a += wt * b);
+                }
+                dense_forward(&w.actor[1..], &e)[0]
             })
-            .collect()
-    };
-    let (enc, ninc, h) = (
-        encode(&w.actor[0]),
-        inc.row_normalised(),
-        w.actor[0].outputs,
-    );
-    let logits = (0..inc.n_phases)
-        .map(|p| {
-            let mut e = vec![0.0f32; h];
-            for (k, enc_k) in enc.iter().enumerate() {
-                let wt = ninc[p * inc.n_lanes + k];
-                e.iter_mut().zip(enc_k).for_each(|(a, b)| *a += wt * b);
-            }
-            dense_forward(&w.actor[1..], &e)[0]
-        })
-        .collect();
-    let mut mean = vec![0.0f32; w.critic[0].outputs];
-    for v in &encode(&w.critic[0]) {
-        mean.iter_mut()
-            .zip(v)
-            .for_each(|(a, b)| *a += b / inc.n_lanes as f32);
+            .collect();
+        let mut mean = vec![0.0f32; w.critic[0].outputs];
+        for v in &encode(&w.critic[0]) {
+            mean.iter_mut()
+                .zip(v)
+                .for_each(|(a, b)| *a += b / inc.n_lanes as f32);
+        }
+        (logits, dense_forward(&w.critic[1..], &mean)[0])
     }
-    (logits, dense_forward(&w.critic[1..], &mean)[0])
 }
 
 /// Layer 1 of a compiled network: unit `(l, h)` applies the lane encoder to lane `l`'s

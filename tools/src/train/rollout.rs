@@ -96,54 +96,67 @@ fn mask_bytes(mask: PhaseMask, n: usize) -> impl Iterator<Item = u8> {
 }
 
 /// The policy a rollout acts with: one per-signal MLP for every signal (one layout), or
-/// the shared lane–phase network with every signal's incidence. Each keeps its layers
-/// input-major as well ([`InputMajorLayers`]: the same numbers, bit for bit, in
-/// vectorised loops), built once per rollout.
-pub enum RolloutPolicy {
+/// the shared lane–phase network with every signal's incidence. Built only by
+/// [`RolloutPolicy::mlp`] and [`RolloutPolicy::shared`], which prepare its forward passes
+/// once per rollout, so the weights and their prepared form cannot disagree.
+pub struct RolloutPolicy(Acting);
+
+enum Acting {
     /// The same MLP for every signal.
     Mlp {
-        /// Its weights.
         weights: PolicyWeights,
-        /// Its actor and critic, prepared for the rollout's forward passes.
-        forward: Box<(InputMajorLayers, InputMajorLayers)>,
+        forward: Box<MlpForward>,
     },
-    /// The shared network; `signals[s]` is signal `s`'s incidence and normalisation.
+    /// The shared network; `signals[s]` is signal `s`'s.
     Shared {
-        /// Shared parameters.
         weights: SharedWeights,
-        /// Per signal: its incidence and the per-feature normalisation of its layout.
-        signals: Vec<(Incidence, ObsNormalization)>,
-        /// The forward pass of `weights`, prepared.
         forward: Box<SharedForward>,
-        /// Per signal: its incidence's phase pooling (`Incidence::row_normalised`).
-        pooling: Vec<Vec<f32>>,
+        signals: Vec<SharedSignal>,
     },
+}
+
+/// An MLP's actor and critic, input-major ([`InputMajorLayers`]: the numbers of
+/// `dense_forward` bit for bit, in vectorised loops).
+struct MlpForward {
+    actor: InputMajorLayers,
+    critic: InputMajorLayers,
+}
+
+/// What the shared network needs of one signal.
+struct SharedSignal {
+    incidence: Incidence,
+    /// The per-feature normalisation of its layout.
+    norm: ObsNormalization,
+    /// Its incidence's phase pooling ([`Incidence::row_normalised`]).
+    pooling: Vec<f32>,
 }
 
 impl RolloutPolicy {
     /// One MLP acting for every signal.
     pub fn mlp(weights: PolicyWeights) -> Self {
-        let forward = Box::new((
-            InputMajorLayers::new(&weights.actor),
-            InputMajorLayers::new(&weights.critic),
-        ));
-        RolloutPolicy::Mlp { weights, forward }
+        let forward = Box::new(MlpForward {
+            actor: InputMajorLayers::new(&weights.actor),
+            critic: InputMajorLayers::new(&weights.critic),
+        });
+        RolloutPolicy(Acting::Mlp { weights, forward })
     }
 
     /// The shared network acting on signals with incidences `incidences`.
     pub fn shared(weights: SharedWeights, incidences: &[Incidence]) -> Self {
         let signals = incidences
             .iter()
-            .map(|i| (i.clone(), weights.norm.for_layout(i.layout())))
+            .map(|i| SharedSignal {
+                incidence: i.clone(),
+                norm: weights.norm.for_layout(i.layout()),
+                pooling: i.row_normalised(),
+            })
             .collect();
-        let pooling = incidences.iter().map(Incidence::row_normalised).collect();
         let forward = Box::new(SharedForward::new(&weights));
-        RolloutPolicy::Shared {
+        RolloutPolicy(Acting::Shared {
             weights,
-            signals,
             forward,
-            pooling,
-        }
+            signals,
+        })
     }
 
     /// The greedy policy as networks per signal: the one MLP, or the shared network
@@ -151,23 +164,23 @@ impl RolloutPolicy {
     pub fn per_signal_weights(
         &self,
     ) -> Result<Vec<PolicyWeights>, greenwave_learn::shared::SharedError> {
-        match self {
-            RolloutPolicy::Mlp { weights, .. } => Ok(vec![weights.clone()]),
-            RolloutPolicy::Shared {
+        match &self.0 {
+            Acting::Mlp { weights, .. } => Ok(vec![weights.clone()]),
+            Acting::Shared {
                 weights, signals, ..
             } => signals
                 .iter()
-                .map(|(inc, _)| greenwave_learn::specialize(weights, inc))
+                .map(|s| greenwave_learn::specialize(weights, &s.incidence))
                 .collect(),
         }
     }
 
     /// Observation width and action count of signal `s`.
     fn dims(&self, s: usize) -> (usize, usize) {
-        match self {
-            RolloutPolicy::Mlp { weights: w, .. } => (w.obs_dim(), w.n_actions()),
-            RolloutPolicy::Shared { signals, .. } => {
-                let l = signals[s].0.layout();
+        match &self.0 {
+            Acting::Mlp { weights: w, .. } => (w.obs_dim(), w.n_actions()),
+            Acting::Shared { signals, .. } => {
+                let l = signals[s].incidence.layout();
                 (l.dim(), l.n_phases as usize)
             }
         }
@@ -175,30 +188,30 @@ impl RolloutPolicy {
 
     /// The normalisation of signal `s`'s observations.
     fn norm(&self, s: usize) -> &ObsNormalization {
-        match self {
-            RolloutPolicy::Mlp { weights: w, .. } => &w.norm,
-            RolloutPolicy::Shared { signals, .. } => &signals[s].1,
+        match &self.0 {
+            Acting::Mlp { weights: w, .. } => &w.norm,
+            Acting::Shared { signals, .. } => &signals[s].norm,
         }
     }
 
     /// `(logits, value)` of signal `s` at the normalised observation `x`.
     fn act(&self, s: usize, x: &[f32]) -> (Vec<f32>, f32) {
-        match self {
-            RolloutPolicy::Mlp { forward, .. } => (forward.0.forward(x), forward.1.forward(x)[0]),
-            RolloutPolicy::Shared {
-                signals,
-                forward,
-                pooling,
-                ..
-            } => forward.forward_normalised(&signals[s].0, &pooling[s], x),
+        match &self.0 {
+            Acting::Mlp { forward, .. } => (forward.actor.forward(x), forward.critic.forward(x)[0]),
+            Acting::Shared {
+                forward, signals, ..
+            } => {
+                let signal = &signals[s];
+                forward.forward_normalised(&signal.incidence, &signal.pooling, x)
+            }
         }
     }
 
     /// `V` of signal `s` at the normalised observation `x`.
     fn value(&self, s: usize, x: &[f32]) -> f32 {
-        match self {
-            RolloutPolicy::Mlp { forward, .. } => forward.1.forward(x)[0],
-            RolloutPolicy::Shared { .. } => self.act(s, x).1,
+        match &self.0 {
+            Acting::Mlp { forward, .. } => forward.critic.forward(x)[0],
+            Acting::Shared { .. } => self.act(s, x).1,
         }
     }
 }

@@ -109,7 +109,7 @@ fn the_prepared_forward_is_the_row_major_one_bit_for_bit() {
             let mut x = vec![0.0; raw.len()];
             shared.norm.for_layout(inc.layout()).apply(&raw, &mut x);
             let (la, va) = prepared.forward_normalised(&inc, &pooling, &x);
-            let (lb, vb) = row_major_forward(&shared, &inc, &x);
+            let (lb, vb) = reference::row_major_forward(&shared, &inc, &x);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&la),
