@@ -296,14 +296,11 @@ pub struct SharedForward {
     actor_phase: InputMajorLayers,
     critic_lane: InputMajorLayers,
     critic_head: InputMajorLayers,
-    /// Lane-encoder widths of the actor and the critic.
-    widths: (usize, usize),
 }
 
 impl SharedForward {
     /// The forward pass of `w`.
     pub fn new(w: &SharedWeights) -> Self {
-        let width = |layers: &[DenseLayer]| layers.first().map_or(0, |l| l.outputs);
         let split = |layers: &[DenseLayer]| {
             let k = layers.len().min(1);
             (
@@ -318,7 +315,6 @@ impl SharedForward {
             actor_phase,
             critic_lane,
             critic_head,
-            widths: (width(&w.actor), width(&w.critic)),
         }
     }
 
@@ -332,7 +328,10 @@ impl SharedForward {
         x: &[f32],
     ) -> (Vec<f32>, f32) {
         let feats = lane_features(inc, x);
-        let (h, hv) = self.widths;
+        let (h, hv) = (
+            self.actor_lane.first_outputs(),
+            self.critic_lane.first_outputs(),
+        );
         let enc = encode(&self.actor_lane, h, &feats);
         let logits = (0..inc.n_phases)
             .map(|p| {

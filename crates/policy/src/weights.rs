@@ -170,6 +170,11 @@ impl InputMajorLayers {
         }
     }
 
+    /// Outputs of the first layer (0 with no layers).
+    pub fn first_outputs(&self) -> usize {
+        self.layers.first().map_or(0, |l| l.outputs)
+    }
+
     /// `dense_forward(layers, x)`, bit for bit.
     pub fn forward(&self, x: &[f32]) -> Vec<f32> {
         let (mut cur, mut next) = (x.to_vec(), Vec::with_capacity(self.widest));
