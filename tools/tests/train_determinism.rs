@@ -154,3 +154,18 @@ fn shared_policy_is_deterministic_and_resumes_exactly() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+#[test]
+fn a_plot_that_cannot_be_drawn_does_not_fail_a_finished_run() {
+    // training.png cannot be written where a folder of that name stands, as when a
+    // headless machine has no font for the curves.
+    let run = tmp("noplot");
+    std::fs::create_dir_all(run.join("training.png")).unwrap();
+    let summary = train(&tiny(Algo::Ppo, 240), &run, false, false);
+    assert!(summary.is_ok(), "{:#}", summary.err().unwrap());
+    assert!(
+        run.join("policy.safetensors").exists(),
+        "the policy is saved"
+    );
+    assert!(run.join("metrics.csv").exists(), "the metrics are saved");
+}

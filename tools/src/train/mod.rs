@@ -807,7 +807,7 @@ fn train_on<E: Env + Send>(
         select_if_due(&mut selector, &learner, &ctx, validation)?;
         if on_episode_ends && learner.iteration < schedule.stop_at {
             // Curves so far, so that a run stopped early (a timeout, Ctrl-C) has them too;
-            // a failed plot does not stop training (the final one reports its error).
+            // a failed plot does not stop training.
             csv.flush()?;
             if let Err(e) = plots::write_plots(&csv_path, out) {
                 bar.suspend(|| eprintln!("warning: training curves not written: {e:#}"));
@@ -817,7 +817,15 @@ fn train_on<E: Env + Send>(
     bar.finish_and_clear();
     csv.flush()?;
     drop(csv);
-    plots::write_plots(&csv_path, out).context("writing plots")?;
+    // The run is complete and saved; curves that cannot be drawn (a headless machine with no
+    // fonts, say) are reported, not a failed run.
+    if let Err(e) = plots::write_plots(&csv_path, out) {
+        eprintln!(
+            "warning: training curves not written: {e:#}; the run is complete (redraw them \
+             with `greenwave plot {}`)",
+            out.display()
+        );
+    }
     let mut summary = TrainSummary::of(&learner, start, start_steps, &recent_delay);
     summary.selected = selector.best().cloned();
     Ok(summary)
