@@ -2,7 +2,11 @@
 //! shaped like a real net's iteration (8 environments × 180 decisions × `signals`
 //! signals of three junction layouts), the learner's share of a training iteration.
 //!
-//! `cargo run --release -p greenwave-learn --example shared_update_bench -- [signals] [epochs]`
+//! `cargo run --release -p greenwave-learn --example shared_update_bench -- [signals] [epochs]
+//! [minibatch] [cpu|cuda]` (defaults 15, 10, 64 — `greenwave train`'s SUMO minibatch — and
+//! cpu). `cuda` needs `--features cuda`; there one untimed update runs first, so the timed
+//! one does not include loading the kernels or starting cuBLAS. The update ends by reading
+//! its statistics back to the host, so the time includes every queued GPU kernel.
 
 use std::time::Instant;
 
@@ -11,7 +15,11 @@ use greenwave_learn::ppo::{update_groups, PpoBatch, PpoConfig};
 use greenwave_learn::shared::{Incidence, IncidenceTensors, SharedActorCritic, SharedGroups};
 use greenwave_learn::Adam;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
+
+#[path = "../tests/synthetic/mod.rs"]
+mod synthetic;
+use synthetic::batch;
 
 /// Junction layouts `(lanes, phases)` the signals cycle through.
 const LAYOUTS: [(usize, usize); 3] = [(8, 4), (12, 4), (6, 2)];
@@ -25,27 +33,30 @@ fn incidence(lanes: usize, phases: usize) -> Incidence {
     Incidence::new(&rows).expect("a valid incidence")
 }
 
-fn batch(inc: &Incidence, len: usize, rng: &mut StdRng) -> PpoBatch {
-    let (d, a) = (inc.layout().dim(), inc.layout().n_phases as usize);
-    let advantages: Vec<f32> = (0..len).map(|_| rng.random_range(-1.0..1.0)).collect();
-    PpoBatch {
-        obs_dim: d,
-        n_actions: a,
-        obs: (0..len * d).map(|_| rng.random_range(-1.0..1.0)).collect(),
-        masks: vec![1; len * a],
-        actions: (0..len).map(|_| rng.random_range(0..a as u32)).collect(),
-        old_log_probs: vec![-(a as f32).ln(); len],
-        old_values: vec![0.0; len],
-        returns: advantages.clone(),
-        advantages,
+/// The device named by the fourth argument.
+fn device(name: Option<&str>) -> Device {
+    match name {
+        None | Some("cpu") => Device::Cpu,
+        Some("cuda") => Device::new_cuda(0).unwrap_or_else(|e| {
+            eprintln!("cuda: {e} (build the example with --features cuda)");
+            std::process::exit(2)
+        }),
+        Some(other) => {
+            eprintln!("device {other:?}: expected cpu or cuda");
+            std::process::exit(2)
+        }
     }
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>());
-    let signals = args.next().and_then(Result::ok).unwrap_or(15);
-    let epochs = args.next().and_then(Result::ok).unwrap_or(10);
-    let dev = Device::Cpu;
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize, default: usize| {
+        argv.get(i)
+            .and_then(|a| a.parse::<usize>().ok())
+            .unwrap_or(default)
+    };
+    let (signals, epochs, minibatch) = (number(0, 15), number(1, 10), number(2, 64));
+    let dev = device(argv.get(3).map(String::as_str));
     let mut rng = StdRng::seed_from_u64(1);
     let incs: Vec<Incidence> = LAYOUTS.iter().map(|&(l, p)| incidence(l, p)).collect();
     let groups: Vec<IncidenceTensors> = incs
@@ -63,15 +74,20 @@ fn main() {
     let mut opt = Adam::new(net.vars(), 1e-5).expect("optimiser");
     let cfg = PpoConfig {
         epochs,
-        minibatch: 64,
+        minibatch,
         ..Default::default()
     };
     let rows: usize = batches.iter().map(PpoBatch::len).sum();
+    if !dev.is_cpu() {
+        let warm = PpoConfig { epochs: 1, ..cfg };
+        update_groups(&model, &mut opt, &batches, &warm, 3e-4, &mut rng).expect("warm-up");
+    }
     let t = Instant::now();
     let st = update_groups(&model, &mut opt, &batches, &cfg, 3e-4, &mut rng).expect("update");
     let s = t.elapsed().as_secs_f64();
     println!(
-        "{signals} signals, {rows} rows, {epochs} epochs, {} minibatches: {s:.2} s ({:.1} µs per row-pass)",
+        "{dev:?}: {signals} signals, {rows} rows, {epochs} epochs, {} minibatches of {minibatch}: \
+         {s:.2} s ({:.1} µs per row-pass)",
         st.minibatches,
         s * 1e6 / (rows * epochs) as f64
     );
