@@ -82,7 +82,8 @@ pub struct TrainArgs {
     /// SUMO.
     #[arg(long)]
     pub minibatch: Option<usize>,
-    /// Entropy bonus coefficient (PPO).
+    /// Entropy bonus coefficient (PPO). Default 0.01; 0.02 for the `shared` policy on
+    /// SUMO.
     #[arg(long)]
     pub ent_coef: Option<f32>,
     /// Discount half-life in seconds (γ per decision follows from the decision interval;
@@ -167,7 +168,7 @@ fn sumo_decision_interval(
 /// (nothing for runs from before: they go on with the recipe they started with).
 fn sumo_shared_overrides(args: &TrainArgs, resumed: Option<&RunInfo>) -> SharedOverrides {
     let Some(run) = resumed else {
-        return SharedOverrides::sumo(args.learning_rate, args.epochs);
+        return SharedOverrides::sumo(args.learning_rate, args.epochs, args.ent_coef);
     };
     let recorded = run.config.shared_overrides;
     SharedOverrides {
@@ -175,6 +176,7 @@ fn sumo_shared_overrides(args: &TrainArgs, resumed: Option<&RunInfo>) -> SharedO
             .learning_rate
             .filter(|_| args.learning_rate.is_none()),
         epochs: recorded.epochs.filter(|_| args.epochs.is_none()),
+        ent_coef: recorded.ent_coef.filter(|_| args.ent_coef.is_none()),
     }
 }
 

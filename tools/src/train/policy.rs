@@ -47,22 +47,36 @@ impl PolicyKind {
 /// The PPO settings the `shared` network trains with in place of the run's defaults,
 /// where the command left them unset (tools/README.md, finding 14: on a net of many signals
 /// ten passes took twice the rollout's time and moved the policy a third as far, by
-/// approx-KL, as the MLP's update does, so it takes larger steps and fewer passes). `None`
-/// keeps `TrainConfig::ppo`'s.
+/// approx-KL, as the MLP's update does, so it takes larger steps and fewer passes; finding
+/// 11: twice the entropy bonus helped DRT, fkk_in and random/seed2 and left random/seed3
+/// within its bar). `None` keeps `TrainConfig::ppo`'s; runs recorded before a field existed
+/// load it as `None`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SharedOverrides {
     /// Initial learning rate.
     pub learning_rate: Option<f64>,
     /// Epochs per iteration.
     pub epochs: Option<usize>,
+    /// Entropy bonus coefficient.
+    #[serde(default)]
+    pub ent_coef: Option<f32>,
 }
 
+/// The SUMO recipe's entropy bonus for the shared network (twice PPO's default 0.01).
+pub const SUMO_SHARED_ENT_COEF: f32 = 0.02;
+
 impl SharedOverrides {
-    /// The SUMO recipe's: learning rate 1e-3 and 5 epochs, each where not asked for.
-    pub fn sumo(asked_learning_rate: Option<f64>, asked_epochs: Option<usize>) -> Self {
+    /// The SUMO recipe's: learning rate 1e-3, 5 epochs and entropy bonus
+    /// [`SUMO_SHARED_ENT_COEF`], each where the command did not ask for its own.
+    pub fn sumo(
+        asked_learning_rate: Option<f64>,
+        asked_epochs: Option<usize>,
+        asked_ent_coef: Option<f32>,
+    ) -> Self {
         SharedOverrides {
             learning_rate: asked_learning_rate.is_none().then_some(1e-3),
             epochs: asked_epochs.is_none().then_some(5),
+            ent_coef: asked_ent_coef.is_none().then_some(SUMO_SHARED_ENT_COEF),
         }
     }
 
@@ -76,6 +90,9 @@ impl SharedOverrides {
         }
         if let Some(epochs) = self.epochs {
             ppo.epochs = epochs;
+        }
+        if let Some(ent_coef) = self.ent_coef {
+            ppo.ent_coef = ent_coef;
         }
     }
 }
@@ -169,4 +186,42 @@ impl PolicyNet {
 /// The shared network's normalisation from the run's lane statistics.
 pub fn lane_norm(stats: &greenwave_learn::RunningObsStats, clip: f32) -> LaneNormalization {
     LaneNormalization::from_stats(stats, clip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use greenwave_learn::ppo::PpoConfig;
+
+    #[test]
+    fn the_sumo_recipe_changes_only_the_shared_network_and_only_what_was_not_asked() {
+        let base = PpoConfig::default();
+        let recipe = SharedOverrides::sumo(None, None, None);
+        let mut shared = base.clone();
+        recipe.apply(PolicyKind::Shared, &mut shared);
+        assert_eq!(
+            (shared.learning_rate, shared.epochs, shared.ent_coef),
+            (1e-3, 5, SUMO_SHARED_ENT_COEF)
+        );
+        let mut mlp = base.clone();
+        recipe.apply(PolicyKind::Mlp, &mut mlp);
+        assert_eq!(mlp, base, "the MLP keeps PPO's defaults");
+
+        // Asked values are set by the command before the recipe applies; it keeps them.
+        let mut asked = PpoConfig {
+            ent_coef: 0.005,
+            ..base.clone()
+        };
+        SharedOverrides::sumo(None, None, Some(0.005)).apply(PolicyKind::Shared, &mut asked);
+        assert_eq!(asked.ent_coef, 0.005);
+        assert_eq!(asked.learning_rate, 1e-3);
+    }
+
+    #[test]
+    fn runs_recorded_before_the_entropy_override_resume_without_it() {
+        let old: SharedOverrides =
+            serde_json::from_str(r#"{"learning_rate":0.001,"epochs":5}"#).unwrap();
+        assert_eq!(old.ent_coef, None);
+        assert_eq!(old.learning_rate, Some(1e-3));
+    }
 }
