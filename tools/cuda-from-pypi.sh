@@ -36,6 +36,7 @@ ln -sf "$cu/lib/libcurand.so.10" "$dir/tk/lib64/libcurand.so"
 root=$(cd "$(dirname "$0")/.." && pwd)
 (cd "$root" && cargo fetch -q)
 ver=$(awk '/^name = "cudarc"$/ {getline; gsub(/"/, "", $3); print $3}' "$root/Cargo.lock")
+[ -n "$ver" ] || { echo "cudarc is not in $root/Cargo.lock" >&2; exit 1; }
 sys=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-"$ver"/src/driver/sys | head -1)
 grep -ohE "fn cu[A-Za-z0-9_]+\(" "$sys/mod.rs" | sed 's/^fn //; s/($//' | sort -u |
   sed 's/.*/void &(void) {}/' >"$dir/libcuda-stub.c"
@@ -43,7 +44,7 @@ cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$dir/tk/lib64/libcuda.so" "$dir/li
 echo "libcuda stub: $(wc -l <"$dir/libcuda-stub.c") names from cudarc $ver"
 
 cat >"$dir/env.sh" <<EOF
-export CUDA_HOME=$dir/tk CUDA_PATH=$dir/tk CUDA_COMPUTE_CAP=$cap
-export PATH=$dir/tk/bin:\$PATH LIBRARY_PATH=$dir/tk/lib64
+export CUDA_HOME="$dir/tk" CUDA_PATH="$dir/tk" CUDA_COMPUTE_CAP=$cap
+export PATH="$dir/tk/bin:\$PATH" LIBRARY_PATH="$dir/tk/lib64\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
 EOF
 echo "now: source $dir/env.sh && cargo build --release -p greenwave-tools --features cuda"

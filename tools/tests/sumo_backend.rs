@@ -283,6 +283,13 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
     let _ = std::fs::remove_dir_all(&s.d);
 }
 
+/// The entropy bonus a SUMO run trained with, from its `run.json`.
+fn ent_coef(run: &Path) -> f64 {
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    info["config"]["ppo"]["ent_coef"].as_f64().unwrap()
+}
+
 /// The learning rate and epochs a tiny SUMO run trained with, from its `run.json` and the
 /// learning rate of its first `metrics.csv` row.
 fn trained_ppo(run: &Path) -> (f64, u64, f64) {
@@ -297,9 +304,9 @@ fn trained_ppo(run: &Path) -> (f64, u64, f64) {
     )
 }
 
-/// On SUMO the shared network trains at learning rate 1e-3 with 5 epochs (tools/README.md,
-/// finding 14) and the MLP keeps 3e-4 and 10; a flag the command gives wins, and a resumed
-/// run keeps the recipe it recorded.
+/// On SUMO the shared network trains at learning rate 1e-3 with 5 epochs and entropy bonus
+/// 0.02 (tools/README.md, findings 14 and 11) and the MLP keeps 3e-4, 10 and 0.01; a flag
+/// the command gives wins, and a resumed run keeps the recipe it recorded.
 #[test]
 fn the_shared_policy_trains_with_its_own_sumo_recipe() {
     if !sumo_available() {
@@ -323,8 +330,10 @@ fn the_shared_policy_trains_with_its_own_sumo_recipe() {
         &["--policy", "shared", "--stop-after-iterations", "1"],
     );
     assert_eq!(trained_ppo(&shared), (1e-3, 5, 1e-3));
+    assert_eq!(ent_coef(&shared), 0.02);
     let mlp = train("mlp", &["--policy", "mlp"]);
     assert_eq!(trained_ppo(&mlp), (3e-4, 10, 3e-4));
+    assert_eq!(ent_coef(&mlp), 0.01);
     let asked = train(
         "asked",
         &[
@@ -334,14 +343,18 @@ fn the_shared_policy_trains_with_its_own_sumo_recipe() {
             "5e-4",
             "--epochs",
             "3",
+            "--ent-coef",
+            "0.005",
         ],
     );
     assert_eq!(trained_ppo(&asked), (5e-4, 3, 5e-4));
+    assert_eq!(ent_coef(&asked), 0.005);
     // The second of two iterations, resumed: the schedule goes on from 1e-3 (half left).
     train("shared", &["--policy", "shared", "--resume"]);
     let csv = std::fs::read_to_string(shared.join("metrics.csv")).unwrap();
     let second: Vec<&str> = csv.lines().nth(2).unwrap().split(',').collect();
     assert_eq!(second[7].parse::<f64>().unwrap(), 5e-4, "{csv}");
+    assert_eq!(ent_coef(&shared), 0.02, "the resumed run's run.json");
     let _ = std::fs::remove_dir_all(&s.d);
 }
 

@@ -50,10 +50,15 @@ fn device(name: Option<&str>) -> Device {
 
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    let number = |i: usize, default: usize| {
-        argv.get(i)
-            .and_then(|a| a.parse::<usize>().ok())
-            .unwrap_or(default)
+    let number = |i: usize, default: usize| match argv.get(i) {
+        None => default,
+        Some(a) => a.parse::<usize>().unwrap_or_else(|_| {
+            eprintln!(
+                "argument {}: {a:?} is not a count ([signals] [epochs] [minibatch] [cpu|cuda])",
+                i + 1
+            );
+            std::process::exit(2)
+        }),
     };
     let (signals, epochs, minibatch) = (number(0, 15), number(1, 10), number(2, 64));
     let dev = device(argv.get(3).map(String::as_str));

@@ -28,8 +28,7 @@ fn incidence(lanes: usize, phases: usize) -> Incidence {
     Incidence::new(&rows).expect("a valid incidence")
 }
 
-/// A network on `dev` with the groups of `incs`, from seed 3 (initialised on the host, so
-/// the same weights on every device).
+/// `net` with the groups of `incs`, its incidence tensors on the network's device.
 fn model<'a>(net: &'a SharedActorCritic, incs: &[Incidence]) -> SharedGroups<'a> {
     let groups = incs
         .iter()
