@@ -806,26 +806,15 @@ fn train_on<E: Env + Send>(
         // After the checkpoint: a run stopped while validating validates again on resume.
         select_if_due(&mut selector, &learner, &ctx, validation)?;
         if on_episode_ends && learner.iteration < schedule.stop_at {
-            // Curves so far, so that a run stopped early (a timeout, Ctrl-C) has them too;
-            // a failed plot does not stop training.
+            // Curves so far, so that a run stopped early (a timeout, Ctrl-C) has them too.
             csv.flush()?;
-            if let Err(e) = plots::write_plots(&csv_path, out) {
-                bar.suspend(|| eprintln!("warning: training curves not written: {e:#}"));
-            }
+            plots::write_plots_or_warn(&csv_path, out, &bar);
         }
     }
     bar.finish_and_clear();
     csv.flush()?;
     drop(csv);
-    // The run is complete and saved; curves that cannot be drawn (a headless machine with no
-    // fonts, say) are reported, not a failed run.
-    if let Err(e) = plots::write_plots(&csv_path, out) {
-        eprintln!(
-            "warning: training curves not written: {e:#}; the run is complete (redraw them \
-             with `greenwave plot {}`)",
-            out.display()
-        );
-    }
+    plots::write_plots_or_warn(&csv_path, out, &bar);
     let mut summary = TrainSummary::of(&learner, start, start_steps, &recent_delay);
     summary.selected = selector.best().cloned();
     Ok(summary)

@@ -113,6 +113,21 @@ fn panel(
     Ok(())
 }
 
+/// [`write_plots`] during or at the end of training: curves that cannot be drawn (a
+/// headless machine with no fonts, say) are a warning, never a failed run, since the
+/// run's data is saved without them.
+pub fn write_plots_or_warn(csv: &Path, out: &Path, bar: &ProgressBar) {
+    if let Err(e) = write_plots(csv, out) {
+        bar.suspend(|| {
+            eprintln!(
+                "warning: training curves not written: {e:#} (redraw them with `greenwave \
+                 plot {}`)",
+                out.display()
+            )
+        });
+    }
+}
+
 /// Writes `training.png` (episode delay and return) and `losses.png` (policy and value
 /// loss, approx-KL) from metrics.csv.
 pub fn write_plots(csv: &Path, out: &Path) -> Result<()> {
