@@ -65,11 +65,12 @@ pub struct BackendArgs {
     #[command(flatten)]
     #[serde(default)]
     pub timing: SumoTimingArgs,
-    /// The reward `train` optimises on SUMO (the embedded scenarios name their own); see
+    /// The reward `train` optimises on SUMO (the embedded scenarios name their own):
+    /// `delay-accrued` unless given, or, resuming, the one the run started with; see
     /// "Training on real networks" in tools/README.md.
-    #[arg(long, value_enum, default_value_t = RewardArg::DelayDelta)]
+    #[arg(long, value_enum)]
     #[serde(default = "RewardArg::before_delay_delta")]
-    pub reward: RewardArg,
+    pub reward: Option<RewardArg>,
 }
 
 /// `--reward` values: [`greenwave_core::RewardKind`] on the command line.
@@ -86,16 +87,22 @@ pub enum RewardArg {
     /// Minus the approach zones' delay rate (Σ 1 − speed / limit over their vehicles), per 10.
     Delay,
     /// Decrease of the vehicles' delay (time loss against their desired speed, insertion
-    /// delay included) summed over the approach zones, per 100 s: the default, because it
-    /// counts the stops and slow starts that waiting time misses.
-    #[default]
+    /// delay included) summed over the approach zones, per 100 s: counts the stops and
+    /// slow starts that waiting time misses, but credits a vehicle's delay back as it
+    /// leaves.
     DelayDelta,
+    /// Minus the delay the vehicles lost near each signal during the interval (on its
+    /// approach zones, inside its junction and for 100 m past it), per 100 s: the
+    /// default, because every second lost costs the same, so a stop costs its braking
+    /// and pulling away in full.
+    #[default]
+    DelayAccrued,
 }
 
 impl RewardArg {
     /// The reward of runs whose `run.json` names none (written before `--reward`).
-    fn before_delay_delta() -> Self {
-        RewardArg::WaitDelta
+    fn before_delay_delta() -> Option<Self> {
+        Some(RewardArg::WaitDelta)
     }
 }
 
@@ -107,6 +114,7 @@ impl From<RewardArg> for greenwave_core::RewardKind {
             RewardArg::Pressure => greenwave_core::RewardKind::Pressure,
             RewardArg::Delay => greenwave_core::RewardKind::Delay,
             RewardArg::DelayDelta => greenwave_core::RewardKind::DelayDelta,
+            RewardArg::DelayAccrued => greenwave_core::RewardKind::DelayAccrued,
         }
     }
 }
@@ -187,7 +195,7 @@ impl BackendArgs {
             routes: Some(routes.into()),
             begin: 0.0,
             timing: SumoTimingArgs::default(),
-            reward: RewardArg::default(),
+            reward: None,
         }
     }
 
@@ -200,7 +208,7 @@ impl BackendArgs {
                     || self.routes.is_some()
                     || self.begin != 0.0
                     || self.timing.is_set()
-                    || self.reward != RewardArg::default()
+                    || self.reward.is_some()
                 {
                     bail!(
                         "--net, --routes, --begin, --reward and the timing options (--timing, \
@@ -223,6 +231,19 @@ impl BackendArgs {
             }
         }
         Ok(())
+    }
+
+    /// Whether a run recorded with `self` may go on with `other`: the same simulator, net,
+    /// routes, begin, timing and, on SUMO, reward. An embedded run's recorded reward is
+    /// not compared: its scenario names its own (runs from before recorded the default
+    /// then, `delay-delta`).
+    pub fn resumes_as(&self, other: &Self) -> bool {
+        let reward = |b: &Self| (b.backend == Backend::Sumo).then_some(b.reward).flatten();
+        let keyed = |b: &Self| BackendArgs {
+            reward: reward(b),
+            ..b.clone()
+        };
+        keyed(self) == keyed(other)
     }
 
     /// A short description for reports and provenance: `sumo:NET` for SUMO.
@@ -248,7 +269,7 @@ impl BackendArgs {
         let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, routes);
         cfg.begin_s = self.begin;
         cfg.seed = seed;
-        cfg.reward = self.reward.into();
+        cfg.reward = self.reward.unwrap_or_default().into();
         if let Some(s) = seconds {
             cfg.seconds = s;
         }
@@ -516,5 +537,33 @@ mod tests {
             .to_string();
         assert!(err.contains(&format!("every {} ms", other.0)), "{err}");
         assert!(err.contains("single-4way"), "{err}");
+    }
+
+    #[test]
+    fn a_run_resumes_with_its_own_sumo_reward_and_any_embedded_record() {
+        let sumo = |reward| BackendArgs {
+            reward,
+            ..BackendArgs::sumo("n.net.xml", "r.rou.xml")
+        };
+        let accrued = sumo(Some(RewardArg::DelayAccrued));
+        assert!(accrued.resumes_as(&accrued.clone()));
+        assert!(!accrued.resumes_as(&sumo(Some(RewardArg::DelayDelta))));
+        assert!(!accrued.resumes_as(&sumo(None)));
+        // Embedded runs from before recorded the SUMO default of then.
+        let old_embedded = BackendArgs {
+            reward: Some(RewardArg::DelayDelta),
+            ..BackendArgs::embedded()
+        };
+        assert!(old_embedded.resumes_as(&BackendArgs::embedded()));
+        assert!(!old_embedded.resumes_as(&sumo(Some(RewardArg::DelayDelta))));
+        // `--reward` on the embedded simulator is refused (its scenario names its own).
+        let err = old_embedded.check().unwrap_err().to_string();
+        assert!(err.contains("--reward"), "{err}");
+        // A run.json from before `--reward` trained on the accumulated-wait reward.
+        let mut v = serde_json::to_value(&accrued).unwrap();
+        assert_eq!(v["reward"], "delay-accrued");
+        v.as_object_mut().unwrap().remove("reward");
+        let old: BackendArgs = serde_json::from_value(v).unwrap();
+        assert_eq!(old.reward, Some(RewardArg::WaitDelta));
     }
 }

@@ -251,6 +251,10 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
     let info: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(s.run.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["config"]["demand_probe"]["saturated"], false, "{info}");
+    assert_eq!(
+        info["config"]["reward"], "delay-accrued",
+        "the default, recorded"
+    );
     assert_eq!(info["config"]["demand_probe"]["backlog_veh"], 0, "{info}");
     ok(&greenwave(&["export", run_s, "--out", model_s]));
     let manifest: serde_json::Value = serde_json::from_str(
@@ -280,6 +284,43 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
         ),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&s.d);
+}
+
+/// A run started with a reward goes on with it when resumed without `--reward` (the
+/// default changed from `delay-delta` to `delay-accrued`: a run begun before goes on as it
+/// began), and refuses to go on with another.
+#[test]
+fn a_resumed_run_keeps_its_reward() {
+    if !sumo_available() {
+        return;
+    }
+    let s = SingleRun::new("reward-resume", "unused.onnx");
+    let run_s = s.run.to_str().unwrap();
+    let mut train = vec!["train"];
+    train.extend(s.sumo());
+    train.extend(TINY_TRAINING);
+    train.extend(["--out", run_s, "--quiet"]);
+    let mut first = train.clone();
+    first.extend(["--reward", "delay-delta", "--stop-after-iterations", "1"]);
+    ok(&greenwave(&first));
+    let reward = || {
+        let info: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(s.run.join("run.json")).unwrap())
+                .unwrap();
+        info["config"]["reward"].clone()
+    };
+    assert_eq!(reward(), "delay-delta");
+    let mut other = train.clone();
+    other.extend(["--resume", "--reward", "delay-accrued"]);
+    let o = greenwave(&other);
+    assert!(!o.status.success(), "resumed with another reward");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--reward"), "{err}");
+    train.push("--resume");
+    let out = ok(&greenwave(&train));
+    assert!(out.contains("trained 120 decisions"), "{out}");
+    assert_eq!(reward(), "delay-delta", "the resumed run's run.json");
     let _ = std::fs::remove_dir_all(&s.d);
 }
 

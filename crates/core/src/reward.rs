@@ -22,6 +22,12 @@ pub struct RewardInputs {
     /// (a halted vehicle counts 1, one at the limit 0), in vehicle-seconds of delay per
     /// second.
     pub delay_veh: f32,
+    /// Delay (s) the vehicles near the signal lost during the interval just ended: on its
+    /// approaches (as in `total_delay_s`), crossing it, and on its exits until they are
+    /// up to speed, each vehicle's time loss gained since the last decision point, plus
+    /// the interval for each vehicle waiting to enter on its approaches' edges. A
+    /// vehicle's loss is counted while it is near and never credited back as it leaves.
+    pub accrued_delay_s: f32,
 }
 
 /// Which reward a signal is trained on.
@@ -44,6 +50,14 @@ pub enum RewardKind {
     /// starts and crawling queues that frequent switching causes — what mean trip delay
     /// measures.
     DelayDelta,
+    /// Minus the delay the signal's vehicles lost during the interval, per 100 s
+    /// ([`RewardInputs::accrued_delay_s`]): every second of loss costs the same wherever
+    /// in its approach a vehicle loses it. [`RewardKind::DelayDelta`] charges a second of
+    /// loss by how long the vehicle then stays on the approach (its credit comes when it
+    /// leaves), so the braking and pulling away of a stop next to the stop line, and
+    /// the pulling away past it, cost it almost nothing: a policy trained on it stops
+    /// vehicles more often than needed.
+    DelayAccrued,
 }
 
 impl RewardKind {
@@ -55,6 +69,7 @@ impl RewardKind {
             RewardKind::Pressure => -libm::fabsf(now.pressure_veh) / 10.0,
             RewardKind::Delay => -now.delay_veh / 10.0,
             RewardKind::DelayDelta => (prev.total_delay_s - now.total_delay_s) / 100.0,
+            RewardKind::DelayAccrued => -now.accrued_delay_s / 100.0,
         }
     }
 }
@@ -71,6 +86,7 @@ mod tests {
             queue_veh: 5.0,
             pressure_veh: 4.0,
             delay_veh: 2.0,
+            accrued_delay_s: 10.0,
         };
         let b = RewardInputs {
             total_wait_s: 250.0,
@@ -78,11 +94,13 @@ mod tests {
             queue_veh: 8.0,
             pressure_veh: -6.0,
             delay_veh: 7.5,
+            accrued_delay_s: 35.0,
         };
         assert_eq!(RewardKind::WaitDelta.reward(&a, &b), 0.5);
         assert_eq!(RewardKind::Queue.reward(&a, &b), -0.8);
         assert_eq!(RewardKind::Pressure.reward(&a, &b), -0.6);
         assert_eq!(RewardKind::Delay.reward(&a, &b), -0.75);
         assert_eq!(RewardKind::DelayDelta.reward(&a, &b), -0.2);
+        assert_eq!(RewardKind::DelayAccrued.reward(&a, &b), -0.35);
     }
 }

@@ -89,6 +89,9 @@ struct SignalState {
     readings: Vec<LaneReading>,
     /// Reward inputs at the last decision point.
     reward_inputs: RewardInputs,
+    /// Stop-line wait (s), since the last decision point, of the vehicles that crossed
+    /// since (the delay-accrued reward).
+    crossed_wait_s: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -163,6 +166,8 @@ pub struct VehicleCounts {
 #[derive(Clone, Debug)]
 struct State {
     tick: u32,
+    /// When the views (and rewards) were last refreshed (s).
+    refreshed_s: f64,
     signals: Vec<SignalState>,
     lanes: Vec<LaneState>,
     origins: Vec<OriginState>,
@@ -218,6 +223,7 @@ impl EmbeddedEnv {
                 movements: vec![MovementState::RED; s.plan.movements().len()],
                 readings: vec![LaneReading::default(); s.in_lanes.len()],
                 reward_inputs: RewardInputs::default(),
+                crossed_wait_s: 0.0,
             })
             .collect();
         let origins = demand
@@ -252,6 +258,7 @@ impl EmbeddedEnv {
             scenario_name: scenario.name().to_string(),
             state: State {
                 tick: 0,
+                refreshed_s: 0.0,
                 signals,
                 lanes,
                 origins,
@@ -289,6 +296,7 @@ impl EmbeddedEnv {
     fn reset_state(&mut self, seed: u64) {
         let s = &mut self.state;
         s.tick = 0;
+        s.refreshed_s = 0.0;
         s.stats = Stats::default();
         for lane in &mut s.lanes {
             lane.vehicles.clear();
@@ -299,6 +307,7 @@ impl EmbeddedEnv {
             sig.seq = new_sequencer(node);
             sig.frame = SignalFrame::default();
             sig.movements.fill(MovementState::RED);
+            sig.crossed_wait_s = 0.0;
         }
         for (i, o) in s.origins.iter_mut().enumerate() {
             // One independent stream per entry: arrivals do not depend on the controller.
@@ -478,6 +487,8 @@ impl State {
             state.next_crossing_s = crossing_s + headway_s;
             state.refresh_ready();
             self.signals[sig].movements[m].last_crossing_s = crossing_s;
+            self.signals[sig].crossed_wait_s +=
+                (crossing_s - head.stop_line_s.max(self.refreshed_s)).max(0.0);
             let v = Vehicle {
                 wait_s: head.wait_s + (crossing_s - head.stop_line_s),
                 hop: head.hop + 1,
@@ -508,12 +519,17 @@ impl State {
         let mut total_queue = 0usize;
         for (s, node) in net.signals.iter().enumerate() {
             let mut wait_s = 0.0;
+            let mut accrued_s = std::mem::take(&mut self.signals[s].crossed_wait_s);
             let mut queue = 0usize;
             let mut incoming = 0usize;
             for (k, &lane) in node.in_lanes.iter().enumerate() {
                 let q = &self.lanes[lane as usize].vehicles;
                 let halted = q.partition_point(|v| v.stop_line_s <= now);
                 wait_s += q.range(..halted).map(|v| now - v.stop_line_s).sum::<f64>();
+                accrued_s += q
+                    .range(..halted)
+                    .map(|v| now - v.stop_line_s.max(self.refreshed_s))
+                    .sum::<f64>();
                 queue += halted;
                 incoming += q.len();
                 self.signals[s].readings[k] = LaneReading::from_counts(
@@ -536,6 +552,7 @@ impl State {
                 pressure_veh: incoming as f32 - outgoing as f32,
                 // Vehicles here run at free speed until they join the queue.
                 delay_veh: queue as f32,
+                accrued_delay_s: accrued_s as f32,
             };
             let sig = &mut self.signals[s];
             rewards.push(reward_kind.reward(&sig.reward_inputs, &inputs));
@@ -543,6 +560,7 @@ impl State {
             total_queue += queue;
         }
         self.stats.decisions += 1;
+        self.refreshed_s = now;
         self.stats.queue_sum_veh += total_queue as f64;
         rewards
     }

@@ -246,3 +246,56 @@ fn the_delay_reward_counts_more_than_standing_still() {
     );
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// The delay-accrued reward charges a signal the time loss its vehicles gain near it, as
+/// they gain it: never a credit (every reward ≤ 0), never more than the trips' delay, and
+/// on a single junction whose vehicles enter at full speed and whose queues stay within
+/// the approach zones, over 92 % of it: braking into the queue, standing, crossing and
+/// pulling away past the stop line. (Measured: 93.4 %; without the 100 m past the stop
+/// line 89.5 %, without the vehicles inside the junction as well 83.8 %. What is left is
+/// lost far from the junction: SUMO's drivers dawdle, and insertion waits for the next
+/// simulation step.)
+#[test]
+fn the_accrued_delay_reward_charges_the_trips_delay_once() {
+    const PERIOD: f64 = 2.0;
+    if !have_sumo() {
+        return;
+    }
+    let work = work_dir("accrued-reward");
+    let home = sumo_home().unwrap();
+    let net = real_nets::pocket_junction(&home, &work, PERIOD, 7).unwrap();
+    let episode_s = 600.0;
+    let mut cfg = real_nets::config(&net, episode_s, 1);
+    cfg.reward = greenwave_core::RewardKind::DelayAccrued;
+    let mut env = SumoEnv::new(cfg).unwrap();
+    let n_phases = env.models()[0].plan.n_phases() as u32;
+    let (mut t, mut charged_s) = (0u32, 0.0f64);
+    loop {
+        // Each phase for 30 s in turn.
+        let step = env.step(&[(t / 6 % n_phases) as u8]).unwrap();
+        assert!(
+            step.rewards[0] <= 0.0,
+            "decision {t}: reward {}",
+            step.rewards[0]
+        );
+        charged_s -= 100.0 * step.rewards[0] as f64;
+        t += 1;
+        if step.done {
+            break;
+        }
+    }
+    let routes = std::fs::read_to_string(&net.routes[0]).unwrap();
+    let departed = routes
+        .split("depart=\"")
+        .skip(1)
+        .filter_map(|r| r.split('"').next()?.parse::<f64>().ok())
+        .filter(|d| *d < episode_s)
+        .count();
+    let trips_s = env.metrics().mean_delay_s * departed as f64;
+    assert!(trips_s > 5000.0, "too little delay to test: {trips_s:.0} s");
+    assert!(
+        (0.92 * trips_s..=1.001 * trips_s).contains(&charged_s),
+        "charged {charged_s:.0} s of the trips' {trips_s:.0} s of delay ({departed} vehicles)"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -412,13 +412,14 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
             run.config.validation.first_seed
         );
     }
-    if run.config.sim != cfg.sim {
+    if !run.config.sim.resumes_as(&cfg.sim) {
         let describe = |b: &crate::backend::BackendArgs| {
             b.sumo_label()
                 .unwrap_or_else(|| format!("the {} simulator", b.backend.name()))
         };
         bail!(
-            "{} was trained on {}; resume with the same --backend, --net, --routes and --begin (asked: {})",
+            "{} was trained on {}; resume with the same --backend, --net, --routes, --begin, \
+             timing options and --reward (asked: {})",
             out.display(),
             describe(&run.config.sim),
             describe(&cfg.sim)

@@ -11,7 +11,7 @@ use super::device::ComputeDevice;
 use super::policy::{PolicyKind, SharedOverrides};
 use super::selection::{self, ValidationConfig};
 use super::{train, Algo, TrainConfig};
-use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource};
+use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource, RewardArg};
 
 /// Arguments of `greenwave train`.
 #[derive(Debug, Args)]
@@ -237,6 +237,11 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             false => None,
         };
         cfg.shared_overrides = sumo_shared_overrides(args, resumed.as_ref());
+        // The reward is recorded resolved: a resumed run keeps the one it started with.
+        cfg.sim.reward = args.sim.reward.or_else(|| match &resumed {
+            Some(run) => run.config.sim.reward,
+            None => Some(RewardArg::default()),
+        });
         let (interval, probe) = sumo_decision_interval(args, resumed.as_ref())?;
         cfg.sim.timing.decision_interval = interval;
         cfg.demand_probe = probe;

@@ -395,3 +395,46 @@ fn lane_phase_incidence_follows_the_lane_turns() {
         .collect();
     assert!(served[1] < served[0] && served[3] < served[2], "{served:?}");
 }
+
+/// The delay-accrued reward charges every second a vehicle stands at a stop line once,
+/// in the interval it is lost, and credits nothing back: summed over an episode (and
+/// over both signals of the corridor), it is the stop-line wait of every vehicle so far,
+/// whatever the decision interval, including the vehicles that crossed mid-interval.
+#[test]
+fn the_accrued_delay_reward_charges_every_second_of_wait_once() {
+    for interval_s in [1u32, 5] {
+        let s = corridor(60.0, 1400.0)
+            .with_reward(RewardKind::DelayAccrued)
+            .with_decision_interval(Millis::from_secs(interval_s))
+            .unwrap();
+        let mut env = EmbeddedEnv::from_scenario(&s, 3);
+        let mut charged_s = 0.0f64;
+        for k in 0..600u32 / interval_s {
+            let t = k * interval_s;
+            let out = env.step(&[(t / 40 % 2) as u8, (t / 25 % 2) as u8]).unwrap();
+            assert!(out.rewards.iter().all(|r| *r <= 0.0), "{:?}", out.rewards);
+            charged_s -= out
+                .rewards
+                .iter()
+                .map(|r| f64::from(*r) * 100.0)
+                .sum::<f64>();
+        }
+        let now = env.state.tick as f64;
+        let inside: f64 = env
+            .state
+            .lanes
+            .iter()
+            .flat_map(|l| &l.vehicles)
+            .map(|v| v.wait_s + (now - v.stop_line_s).max(0.0))
+            .sum();
+        let waited_s = env.state.stats.completed_wait_s + inside;
+        assert!(
+            waited_s > 1000.0,
+            "too little waiting to test: {waited_s:.0} s"
+        );
+        assert!(
+            (charged_s - waited_s).abs() < 1e-4 * waited_s,
+            "every {interval_s} s: charged {charged_s:.2} s, waited {waited_s:.2} s"
+        );
+    }
+}

@@ -494,6 +494,7 @@ fn reward_kind(name: RewardName) -> RewardKind {
         RewardName::Pressure => RewardKind::Pressure,
         RewardName::Delay => RewardKind::Delay,
         RewardName::DelayDelta => RewardKind::DelayDelta,
+        RewardName::DelayAccrued => RewardKind::DelayAccrued,
     }
 }
 

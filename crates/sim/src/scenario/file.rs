@@ -67,6 +67,8 @@ pub enum RewardName {
     Delay,
     /// Decrease in the incoming vehicles' delay.
     DelayDelta,
+    /// Minus the delay the vehicles lost near the signal in the interval.
+    DelayAccrued,
 }
 
 /// Traffic-flow model parameters, shared by every link.

@@ -340,6 +340,7 @@ impl Scenario {
             RewardKind::Pressure => file::RewardName::Pressure,
             RewardKind::Delay => file::RewardName::Delay,
             RewardKind::DelayDelta => file::RewardName::DelayDelta,
+            RewardKind::DelayAccrued => file::RewardName::DelayAccrued,
         };
         Scenario {
             reward,

@@ -17,7 +17,9 @@ use super::net::{NetFile, NetLane};
 use super::process::{SumoProcess, WorkDir};
 use super::readings::{number, Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
 use super::traci::{cmd, var, Message, Reply, SubscriptionResult, TraciError, Value};
-use super::waits::{PendingWaits, VehicleMeasure, VehicleWait, WaitWatch};
+use super::waits::{
+    DelayAccrual, PendingWaits, VehicleMeasure, VehicleWait, WaitWatch, EXIT_RANGE_M,
+};
 use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
@@ -314,6 +316,8 @@ pub struct SumoEnv {
     interval_ms: u32,
     seed: u64,
     prev_inputs: Vec<RewardInputs>,
+    /// What the delay-accrued reward follows (`None` for the other rewards).
+    accrual: Option<Accrual>,
     queue_sum: f64,
     queue_samples: u64,
     metrics: EpisodeMetrics,
@@ -359,6 +363,7 @@ impl SumoEnv {
             waits,
             pending_edges,
             signal_pending,
+            accrual,
         } = ZoneWaits::new(cfg.reward, &net, &models, &lanes, &signal_lanes);
         let reads = ReadPlan::new(
             lanes
@@ -390,6 +395,7 @@ impl SumoEnv {
             episode_ms,
             interval_ms,
             prev_inputs: vec![RewardInputs::default(); n],
+            accrual,
             queue_sum: 0.0,
             queue_samples: 0,
             metrics: EpisodeMetrics::default(),
@@ -700,6 +706,9 @@ impl SumoEnv {
         self.queue_samples = 0;
         self.metrics = EpisodeMetrics::default();
         self.finished = false;
+        if let Some(a) = &mut self.accrual {
+            a.clear();
+        }
         self.prev_inputs = (0..self.models.len())
             .map(|s| self.reward_inputs(s))
             .collect();
@@ -748,9 +757,43 @@ impl SumoEnv {
     /// Stores the vehicles' waits from the context results among `subs`.
     fn store_waits(&mut self, subs: &[SubscriptionResult]) -> Result<(), SumoError> {
         let lanes = &mut self.lanes;
+        let crossing = self
+            .accrual
+            .as_mut()
+            .map_or(&mut [][..], |a| &mut a.crossing[..]);
         self.waits
-            .apply(subs, &lanes.index, &mut lanes.vehicle_waits)
+            .apply(subs, &lanes.index, &mut lanes.vehicle_waits, crossing)
             .map_err(malformed)
+    }
+
+    /// The delay-accrued reward's reading at the end of an interval: per signal, the time
+    /// loss gained since the last one by the vehicles on its approach zones, inside its
+    /// junctions and on the first [`EXIT_RANGE_M`] of its outgoing lanes, plus the
+    /// interval for each vehicle waiting to be inserted on its zones' edges.
+    fn accrue(&mut self) {
+        let Some(acc) = &mut self.accrual else {
+            return;
+        };
+        let interval_s = self.interval_ms as f32 / 1000.0;
+        let l = &self.lanes;
+        for (s, sl) in self.signal_lanes.iter().enumerate() {
+            let approach = sl
+                .zone
+                .iter()
+                .flat_map(|(i, z)| l.vehicle_waits[*i].iter().filter(move |v| z.holds(v.pos_m)));
+            let crossing = acc.junctions[s].iter().flat_map(|&j| &acc.crossing[j]);
+            let exit = sl.outgoing.iter().flat_map(|&i| {
+                l.vehicle_waits[i]
+                    .iter()
+                    .filter(|v| v.pos_m <= EXIT_RANGE_M)
+            });
+            let pending: usize = self.signal_pending[s]
+                .iter()
+                .map(|&e| self.pending.ids[e].len())
+                .sum();
+            acc.gained_s[s] = acc.signals[s].accrue(approach.chain(crossing).chain(exit))
+                + pending as f32 * interval_s;
+        }
     }
 
     fn reward_inputs(&self, signal: usize) -> RewardInputs {
@@ -769,6 +812,7 @@ impl SumoEnv {
             queue_veh: zone.halting,
             pressure_veh: zone.vehicles - l.sum(&sl.outgoing, &l.vehicles),
             delay_veh: zone.delay_veh,
+            accrued_delay_s: self.accrual.as_ref().map_or(0.0, |a| a.gained_s[signal]),
         }
     }
 
@@ -1041,6 +1085,7 @@ impl SumoEnv {
         self.receive_steps(target_s)?;
         self.now_ms += self.interval_ms as u64;
         self.sample_queue();
+        self.accrue();
         let rewards = (0..n)
             .map(|s| {
                 let now = self.reward_inputs(s);
@@ -1190,12 +1235,48 @@ struct ZoneWaits {
     pending_edges: Vec<String>,
     /// Per signal: indices of its zones' edges in `pending_edges`.
     signal_pending: Vec<Vec<usize>>,
+    /// The delay-accrued reward's state, for that reward.
+    accrual: Option<Accrual>,
+}
+
+/// What the delay-accrued reward follows between decision points.
+struct Accrual {
+    /// Per signal: its vehicles, followed from one reading to the next.
+    signals: Vec<DelayAccrual>,
+    /// Per signal: indices of its junctions (those its stop-line lanes end at) in the
+    /// wait watch's list.
+    junctions: Vec<Vec<usize>>,
+    /// Per watched junction: the vehicles inside it at the last reading.
+    crossing: Vec<Vec<VehicleWait>>,
+    /// Per signal: the delay (s) gained in the interval just ended.
+    gained_s: Vec<f32>,
+}
+
+impl Accrual {
+    fn new(watch: &WaitWatch, signal_junctions: Vec<Vec<usize>>) -> Self {
+        let n = signal_junctions.len();
+        Accrual {
+            signals: vec![DelayAccrual::default(); n],
+            junctions: signal_junctions,
+            crossing: vec![Vec::new(); watch.junctions().len()],
+            gained_s: vec![0.0; n],
+        }
+    }
+
+    /// Forgets every vehicle (a new episode).
+    fn clear(&mut self) {
+        self.signals.iter_mut().for_each(DelayAccrual::clear);
+        self.crossing.iter_mut().for_each(Vec::clear);
+        self.gained_s.iter_mut().for_each(|g| *g = 0.0);
+    }
 }
 
 impl ZoneWaits {
     /// Every reward subscribes: the observation places each vehicle in its lane's
     /// stop-bar or advance zone ([`Lanes::zone_split`]). Only the wait- and delay-delta
-    /// rewards sum the waits or time losses (and those waiting to be inserted).
+    /// rewards sum the waits or time losses (and those waiting to be inserted); the
+    /// delay-accrued reward follows the vehicles, inside the junctions and past them too
+    /// ([`Accrual`]).
     fn new(
         reward: RewardKind,
         net: &NetFile,
@@ -1207,22 +1288,43 @@ impl ZoneWaits {
         let measure = match reward {
             RewardKind::WaitDelta => VehicleMeasure::AccumulatedWait,
             RewardKind::DelayDelta
+            | RewardKind::DelayAccrued
             | RewardKind::Queue
             | RewardKind::Pressure
             | RewardKind::Delay => VehicleMeasure::TimeLoss,
         };
-        let junctions = models.iter().flat_map(|m| &m.in_lanes).filter_map(|l| {
-            let edge = &net.lanes.get(l)?.edge;
-            net.edges.get(edge)?.to.as_deref()
+        let waits = WaitWatch::new(models.iter().flat_map(|m| junctions_of(net, m)), measure);
+        let accrual = (reward == RewardKind::DelayAccrued).then(|| {
+            let watched = waits.junctions();
+            let per_signal = models
+                .iter()
+                .map(|m| {
+                    let mut js: Vec<usize> = junctions_of(net, m)
+                        .filter_map(|j| watched.iter().position(|w| w == j))
+                        .collect();
+                    js.sort_unstable();
+                    js.dedup();
+                    js
+                })
+                .collect();
+            Accrual::new(&waits, per_signal)
         });
-        let waits = WaitWatch::new(junctions, measure);
         let (pending_edges, signal_pending) = zone_edges(net, lanes, signal_lanes);
         ZoneWaits {
             waits,
             pending_edges,
             signal_pending,
+            accrual,
         }
     }
+}
+
+/// The junctions signal `m`'s stop-line lanes end at.
+fn junctions_of<'a>(net: &'a NetFile, m: &'a TlsModel) -> impl Iterator<Item = &'a str> + 'a {
+    m.in_lanes.iter().filter_map(|l| {
+        let edge = &net.lanes.get(l)?.edge;
+        net.edges.get(edge)?.to.as_deref()
+    })
 }
 
 fn new_sequencers(models: &[TlsModel]) -> Result<Vec<Sequencer>, SumoError> {

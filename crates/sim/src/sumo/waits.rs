@@ -30,6 +30,12 @@ use super::traci::{cmd, var, Message, SubscriptionResult, Value};
 /// up to this far from its stop lines.
 const CENTRE_TO_STOP_LINE_M: f64 = 60.0;
 
+/// How far past the stop line the delay-accrued reward follows a vehicle (m): one that
+/// pulls away from a stop is up to speed within it (SUMO's default passenger car,
+/// accelerating at 2.6 m/s², reaches 80 km/h in 95 m), so a stop costs the signal all of
+/// its delay, the pulling away included.
+pub(crate) const EXIT_RANGE_M: f64 = 100.0;
+
 /// What is summed of each vehicle near a signal (with its departure delay).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum VehicleMeasure {
@@ -69,6 +75,8 @@ impl VehicleMeasure {
 pub(crate) struct VehicleWait {
     pub pos_m: f64,
     pub wait_s: f32,
+    /// The vehicle, hashed ([`DelayAccrual`] follows it from one reading to the next).
+    pub id: u64,
 }
 
 /// The junctions watched, prepared once per network.
@@ -117,21 +125,34 @@ impl WaitWatch {
         m
     }
 
+    /// The watched junctions, in the order [`WaitWatch::apply`] fills `crossing`.
+    pub(crate) fn junctions(&self) -> &[String] {
+        &self.junctions
+    }
+
     /// Sorts the vehicles of the context results in `subs` onto their lanes: `out[i]`
-    /// receives the vehicles on lane `index[lane id] = i`; vehicles on other lanes are
-    /// skipped, and a vehicle near two junctions counts once. `out` is cleared first.
+    /// receives the vehicles on lane `index[lane id] = i`, and, unless `crossing` is
+    /// empty, `crossing[j]` those inside watched junction `j` (on its internal lanes,
+    /// `:J_…`); vehicles on other lanes are skipped, and a vehicle near two junctions
+    /// counts once. `out` and `crossing` are cleared first.
     pub(crate) fn apply(
         &self,
         subs: &[SubscriptionResult],
         index: &HashMap<String, usize>,
         out: &mut [Vec<VehicleWait>],
+        crossing: &mut [Vec<VehicleWait>],
     ) -> Result<(), String> {
-        for v in out.iter_mut() {
+        for v in out.iter_mut().chain(crossing.iter_mut()) {
             v.clear();
         }
         let mut seen: HashSet<&str> = HashSet::new();
         let response = cmd::context_response(cmd::GET_JUNCTION);
         for s in subs.iter().filter(|s| s.response == response) {
+            let inside = if crossing.is_empty() {
+                None
+            } else {
+                self.junctions.iter().position(|j| *j == s.object)
+            };
             for o in &s.context {
                 let [(_, lane), (_, pos), (_, wait), (_, depart)] = o.values.as_slice() else {
                     return Err(format!(
@@ -145,8 +166,10 @@ impl WaitWatch {
                 let Value::Str(lane) = lane else {
                     return Err(format!("vehicle {}: lane {lane:?} is not a string", o.id));
                 };
-                let Some(&i) = index.get(lane) else {
-                    continue;
+                let slot = match (index.get(lane), inside) {
+                    (Some(&i), _) => out.get_mut(i).ok_or(i),
+                    (None, Some(j)) if is_internal_lane_of(lane, &s.object) => Ok(&mut crossing[j]),
+                    _ => continue,
                 };
                 if !seen.insert(&o.id) {
                     continue;
@@ -156,18 +179,75 @@ impl WaitWatch {
                         .filter(|x| x.is_finite())
                         .ok_or_else(|| format!("vehicle {}: {what} {v:?}", o.id))
                 };
-                let Some(slot) = out.get_mut(i) else {
-                    return Err(format!("lane index {i} of {lane} out of range"));
-                };
+                let slot = slot.map_err(|i| format!("lane index {i} of {lane} out of range"))?;
                 slot.push(VehicleWait {
                     pos_m: number(pos, "lane position")?,
                     wait_s: (number(wait, self.measure.name())?.max(0.0)
                         + number(depart, "departure delay")?.max(0.0))
                         as f32,
+                    id: id_hash(&o.id),
                 });
             }
         }
         Ok(())
+    }
+}
+
+/// Whether `lane` is an internal lane of junction `junction` (SUMO names them
+/// `:<junction>_<link>_<lane>`).
+fn is_internal_lane_of(lane: &str, junction: &str) -> bool {
+    lane.strip_prefix(':')
+        .and_then(|rest| rest.strip_prefix(junction))
+        .is_some_and(|rest| rest.starts_with('_'))
+}
+
+/// A vehicle id's hash: what [`DelayAccrual`] knows a vehicle by between readings.
+fn id_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+/// One signal's delay counted as it is lost (the delay-accrued reward): each reading,
+/// every vehicle near the signal that was near it at the last reading adds what its time
+/// loss grew by since; one seen for the first time adds nothing (what it lost before
+/// was lost elsewhere, or is counted by its insertion wait). A vehicle that leaves is
+/// forgotten, with nothing credited back.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DelayAccrual {
+    /// The vehicles near the signal at the last reading: id hash → time loss (s).
+    last: HashMap<u64, f32>,
+    /// This reading's, swapped in.
+    now: HashMap<u64, f32>,
+}
+
+impl DelayAccrual {
+    /// Forgets every vehicle (a new episode).
+    pub(crate) fn clear(&mut self) {
+        self.last.clear();
+        self.now.clear();
+    }
+
+    /// Takes the reading `vehicles` (a vehicle listed twice counts once) and returns the
+    /// time loss (s) they gained since the last one.
+    pub(crate) fn accrue<'a>(
+        &mut self,
+        vehicles: impl IntoIterator<Item = &'a VehicleWait>,
+    ) -> f32 {
+        self.now.clear();
+        let mut gained = 0.0f64;
+        for v in vehicles {
+            // A lane both upstream and downstream of the signal lists its vehicles twice.
+            if self.now.insert(v.id, v.wait_s).is_some() {
+                continue;
+            }
+            if let Some(&before) = self.last.get(&v.id) {
+                gained += f64::from((v.wait_s - before).max(0.0));
+            }
+        }
+        std::mem::swap(&mut self.last, &mut self.now);
+        gained as f32
     }
 }
 
@@ -271,22 +351,25 @@ mod tests {
             vec![VehicleWait {
                 pos_m: 0.0,
                 wait_s: 9.0,
+                id: 0,
             }],
             Vec::new(),
         ];
-        watch.apply(&subs, &index, &mut out).unwrap();
+        watch.apply(&subs, &index, &mut out, &mut []).unwrap();
         assert_eq!(
             out[0],
             [VehicleWait {
                 pos_m: 10.0,
-                wait_s: 30.0
+                wait_s: 30.0,
+                id: id_hash("v0"),
             }]
         );
         assert_eq!(
             out[1],
             [VehicleWait {
                 pos_m: 4.0,
-                wait_s: 2.5
+                wait_s: 2.5,
+                id: id_hash("v2"),
             }]
         );
     }
@@ -298,12 +381,17 @@ mod tests {
         let mut out = vec![Vec::new()];
         let mut bad = vehicle("v0", "a_0", 1.0, f64::NAN);
         let err = watch
-            .apply(&[result("J1", vec![bad.clone()])], &index, &mut out)
+            .apply(
+                &[result("J1", vec![bad.clone()])],
+                &index,
+                &mut out,
+                &mut [],
+            )
             .unwrap_err();
         assert!(err.contains("accumulated waiting time"), "{err}");
         bad.values.pop();
         let err = watch
-            .apply(&[result("J1", vec![bad])], &index, &mut out)
+            .apply(&[result("J1", vec![bad])], &index, &mut out, &mut [])
             .unwrap_err();
         assert!(err.contains("3 values"), "{err}");
     }
@@ -320,9 +408,71 @@ mod tests {
         let mut out = vec![Vec::new()];
         let bad = vehicle("v0", "a_0", 1.0, f64::INFINITY);
         let err = watch
-            .apply(&[result("J1", vec![bad])], &index, &mut out)
+            .apply(&[result("J1", vec![bad])], &index, &mut out, &mut [])
             .unwrap_err();
         assert!(err.contains("time loss"), "{err}");
+    }
+
+    #[test]
+    fn vehicles_inside_a_junction_are_sorted_onto_it() {
+        let watch = WaitWatch::new(["J1", "J10"], VehicleMeasure::TimeLoss);
+        let index = HashMap::from([("a_0".to_string(), 0)]);
+        let subs = [
+            result(
+                "J1",
+                vec![
+                    vehicle("v0", ":J1_0_0", 1.0, 3.0),
+                    // J10's internal lane seen from J1: not J1's, and J10 has it below.
+                    vehicle("v1", ":J10_2_0", 1.0, 4.0),
+                    vehicle("v2", "a_0", 5.0, 6.0),
+                    vehicle("v3", ":elsewhere_0_0", 1.0, 7.0),
+                ],
+            ),
+            result("J10", vec![vehicle("v1", ":J10_2_0", 1.0, 4.0)]),
+        ];
+        let mut out = vec![Vec::new()];
+        let mut crossing = vec![Vec::new(), Vec::new()];
+        watch.apply(&subs, &index, &mut out, &mut crossing).unwrap();
+        let ids = |v: &[VehicleWait]| v.iter().map(|x| x.id).collect::<Vec<_>>();
+        assert_eq!(ids(&out[0]), [id_hash("v2")]);
+        assert_eq!(ids(&crossing[0]), [id_hash("v0")]);
+        assert_eq!(ids(&crossing[1]), [id_hash("v1")]);
+        // Not collected when not asked for.
+        watch.apply(&subs, &index, &mut out, &mut []).unwrap();
+        assert_eq!(ids(&out[0]), [id_hash("v2")]);
+        assert!(is_internal_lane_of(":J1_0_0", "J1"));
+        assert!(!is_internal_lane_of(":J10_0_0", "J1"));
+        assert!(!is_internal_lane_of("J1_0_0", "J1"));
+    }
+
+    fn near(id: &str, loss_s: f32) -> VehicleWait {
+        VehicleWait {
+            pos_m: 0.0,
+            wait_s: loss_s,
+            id: id_hash(id),
+        }
+    }
+
+    #[test]
+    fn accrual_counts_the_loss_gained_near_the_signal_and_credits_nothing() {
+        let mut a = DelayAccrual::default();
+        // Newcomers bring their earlier loss in uncounted.
+        assert_eq!(a.accrue(&[near("a", 30.0), near("b", 2.0)]), 0.0);
+        // a gains 4 s, b 1 s, c arrives.
+        assert_eq!(
+            a.accrue(&[near("a", 34.0), near("b", 3.0), near("c", 50.0)]),
+            5.0
+        );
+        // a leaves: nothing back; c gains 2 s.
+        assert_eq!(a.accrue(&[near("b", 3.0), near("c", 52.0)]), 2.0);
+        // a returns: new again.
+        assert_eq!(a.accrue(&[near("a", 40.0), near("c", 52.5)]), 0.5);
+        // Time loss never shrinks in SUMO; a reading that does counts nothing.
+        assert_eq!(a.accrue(&[near("a", 39.0)]), 0.0);
+        // Listed twice (a lane both before and after the signal): counted once.
+        assert_eq!(a.accrue(&[near("a", 41.0), near("a", 41.0)]), 2.0);
+        a.clear();
+        assert_eq!(a.accrue(&[near("a", 45.0)]), 0.0);
     }
 
     #[test]
@@ -333,7 +483,7 @@ mod tests {
         v.values[3].1 = Value::Double(30.0);
         let mut out = vec![Vec::new()];
         watch
-            .apply(&[result("J1", vec![v])], &index, &mut out)
+            .apply(&[result("J1", vec![v])], &index, &mut out, &mut [])
             .unwrap();
         assert_eq!(out[0][0].wait_s, 34.0);
     }
