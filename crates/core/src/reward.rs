@@ -25,8 +25,9 @@ pub struct RewardInputs {
     /// Delay (s) the vehicles near the signal lost during the interval just ended: on its
     /// approaches (as in `total_delay_s`), crossing it, and on its exits until they are
     /// up to speed, each vehicle's time loss gained since the last decision point, plus
-    /// the interval for each vehicle waiting to enter on its approaches' edges. A
-    /// vehicle's loss is counted while it is near and never credited back as it leaves.
+    /// (on SUMO, where `total_delay_s` counts them too) the interval for each vehicle
+    /// waiting to enter on its approaches' edges. A vehicle's loss is counted while it is
+    /// near and never credited back as it leaves.
     pub accrued_delay_s: f32,
 }
 

@@ -193,12 +193,21 @@ impl WaitWatch {
     }
 }
 
-/// Whether `lane` is an internal lane of junction `junction` (SUMO names them
-/// `:<junction>_<link>_<lane>`).
+/// Whether `lane` is an internal lane of junction `junction`: SUMO names them
+/// `:<junction>_<link>_<lane>`, both numbers, so `:A_1_0_0` is junction `A_1`'s, not `A`'s.
 fn is_internal_lane_of(lane: &str, junction: &str) -> bool {
-    lane.strip_prefix(':')
+    let Some(rest) = lane
+        .strip_prefix(':')
         .and_then(|rest| rest.strip_prefix(junction))
-        .is_some_and(|rest| rest.starts_with('_'))
+        .and_then(|rest| rest.strip_prefix('_'))
+    else {
+        return false;
+    };
+    let numbers: Vec<&str> = rest.split('_').collect();
+    numbers.len() == 2
+        && numbers
+            .iter()
+            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// A vehicle id's hash: what [`DelayAccrual`] knows a vehicle by between readings.
@@ -441,8 +450,14 @@ mod tests {
         watch.apply(&subs, &index, &mut out, &mut []).unwrap();
         assert_eq!(ids(&out[0]), [id_hash("v2")]);
         assert!(is_internal_lane_of(":J1_0_0", "J1"));
+        assert!(is_internal_lane_of(":joinedS_0_12_1", "joinedS_0"));
         assert!(!is_internal_lane_of(":J10_0_0", "J1"));
         assert!(!is_internal_lane_of("J1_0_0", "J1"));
+        // Junction `A_1`'s, not `A`'s; and not a vehicle lane of the form SUMO writes.
+        assert!(!is_internal_lane_of(":A_1_0_0", "A"));
+        assert!(is_internal_lane_of(":A_1_0_0", "A_1"));
+        assert!(!is_internal_lane_of(":A_w0_0", "A"));
+        assert!(!is_internal_lane_of(":A_0_", "A"));
     }
 
     fn near(id: &str, loss_s: f32) -> VehicleWait {
