@@ -66,7 +66,7 @@ pub struct BackendArgs {
     #[serde(default)]
     pub timing: SumoTimingArgs,
     /// The reward `train` optimises on SUMO (the embedded scenarios name their own):
-    /// `delay-accrued` unless given, or, resuming, the one the run started with; see
+    /// `delay-delta` unless given, or, resuming, the one the run started with; see
     /// "Training on real networks" in tools/README.md.
     #[arg(long, value_enum)]
     #[serde(default = "RewardArg::before_delay_delta")]
@@ -88,14 +88,15 @@ pub enum RewardArg {
     Delay,
     /// Decrease of the vehicles' delay (time loss against their desired speed, insertion
     /// delay included) summed over the approach zones, per 100 s: counts the stops and
-    /// slow starts that waiting time misses, but credits a vehicle's delay back as it
-    /// leaves.
+    /// slow starts that waiting time misses, and credits a vehicle's delay back as it
+    /// leaves. The default: the only reward that beats the static program on a
+    /// single junction near saturation (tools/README.md, finding 18).
+    #[default]
     DelayDelta,
     /// Minus the delay the vehicles lost near each signal during the interval (on its
-    /// approach zones, inside its junction and for 100 m past it), per 100 s: the
-    /// default, because every second lost costs the same, so a stop costs its braking
-    /// and pulling away in full.
-    #[default]
+    /// approach zones, inside its junction and for 100 m past it), per 100 s: every
+    /// second lost costs the same, so a stop costs its braking and pulling away in full.
+    /// Better on the random nets, far worse near saturation (finding 18).
     DelayAccrued,
 }
 
@@ -546,6 +547,7 @@ mod tests {
             ..BackendArgs::sumo("n.net.xml", "r.rou.xml")
         };
         let accrued = sumo(Some(RewardArg::DelayAccrued));
+        assert_eq!(RewardArg::default(), RewardArg::DelayDelta);
         assert!(accrued.resumes_as(&accrued.clone()));
         assert!(!accrued.resumes_as(&sumo(Some(RewardArg::DelayDelta))));
         assert!(!accrued.resumes_as(&sumo(None)));

@@ -252,7 +252,7 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
         serde_json::from_str(&std::fs::read_to_string(s.run.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["config"]["demand_probe"]["saturated"], false, "{info}");
     assert_eq!(
-        info["config"]["reward"], "delay-accrued",
+        info["config"]["reward"], "delay-delta",
         "the default, recorded"
     );
     assert_eq!(info["config"]["demand_probe"]["backlog_veh"], 0, "{info}");
@@ -288,8 +288,8 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
 }
 
 /// A run started with a reward goes on with it when resumed without `--reward` (the
-/// default changed from `delay-delta` to `delay-accrued`: a run begun before goes on as it
-/// began), and refuses to go on with another.
+/// default changed from `delay-delta` to `delay-accrued` and back: a run begun before
+/// goes on as it began), and refuses to go on with another.
 #[test]
 fn a_resumed_run_keeps_its_reward() {
     if !sumo_available() {
@@ -302,7 +302,7 @@ fn a_resumed_run_keeps_its_reward() {
     train.extend(TINY_TRAINING);
     train.extend(["--out", run_s, "--quiet"]);
     let mut first = train.clone();
-    first.extend(["--reward", "delay-delta", "--stop-after-iterations", "1"]);
+    first.extend(["--reward", "delay-accrued", "--stop-after-iterations", "1"]);
     ok(&greenwave(&first));
     let reward = || {
         let info: serde_json::Value =
@@ -310,9 +310,9 @@ fn a_resumed_run_keeps_its_reward() {
                 .unwrap();
         info["config"]["reward"].clone()
     };
-    assert_eq!(reward(), "delay-delta");
+    assert_eq!(reward(), "delay-accrued");
     let mut other = train.clone();
-    other.extend(["--resume", "--reward", "delay-accrued"]);
+    other.extend(["--resume", "--reward", "delay-delta"]);
     let o = greenwave(&other);
     assert!(!o.status.success(), "resumed with another reward");
     let err = String::from_utf8_lossy(&o.stderr);
@@ -320,7 +320,7 @@ fn a_resumed_run_keeps_its_reward() {
     train.push("--resume");
     let out = ok(&greenwave(&train));
     assert!(out.contains("trained 120 decisions"), "{out}");
-    assert_eq!(reward(), "delay-delta", "the resumed run's run.json");
+    assert_eq!(reward(), "delay-accrued", "the resumed run's run.json");
     let _ = std::fs::remove_dir_all(&s.d);
 }
 
