@@ -60,9 +60,10 @@ pub fn parse_reward(name: &str) -> Result<RewardKind, String> {
         "delay" => RewardKind::Delay,
         "delay-delta" => RewardKind::DelayDelta,
         "delay-accrued" => RewardKind::DelayAccrued,
+        "delay-accrued-delta" => RewardKind::DelayAccruedDelta,
         other => {
             return Err(format!(
-                "unknown reward `{other}` (known: wait-delta, queue, pressure, delay, delay-delta, delay-accrued)"
+                "unknown reward `{other}` (known: wait-delta, queue, pressure, delay, delay-delta, delay-accrued, delay-accrued-delta)"
             ))
         }
     })

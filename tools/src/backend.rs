@@ -98,6 +98,10 @@ pub enum RewardArg {
     /// second lost costs the same, so a stop costs its braking and pulling away in full.
     /// Better on the random nets, far worse near saturation (finding 18).
     DelayAccrued,
+    /// `delay-accrued` plus `delay-delta`: each second charged as it is lost, and each
+    /// vehicle's delay credited as it leaves the approach, so a long-starved queue pays
+    /// back as it discharges (finding 18; being measured on every development net).
+    DelayAccruedDelta,
 }
 
 impl RewardArg {
@@ -116,6 +120,7 @@ impl From<RewardArg> for greenwave_core::RewardKind {
             RewardArg::Delay => greenwave_core::RewardKind::Delay,
             RewardArg::DelayDelta => greenwave_core::RewardKind::DelayDelta,
             RewardArg::DelayAccrued => greenwave_core::RewardKind::DelayAccrued,
+            RewardArg::DelayAccruedDelta => greenwave_core::RewardKind::DelayAccruedDelta,
         }
     }
 }

@@ -59,6 +59,13 @@ pub enum RewardKind {
     /// the pulling away past it, cost it almost nothing: a policy trained on it stops
     /// vehicles more often than needed.
     DelayAccrued,
+    /// [`RewardKind::DelayAccrued`] plus [`RewardKind::DelayDelta`]: every second of loss
+    /// charged as it is lost, and the approach's stock of delay charged by its change,
+    /// so a queue whose vehicles have waited long pays back at once, in full, as it
+    /// discharges. DelayAccrued alone lets a movement starve near saturation (a starved
+    /// queue costs only as fast as it grows); DelayDelta alone lets stops next to the
+    /// stop line go almost free.
+    DelayAccruedDelta,
 }
 
 impl RewardKind {
@@ -71,6 +78,9 @@ impl RewardKind {
             RewardKind::Delay => -now.delay_veh / 10.0,
             RewardKind::DelayDelta => (prev.total_delay_s - now.total_delay_s) / 100.0,
             RewardKind::DelayAccrued => -now.accrued_delay_s / 100.0,
+            RewardKind::DelayAccruedDelta => {
+                (prev.total_delay_s - now.total_delay_s - now.accrued_delay_s) / 100.0
+            }
         }
     }
 }
@@ -103,5 +113,6 @@ mod tests {
         assert_eq!(RewardKind::Delay.reward(&a, &b), -0.75);
         assert_eq!(RewardKind::DelayDelta.reward(&a, &b), -0.2);
         assert_eq!(RewardKind::DelayAccrued.reward(&a, &b), -0.35);
+        assert_eq!(RewardKind::DelayAccruedDelta.reward(&a, &b), -0.55);
     }
 }

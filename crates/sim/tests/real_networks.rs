@@ -247,6 +247,47 @@ fn the_delay_reward_counts_more_than_standing_still() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
+/// `delay-accrued-delta` is the sum of the two rewards it names, decision by decision,
+/// on the same traffic: the SUMO backend follows the vehicles for it as it does for
+/// `delay-accrued`.
+#[test]
+fn the_accrued_delta_reward_is_the_sum_of_its_parts() {
+    use greenwave_core::RewardKind;
+    if !have_sumo() {
+        return;
+    }
+    let work = work_dir("accrued-delta");
+    let home = sumo_home().unwrap();
+    let net = real_nets::pocket_junction(&home, &work, 1.5, 7).unwrap();
+    let rewards = |kind: RewardKind| -> Vec<f32> {
+        let mut cfg = real_nets::config(&net, 240.0, 1);
+        cfg.reward = kind;
+        let mut env = SumoEnv::new(cfg).unwrap();
+        let n_phases = env.models()[0].plan.n_phases() as u32;
+        (0u32..)
+            .map_while(|t| {
+                let step = env.step(&[(t / 4 % n_phases) as u8]).unwrap();
+                (!step.done).then_some(step.rewards[0])
+            })
+            .collect()
+    };
+    let accrued = rewards(RewardKind::DelayAccrued);
+    let delta = rewards(RewardKind::DelayDelta);
+    let both = rewards(RewardKind::DelayAccruedDelta);
+    assert_eq!(both.len(), accrued.len());
+    assert!(
+        accrued.iter().any(|&r| r < -0.01),
+        "no delay accrued: {accrued:?}"
+    );
+    for (t, ((b, a), d)) in both.iter().zip(&accrued).zip(&delta).enumerate() {
+        assert!(
+            (b - (a + d)).abs() < 1e-4,
+            "decision {t}: {b} against {a} + {d}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
 /// The delay-accrued reward charges a signal the time loss its vehicles gain near it, as
 /// they gain it: never a credit (every reward ≤ 0), never more than the trips' delay, and
 /// on a single junction whose vehicles enter at full speed and whose queues stay within

@@ -495,6 +495,7 @@ fn reward_kind(name: RewardName) -> RewardKind {
         RewardName::Delay => RewardKind::Delay,
         RewardName::DelayDelta => RewardKind::DelayDelta,
         RewardName::DelayAccrued => RewardKind::DelayAccrued,
+        RewardName::DelayAccruedDelta => RewardKind::DelayAccruedDelta,
     }
 }
 

@@ -69,6 +69,8 @@ pub enum RewardName {
     DelayDelta,
     /// Minus the delay the vehicles lost near the signal in the interval.
     DelayAccrued,
+    /// The two before, summed.
+    DelayAccruedDelta,
 }
 
 /// Traffic-flow model parameters, shared by every link.

@@ -341,6 +341,7 @@ impl Scenario {
             RewardKind::Delay => file::RewardName::Delay,
             RewardKind::DelayDelta => file::RewardName::DelayDelta,
             RewardKind::DelayAccrued => file::RewardName::DelayAccrued,
+            RewardKind::DelayAccruedDelta => file::RewardName::DelayAccruedDelta,
         };
         Scenario {
             reward,

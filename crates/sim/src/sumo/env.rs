@@ -1289,12 +1289,17 @@ impl ZoneWaits {
             RewardKind::WaitDelta => VehicleMeasure::AccumulatedWait,
             RewardKind::DelayDelta
             | RewardKind::DelayAccrued
+            | RewardKind::DelayAccruedDelta
             | RewardKind::Queue
             | RewardKind::Pressure
             | RewardKind::Delay => VehicleMeasure::TimeLoss,
         };
         let waits = WaitWatch::new(models.iter().flat_map(|m| junctions_of(net, m)), measure);
-        let accrual = (reward == RewardKind::DelayAccrued).then(|| {
+        let accrued = matches!(
+            reward,
+            RewardKind::DelayAccrued | RewardKind::DelayAccruedDelta
+        );
+        let accrual = accrued.then(|| {
             let watched = waits.junctions();
             let per_signal = models
                 .iter()
