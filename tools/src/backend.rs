@@ -89,8 +89,9 @@ pub enum RewardArg {
     /// Decrease of the vehicles' delay (time loss against their desired speed, insertion
     /// delay included) summed over the approach zones, per 100 s: counts the stops and
     /// slow starts that waiting time misses, and credits a vehicle's delay back as it
-    /// leaves. The default: the only reward that beats the static program on a
-    /// single junction near saturation (tools/README.md, finding 18).
+    /// leaves. The default: measured on every development net, and under the bar on a
+    /// single junction near saturation, where `delay-accrued` is not (tools/README.md,
+    /// finding 18).
     #[default]
     DelayDelta,
     /// Minus the delay the vehicles lost near each signal during the interval (on its
@@ -100,7 +101,7 @@ pub enum RewardArg {
     DelayAccrued,
     /// `delay-accrued` plus `delay-delta`: each second charged as it is lost, and each
     /// vehicle's delay credited as it leaves the approach, so a long-starved queue pays
-    /// back as it discharges (finding 18; being measured on every development net).
+    /// back as it discharges (finding 18; not yet measured on every development net).
     DelayAccruedDelta,
 }
 

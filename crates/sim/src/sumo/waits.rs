@@ -203,11 +203,10 @@ fn is_internal_lane_of(lane: &str, junction: &str) -> bool {
     else {
         return false;
     };
-    let numbers: Vec<&str> = rest.split('_').collect();
-    numbers.len() == 2
-        && numbers
-            .iter()
-            .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    // Called for every vehicle off the watched lanes at every step: no allocation.
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    rest.split_once('_')
+        .is_some_and(|(link, lane)| number(link) && number(lane))
 }
 
 /// A vehicle id's hash: what [`DelayAccrual`] knows a vehicle by between readings.
