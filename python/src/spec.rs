@@ -46,7 +46,7 @@ pub struct EnvSpec {
     pub episode_s: Option<f64>,
     /// Seconds between decisions; the scenario's (or the timing file's), else 5 s.
     pub decision_interval_s: Option<f64>,
-    /// Reward; the scenario's on the embedded simulator, `delay-delta` on SUMO (as
+    /// Reward; the scenario's on the embedded simulator, `delay-accrued-delta` on SUMO (as
     /// `greenwave train`).
     pub reward: Option<RewardKind>,
 }
@@ -144,7 +144,7 @@ impl EnvSpec {
         cfg.routes = routes.to_vec();
         cfg.begin_s = begin_s;
         cfg.seconds = self.episode_s.unwrap_or(3600.0);
-        cfg.reward = self.reward.unwrap_or(RewardKind::DelayDelta);
+        cfg.reward = self.reward.unwrap_or(RewardKind::DelayAccruedDelta);
         let mut timing = match timing_file {
             Some(p) => TimingSpec::load(p).map_err(|e| e.to_string())?,
             None => TimingSpec::default(),

@@ -66,7 +66,7 @@ pub struct BackendArgs {
     #[serde(default)]
     pub timing: SumoTimingArgs,
     /// The reward `train` optimises on SUMO (the embedded scenarios name their own):
-    /// `delay-delta` unless given, or, resuming, the one the run started with; see
+    /// `delay-accrued-delta` unless given, or, resuming, the one the run started with; see
     /// "Training on real networks" in tools/README.md.
     #[arg(long, value_enum)]
     #[serde(default = "RewardArg::before_delay_delta")]
@@ -89,10 +89,7 @@ pub enum RewardArg {
     /// Decrease of the vehicles' delay (time loss against their desired speed, insertion
     /// delay included) summed over the approach zones, per 100 s: counts the stops and
     /// slow starts that waiting time misses, and credits a vehicle's delay back as it
-    /// leaves. The default: measured on every development net, and under the bar on a
-    /// single junction near saturation, where `delay-accrued` is not (tools/README.md,
-    /// finding 18).
-    #[default]
+    /// leaves. The SUMO default before `delay-accrued-delta` (tools/README.md, finding 19).
     DelayDelta,
     /// Minus the delay the vehicles lost near each signal during the interval (on its
     /// approach zones, inside its junction and for 100 m past it), per 100 s: every
@@ -101,7 +98,10 @@ pub enum RewardArg {
     DelayAccrued,
     /// `delay-accrued` plus `delay-delta`: each second charged as it is lost, and each
     /// vehicle's delay credited as it leaves the approach, so a long-starved queue pays
-    /// back as it discharges (finding 18; not yet measured on every development net).
+    /// back as it discharges. The default: measured on all 17 development nets, and
+    /// under the bar on more of them than either part alone (tools/README.md, findings
+    /// 18 and 19).
+    #[default]
     DelayAccruedDelta,
 }
 
@@ -553,7 +553,7 @@ mod tests {
             ..BackendArgs::sumo("n.net.xml", "r.rou.xml")
         };
         let accrued = sumo(Some(RewardArg::DelayAccrued));
-        assert_eq!(RewardArg::default(), RewardArg::DelayDelta);
+        assert_eq!(RewardArg::default(), RewardArg::DelayAccruedDelta);
         assert!(accrued.resumes_as(&accrued.clone()));
         assert!(!accrued.resumes_as(&sumo(Some(RewardArg::DelayDelta))));
         assert!(!accrued.resumes_as(&sumo(None)));

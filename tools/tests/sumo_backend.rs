@@ -252,7 +252,7 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
         serde_json::from_str(&std::fs::read_to_string(s.run.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["config"]["demand_probe"]["saturated"], false, "{info}");
     assert_eq!(
-        info["config"]["reward"], "delay-delta",
+        info["config"]["reward"], "delay-accrued-delta",
         "the default, recorded"
     );
     assert_eq!(info["config"]["demand_probe"]["backlog_veh"], 0, "{info}");
@@ -288,8 +288,9 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
 }
 
 /// A run started with a reward goes on with it when resumed without `--reward` (the
-/// default changed from `delay-delta` to `delay-accrued` and back: a run begun before
-/// goes on as it began), and refuses to go on with another.
+/// default has changed, from `delay-delta` to `delay-accrued`, back, and to
+/// `delay-accrued-delta`: a run begun before goes on as it began), and refuses to go on
+/// with another.
 #[test]
 fn a_resumed_run_keeps_its_reward() {
     if !sumo_available() {
