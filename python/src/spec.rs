@@ -144,7 +144,7 @@ impl EnvSpec {
         cfg.routes = routes.to_vec();
         cfg.begin_s = begin_s;
         cfg.seconds = self.episode_s.unwrap_or(3600.0);
-        cfg.reward = self.reward.unwrap_or(RewardKind::DelayAccruedDelta);
+        cfg.reward = self.reward.unwrap_or(RewardKind::SUMO_DEFAULT);
         let mut timing = match timing_file {
             Some(p) => TimingSpec::load(p).map_err(|e| e.to_string())?,
             None => TimingSpec::default(),

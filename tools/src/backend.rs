@@ -74,7 +74,7 @@ pub struct BackendArgs {
 }
 
 /// `--reward` values: [`greenwave_core::RewardKind`] on the command line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RewardArg {
     /// Decrease of the vehicles' accumulated waiting time (insertion delay included)
@@ -98,17 +98,36 @@ pub enum RewardArg {
     DelayAccrued,
     /// `delay-accrued` plus `delay-delta`: each second charged as it is lost, and each
     /// vehicle's delay credited as it leaves the approach, so a long-starved queue pays
-    /// back as it discharges. The default: measured on all 17 development nets, and
-    /// under the bar on more of them than either part alone (tools/README.md, findings
-    /// 18 and 19).
-    #[default]
+    /// back as it discharges. The default ([`greenwave_core::RewardKind::SUMO_DEFAULT`]):
+    /// measured on all 17 development nets, and under the bar on more of them than either
+    /// part alone (tools/README.md, findings 18 and 19).
     DelayAccruedDelta,
+}
+
+impl Default for RewardArg {
+    fn default() -> Self {
+        greenwave_core::RewardKind::SUMO_DEFAULT.into()
+    }
 }
 
 impl RewardArg {
     /// The reward of runs whose `run.json` names none (written before `--reward`).
     fn before_delay_delta() -> Option<Self> {
         Some(RewardArg::WaitDelta)
+    }
+}
+
+impl From<greenwave_core::RewardKind> for RewardArg {
+    fn from(r: greenwave_core::RewardKind) -> Self {
+        match r {
+            greenwave_core::RewardKind::WaitDelta => RewardArg::WaitDelta,
+            greenwave_core::RewardKind::Queue => RewardArg::Queue,
+            greenwave_core::RewardKind::Pressure => RewardArg::Pressure,
+            greenwave_core::RewardKind::Delay => RewardArg::Delay,
+            greenwave_core::RewardKind::DelayDelta => RewardArg::DelayDelta,
+            greenwave_core::RewardKind::DelayAccrued => RewardArg::DelayAccrued,
+            greenwave_core::RewardKind::DelayAccruedDelta => RewardArg::DelayAccruedDelta,
+        }
     }
 }
 
@@ -544,6 +563,18 @@ mod tests {
             .to_string();
         assert!(err.contains(&format!("every {} ms", other.0)), "{err}");
         assert!(err.contains("single-4way"), "{err}");
+    }
+
+    #[test]
+    fn every_reward_round_trips_through_its_command_line_value() {
+        for &arg in RewardArg::value_variants() {
+            let kind: greenwave_core::RewardKind = arg.into();
+            assert_eq!(RewardArg::from(kind), arg);
+        }
+        assert_eq!(
+            greenwave_core::RewardKind::from(RewardArg::default()),
+            greenwave_core::RewardKind::SUMO_DEFAULT
+        );
     }
 
     #[test]

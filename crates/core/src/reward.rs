@@ -69,6 +69,12 @@ pub enum RewardKind {
 }
 
 impl RewardKind {
+    /// The reward training on a SUMO net optimises unless told otherwise — the one place
+    /// that default is written (`greenwave train --backend sumo`, the Python environments
+    /// and greenwave-sim's `SumoConfig::new` all read it). Chosen by measurement on the
+    /// 17 development nets: tools/README.md, "Training on real networks", findings 18–19.
+    pub const SUMO_DEFAULT: RewardKind = RewardKind::DelayAccruedDelta;
+
     /// The reward for the interval that moved the signal from `prev` to `now`.
     pub fn reward(self, prev: &RewardInputs, now: &RewardInputs) -> f32 {
         match self {

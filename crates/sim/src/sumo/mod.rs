@@ -206,7 +206,8 @@ pub struct SumoConfig {
 
 impl SumoConfig {
     /// Defaults for `net` and `routes`: a 3600 s episode from time 0, 5 s decisions, 1 s
-    /// SUMO steps, each light's timing from its own program (min green 5 s), seed 0.
+    /// SUMO steps, each light's timing from its own program (min green 5 s), seed 0, the
+    /// reward [`RewardKind::SUMO_DEFAULT`].
     pub fn new(net: impl Into<PathBuf>, routes: impl Into<PathBuf>) -> Self {
         SumoConfig {
             net: net.into(),
@@ -219,7 +220,7 @@ impl SumoConfig {
             step_length_s: 1.0,
             timing: TimingSpec::default(),
             program: None,
-            reward: RewardKind::default(),
+            reward: RewardKind::SUMO_DEFAULT,
             sumo_binary: None,
             reply_timeout_s: 60.0,
             startup_timeout_s: 60.0,
