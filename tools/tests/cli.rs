@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Output;
 
-use common::greenwave;
+use common::{greenwave, ok};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -237,4 +237,35 @@ fn site_writes_what_the_controller_reads() {
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no-such-place"), "{}", stderr(&o));
+}
+
+#[test]
+fn train_records_whether_it_anneals_the_entropy_bonus() {
+    for (flag, annealed) in [(Some("--anneal-ent-coef"), true), (None, false)] {
+        let run = common::tmp(&format!("anneal-ent-{annealed}"));
+        let mut args = vec![
+            "train",
+            "--steps",
+            "240",
+            "--rollout-steps",
+            "60",
+            "--envs",
+            "2",
+            "--hidden",
+            "8,8",
+            "--quiet",
+            "--out",
+            run.to_str().unwrap(),
+        ];
+        args.extend(flag);
+        ok(&greenwave(&args));
+        let info: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+        assert_eq!(
+            info["config"]["ppo"]["anneal_ent_coef"].as_bool(),
+            Some(annealed),
+            "{flag:?}"
+        );
+        let _ = std::fs::remove_dir_all(&run);
+    }
 }

@@ -169,3 +169,38 @@ fn a_plot_that_cannot_be_drawn_does_not_fail_a_finished_run() {
     );
     assert!(run.join("metrics.csv").exists(), "the metrics are saved");
 }
+
+/// `--anneal-ent-coef`: the first iteration trains with the whole entropy bonus (the same
+/// weights as a run without it), later ones with less (other weights); annealing a bonus
+/// of 0 changes nothing.
+#[test]
+fn entropy_annealing_starts_at_the_full_bonus_and_then_lowers_it() {
+    let mut plain = tiny(Algo::Ppo, 480);
+    plain.ppo.ent_coef = 0.05;
+    let mut annealed = plain.clone();
+    annealed.ppo.anneal_ent_coef = true;
+    let train_to = |cfg: &TrainConfig, stop: Option<u64>, name: &str| {
+        let dir = tmp(name);
+        let mut cfg = cfg.clone();
+        cfg.stop_after_iterations = stop;
+        train(&cfg, &dir, false, false).unwrap();
+        let a = actor(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        a
+    };
+    assert!(
+        train_to(&plain, Some(1), "p1") == train_to(&annealed, Some(1), "a1"),
+        "iteration 1 of 4 trains with the whole bonus"
+    );
+    assert!(
+        train_to(&plain, None, "p4") != train_to(&annealed, None, "a4"),
+        "later iterations train with a lower bonus"
+    );
+    let (mut plain0, mut annealed0) = (plain.clone(), annealed.clone());
+    plain0.ppo.ent_coef = 0.0;
+    annealed0.ppo.ent_coef = 0.0;
+    assert!(
+        train_to(&plain0, None, "p0") == train_to(&annealed0, None, "a0"),
+        "a bonus of 0 annealed is 0"
+    );
+}

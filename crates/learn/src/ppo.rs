@@ -29,8 +29,14 @@ pub struct PpoConfig {
     pub learning_rate: f64,
     /// Anneal the learning rate linearly to 0 over training.
     pub anneal_lr: bool,
-    /// Entropy bonus coefficient.
+    /// Entropy bonus coefficient (annealed linearly to 0 by the trainer when
+    /// `anneal_ent_coef`).
     pub ent_coef: f32,
+    /// Anneal the entropy bonus linearly to 0 over training, as the learning rate: the
+    /// policy explores early and ends near the deterministic one that `eval`, the
+    /// controller and the firmware run (its argmax). Off for runs recorded before it.
+    #[serde(default)]
+    pub anneal_ent_coef: bool,
     /// Value loss coefficient.
     pub vf_coef: f32,
     /// Clip the value update to ±clip_eps around the old value.
@@ -54,12 +60,30 @@ impl Default for PpoConfig {
             learning_rate: 3e-4,
             anneal_lr: true,
             ent_coef: 0.01,
+            anneal_ent_coef: false,
             vf_coef: 0.5,
             clip_value: false,
             max_grad_norm: 0.5,
             target_kl: None,
             norm_adv: true,
         }
+    }
+}
+
+impl PpoConfig {
+    /// The learning rate and entropy bonus of an iteration with `frac_left` of the run's
+    /// iterations left (1 at the start, towards 0 at the end): each annealed linearly
+    /// when asked, else as configured.
+    pub fn scheduled(&self, frac_left: f64) -> PpoConfig {
+        let frac_left = frac_left.clamp(0.0, 1.0);
+        let mut cfg = self.clone();
+        if self.anneal_lr {
+            cfg.learning_rate *= frac_left;
+        }
+        if self.anneal_ent_coef {
+            cfg.ent_coef *= frac_left as f32;
+        }
+        cfg
     }
 }
 
@@ -567,6 +591,51 @@ mod tests {
             returns: advantages.clone(),
             advantages,
         }
+    }
+
+    #[test]
+    fn the_schedule_anneals_what_is_asked_linearly_to_zero() {
+        let base = PpoConfig {
+            learning_rate: 1e-3,
+            ent_coef: 0.02,
+            ..PpoConfig::default()
+        };
+        let both = PpoConfig {
+            anneal_ent_coef: true,
+            ..base.clone()
+        };
+        let at = |c: &PpoConfig, f: f64| {
+            let s = c.scheduled(f);
+            (s.learning_rate, s.ent_coef)
+        };
+        assert_eq!(at(&both, 1.0), (1e-3, 0.02));
+        let (lr, ent) = at(&both, 0.25);
+        assert!((lr - 2.5e-4).abs() < 1e-12 && (ent - 0.005).abs() < 1e-7);
+        assert_eq!(at(&both, 0.0), (0.0, 0.0));
+        // Out-of-range progress is clamped, never a negative or growing coefficient.
+        assert_eq!(at(&both, -0.5), (0.0, 0.0));
+        assert_eq!(at(&both, 2.0), (1e-3, 0.02));
+        // Off: the entropy bonus stays; the learning rate anneals unless that is off too.
+        assert_eq!(at(&base, 0.25).1, 0.02);
+        let fixed = PpoConfig {
+            anneal_lr: false,
+            ..base.clone()
+        };
+        assert_eq!(at(&fixed, 0.25), (1e-3, 0.02));
+        // Everything else is the configuration's.
+        let s = both.scheduled(0.5);
+        assert_eq!(
+            (s.epochs, s.clip_eps, s.gamma),
+            (both.epochs, both.clip_eps, both.gamma)
+        );
+    }
+
+    #[test]
+    fn runs_recorded_before_entropy_annealing_load_without_it() {
+        let mut v = serde_json::to_value(PpoConfig::default()).unwrap();
+        v.as_object_mut().unwrap().remove("anneal_ent_coef");
+        let old: PpoConfig = serde_json::from_value(v).unwrap();
+        assert!(!old.anneal_ent_coef);
     }
 
     #[test]

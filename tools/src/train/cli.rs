@@ -86,6 +86,11 @@ pub struct TrainArgs {
     /// SUMO.
     #[arg(long)]
     pub ent_coef: Option<f32>,
+    /// Anneal the entropy bonus linearly to 0 over the run, as the learning rate (PPO): the
+    /// policy explores early and ends near the greedy one that `eval`, the controller and
+    /// the firmware run. Off by default; a resumed run needs it again.
+    #[arg(long)]
+    pub anneal_ent_coef: bool,
     /// Discount half-life in seconds (γ per decision follows from the decision interval;
     /// the same definition and default, 60 s, as on-device fine-tuning).
     #[arg(long, default_value_t = greenwave_learn::discount::DEFAULT_HALF_LIFE_S)]
@@ -255,6 +260,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     if let Some(ent_coef) = args.ent_coef {
         cfg.ppo.ent_coef = ent_coef;
     }
+    cfg.ppo.anneal_ent_coef = args.anneal_ent_coef;
     cfg.discount = greenwave_learn::Discount::from_half_life_s(args.discount_half_life_s)?;
     cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
     let s = train(&cfg, &args.out, args.resume, !args.quiet)?;

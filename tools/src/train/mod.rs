@@ -617,15 +617,16 @@ struct UpdateCtx<'a> {
     layout: ObsLayout,
 }
 
-/// One PPO update on a rollout: one batch (MLP), or one group per junction geometry.
+/// One PPO update on a rollout under `ppo_cfg` (the run's, scheduled for this iteration:
+/// [`PpoConfig::scheduled`]): one batch (MLP), or one group per junction geometry.
 fn ppo_step(
     learner: &mut Learner,
     ctx: &UpdateCtx<'_>,
+    ppo_cfg: &PpoConfig,
     trajs: &[AgentTrajectory],
-    lr: f64,
     rng: &mut StdRng,
 ) -> Result<ppo::UpdateStats> {
-    let ppo_cfg = &ctx.cfg.ppo;
+    let lr = ppo_cfg.learning_rate;
     Ok(match (&learner.net, ctx.shared) {
         (PolicyNet::Mlp(net), _) => {
             let batch = ppo_batch(trajs, ctx.layout, ppo_cfg);
@@ -655,8 +656,8 @@ fn ppo_step(
     })
 }
 
-/// An iteration's PPO update (the learning rate annealed with `frac_left`, the iterations
-/// left, when asked), and the learner's columns of its row.
+/// An iteration's PPO update (the learning rate and entropy bonus annealed with `frac_left`,
+/// the iterations left, when asked), and the learner's columns of its row.
 fn ppo_iteration(
     learner: &mut Learner,
     ctx: &UpdateCtx<'_>,
@@ -664,16 +665,11 @@ fn ppo_iteration(
     frac_left: f64,
     rng: &mut StdRng,
 ) -> Result<IterationRow> {
-    let ppo_cfg = &ctx.cfg.ppo;
-    let lr = if ppo_cfg.anneal_lr {
-        ppo_cfg.learning_rate * frac_left
-    } else {
-        ppo_cfg.learning_rate
-    };
+    let ppo_cfg = ctx.cfg.ppo.scheduled(frac_left);
     let scaled = scale_rewards(&mut learner.reward_scale, trajs, ppo_cfg.gamma);
-    let st = ppo_step(learner, ctx, &scaled, lr, rng)?;
+    let st = ppo_step(learner, ctx, &ppo_cfg, &scaled, rng)?;
     Ok(IterationRow {
-        learning_rate: lr,
+        learning_rate: ppo_cfg.learning_rate,
         policy_loss: st.policy_loss,
         value_loss: st.value_loss,
         entropy: st.entropy,
