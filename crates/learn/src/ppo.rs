@@ -71,9 +71,9 @@ impl Default for PpoConfig {
 }
 
 impl PpoConfig {
-    /// The learning rate and entropy bonus of an iteration with `frac_left` of the run's
-    /// iterations left (1 at the start, towards 0 at the end): each annealed linearly
-    /// when asked, else as configured.
+    /// The configuration for an iteration with `frac_left` of the run's iterations left
+    /// (1 at the start, towards 0 at the end): the learning rate and the entropy bonus
+    /// each annealed linearly when asked, everything else as configured.
     pub fn scheduled(&self, frac_left: f64) -> PpoConfig {
         let frac_left = frac_left.clamp(0.0, 1.0);
         let mut cfg = self.clone();
