@@ -53,20 +53,7 @@ pub struct EnvSpec {
 
 /// A reward by its command-line name (`greenwave train --reward`).
 pub fn parse_reward(name: &str) -> Result<RewardKind, String> {
-    Ok(match name {
-        "wait-delta" => RewardKind::WaitDelta,
-        "queue" => RewardKind::Queue,
-        "pressure" => RewardKind::Pressure,
-        "delay" => RewardKind::Delay,
-        "delay-delta" => RewardKind::DelayDelta,
-        "delay-accrued" => RewardKind::DelayAccrued,
-        "delay-accrued-delta" => RewardKind::DelayAccruedDelta,
-        other => {
-            return Err(format!(
-                "unknown reward `{other}` (known: wait-delta, queue, pressure, delay, delay-delta, delay-accrued, delay-accrued-delta)"
-            ))
-        }
-    })
+    name.parse().map_err(|e| format!("`{name}`: {e}"))
 }
 
 /// Whole seconds for a scenario setting, refusing fractions and nonsense.

@@ -111,7 +111,7 @@ def test_bad_input_is_a_clear_error():
         SignalEnv(backend="carla")
     with pytest.raises(ValueError, match="nope"):
         SignalEnv(scenario="nope")
-    with pytest.raises(ValueError, match="unknown reward `speed`"):
+    with pytest.raises(ValueError, match="`speed`: unknown reward"):
         SignalEnv(reward="speed")
     with pytest.raises(ValueError, match="net="):
         SignalEnv(backend="sumo")

@@ -570,7 +570,14 @@ mod tests {
         for &arg in RewardArg::value_variants() {
             let kind: greenwave_core::RewardKind = arg.into();
             assert_eq!(RewardArg::from(kind), arg);
+            // The flag, run.json and the Python environments use the core's name.
+            assert_eq!(arg.to_possible_value().unwrap().get_name(), kind.name());
+            assert_eq!(serde_json::to_value(arg).unwrap(), kind.name());
         }
+        assert_eq!(
+            RewardArg::value_variants().len(),
+            greenwave_core::RewardKind::ALL.len()
+        );
         assert_eq!(
             greenwave_core::RewardKind::from(RewardArg::default()),
             greenwave_core::RewardKind::SUMO_DEFAULT

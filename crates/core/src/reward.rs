@@ -75,6 +75,31 @@ impl RewardKind {
     /// 17 development nets: tools/README.md, "Training on real networks", findings 18–19.
     pub const SUMO_DEFAULT: RewardKind = RewardKind::DelayAccruedDelta;
 
+    /// Every reward, in declaration order.
+    pub const ALL: [RewardKind; 7] = [
+        RewardKind::WaitDelta,
+        RewardKind::Queue,
+        RewardKind::Pressure,
+        RewardKind::Delay,
+        RewardKind::DelayDelta,
+        RewardKind::DelayAccrued,
+        RewardKind::DelayAccruedDelta,
+    ];
+
+    /// The name the command line and the Python environments use (`delay-accrued-delta`):
+    /// the one place it is written. [`str::parse`] reads it back.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RewardKind::WaitDelta => "wait-delta",
+            RewardKind::Queue => "queue",
+            RewardKind::Pressure => "pressure",
+            RewardKind::Delay => "delay",
+            RewardKind::DelayDelta => "delay-delta",
+            RewardKind::DelayAccrued => "delay-accrued",
+            RewardKind::DelayAccruedDelta => "delay-accrued-delta",
+        }
+    }
+
     /// The reward for the interval that moved the signal from `prev` to `now`.
     pub fn reward(self, prev: &RewardInputs, now: &RewardInputs) -> f32 {
         match self {
@@ -91,9 +116,50 @@ impl RewardKind {
     }
 }
 
+/// A reward name that is not one of [`RewardKind::ALL`]'s [`RewardKind::name`]s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownReward;
+
+impl core::fmt::Display for UnknownReward {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("unknown reward (known:")?;
+        for (i, k) in RewardKind::ALL.iter().enumerate() {
+            f.write_str(if i == 0 { " " } else { ", " })?;
+            f.write_str(k.name())?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl core::str::FromStr for RewardKind {
+    type Err = UnknownReward;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RewardKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or(UnknownReward)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::string::ToString;
+
+    #[test]
+    fn every_reward_reads_back_from_its_name_and_nothing_else_does() {
+        for k in RewardKind::ALL {
+            assert_eq!(k.name().parse::<RewardKind>(), Ok(k));
+        }
+        assert_eq!("Delay-Delta".parse::<RewardKind>(), Err(UnknownReward));
+        assert_eq!("".parse::<RewardKind>(), Err(UnknownReward));
+        assert_eq!(
+            UnknownReward.to_string(),
+            "unknown reward (known: wait-delta, queue, pressure, delay, delay-delta, \
+             delay-accrued, delay-accrued-delta)"
+        );
+    }
 
     #[test]
     fn rewards() {

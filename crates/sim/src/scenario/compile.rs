@@ -487,7 +487,7 @@ fn default_demand(
 }
 
 /// The reward the scenario file names.
-fn reward_kind(name: RewardName) -> RewardKind {
+pub(super) fn reward_kind(name: RewardName) -> RewardKind {
     match name {
         RewardName::WaitDelta => RewardKind::WaitDelta,
         RewardName::Queue => RewardKind::Queue,

@@ -371,3 +371,17 @@ fn link_flows_propagate_through_a_grid() {
         "{total_in} vs {total_out}"
     );
 }
+
+/// A scenario file names its reward as `greenwave train --reward` and the Python
+/// environments do: greenwave-core's `RewardKind::name`, every one of them.
+#[test]
+fn every_reward_is_written_in_a_scenario_file_by_its_core_name() {
+    #[derive(serde::Deserialize)]
+    struct Reward {
+        reward: file::RewardName,
+    }
+    for kind in RewardKind::ALL {
+        let r: Reward = toml::from_str(&format!("reward = \"{}\"", kind.name())).unwrap();
+        assert_eq!(compile::reward_kind(r.reward), kind, "{}", kind.name());
+    }
+}
