@@ -14,7 +14,7 @@ use greenwave_core::Millis;
 use greenwave_sim::{run_episode, ControllerKind, EmbeddedEnv, Env, EpisodeMetrics, Scenario};
 use serde::{Deserialize, Serialize};
 
-use crate::policy_controller::PolicyController;
+use crate::policy_controller::{ActionRule, PolicyController};
 
 /// `--backend` values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -524,17 +524,20 @@ impl EnvSource {
         }
     }
 
-    /// One episode of a policy (greedy, masked argmax, under the max-red rule with bound
-    /// `max_red`), seeded `seed`, `episode` long.
+    /// One episode of a policy acting by `rule` under the max-red rule with bound
+    /// `max_red`, seeded `seed`, `episode` long.
     pub fn run_policy(
         &self,
         weights: &[greenwave_learn::PolicyWeights],
         max_red: greenwave_sim::MaxRedBound,
+        rule: ActionRule,
         seed: u64,
         episode: Millis,
     ) -> Result<EpisodeMetrics> {
         let mut env = self.make(seed, episode)?;
-        let mut c = PolicyController::per_signal(weights.to_vec()).with_max_red(max_red);
+        let mut c = PolicyController::per_signal(weights.to_vec())
+            .with_max_red(max_red)
+            .with_rule(rule, seed);
         Ok(run_episode(env.as_mut(), &mut c, seed, episode)?)
     }
 }

@@ -14,6 +14,7 @@ use greenwave_sim::{
 use serde::Serialize;
 
 use crate::backend::{episode_of_secs, BackendArgs, EnvSource};
+use crate::policy_controller::ActionRule;
 
 /// One controller's averaged results.
 #[derive(Clone, Debug, Serialize)]
@@ -27,6 +28,10 @@ pub struct EvalRow {
     pub seeds: usize,
     /// Seconds between the controller's decisions (a policy runs at its manifest's).
     pub decision_interval_s: f64,
+    /// The temperature a policy sampled its phases at (`--temperature`); absent when it
+    /// acted greedily, as a controller does, and for the classic controllers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
 }
 
 /// Loads a policy from ONNX, checking it was trained for `scenario`'s plan and layout.
@@ -162,6 +167,7 @@ pub fn compare(
         seeds,
         episode,
         MaxRedBound::PlanCycle,
+        ActionRule::Greedy,
     )
 }
 
@@ -219,13 +225,14 @@ pub fn load_policies(model: &Path, specs: &[SignalSpec], what: &str) -> Result<L
 /// The policy and the three classic controllers on the same seeds, on either backend. The
 /// policy must fit the source's signals (plan hash and observation layout), else nothing
 /// runs.
-/// The policy acts under the max-red rule with bound `max_red`.
+/// The policy acts by `rule` under the max-red rule with bound `max_red`.
 pub fn compare_on(
     model: &Path,
     source: &EnvSource,
     seeds: &[u64],
     episode: Millis,
     max_red: MaxRedBound,
+    rule: ActionRule,
 ) -> Result<Vec<EvalRow>> {
     let what = source.describe();
     let specs = source.signals()?;
@@ -244,10 +251,14 @@ pub fn compare_on(
     rows.push(EvalRow {
         controller: "policy".into(),
         metrics: average(&evaluate_with(seeds, &|seed| {
-            policy_source.run_policy(&policy.weights, max_red, seed, episode)
+            policy_source.run_policy(&policy.weights, max_red, rule, seed, episode)
         })?),
         seeds: seeds.len(),
         decision_interval_s: secs(policy_source.decision_interval()),
+        temperature: match rule {
+            ActionRule::Greedy => None,
+            ActionRule::Sampled { temperature, .. } => Some(temperature),
+        },
     });
     for kind in ControllerKind::ALL {
         let metrics = evaluate_with(seeds, &|seed| source.run_classic(kind, seed, episode))
@@ -257,6 +268,7 @@ pub fn compare_on(
             metrics: average(&metrics),
             seeds: seeds.len(),
             decision_interval_s: secs(source.decision_interval()),
+            temperature: None,
         });
     }
     Ok(rows)
@@ -323,10 +335,35 @@ pub struct EvalArgs {
     /// Evaluate the policy without the max-red rule (to see what the rule changes).
     #[arg(long, conflicts_with = "max_red_s")]
     pub no_max_red: bool,
+    /// Sample the policy's phases from the softmax of its scores over this temperature
+    /// instead of taking the best-scored phase: 1 is the policy's own distribution, as in
+    /// training; smaller values sharpen it towards the greedy choice. For measuring what
+    /// a trained policy has learned (tools/README.md, finding 22); the roadside controller
+    /// and the firmware act greedily.
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Seeds the draws of `--temperature` (with each evaluation seed).
+    #[arg(long, default_value_t = 0, requires = "temperature")]
+    pub sample_seed: u64,
+}
+
+/// The policy's action rule `args` ask for, checked before anything runs.
+fn action_rule(args: &EvalArgs) -> Result<ActionRule> {
+    let Some(t) = args.temperature else {
+        return Ok(ActionRule::Greedy);
+    };
+    let rule = ActionRule::sampled(t, args.sample_seed).map_err(anyhow::Error::msg)?;
+    eprintln!(
+        "note: the policy samples its phases at temperature {t} (sampling seed {}); \
+         the controller and the firmware act greedily",
+        args.sample_seed
+    );
+    Ok(rule)
 }
 
 /// Runs `greenwave eval`.
 pub fn run(args: &EvalArgs) -> Result<()> {
+    let rule = action_rule(args)?;
     let source = EnvSource::from_args(&args.sim, &args.scenario, args.demand.as_deref())?;
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds.max(1)).collect();
     let episode = match args.seconds {
@@ -341,7 +378,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     if max_red == MaxRedBound::Off {
         eprintln!("note: the policy acts without the max-red rule (--no-max-red)");
     }
-    let rows = compare_on(&args.model, &source, &seeds, episode, max_red)?;
+    let rows = compare_on(&args.model, &source, &seeds, episode, max_red, rule)?;
     if args.json {
         for r in &rows {
             println!("{}", serde_json::to_string(r)?);

@@ -9,5 +9,6 @@ pub mod demo;
 pub mod eval_cmd;
 pub mod export_cmd;
 pub mod policy_controller;
+pub mod sampling;
 pub mod site_cmd;
 pub mod train;

@@ -5,10 +5,46 @@ use greenwave_core::mlp::masked_argmax;
 use greenwave_learn::weights::InputMajorLayers;
 use greenwave_learn::PolicyWeights;
 use greenwave_sim::{Controller, Env, MaxRedBound, PolicyMasks};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
-/// Greedy (masked argmax) control by a policy: one network for every signal, or one per
-/// signal (a shared policy exported per junction), under the max-red rule
-/// ([`PolicyMasks`]) as in training and on the controller.
+use crate::sampling::masked_sample;
+
+/// How a policy turns its phase scores into a request.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum ActionRule {
+    /// The allowed phase with the highest score (masked argmax): what the roadside
+    /// controller and the firmware run.
+    #[default]
+    Greedy,
+    /// A phase drawn from the softmax of the scores over `temperature` (1: the policy's own
+    /// distribution, as in training); `seed` and the episode's seed seed the draws. For
+    /// measuring a trained policy (`greenwave eval --temperature`); not what a controller
+    /// runs.
+    Sampled {
+        /// Divides the scores before the softmax; positive and finite.
+        temperature: f32,
+        /// Seeds the draws together with each episode's seed.
+        seed: u64,
+    },
+}
+
+impl ActionRule {
+    /// `--temperature` checked: positive and finite, else an error that says so.
+    pub fn sampled(temperature: f32, seed: u64) -> Result<Self, String> {
+        if temperature.is_finite() && temperature > 0.0 {
+            Ok(ActionRule::Sampled { temperature, seed })
+        } else {
+            Err(format!(
+                "temperature {temperature}: it must be a positive, finite number (1 samples the policy's own distribution; smaller values sharpen it towards the greedy choice)"
+            ))
+        }
+    }
+}
+
+/// Control by a policy, greedy (masked argmax) unless told to sample ([`ActionRule`]): one
+/// network for every signal, or one per signal (a shared policy exported per junction),
+/// under the max-red rule ([`PolicyMasks`]) as in training and on the controller.
 #[derive(Clone, Debug)]
 pub struct PolicyController {
     /// One network (acting for every signal) or one per signal, in signal order.
@@ -19,6 +55,8 @@ pub struct PolicyController {
     raw: Vec<f32>,
     x: Vec<f32>,
     masks: PolicyMasks,
+    /// Temperature and random stream of a sampling policy (`None`: greedy).
+    sampling: Option<(f32, StdRng)>,
 }
 
 impl PolicyController {
@@ -40,6 +78,7 @@ impl PolicyController {
             raw: vec![0.0; d],
             x: vec![0.0; d],
             masks: PolicyMasks::default(),
+            sampling: None,
         }
     }
 }
@@ -49,6 +88,18 @@ impl PolicyController {
     /// [`MaxRedBound::Off`] switches the rule off, to measure what it changes.
     pub fn with_max_red(mut self, bound: MaxRedBound) -> Self {
         self.masks = PolicyMasks::with_bound(bound);
+        self
+    }
+
+    /// Acts by `rule` in the episode seeded `episode_seed` (greedy by default).
+    pub fn with_rule(mut self, rule: ActionRule, episode_seed: u64) -> Self {
+        self.sampling = match rule {
+            ActionRule::Greedy => None,
+            ActionRule::Sampled { temperature, seed } => Some((
+                temperature,
+                StdRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ episode_seed),
+            )),
+        };
         self
     }
 }
@@ -81,7 +132,14 @@ impl Controller for PolicyController {
                 }
                 w.norm.apply(raw, x);
                 let logits = actor.forward(x);
-                masked_argmax(&logits, mask).unwrap_or(hold)
+                match &mut self.sampling {
+                    None => masked_argmax(&logits, mask),
+                    // A NaN score has no probability: the supervisor's phase, as for a
+                    // failed observation.
+                    Some(_) if logits.iter().any(|z| z.is_nan()) => None,
+                    Some((t, rng)) => masked_sample(&logits, mask, *t, rng.random::<f32>()),
+                }
+                .unwrap_or(hold)
             })
             .collect()
     }

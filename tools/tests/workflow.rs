@@ -4,6 +4,7 @@
 mod common;
 
 use common::{failed, greenwave, ok, tmp};
+use std::collections::HashMap;
 
 #[test]
 fn train_export_eval() {
@@ -144,27 +145,72 @@ fn demo_quick_writes_a_report() {
     let _ = std::fs::remove_dir_all(d);
 }
 
-#[test]
-fn the_committed_default_policy_loads_and_beats_fixed_time() {
-    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/single-4way.onnx");
-    let out = ok(&greenwave(&[
+/// The policy committed for the demo scenario.
+const COMMITTED_POLICY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/single-4way.onnx");
+
+/// `greenwave eval --json` of the committed policy on `single-4way`, one seed, with
+/// `extra` flags: each controller's row by name (wall time taken out), and stderr.
+fn eval_committed(extra: &[&str]) -> (HashMap<String, serde_json::Value>, String) {
+    let base = [
         "eval",
         "--model",
-        model,
+        COMMITTED_POLICY,
         "--scenario",
         "single-4way",
         "--seeds",
         "1",
         "--json",
-    ]));
-    let delay = |name: &str| -> f64 {
-        out.lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .find(|r| r["controller"] == name)
-            .and_then(|r| r["mean_delay_s"].as_f64())
-            .unwrap()
+    ];
+    let o = greenwave(&[&base[..], extra].concat());
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{stderr}");
+    let rows = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let mut r: serde_json::Value = serde_json::from_str(l).unwrap();
+            r.as_object_mut().unwrap().remove("wall_seconds");
+            (r["controller"].as_str().unwrap().to_string(), r)
+        })
+        .collect();
+    (rows, stderr)
+}
+
+#[test]
+fn the_committed_default_policy_loads_and_beats_fixed_time() {
+    let (rows, _) = eval_committed(&[]);
+    let delay = |name: &str| rows[name]["mean_delay_s"].as_f64().unwrap();
+    assert!(delay("policy") < delay("fixed-time"), "{rows:?}");
+}
+
+/// `eval --temperature` samples the policy's phases, reproducibly per sampling seed; a
+/// temperature near 0 is the greedy rule again, and a temperature that is not positive is
+/// refused by name.
+#[test]
+fn eval_samples_the_policy_at_a_temperature_reproducibly() {
+    let policy = |extra: &[&str]| {
+        let (mut rows, stderr) = eval_committed(&[&["--seconds", "900"][..], extra].concat());
+        let sampled = stderr.contains("samples its phases at temperature");
+        assert_eq!(sampled, !extra.is_empty(), "{stderr}");
+        let mut row = rows.remove("policy").unwrap();
+        // The JSON row says how the policy acted.
+        let t = row.as_object_mut().unwrap().remove("temperature");
+        assert_eq!(t.is_some(), sampled, "{row}");
+        assert!(rows.values().all(|r| r.get("temperature").is_none()));
+        row
     };
-    assert!(delay("policy") < delay("fixed-time"), "{out}");
+    let greedy = policy(&[]);
+    let hot = policy(&["--temperature", "1", "--sample-seed", "3"]);
+    assert_eq!(hot, policy(&["--temperature", "1", "--sample-seed", "3"]));
+    assert_ne!(hot, greedy, "sampling at temperature 1 changed nothing");
+    assert_eq!(policy(&["--temperature", "1e-6"]), greedy);
+    for bad in ["0", "-1", "NaN", "inf"] {
+        let flag = format!("--temperature={bad}");
+        let o = greenwave(&["eval", "--model", COMMITTED_POLICY, "--seeds", "1", &flag]);
+        assert!(!o.status.success(), "{bad}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let want = format!("temperature {bad}: it must be a positive, finite number");
+        assert!(err.contains(&want), "{err}");
+    }
 }
 
 /// Mixed junction layouts: `--policy` defaults to `shared` there, `--policy mlp` is refused

@@ -2,6 +2,7 @@
 //! running its own environments with a plain-Rust copy of the policy and its own seeded
 //! random stream, so results do not depend on thread timing.
 
+use crate::sampling::masked_sample;
 use greenwave_core::mlp::masked_log_prob;
 use greenwave_core::PhaseMask;
 use greenwave_learn::shared::{Incidence, SharedForward};
@@ -67,28 +68,13 @@ pub fn episode_seed(seed: u64, slot: usize, episode: u64) -> u64 {
     seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((slot as u64) << 40) ^ episode
 }
 
-/// Samples from masked logits, returning the action and its log-probability.
+/// Samples from masked logits (at temperature 1: the policy's own distribution),
+/// returning the action and its log-probability.
 fn sample_masked(logits: &[f32], mask: PhaseMask, rng: &mut StdRng) -> (u8, f32) {
-    let allowed: Vec<usize> = (0..logits.len())
-        .filter(|&i| mask.allows(greenwave_core::PhaseId(i as u8)))
-        .collect();
-    let max = allowed
-        .iter()
-        .map(|&i| logits[i])
-        .fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f32> = allowed.iter().map(|&i| (logits[i] - max).exp()).collect();
-    let total: f32 = weights.iter().sum();
-    let mut u = rng.random::<f32>() * total;
-    let mut pick = allowed[allowed.len() - 1];
-    for (k, w) in weights.iter().enumerate() {
-        if u < *w {
-            pick = allowed[k];
-            break;
-        }
-        u -= w;
-    }
-    let lp = masked_log_prob(logits, mask, pick as u8).unwrap_or(0.0);
-    (pick as u8, lp)
+    let pick = masked_sample(logits, mask, 1.0, rng.random::<f32>())
+        .expect("the sequencer's action mask always allows the phase it serves or changes to");
+    let lp = masked_log_prob(logits, mask, pick).unwrap_or(0.0);
+    (pick, lp)
 }
 
 fn mask_bytes(mask: PhaseMask, n: usize) -> impl Iterator<Item = u8> {
@@ -521,6 +507,49 @@ mod tests {
     use greenwave_core::mlp::DenseLayer;
     use greenwave_core::{PhaseMask, RewardKind, Sequencer};
     use greenwave_sim::{EmbeddedEnv, MovementDetector, SignalSpec};
+
+    /// The draw as rollouts made it before it became `masked_sample` (commit a49a64e).
+    fn sample_masked_before(logits: &[f32], mask: PhaseMask, rng: &mut StdRng) -> (u8, f32) {
+        let allowed: Vec<usize> = (0..logits.len())
+            .filter(|&i| mask.allows(greenwave_core::PhaseId(i as u8)))
+            .collect();
+        let max = allowed
+            .iter()
+            .map(|&i| logits[i])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let weights: Vec<f32> = allowed.iter().map(|&i| (logits[i] - max).exp()).collect();
+        let total: f32 = weights.iter().sum();
+        let mut u = rng.random::<f32>() * total;
+        let mut pick = allowed[allowed.len() - 1];
+        for (k, w) in weights.iter().enumerate() {
+            if u < *w {
+                pick = allowed[k];
+                break;
+            }
+            u -= w;
+        }
+        let lp = masked_log_prob(logits, mask, pick as u8).unwrap_or(0.0);
+        (pick as u8, lp)
+    }
+
+    /// Training draws exactly as it did: the same phase and log-probability for every
+    /// draw of the same stream, so a seed trains the same weights bit for bit.
+    #[test]
+    fn rollouts_draw_as_they_did_before_the_shared_sampler() {
+        let mut gen = StdRng::seed_from_u64(11);
+        let (mut old, mut new) = (StdRng::seed_from_u64(5), StdRng::seed_from_u64(5));
+        for _ in 0..20_000 {
+            let n = gen.random_range(2..=8usize);
+            let logits: Vec<f32> = (0..n).map(|_| gen.random_range(-6.0..6.0f32)).collect();
+            let mask = PhaseMask(gen.random_range(1..(1u16 << n)));
+            let (a, b) = (
+                sample_masked_before(&logits, mask, &mut old),
+                sample_masked(&logits, mask, &mut new),
+            );
+            assert_eq!(a.0, b.0, "{logits:?} {mask:?}");
+            assert_eq!(a.1.to_bits(), b.1.to_bits(), "{logits:?} {mask:?}");
+        }
+    }
 
     /// An embedded environment behind a simulator "elsewhere": `step_begin` only stores
     /// the actions, `step_end` simulates; readiness flips with a counter so slots are served
