@@ -255,10 +255,7 @@ pub fn compare_on(
         })?),
         seeds: seeds.len(),
         decision_interval_s: secs(policy_source.decision_interval()),
-        temperature: match rule {
-            ActionRule::Greedy => None,
-            ActionRule::Sampled { temperature, .. } => Some(temperature),
-        },
+        temperature: rule.temperature(),
     });
     for kind in ControllerKind::ALL {
         let metrics = evaluate_with(seeds, &|seed| source.run_classic(kind, seed, episode))

@@ -30,6 +30,14 @@ pub enum ActionRule {
 }
 
 impl ActionRule {
+    /// The temperature of a sampling rule; `None` for the greedy one.
+    pub fn temperature(self) -> Option<f32> {
+        match self {
+            ActionRule::Greedy => None,
+            ActionRule::Sampled { temperature, .. } => Some(temperature),
+        }
+    }
+
     /// `--temperature` checked: positive and finite, else an error that says so.
     pub fn sampled(temperature: f32, seed: u64) -> Result<Self, String> {
         if temperature.is_finite() && temperature > 0.0 {
