@@ -8,7 +8,7 @@ The observation of that build is greenwave's layout with P extra "lanes" after t
 zones, whose density is 1 for the phase the light's program serves (or changes to) now.
 The rewritten network keeps the export's input, outputs, initializer names and manifest
 (so `greenwave eval --model OUT.onnx` loads it): normalisation off, one hidden unit per
-phase carrying that phase's clock input to its logit (difference about 19 between the
+phase carrying that phase's clock input to its logit (difference about 20 between the
 marked phase and the others), value 0.
 """
 import json
