@@ -31,7 +31,8 @@ pub mod transition;
 pub mod units;
 
 pub use control::{
-    ActuatedSignal, CycleStage, FixedCycle, FixedCycleError, MaxRed, MovementDetector,
+    ActuatedSignal, ClockStage, CycleStage, FixedCycle, FixedCycleError, MaxRed, MovementDetector,
+    ProgramClock, ProgramClockError,
 };
 pub use observation::{LaneReading, ObsError, ObsLayout};
 pub use plan::{

@@ -6,6 +6,8 @@
 //! * [`ActuatedSignal`]: vehicle-actuated gap-out / max-out on per-movement detectors.
 //! * [`MaxRed`]: the starvation bound — a phase with a call waits at most `max_red` for
 //!   green — for max-pressure control and for every learned policy.
+//! * [`ProgramClock`]: the junction's own timing program as a clock, the observation's
+//!   program-clock lanes.
 //! * [`MovementDetector`]: what a detector tells a controller about one movement.
 //!
 //! Each rule only *requests* phases; the [`Sequencer`](crate::Sequencer) still enforces
@@ -16,10 +18,12 @@
 mod actuated;
 mod fixed_time;
 mod max_red;
+mod program_clock;
 
 pub use actuated::ActuatedSignal;
 pub use fixed_time::{CycleStage, FixedCycle, FixedCycleError, MAX_STAGES};
 pub use max_red::{max_out_cycle, phases_with_calls, MaxRed, DEFAULT_MAX_RED};
+pub use program_clock::{ClockStage, ProgramClock, ProgramClockError, MAX_CLOCK_STAGES};
 
 use serde::{Deserialize, Serialize};
 
