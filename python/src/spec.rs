@@ -132,6 +132,9 @@ impl EnvSpec {
         cfg.begin_s = begin_s;
         cfg.seconds = self.episode_s.unwrap_or(3600.0);
         cfg.reward = self.reward.unwrap_or(RewardKind::SUMO_DEFAULT);
+        // Observations as they were before `greenwave train`'s program clock: the Python
+        // export writes manifests without one (python/README.md).
+        cfg.program_clock = false;
         let mut timing = match timing_file {
             Some(p) => TimingSpec::load(p).map_err(|e| e.to_string())?,
             None => TimingSpec::default(),

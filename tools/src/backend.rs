@@ -71,6 +71,36 @@ pub struct BackendArgs {
     #[arg(long, value_enum)]
     #[serde(default = "RewardArg::before_delay_delta")]
     pub reward: Option<RewardArg>,
+    /// Program-clock lanes in each signal's observation on SUMO: which phase the light's
+    /// own program serves at that moment. `on` unless given (`train`; resuming, as the
+    /// run started; `eval` and `sim`, as the policy's manifest says); see "Training on
+    /// real networks", finding 25, in tools/README.md.
+    #[arg(long, value_enum)]
+    #[serde(default = "OnOff::before_program_clock")]
+    pub program_clock: Option<OnOff>,
+}
+
+/// `on` or `off`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnOff {
+    /// Enabled.
+    #[default]
+    On,
+    /// Disabled.
+    Off,
+}
+
+impl OnOff {
+    /// The program clock of runs whose `run.json` names none (written before it).
+    fn before_program_clock() -> Option<Self> {
+        Some(OnOff::Off)
+    }
+
+    /// Whether it is `on`.
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
 }
 
 /// `--reward` values: [`greenwave_core::RewardKind`] on the command line.
@@ -222,6 +252,7 @@ impl BackendArgs {
             begin: 0.0,
             timing: SumoTimingArgs::default(),
             reward: None,
+            program_clock: None,
         }
     }
 
@@ -235,9 +266,11 @@ impl BackendArgs {
                     || self.begin != 0.0
                     || self.timing.is_set()
                     || self.reward.is_some()
+                    || self.program_clock.is_some()
                 {
                     bail!(
-                        "--net, --routes, --begin, --reward and the timing options (--timing, \
+                        "--net, --routes, --begin, --reward, --program-clock and the timing \
+                         options (--timing, \
                          --program, --yellow, --all-red, --min-green, --max-green, \
                          --decision-interval) are SUMO options: add `--backend sumo` (an \
                          embedded scenario names its reward in its file)"
@@ -260,13 +293,14 @@ impl BackendArgs {
     }
 
     /// Whether a run recorded with `self` may go on with `other`: the same simulator, net,
-    /// routes, begin, timing and, on SUMO, reward. An embedded run's recorded reward is
-    /// not compared: its scenario names its own (runs from before recorded the default
-    /// then, `delay-delta`).
+    /// routes, begin, timing and, on SUMO, reward and program clock. An embedded run's
+    /// recorded reward and clock are not compared: its scenario names its own reward (runs
+    /// from before recorded the default then, `delay-delta`) and it has no clock.
     pub fn resumes_as(&self, other: &Self) -> bool {
-        let reward = |b: &Self| (b.backend == Backend::Sumo).then_some(b.reward).flatten();
+        let sumo = |b: &Self| b.backend == Backend::Sumo;
         let keyed = |b: &Self| BackendArgs {
-            reward: reward(b),
+            reward: sumo(b).then_some(b.reward).flatten(),
+            program_clock: sumo(b).then_some(b.program_clock).flatten(),
             ..b.clone()
         };
         keyed(self) == keyed(other)
@@ -296,6 +330,7 @@ impl BackendArgs {
         cfg.begin_s = self.begin;
         cfg.seed = seed;
         cfg.reward = self.reward.unwrap_or_default().into();
+        cfg.program_clock = self.program_clock.unwrap_or_default().is_on();
         if let Some(s) = seconds {
             cfg.seconds = s;
         }
@@ -435,6 +470,37 @@ impl EnvSource {
                 cfg.decision_interval_s = f64::from(interval.0) / 1000.0;
                 cfg.validate()
                     .with_context(|| format!("running the policy every {} ms", interval.0))?;
+                Ok(EnvSource::Sumo(cfg))
+            }
+        }
+    }
+
+    /// Whether observations end with program-clock lanes (SUMO's option; the embedded
+    /// simulator has none).
+    pub fn program_clock(&self) -> bool {
+        match self {
+            EnvSource::Embedded(_) => false,
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => cfg.program_clock,
+        }
+    }
+
+    /// The same source with program-clock lanes `on` or not: SUMO has them either way;
+    /// the embedded simulator has none, and asking for them is refused.
+    pub fn with_program_clock(&self, on: bool) -> Result<Self> {
+        if on == self.program_clock() {
+            return Ok(self.clone());
+        }
+        match self {
+            EnvSource::Embedded(sc) => bail!(
+                "the policy reads a program clock, which scenario '{}' of the embedded \
+                 simulator has not (it was trained on SUMO)",
+                sc.name()
+            ),
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => {
+                let mut cfg = cfg.clone();
+                cfg.program_clock = on;
                 Ok(EnvSource::Sumo(cfg))
             }
         }

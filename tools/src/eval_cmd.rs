@@ -236,7 +236,33 @@ pub fn compare_on(
 ) -> Result<Vec<EvalRow>> {
     let what = source.describe();
     let specs = source.signals()?;
+    let clock = first_manifest(model, &specs)?.program_clock;
+    let check_clock = || {
+        if clock == source.program_clock() {
+            return Ok(());
+        }
+        let state = |on: bool| if on { "on" } else { "off" };
+        match source.scenario() {
+            Some(_) => bail!(
+                "{} was trained on SUMO with its program clock on, which {what} has not",
+                model.display()
+            ),
+            None => bail!(
+                "{} was trained with its program clock {} but {what} runs with it {} \
+                 (--program-clock {}, or leave the option out)",
+                model.display(),
+                state(clock),
+                state(source.program_clock()),
+                state(clock)
+            ),
+        }
+    };
+    // On SUMO the clock explains a layout mismatch; elsewhere the plan check comes first.
+    if source.scenario().is_none() {
+        check_clock()?;
+    }
     let policy = load_policies(model, &specs, &what)?;
+    check_clock()?;
     // The policy runs at the interval it was trained at (as the controller does); the
     // classic controllers at the source's.
     let policy_source = source.with_decision_interval(policy.decision_interval)?;
@@ -358,10 +384,33 @@ fn action_rule(args: &EvalArgs) -> Result<ActionRule> {
     Ok(rule)
 }
 
+/// The manifest of `model`, or where no file has that name, of the export for the first
+/// of `specs` beside it (as [`load_policies`] finds them).
+fn first_manifest(model: &Path, specs: &[SignalSpec]) -> Result<Manifest> {
+    let path = match specs.first() {
+        Some(s) if !model.exists() => crate::export_cmd::signal_path(model, &s.id),
+        _ => model.to_path_buf(),
+    };
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    onnx::read_manifest(&bytes)
+        .with_context(|| format!("reading the manifest of {}", path.display()))
+}
+
+/// `source` with program-clock lanes as `model`'s manifest says it was trained (unless
+/// `--program-clock` chose), so that a policy trained either way evaluates on SUMO.
+pub fn source_for_model(source: EnvSource, model: &Path, sim: &BackendArgs) -> Result<EnvSource> {
+    if sim.program_clock.is_some() || source.scenario().is_some() {
+        return Ok(source);
+    }
+    let manifest = first_manifest(model, &source.signals()?)?;
+    source.with_program_clock(manifest.program_clock)
+}
+
 /// Runs `greenwave eval`.
 pub fn run(args: &EvalArgs) -> Result<()> {
     let rule = action_rule(args)?;
     let source = EnvSource::from_args(&args.sim, &args.scenario, args.demand.as_deref())?;
+    let source = source_for_model(source, &args.model, &args.sim)?;
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds.max(1)).collect();
     let episode = match args.seconds {
         Some(s) => episode_of_secs(s)?,

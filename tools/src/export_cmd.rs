@@ -11,7 +11,7 @@ use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{specialize, Incidence, Manifest, PolicyWeights, Provenance};
 use greenwave_sim::{Scenario, SignalSpec};
 
-use crate::backend::{Backend, BackendArgs, EnvSource};
+use crate::backend::{Backend, BackendArgs, EnvSource, OnOff};
 
 use crate::train::checkpoint::{
     load_policy_at, load_run_policy_at, PolicyChoice, PolicyInfo, RunInfo, RunPolicy, SelectedInfo,
@@ -68,21 +68,30 @@ fn trained_plans(run: &Path, info: &RunInfo) -> Result<Vec<PhasePlan>> {
     }
 }
 
-/// Writes `weights` for `plan` to `out` (ONNX with the manifest inside) and its side files.
+/// Whether `info`'s run observed program-clock lanes (SUMO, `--program-clock on`).
+fn trained_with_clock(info: &RunInfo) -> bool {
+    info.config.sim.backend == Backend::Sumo
+        && info.config.sim.program_clock.is_some_and(OnOff::is_on)
+}
+
+/// Writes `weights` for `plan` to `out` (ONNX with the manifest inside) and its side
+/// files; the manifest says whether the observation has `program_clock` lanes.
 fn write_policy(
     weights: &PolicyWeights,
     plan: &PhasePlan,
-    decision_interval_s: u32,
+    info: &RunInfo,
+    program_clock: bool,
     provenance: Provenance,
     out: &Path,
 ) -> Result<Exported> {
-    let manifest = Manifest::new(
+    let mut manifest = Manifest::new(
         plan,
         weights.obs_layout,
-        Millis::from_secs(decision_interval_s),
+        Millis::from_secs(info.decision_interval_s),
         weights.hidden(),
         provenance,
     );
+    manifest.program_clock = program_clock;
     greenwave_learn::files::write_policy_files(weights, &manifest, plan.hash(), out)
         .with_context(|| format!("exporting to {}", out.display()))
 }
@@ -119,7 +128,14 @@ fn export_at(run: &Path, out: &Path, selected: Option<&SelectedInfo>) -> Result<
         .context("the trained environment has no signals")?;
     let mut provenance = provenance(&info, &pinfo, &plans);
     note_selection(&mut provenance, selected);
-    write_policy(&weights, plan, info.decision_interval_s, provenance, out)
+    write_policy(
+        &weights,
+        plan,
+        &info,
+        trained_with_clock(&info),
+        provenance,
+        out,
+    )
 }
 
 /// One signal's compiled policy.
@@ -177,6 +193,9 @@ fn target_signals(info: &RunInfo, target: Option<&[SignalSpec]>) -> Result<Vec<T
     }
 }
 
+/// Zero-shot target signals, and whether their observations have program-clock lanes.
+type Target<'a> = (&'a [SignalSpec], bool);
+
 /// Compiles a shared policy of `run` for every signal (those trained on, or with
 /// `target` those of another embedded scenario: zero-shot) and writes one ONNX, blobs and
 /// manifest per signal beside `out`, named by [`signal_path`]; each manifest binds its
@@ -185,7 +204,7 @@ pub fn export_signals(run: &Path, out: &Path, target: Option<&str>) -> Result<Ve
     match target {
         Some(name) => {
             let specs = EnvSource::from_args(&BackendArgs::embedded(), name, None)?.signals()?;
-            export_signals_for(run, out, Some(&specs))
+            export_signals_for(run, out, Some((&specs, false)))
         }
         None => export_signals_for(run, out, None),
     }
@@ -195,7 +214,7 @@ pub fn export_signals(run: &Path, out: &Path, target: Option<&str>) -> Result<Ve
 fn export_signals_at(
     run: &Path,
     out: &Path,
-    target: Option<&[SignalSpec]>,
+    target: Option<Target<'_>>,
     selected: Option<&SelectedInfo>,
 ) -> Result<Vec<SignalExport>> {
     let (policy, info, pinfo) = load_run_policy_at(run, selected)
@@ -208,7 +227,7 @@ fn export_signals_at(
     };
     let plans = trained_plans(run, &info)?;
     let mut written = Vec::new();
-    for (id, plan, rows) in target_signals(&info, target)? {
+    for (id, plan, rows) in target_signals(&info, target.map(|t| t.0))? {
         let inc = Incidence::new(&rows).with_context(|| format!("signal '{id}'"))?;
         let weights = specialize(&shared, &inc).with_context(|| format!("signal '{id}'"))?;
         let mut prov = provenance(&info, &pinfo, &plans);
@@ -222,7 +241,11 @@ fn export_signals_at(
         prov.details
             .insert("zero_shot".into(), serde_json::json!(target.is_some()));
         let path = signal_path(out, &id);
-        let files = write_policy(&weights, &plan, info.decision_interval_s, prov, &path)?;
+        let clock = match target {
+            Some((_, clock)) => clock,
+            None => trained_with_clock(&info),
+        };
+        let files = write_policy(&weights, &plan, &info, clock, prov, &path)?;
         written.push(SignalExport {
             signal_id: id,
             files,
@@ -236,7 +259,7 @@ fn export_signals_at(
 pub fn export_signals_for(
     run: &Path,
     out: &Path,
-    target: Option<&[SignalSpec]>,
+    target: Option<Target<'_>>,
 ) -> Result<Vec<SignalExport>> {
     export_signals_at(
         run,
@@ -309,14 +332,23 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         }
         PolicyKind::Shared => {
             // Zero-shot onto another scenario's or net's signals, else those trained on.
-            let target = match (args.scenario.as_deref(), args.sim.backend) {
+            // A SUMO target has program-clock lanes as the run trained, unless chosen.
+            let mut sim = args.sim.clone();
+            if sim.backend == Backend::Sumo && sim.program_clock.is_none() {
+                sim.program_clock = Some(match trained_with_clock(&info) {
+                    true => OnOff::On,
+                    false => OnOff::Off,
+                });
+            }
+            let target = match (args.scenario.as_deref(), sim.backend) {
                 (None, Backend::Embedded) => None,
-                (name, _) => Some(
-                    EnvSource::from_args(&args.sim, name.unwrap_or_default(), None)?.signals()?,
-                ),
+                (name, _) => {
+                    let source = EnvSource::from_args(&sim, name.unwrap_or_default(), None)?;
+                    Some((source.signals()?, source.program_clock()))
+                }
             };
-            for e in export_signals_at(&args.run, &args.out, target.as_deref(), selected.as_ref())?
-            {
+            let target = target.as_ref().map(|(specs, c)| (specs.as_slice(), *c));
+            for e in export_signals_at(&args.run, &args.out, target, selected.as_ref())? {
                 println!("signal {}:", e.signal_id);
                 print_files(&e.files);
             }

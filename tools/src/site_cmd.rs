@@ -41,7 +41,12 @@ pub struct SiteArgs {
 pub fn run(args: &SiteArgs) -> Result<()> {
     let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
     let env = source.make(0, source.episode())?;
-    let specs = env_signal_specs(env.as_ref());
+    // A policy that reads program-clock lanes gets them from the controller, which
+    // follows each light's own program as the simulator did.
+    let mut specs = env_signal_specs(env.as_ref());
+    for (i, s) in specs.iter_mut().enumerate() {
+        s.program_clock = env.program_clock(i);
+    }
     let interval = env.decision_interval();
     let fallback = match source.scenario() {
         Some(sc) => Fallback::for_scenario(sc, FallbackKind::Actuated),

@@ -126,9 +126,11 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     assert_eq!(info["config"]["backend"], "sumo");
     assert_eq!(info["config"]["net"], net_s);
     assert_eq!(info["plans"].as_array().map(Vec::len), Some(1));
-    // 8 incoming lanes of two detection zones each, 2 phases: 2·16 + 2 + 3 observations.
-    assert_eq!(info["obs_layout"]["n_lanes"], 16);
+    // 8 incoming lanes of two detection zones each, then a program-clock lane for each of
+    // the 2 phases (the default): 2·(16 + 2) + 2 + 3 observations.
+    assert_eq!(info["obs_layout"]["n_lanes"], 18);
     assert_eq!(info["obs_layout"]["n_phases"], 2);
+    assert_eq!(info["config"]["program_clock"], "on");
     assert!(!run.join("scenario.toml").exists(), "no scenario on SUMO");
     for f in ["metrics.csv", "policy.safetensors", "checkpoint.json"] {
         assert!(run.join(f).exists(), "{f} missing from the run folder");
@@ -145,6 +147,8 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     let prov = &manifest["provenance"];
     assert_eq!(prov["scenario"], format!("sumo:{net_s}").as_str());
     assert_eq!(prov["details"]["backend"], "sumo");
+    assert_eq!(manifest["format_version"], 3);
+    assert_eq!(manifest["program_clock"], true);
 
     bundle_is_refused_under_other_timing(d, model, net);
 
@@ -172,6 +176,17 @@ fn train_export_eval_on_the_sumo_single_intersection() {
         assert_eq!(r["sim_seconds"], 300.0, "{r}");
         assert_eq!(r["seeds"], 2, "{r}");
     }
+
+    // Eval builds the net with the program clock the manifest names; asked for the other
+    // observation, it refuses before running anything.
+    let mut eval = vec!["eval", "--model", model_s];
+    eval.extend(sumo);
+    eval.extend(["--seeds", "1", "--program-clock", "off"]);
+    let err = failed(&greenwave(&eval));
+    assert!(
+        err.contains("was trained with its program clock on") && err.contains("runs with it off"),
+        "{err}"
+    );
 
     // A policy for the net's 2-phase plan is refused on the embedded 4-phase single-4way.
     let err = failed(&greenwave(&[
@@ -526,7 +541,7 @@ fn bundle_is_refused_under_other_timing(d: &Path, model: &Path, net_path: &Path)
     let trust = bundle::load_public_key(&key.with_extension("pub")).unwrap();
     let b = bundle::verify(&dir, &[trust]).unwrap();
     let net = NetFile::read(net_path).unwrap();
-    let layout_of = |m: &greenwave_sim::sumo::TlsModel| observed_layout(m).unwrap();
+    let layout_of = |m: &greenwave_sim::sumo::TlsModel| observed_layout(m, true).unwrap();
     let own = &net_models(&net)[0];
     b.check_signal(&own.plan, layout_of(own)).unwrap();
     let mut timing = TimingSpec::default();

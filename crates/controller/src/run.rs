@@ -180,6 +180,18 @@ fn load_policy(
         b.check_signal(&s.plan, s.layout)
             .with_context(|| format!("signal {i} ({})", s.id))?;
     }
+    // A simulated SUMO field observes with the bundle's program clock (`run_simulated`
+    // builds it so); a site configuration supplies one where it gives every signal its
+    // program; embedded scenarios have none.
+    #[cfg(feature = "sumo")]
+    let simulated_sumo = args.sumo_net.is_some();
+    #[cfg(not(feature = "sumo"))]
+    let simulated_sumo = false;
+    let supplied = match simulated_sumo {
+        true => b.manifest.program_clock,
+        false => signals.iter().all(|s| s.program_clock.is_some()),
+    };
+    b.check_program_clock(supplied)?;
     let trained = b.manifest.decision_interval;
     if trained != interval {
         bail!("decision interval check failed: the policy decides every {trained}, this controller every {interval}");
@@ -321,8 +333,10 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
         cfg.routes = args.sumo_routes.clone();
         // The simulated field decides at the bundle's interval unless the timing file or
         // flag names one. A bundle that does not verify is reported by `load_policy`.
+        // So do its program-clock lanes.
         if let Ok(b) = bundle::verify(&args.bundle, &trusted_keys(&args.trust)?) {
             cfg.decision_interval_s = f64::from(b.manifest.decision_interval.0) / 1000.0;
+            cfg.program_clock = b.manifest.program_clock;
         }
         args.sumo_timing.apply(&mut cfg)?;
         cfg.seconds = args.seconds.unwrap_or(3600.0);

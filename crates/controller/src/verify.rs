@@ -69,8 +69,11 @@ pub fn check_site(b: &VerifiedBundle, path: &std::path::Path) -> Result<()> {
     check_signals(b, &site.signal_specs(), &path.display().to_string())
 }
 
-/// Checks the bundle against every signal of `specs` (plan and layout), `what` naming them.
+/// Checks the bundle against every signal of `specs` (plan, layout, program clock), `what`
+/// naming them.
 fn check_signals(b: &VerifiedBundle, specs: &[SignalSpec], what: &str) -> Result<()> {
+    b.check_program_clock(specs.iter().all(|s| s.program_clock.is_some()))
+        .with_context(|| what.to_string())?;
     for (i, s) in specs.iter().enumerate() {
         b.check_signal(&s.plan, s.layout)
             .with_context(|| format!("signal {i} ({}) of {what}", s.id))?;

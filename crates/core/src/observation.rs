@@ -15,6 +15,14 @@
 //! | 2L+P+1 | 1 | 1 once the current green has served min green | 0 or 1 |
 //! | 2L+P+2 | 1 | time in the current green / its max green (0 during a change) | 0..=1 |
 //!
+//! **Program-clock lanes.** A policy trained on SUMO with its program clock (the default
+//! of `greenwave train` there; the manifest's `program_clock`) reads `P` more lanes after
+//! the detector zones: lane `L − P + p` has density 1 when the junction's own timing
+//! program serves (or changes to) phase `p` at that moment, 0 otherwise, and queue 0
+//! ([`crate::ProgramClock::write_readings`]). The table is unchanged: they are lanes, and a
+//! shared policy reads them through the lane–phase incidence (each carries its phase's
+//! movements).
+//!
 //! Lane fractions may exceed 1 a little (short vehicles pack tighter than the storage
 //! estimate), never 1.5: a reading outside `0..=1.5`, or not finite, is refused, because
 //! it can only come from a faulty detector.

@@ -173,6 +173,21 @@ pub enum BundleError {
         /// The controller's layout.
         controller: String,
     },
+    /// The bundle reads program-clock lanes the controller does not supply, or the other
+    /// way round.
+    #[error(
+        "program clock check failed: the bundle's policy {} program-clock lanes (manifest \
+         `program_clock`), this controller {} them{}",
+        if *bundle { "reads" } else { "does not read" },
+        if *controller { "supplies" } else { "does not supply" },
+        if *bundle { "; retrain with `--program-clock off` to run it here" } else { "" }
+    )]
+    ProgramClockMismatch {
+        /// Whether the bundle reads them.
+        bundle: bool,
+        /// Whether the controller supplies them.
+        controller: bool,
+    },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BundleError + 'a {
@@ -557,6 +572,21 @@ impl VerifiedBundle {
             return Err(BundleError::LayoutMismatch {
                 bundle: show(self.manifest.obs_layout, self.manifest.obs_layout_version),
                 controller: show(layout, version),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl VerifiedBundle {
+    /// Checks the bundle reads program-clock lanes exactly when the controller supplies
+    /// them (`supplied`): otherwise the policy would read detector zones as its clock, or
+    /// its clock as detector zones.
+    pub fn check_program_clock(&self, supplied: bool) -> Result<(), BundleError> {
+        if self.manifest.program_clock != supplied {
+            return Err(BundleError::ProgramClockMismatch {
+                bundle: self.manifest.program_clock,
+                controller: supplied,
             });
         }
         Ok(())

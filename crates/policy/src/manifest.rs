@@ -8,9 +8,14 @@
 //! `format_version` says how the rest of the JSON is to be read; [`Manifest`]'s
 //! `Deserialize` reads it first and then reads the document as exactly that format:
 //!
-//! * **2** (written now): durations are whole milliseconds ([`Millis`], a JSON integer):
+//! * **3** (written now): format 2 and `program_clock`, whether the observation's last
+//!   `P` lanes are program-clock lanes (greenwave-core's `ProgramClock`: the phase the
+//!   junction's own timing program serves at that moment), which a controller must
+//!   supply from the junction's timing plan. A build that reads only formats 1 and 2
+//!   refuses it, rather than feed detector readings where the policy reads its clock.
+//! * **2**: durations are whole milliseconds ([`Millis`], a JSON integer):
 //!   `decision_interval_ms`, and per phase `min_green_ms`, `max_green_ms`, `yellow_ms`,
-//!   `all_red_ms`.
+//!   `all_red_ms`; no program clock.
 //! * **1**: the same fields, but durations in seconds as JSON numbers (`f32`):
 //!   `decision_interval_s`, and per phase `min_green_s`, `max_green_s`, `yellow_s`,
 //!   `all_red_s`. Still read, so that bundles already signed and flashed verify and load:
@@ -18,9 +23,9 @@
 //!   seconds were written from milliseconds, so nothing is lost), and a negative or
 //!   too-large value is refused with the field named.
 //!
-//! Any other `format_version` is refused. A format-1 manifest read in is held as the
-//! current format (its `format_version` is [`MANIFEST_FORMAT`]), so anything written from
-//! it (a re-export, a fine-tuned candidate) is format 2.
+//! Any other `format_version` is refused. A format-1 or format-2 manifest read in is held
+//! as the current format (its `format_version` is [`MANIFEST_FORMAT`]), so anything
+//! written from it (a re-export, a fine-tuned candidate) is format 3.
 
 use greenwave_core::{Millis, ObsLayout, PhasePlan, PhaseTiming};
 use serde::de::Error as _;
@@ -29,7 +34,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// `metadata_props` key holding the manifest JSON.
 pub const MANIFEST_KEY: &str = "greenwave.manifest";
 /// Current manifest format version (see the [module docs](self) for the formats read).
-pub const MANIFEST_FORMAT: u32 = 2;
+pub const MANIFEST_FORMAT: u32 = 3;
 
 /// Timing of one phase (for people reading the manifest; the plan hash is what is
 /// checked). JSON keys carry the unit: `min_green_ms`, `max_green_ms`, `yellow_ms`,
@@ -100,6 +105,9 @@ pub struct Manifest {
     pub obs_layout: ObsLayout,
     /// Observation layout version (greenwave_core::observation::OBS_LAYOUT_VERSION).
     pub obs_layout_version: u16,
+    /// Whether the last `obs_layout.n_phases` lanes of the layout are program-clock lanes
+    /// (see the [module docs](self), format 3).
+    pub program_clock: bool,
     /// Action index → phase index of the plan.
     pub action_phases: Vec<u8>,
     /// `PhasePlan::hash()` of the plan, hex.
@@ -132,6 +140,7 @@ impl Manifest {
             policy_version: 1,
             obs_layout: layout,
             obs_layout_version: greenwave_core::observation::OBS_LAYOUT_VERSION,
+            program_clock: false,
             action_phases: (0..plan.n_phases() as u8).collect(),
             plan_hash: plan_hash_hex(plan),
             decision_interval,
@@ -173,7 +182,17 @@ impl<'de> Deserialize<'de> for Manifest {
         let in_format =
             |e: serde_json::Error| D::Error::custom(format!("manifest format {format}: {e}"));
         match format {
-            2 => Ok(ManifestV2::deserialize(doc).map_err(in_format)?.into()),
+            3 => Ok(ManifestV3::deserialize(doc).map_err(in_format)?.into()),
+            2 => {
+                // Format 2 is format 3 without a program clock.
+                let mut doc = doc;
+                if let Some(fields) = doc.as_object_mut() {
+                    fields.insert("program_clock".into(), false.into());
+                }
+                let mut m: Manifest = ManifestV3::deserialize(doc).map_err(in_format)?.into();
+                m.format_version = MANIFEST_FORMAT;
+                Ok(m)
+            }
             1 => ManifestV1::deserialize(doc)
                 .map_err(in_format)?
                 .upgrade()
@@ -185,14 +204,15 @@ impl<'de> Deserialize<'de> for Manifest {
     }
 }
 
-/// Format 2 as written: [`Manifest`]'s fields (kept in step with it by the conversion's
+/// Format 3 as written: [`Manifest`]'s fields (kept in step with it by the conversion's
 /// exhaustive struct literal).
 #[derive(Deserialize)]
-struct ManifestV2 {
+struct ManifestV3 {
     format_version: u32,
     policy_version: u32,
     obs_layout: ObsLayout,
     obs_layout_version: u16,
+    program_clock: bool,
     action_phases: Vec<u8>,
     plan_hash: String,
     decision_interval_ms: Millis,
@@ -202,13 +222,14 @@ struct ManifestV2 {
     provenance: Provenance,
 }
 
-impl From<ManifestV2> for Manifest {
-    fn from(m: ManifestV2) -> Self {
+impl From<ManifestV3> for Manifest {
+    fn from(m: ManifestV3) -> Self {
         Manifest {
             format_version: m.format_version,
             policy_version: m.policy_version,
             obs_layout: m.obs_layout,
             obs_layout_version: m.obs_layout_version,
+            program_clock: m.program_clock,
             action_phases: m.action_phases,
             plan_hash: m.plan_hash,
             decision_interval: m.decision_interval_ms,
@@ -276,6 +297,7 @@ impl ManifestV1 {
             policy_version: self.policy_version,
             obs_layout: self.obs_layout,
             obs_layout_version: self.obs_layout_version,
+            program_clock: false,
             action_phases: self.action_phases,
             plan_hash: self.plan_hash,
             decision_interval: secs_field("decision_interval_s", self.decision_interval_s)?,
@@ -391,19 +413,52 @@ mod tests {
     }
 
     #[test]
-    fn format_1_read_in_is_written_as_format_2() {
+    fn format_1_read_in_is_written_as_format_3() {
         let m: Manifest = serde_json::from_str(FORMAT_1).unwrap();
+        assert!(!m.program_clock);
         let v = serde_json::to_value(&m).unwrap();
-        assert_eq!(v["format_version"], 2);
+        assert_eq!(v["format_version"], 3);
+        assert_eq!(v["program_clock"], false);
         assert_eq!(v["decision_interval_ms"], 2500);
         assert_eq!(v["phase_timing"][1]["max_green_ms"], 45_250);
         let again: Manifest = serde_json::from_value(v).unwrap();
         assert_eq!(again, m);
     }
 
+    /// A manifest of a small network on [`plan`] and [`layout`].
+    fn small() -> Manifest {
+        Manifest::new(
+            &plan(),
+            layout(),
+            Millis(5000),
+            vec![8],
+            Provenance::default(),
+        )
+    }
+
     #[test]
-    fn format_2_round_trips() {
-        let m = Manifest::new(
+    fn format_2_reads_without_a_program_clock() {
+        let m = small();
+        let mut v = serde_json::to_value(&m).unwrap();
+        v["format_version"] = 2.into();
+        v.as_object_mut().unwrap().remove("program_clock");
+        let back: Manifest = serde_json::from_value(v).unwrap();
+        assert_eq!(back, m);
+        // A format-3 manifest must say whether it has a clock.
+        let mut v = serde_json::to_value(&m).unwrap();
+        v.as_object_mut().unwrap().remove("program_clock");
+        let e = serde_json::from_value::<Manifest>(v)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("manifest format 3: missing field `program_clock`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn format_3_round_trips() {
+        let mut m = Manifest::new(
             &plan(),
             layout(),
             Millis(5000),
@@ -414,10 +469,12 @@ mod tests {
                 ..Provenance::default()
             },
         );
-        assert_eq!(m.format_version, 2);
+        assert_eq!(m.format_version, 3);
+        m.program_clock = true;
         let text = serde_json::to_string_pretty(&m).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["format_version"], 2);
+        assert_eq!(v["format_version"], 3);
+        assert_eq!(v["program_clock"], true);
         assert_eq!(v["decision_interval_ms"], 5000);
         assert_eq!(v["phase_timing"].as_array().unwrap().len(), 4);
         assert_eq!(
@@ -429,7 +486,7 @@ mod tests {
                 "all_red_ms": 2000
             })
         );
-        assert!(!text.contains("_s\""), "seconds keys in format 2: {text}");
+        assert!(!text.contains("_s\""), "seconds keys in format 3: {text}");
         let back: Manifest = serde_json::from_str(&text).unwrap();
         assert_eq!(back, m);
         assert_eq!(serde_json::to_string_pretty(&back).unwrap(), text);
@@ -466,13 +523,7 @@ mod tests {
     #[test]
     fn each_format_is_read_with_its_own_keys_only() {
         // Format 2 keys under format 1, and format 1 keys under format 2, are refused.
-        let m = Manifest::new(
-            &plan(),
-            layout(),
-            Millis(5000),
-            vec![8],
-            Provenance::default(),
-        );
+        let m = small();
         let mut v = serde_json::to_value(&m).unwrap();
         v["format_version"] = 1.into();
         let e = serde_json::from_value::<Manifest>(v)
@@ -491,9 +542,9 @@ mod tests {
 
     #[test]
     fn unknown_or_missing_formats_are_refused() {
-        let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": 3"));
+        let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": 4"));
         assert!(
-            e.contains("manifest format 3 is not one this build reads"),
+            e.contains("manifest format 4 is not one this build reads"),
             "{e}"
         );
         let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": \"1\""));

@@ -12,6 +12,9 @@
 //! initial_phase = 0
 //! fixed_cycle = [{ phase = 0, green = 20000 }, { phase = 1, green = 10000 }]  # optional
 //! actuated = { passage_s = 1.0, max_green = [30000, 15000] }                  # optional
+//! # optional, for a policy that reads the junction's program as a clock (its manifest's
+//! # `program_clock`): the controller adds one lane per phase after the n_lanes detectors
+//! program_clock = { offset_ms = 0, stages = [{ phase = 0, duration = 23000 }, { phase = 1, duration = 13000 }] }
 //! [signal.plan]            # greenwave-core's PhasePlan, validated as it is read
 //! movements = [{ approach = 0, turn = "Through" }, ...]
 //! ...
@@ -25,7 +28,8 @@
 use std::path::{Path, PathBuf};
 
 use greenwave_core::{
-    ActuatedSignal, CycleStage, FixedCycle, Millis, ObsLayout, PhaseId, PhasePlan,
+    ActuatedSignal, ClockStage, CycleStage, FixedCycle, Millis, ObsLayout, PhaseId, PhasePlan,
+    ProgramClock, ProgramClockError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +68,42 @@ pub struct SiteSignal {
     pub actuated: Option<ActuatedSignal>,
     /// The phase plan the supervisor enforces and bundles are checked against.
     pub plan: PhasePlan,
+    /// The junction's timing program, for a policy that reads program-clock lanes
+    /// (manifest `program_clock`): the controller then adds one lane per phase after the
+    /// `n_lanes` detector lanes, set for the phase this program serves at the
+    /// controller's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_clock: Option<SiteProgramClock>,
+}
+
+/// A junction's timing program as a site configuration writes it:
+/// `program_clock = { offset_ms = 13000, stages = [{ phase = 0, duration = 45000 }, ...] }`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteProgramClock {
+    /// Controller time (ms since it started; any sign) at which the program's cycle
+    /// begins, modulo the cycle.
+    pub offset_ms: i64,
+    /// The program's stages in order: each phase with the time it holds, its change
+    /// interval included (greenwave-core's `ClockStage`).
+    pub stages: Vec<ClockStage>,
+}
+
+impl SiteProgramClock {
+    /// The clock, checked against `plan`.
+    pub fn clock(&self, plan: &PhasePlan) -> Result<ProgramClock, ProgramClockError> {
+        let clock = ProgramClock::new(&self.stages, self.offset_ms)?;
+        clock.check_plan(plan)?;
+        Ok(clock)
+    }
+
+    /// How a site configuration writes `clock`.
+    pub fn of(clock: &ProgramClock) -> Self {
+        SiteProgramClock {
+            offset_ms: i64::from(clock.offset().0),
+            stages: clock.stages().to_vec(),
+        }
+    }
 }
 
 /// Why a site configuration was refused. Each names the file and what is wrong.
@@ -138,7 +178,7 @@ impl SiteConfig {
             .enumerate()
             .map(|(i, s)| SiteSignal {
                 id: s.id.clone(),
-                n_lanes: s.layout.n_lanes,
+                n_lanes: s.field_lanes() as u16,
                 initial_phase: s.initial_phase.0,
                 fixed_cycle: fallback
                     .cycles()
@@ -147,6 +187,7 @@ impl SiteConfig {
                     .unwrap_or_default(),
                 actuated: fallback.actuated_rules().get(i).cloned(),
                 plan: s.plan.clone(),
+                program_clock: s.program_clock.as_ref().map(SiteProgramClock::of),
             })
             .collect();
         SiteConfig {
@@ -165,14 +206,22 @@ impl SiteConfig {
     pub fn signal_specs(&self) -> Vec<SignalSpec> {
         self.signals
             .iter()
-            .map(|s| SignalSpec {
-                id: s.id.clone(),
-                plan: s.plan.clone(),
-                layout: ObsLayout {
-                    n_lanes: s.n_lanes,
-                    n_phases: s.plan.n_phases() as u8,
-                },
-                initial_phase: PhaseId(s.initial_phase),
+            .map(|s| {
+                // Checked when the file was read.
+                let program_clock = s.program_clock.as_ref().and_then(|c| c.clock(&s.plan).ok());
+                let clock_lanes = program_clock
+                    .as_ref()
+                    .map_or(0, |_| s.plan.n_phases() as u16);
+                SignalSpec {
+                    id: s.id.clone(),
+                    plan: s.plan.clone(),
+                    layout: ObsLayout {
+                        n_lanes: s.n_lanes.saturating_add(clock_lanes),
+                        n_phases: s.plan.n_phases() as u8,
+                    },
+                    initial_phase: PhaseId(s.initial_phase),
+                    program_clock,
+                }
             })
             .collect()
     }
@@ -228,6 +277,10 @@ impl SiteConfig {
                     .check_plan(&s.plan)
                     .map_err(|e| format!("{name}: fixed_cycle: {e}"))?;
             }
+            if let Some(c) = &s.program_clock {
+                c.clock(&s.plan)
+                    .map_err(|e| format!("{name}: program_clock: {e}"))?;
+            }
             if let Some(a) = &s.actuated {
                 if !(a.passage_s.is_finite() && a.passage_s >= 0.0) {
                     return Err(format!("{name}: actuated.passage_s must be a number ≥ 0"));
@@ -260,10 +313,46 @@ mod tests {
             },
             initial_phase: PhaseId(0),
             plan: plan.clone(),
+            program_clock: None,
         };
         let fallback = Fallback::fixed_time(vec![FixedCycle::midpoint(&plan)])
             .with_actuated_rules(vec![ActuatedSignal::new(1.5, &[Millis(30_000); 4])]);
         SiteConfig::from_specs("test junction", Millis(5000), &[spec], &fallback)
+    }
+
+    #[test]
+    fn a_program_clock_adds_its_lanes_and_round_trips() {
+        let mut spec = site().signal_specs().remove(0);
+        let stages =
+            [(0u8, 25_000u32), (1, 10_000), (2, 25_000), (3, 10_000)].map(|(p, ms)| ClockStage {
+                phase: p,
+                duration: Millis(ms),
+            });
+        spec.program_clock = Some(ProgramClock::new(&stages, 13_000).unwrap());
+        spec.layout.n_lanes += 4;
+        let fallback = Fallback::fixed_time(vec![FixedCycle::midpoint(&spec.plan)]);
+        let s = SiteConfig::from_specs("clocked", Millis(5000), &[spec.clone()], &fallback);
+        assert_eq!(
+            s.signals[0].n_lanes, 12,
+            "n_lanes counts the detector lanes"
+        );
+        let text = s.to_toml().unwrap();
+        assert!(text.contains("offset_ms = 13000"), "{text}");
+        let back = SiteConfig::parse(&text, Path::new("site.toml")).unwrap();
+        let specs = back.signal_specs();
+        assert_eq!(specs[0], spec);
+        assert_eq!(specs[0].layout.n_lanes, 16);
+        assert_eq!(specs[0].field_lanes(), 12);
+        // A stage for a phase the plan lacks is refused, naming the signal and field.
+        let mut bad = s.clone();
+        bad.signals[0].program_clock.as_mut().unwrap().stages[3].phase = 9;
+        let bad = bad.to_toml().unwrap();
+        let e = SiteConfig::parse(&bad, Path::new("site.toml")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("signal 0 (`c`): program_clock: stage 3: phase 9"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! too), simulates one decision interval, and returns one reward per signal.
 
 use greenwave_core::{
-    Millis, MovementSet, ObsLayout, PhaseMask, PhasePlan, Response, RewardKind, Sequencer,
+    Millis, MovementSet, ObsLayout, PhaseMask, PhasePlan, ProgramClock, Response, RewardKind,
+    Sequencer,
 };
 use serde::{Deserialize, Serialize};
 
@@ -159,6 +160,14 @@ pub trait Env {
     /// has one (a SUMO light's own program). Actuated control derives its max greens from
     /// it, as from a Webster plan. None by default.
     fn program_greens(&self, _signal: usize) -> Option<Vec<Millis>> {
+        None
+    }
+
+    /// Signal `signal`'s own program as the clock its observation's program-clock lanes
+    /// follow, on the episode's time base (0 at its start), where it has them (SUMO with
+    /// `SumoConfig::program_clock`): what a site configuration written from the simulator
+    /// gives the controller. None by default.
+    fn program_clock(&self, _signal: usize) -> Option<ProgramClock> {
         None
     }
 

@@ -163,8 +163,9 @@ fn short_episode_on_the_single_intersection() {
     assert!(env.sumo_version().unwrap().contains("SUMO"));
     assert_eq!(env.signals().len(), 1);
     let dim = env.signals()[0].layout.dim();
-    // 8 incoming lanes, each a stop-bar and an advance zone.
-    assert_eq!(dim, 2 * 16 + 2 + 3);
+    // 8 incoming lanes, each a stop-bar and an advance zone, then the program clock's
+    // lane for each of the 2 phases.
+    assert_eq!(dim, 2 * (16 + 2) + 2 + 3);
     let mut obs = vec![0.0; dim];
     let mut steps = 0;
     loop {
@@ -198,7 +199,9 @@ fn short_episode_on_the_single_intersection() {
 /// holds more halted vehicles than vehicles.
 #[test]
 fn queues_fill_the_stop_bar_zone_first() {
-    let mut env = SumoEnv::new(config("single", 300.0)).unwrap();
+    let mut cfg = config("single", 300.0);
+    cfg.program_clock = false; // the zones alone
+    let mut env = SumoEnv::new(cfg).unwrap();
     let layout = env.signals()[0].layout;
     let zones = layout.n_lanes as usize;
     assert_eq!(zones, 2 * 8);
@@ -444,4 +447,64 @@ fn sumo_refusing_to_start_shows_its_log() {
     let msg = err.to_string();
     assert!(matches!(err, SumoError::Died { .. }), "{msg}");
     assert!(msg.contains("no-such-option"), "{msg}");
+}
+
+/// The density of each of the observation's last `n_phases` lanes (the program clock's).
+fn clock_lanes(env: &SumoEnv, signal: usize) -> Vec<f32> {
+    let layout = env.signals()[signal].layout;
+    let mut obs = vec![0.0; layout.dim()];
+    env.observe(signal, &mut obs).unwrap();
+    let (l, p) = (layout.n_lanes as usize, layout.n_phases as usize);
+    obs[l - p..l].to_vec()
+}
+
+/// With the program clock the observation ends with one lane per plan phase, set for the
+/// phase the net's own program serves at SUMO's time, counted from the program's offset
+/// and the episode's begin, whatever greenwave shows; without it the layout is the zones
+/// alone. single.net.xml's program: 42 s of phase 0, 3 s yellow, 42 s of phase 1, 3 s
+/// yellow (a yellow counts for the green after it); here with `offset="17"`.
+#[test]
+fn the_program_clock_follows_the_nets_program_from_its_offset() {
+    let dir = std::env::temp_dir().join(format!("greenwave-clock-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(fixture("single.net.xml")).unwrap();
+    assert_eq!(text.matches("offset=\"0\"").count(), 1);
+    let net = dir.join("single-offset.net.xml");
+    std::fs::write(&net, text.replace("offset=\"0\"", "offset=\"17\"")).unwrap();
+    // The phase the program serves at SUMO time t (s).
+    let program = |t: f64| {
+        let pos = (t - 17.0).rem_euclid(90.0);
+        if (42.0..87.0).contains(&pos) {
+            1
+        } else {
+            0
+        }
+    };
+    for begin_s in [0.0, 30.0] {
+        let mut cfg = config("single", 120.0);
+        cfg.net = net.clone();
+        cfg.begin_s = begin_s;
+        let mut env = SumoEnv::new(cfg.clone()).unwrap();
+        let zones = 2 * env.models()[0].in_lanes.len();
+        assert_eq!(env.signals()[0].layout.n_lanes as usize, zones + 2);
+        // A clock lane carries its phase's movements: green in its own phase.
+        let inc = &env.signals()[0].incidence;
+        assert!(inc[0][zones] && inc[1][zones + 1] && !inc[0][zones + 1]);
+        for k in 0..20 {
+            let t = begin_s + 5.0 * f64::from(k);
+            let mut want = vec![0.0; 2];
+            want[program(t)] = 1.0;
+            assert_eq!(
+                clock_lanes(&env, 0),
+                want,
+                "begin {begin_s} s, SUMO time {t} s"
+            );
+            // Holding phase 0 throughout does not move the program's clock.
+            env.step(&[0]).unwrap();
+        }
+        cfg.program_clock = false;
+        let env = SumoEnv::new(cfg).unwrap();
+        assert_eq!(env.signals()[0].layout.n_lanes as usize, zones);
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -11,7 +11,7 @@ use super::device::ComputeDevice;
 use super::policy::{PolicyKind, SharedOverrides};
 use super::selection::{self, ValidationConfig};
 use super::{train, Algo, TrainConfig};
-use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource, RewardArg};
+use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource, OnOff, RewardArg};
 
 /// Arguments of `greenwave train`.
 #[derive(Debug, Args)]
@@ -246,6 +246,11 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         cfg.sim.reward = args.sim.reward.or_else(|| match &resumed {
             Some(run) => run.config.sim.reward,
             None => Some(RewardArg::default()),
+        });
+        // So is the program clock (runs from before it have none).
+        cfg.sim.program_clock = args.sim.program_clock.or(match &resumed {
+            Some(run) => run.config.sim.program_clock,
+            None => Some(OnOff::On),
         });
         let (interval, probe) = sumo_decision_interval(args, resumed.as_ref())?;
         cfg.sim.timing.decision_interval = interval;

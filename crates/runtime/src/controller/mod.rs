@@ -23,8 +23,8 @@ use greenwave_core::control::{max_out_cycle, phases_with_calls, MaxRed};
 use greenwave_core::sequencer::{Segment, SequencerError};
 use greenwave_core::transition::MAX_OBS_DIM;
 use greenwave_core::{
-    ActionSource, LaneReading, Millis, ObsError, ObsLayout, PhaseId, PhasePlan, Sequencer,
-    Transition,
+    ActionSource, LaneReading, Millis, ObsError, ObsLayout, PhaseId, PhasePlan, ProgramClock,
+    Sequencer, Transition,
 };
 use serde::Serialize;
 
@@ -48,10 +48,27 @@ pub struct SignalSpec {
     pub id: String,
     /// Its phase plan (what the supervisor enforces, and what bundles are checked against).
     pub plan: PhasePlan,
-    /// Its observation layout.
+    /// Its observation layout (the policy's).
     pub layout: ObsLayout,
     /// The phase green at start.
     pub initial_phase: PhaseId,
+    /// The junction's timing program, when the controller supplies the observation's
+    /// program-clock lanes (the last `P` of the layout; greenwave-core's observation
+    /// docs) itself, at its own time (ms since it started); the field supplies the
+    /// others. `None`: the field supplies every lane (a simulated SUMO field supplies the
+    /// clock lanes too, when it has them).
+    pub program_clock: Option<ProgramClock>,
+}
+
+impl SignalSpec {
+    /// Lanes the field's detectors supply: the layout's, less the program clock's.
+    pub fn field_lanes(&self) -> usize {
+        let clock = match self.program_clock {
+            Some(_) => self.plan.n_phases(),
+            None => 0,
+        };
+        (self.layout.n_lanes as usize).saturating_sub(clock)
+    }
 }
 
 /// Controller settings.
@@ -275,6 +292,19 @@ impl Controller {
                     s.plan.n_phases()
                 )));
             }
+            if let Some(clock) = &s.program_clock {
+                if s.field_lanes() == 0 {
+                    return Err(bad(format!(
+                        "a layout of {} lanes leaves no detector lane beside the program \
+                         clock's {}",
+                        s.layout.n_lanes,
+                        s.plan.n_phases()
+                    )));
+                }
+                clock
+                    .check_plan(&s.plan)
+                    .map_err(|e| bad(format!("program clock: {e}")))?;
+            }
             if s.layout.dim() > MAX_OBS_DIM {
                 return Err(bad(format!(
                     "observation of {} floats exceeds the transition record's {MAX_OBS_DIM}",
@@ -423,7 +453,12 @@ impl Controller {
 
     /// Reads signal `i`'s detectors and builds its observation into `self.obs[i]`.
     fn observe(&mut self, i: usize, field: &mut (impl Field + ?Sized)) -> Result<(), Fault> {
-        field.read(i, &mut self.lanes[i]).map_err(|e| match e {
+        let spec = &self.signals[i];
+        let (detected, clock) = self.lanes[i].split_at_mut(spec.field_lanes());
+        if let Some(program) = &spec.program_clock {
+            program.write_readings(self.seqs[i].now_ms(), clock);
+        }
+        field.read(i, detected).map_err(|e| match e {
             DetectorError::Source(_) => fault(FaultKind::DetectorSilent, e.to_string()),
             DetectorError::NoReport { .. } => fault(FaultKind::DetectorSilent, e.to_string()),
             DetectorError::Faulty { .. } => fault(FaultKind::ImpossibleReading, e.to_string()),

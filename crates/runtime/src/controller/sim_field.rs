@@ -23,6 +23,8 @@ pub fn env_signal_specs(env: &(impl Env + ?Sized)) -> Vec<SignalSpec> {
             plan: s.plan.clone(),
             layout: s.layout,
             initial_phase: env.sequencer(i).interval().target(),
+            // The simulator's observation holds its program-clock lanes, if any.
+            program_clock: None,
         })
         .collect()
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use greenwave_core::observation::MAX_LANE_FRACTION;
 use greenwave_core::{
-    LaneReading, Millis, MovementSet, ObsLayout, PhaseId, Response, RewardInputs, RewardKind,
-    Sequencer,
+    LaneReading, Millis, MovementSet, ObsLayout, PhaseId, ProgramClock, Response, RewardInputs,
+    RewardKind, Sequencer,
 };
 
 use super::approach::{approach_zone, Feeders, ZoneLane, APPROACH_RANGE_M};
@@ -20,7 +20,7 @@ use super::traci::{cmd, var, Message, Reply, SubscriptionResult, TraciError, Val
 use super::waits::{
     DelayAccrual, PendingWaits, VehicleMeasure, VehicleWait, WaitWatch, EXIT_RANGE_M,
 };
-use super::{find_sumo_binary, tripinfo, SumoConfig, SumoError};
+use super::{clock, find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{
     lane_phase_incidence, Env, EnvError, EpisodeMetrics, MovementDetector, SignalSpec, StepOutcome,
     StepStarted,
@@ -325,6 +325,9 @@ pub struct SumoEnv {
     finished: bool,
     /// The decision interval sent to SUMO whose replies are not read yet.
     in_flight: Option<InFlight>,
+    /// Per signal, its program as a clock when the observation has program-clock lanes
+    /// (`None` there: a program with nothing to follow, its clock lanes read 0).
+    clocks: Vec<Option<ProgramClock>>,
 }
 
 /// A decision interval [`Env::step_begin`] sent, waiting for [`Env::step_end`].
@@ -354,7 +357,8 @@ impl SumoEnv {
         )?;
         let program_switches = program_switches(&net, cfg.program.as_deref());
         let (lanes, signal_lanes) = lanes_of(&net, &models);
-        let specs = signal_specs(&models)?;
+        let specs = signal_specs(&models, cfg.program_clock)?;
+        let clocks = program_clocks(&net, &models, cfg.program_clock)?;
         let interval_ms = cfg.decision_interval().0;
         let episode_ms = u64::from(cfg.episode().0);
         let seqs = new_sequencers(&models)?;
@@ -402,6 +406,7 @@ impl SumoEnv {
             wall: Duration::ZERO,
             finished: false,
             in_flight: None,
+            clocks,
         };
         env.start(env.seed)?;
         Ok(env)
@@ -426,6 +431,11 @@ impl SumoEnv {
     /// (ms since the episode began); empty for an unknown signal.
     pub fn state_history(&self, signal: usize) -> &[(u64, String)] {
         self.history.get(signal).map_or(&[], Vec::as_slice)
+    }
+
+    /// SUMO's simulation time now, in ms: the program clocks' time base.
+    fn program_time_ms(&self) -> u64 {
+        (self.cfg.begin_s * 1000.0).round() as u64 + self.now_ms
     }
 
     /// The configuration.
@@ -1191,12 +1201,15 @@ pub const ZONES_PER_LANE: usize = 2;
 /// networks", finding 10).
 pub const STOP_BAR_ZONE_M: f64 = 60.0;
 
-/// The signal's observation layout: [`ZONES_PER_LANE`] zones per incoming lane.
-pub fn observed_layout(m: &TlsModel) -> Result<ObsLayout, SumoError> {
+/// The signal's observation layout: [`ZONES_PER_LANE`] zones per incoming lane, then with
+/// `program_clock` one program-clock lane per plan phase.
+pub fn observed_layout(m: &TlsModel, program_clock: bool) -> Result<ObsLayout, SumoError> {
+    let clock_lanes = if program_clock { m.plan.n_phases() } else { 0 };
     let n_lanes = m
         .in_lanes
         .len()
         .checked_mul(ZONES_PER_LANE)
+        .and_then(|n| n.checked_add(clock_lanes))
         .and_then(|n| u16::try_from(n).ok())
         .ok_or_else(|| SumoError::Tls {
             tls: m.id.clone(),
@@ -1208,23 +1221,51 @@ pub fn observed_layout(m: &TlsModel) -> Result<ObsLayout, SumoError> {
     })
 }
 
-/// The signals' specs: id, plan, observation layout and lane–phase incidence.
-fn signal_specs(models: &[TlsModel]) -> Result<Vec<SignalSpec>, SumoError> {
+/// The signals' specs: id, plan, observation layout and lane–phase incidence. A
+/// program-clock lane carries its phase's movements, so it is "green" in every phase that
+/// shares one with it.
+fn signal_specs(models: &[TlsModel], program_clock: bool) -> Result<Vec<SignalSpec>, SumoError> {
     let mut specs = Vec::with_capacity(models.len());
     for m in models {
         // Each lane's movements serve both of its zones.
-        let zone_movements: Vec<MovementSet> = lane_movements(m)
+        let mut zone_movements: Vec<MovementSet> = lane_movements(m)
             .into_iter()
             .flat_map(|x| std::iter::repeat_n(x, ZONES_PER_LANE))
             .collect();
+        if program_clock {
+            zone_movements.extend(m.plan.phases().iter().map(|ph| ph.movements));
+        }
         specs.push(SignalSpec {
             id: m.id.clone(),
             plan: m.plan.clone(),
-            layout: observed_layout(m)?,
+            layout: observed_layout(m, program_clock)?,
             incidence: lane_phase_incidence(&m.plan, &zone_movements),
         });
     }
     Ok(specs)
+}
+
+/// Each signal's program clock, when the observation has program-clock lanes.
+fn program_clocks(
+    net: &NetFile,
+    models: &[TlsModel],
+    program_clock: bool,
+) -> Result<Vec<Option<ProgramClock>>, SumoError> {
+    if !program_clock {
+        return Ok(vec![None; models.len()]);
+    }
+    models
+        .iter()
+        .map(|m| {
+            clock::program_clock(net, m).map_err(|e| SumoError::Tls {
+                tls: m.id.clone(),
+                message: format!(
+                    "its program cannot be the observation's program clock ({e}); \
+                     train without it (`--program-clock off`)"
+                ),
+            })
+        })
+        .collect()
 }
 
 /// What the reward reads of the vehicles' waits or time losses on the approach zones.
@@ -1409,6 +1450,13 @@ impl Env for SumoEnv {
             readings.push(sat(stop_bar));
             readings.push(sat(advance));
         }
+        if self.cfg.program_clock {
+            let from = readings.len();
+            readings.resize(from + spec.plan.n_phases(), LaneReading::default());
+            if let Some(clock) = &self.clocks[signal] {
+                clock.write_readings(self.program_time_ms(), &mut readings[from..]);
+            }
+        }
         spec.layout
             .write(&readings, &self.seqs[signal], out)
             .map_err(|source| EnvError::Observation { signal, source })
@@ -1420,6 +1468,12 @@ impl Env for SumoEnv {
 
     fn program_greens(&self, signal: usize) -> Option<Vec<Millis>> {
         self.models.get(signal).map(|m| m.program_greens.clone())
+    }
+
+    fn program_clock(&self, signal: usize) -> Option<ProgramClock> {
+        let begin_ms = (self.cfg.begin_s * 1000.0).round() as u64;
+        let clock = self.clocks.get(signal)?.as_ref()?;
+        Some(clock.with_time_origin(begin_ms))
     }
 
     fn detectors(&self, signal: usize) -> Vec<MovementDetector> {

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use greenwave_core::{Millis, RewardKind};
 
 pub mod approach;
+mod clock;
 mod env;
 pub mod model;
 pub mod net;
@@ -202,12 +203,17 @@ pub struct SumoConfig {
     pub extra_args: Vec<String>,
     /// How readings travel from SUMO (batched getters or subscriptions).
     pub read_mode: ReadMode,
+    /// Whether each signal's observation ends with program-clock lanes: one per plan
+    /// phase, set for the phase the light's own program serves at that moment
+    /// (greenwave-core's `ProgramClock`; tools/README.md, "Training on real networks",
+    /// finding 25).
+    pub program_clock: bool,
 }
 
 impl SumoConfig {
     /// Defaults for `net` and `routes`: a 3600 s episode from time 0, 5 s decisions, 1 s
     /// SUMO steps, each light's timing from its own program (min green 5 s), seed 0, the
-    /// reward [`RewardKind::SUMO_DEFAULT`].
+    /// reward [`RewardKind::SUMO_DEFAULT`], program-clock lanes in the observation.
     pub fn new(net: impl Into<PathBuf>, routes: impl Into<PathBuf>) -> Self {
         SumoConfig {
             net: net.into(),
@@ -226,6 +232,7 @@ impl SumoConfig {
             startup_timeout_s: 60.0,
             extra_args: Vec::new(),
             read_mode: ReadMode::default(),
+            program_clock: true,
         }
     }
 

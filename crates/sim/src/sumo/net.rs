@@ -64,6 +64,8 @@ pub struct TlLogic {
     pub kind: String,
     /// Phases in program order.
     pub phases: Vec<TlPhase>,
+    /// The program's time offset (s): at time t it is (t - offset) mod cycle into its cycle.
+    pub offset_s: f64,
 }
 
 /// One `<connection>`: a link from a lane to a lane.
@@ -224,6 +226,7 @@ impl NetParser {
                     program_id: attrs.get("programID").unwrap_or("").to_string(),
                     kind: attrs.get("type").unwrap_or("static").to_string(),
                     phases: Vec::new(),
+                    offset_s: attrs.num("tlLogic", "offset")?.unwrap_or(0.0),
                 });
                 self.tl = (!empty).then_some(net.tl_logics.len() - 1);
             }

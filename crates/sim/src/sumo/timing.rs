@@ -315,6 +315,7 @@ mod tests {
             id: "J".into(),
             program_id: "0".into(),
             kind: kind.into(),
+            offset_s: 0.0,
             phases: phases
                 .iter()
                 .map(|&(d, s)| TlPhase {
