@@ -151,6 +151,7 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     assert_eq!(manifest["program_clock"], true);
 
     bundle_is_refused_under_other_timing(d, model, net);
+    site_from_the_net_gives_the_program_clock(d, sumo);
 
     // Eval on the same net: the policy next to the static program, actuated, max-pressure.
     let t0 = Instant::now();
@@ -556,6 +557,42 @@ fn bundle_is_refused_under_other_timing(d: &Path, model: &Path, net_path: &Path)
         Err(BundleError::PlanMismatch { .. }) => {}
         r => panic!("a bundle exported under the net's timing ran under yellow 4 s: {r:?}"),
     }
+}
+
+/// `greenwave site` from the net gives the signal its program clock, so the bundle (which
+/// reads one) fits the site; the same site without the clock is refused, on the layout
+/// (two lanes fewer) and on the clock itself.
+fn site_from_the_net_gives_the_program_clock(d: &Path, sumo: [&str; 6]) {
+    use greenwave_runtime::bundle::{self, BundleError};
+    use greenwave_runtime::site::SiteConfig;
+    let site = d.join("site.toml");
+    let mut args = vec!["site", "--out", site.to_str().unwrap()];
+    args.extend(sumo);
+    ok(&greenwave(&args));
+    let trust = bundle::load_public_key(&d.join("keys/site.pub")).unwrap();
+    let b = bundle::verify(&d.join("bundle"), &[trust]).unwrap();
+    let mut cfg = SiteConfig::load(&site).unwrap();
+    assert_eq!(
+        cfg.signals[0].n_lanes, 16,
+        "n_lanes counts the detector zones"
+    );
+    let spec = cfg.signal_specs().remove(0);
+    assert!(spec.program_clock.is_some());
+    b.check_signal(&spec.plan, spec.layout).unwrap();
+    b.check_program_clock(true).unwrap();
+    cfg.signals[0].program_clock = None;
+    let spec = cfg.signal_specs().remove(0);
+    assert!(matches!(
+        b.check_signal(&spec.plan, spec.layout),
+        Err(BundleError::LayoutMismatch { .. })
+    ));
+    assert!(matches!(
+        b.check_program_clock(false),
+        Err(BundleError::ProgramClockMismatch {
+            bundle: true,
+            controller: false
+        })
+    ));
 }
 
 /// Zero-shot onto a SUMO net: a shared policy trained on the embedded simulator's mixed
