@@ -298,7 +298,8 @@ fn run_site(args: &RunArgs, path: &std::path::Path, quiet: bool) -> Result<()> {
     )
 }
 
-/// The simulator's signals must be the site's (same plans and layouts, in order).
+/// The simulator's signals must be the site's (same plans and detector lanes, in order; a
+/// site's program-clock lanes come from the controller, not the simulator).
 #[cfg(feature = "sim")]
 fn check_site_matches(site: &[SignalSpec], sim: &[SignalSpec], name: &str) -> Result<()> {
     if site.len() != sim.len() {
@@ -309,11 +310,11 @@ fn check_site_matches(site: &[SignalSpec], sim: &[SignalSpec], name: &str) -> Re
         );
     }
     for (i, (a, b)) in site.iter().zip(sim).enumerate() {
-        if a.plan.hash() != b.plan.hash() || a.layout != b.layout {
+        if a.plan.hash() != b.plan.hash() || a.field_lanes() != b.field_lanes() {
             bail!(
                 "signal {i}: the site's `{}` ({} lanes, plan {:016x}) is not scenario {name}'s `{}` ({} lanes, plan {:016x})",
                 a.id,
-                a.layout.n_lanes,
+                a.field_lanes(),
                 a.plan.hash(),
                 b.id,
                 b.layout.n_lanes,
