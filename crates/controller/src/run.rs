@@ -609,3 +609,36 @@ fn print_report(r: &RunReport) {
         r.peak_rss_kib.map_or("?".into(), |k| k.to_string())
     );
 }
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use super::*;
+    use greenwave_core::{ClockStage, ProgramClock};
+
+    /// A site whose signal has a program clock matches the simulator it runs on by its
+    /// detector lanes (the controller writes the clock's); a site with other detector
+    /// lanes does not.
+    #[test]
+    fn a_site_with_a_program_clock_matches_its_simulator_on_detector_lanes() {
+        let scenario = greenwave_sim::load("single-4way").unwrap();
+        let env = greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0);
+        let sim = SimField::new(env).signal_specs();
+        let mut site = sim.clone();
+        let p = site[0].plan.n_phases();
+        let stages: Vec<ClockStage> = (0..p as u8)
+            .map(|phase| ClockStage {
+                phase,
+                duration: Millis::from_secs(20),
+            })
+            .collect();
+        site[0].program_clock = Some(ProgramClock::new(&stages, 0).unwrap());
+        site[0].layout.n_lanes += p as u16;
+        check_site_matches(&site, &sim, "single-4way").unwrap();
+        site[0].layout.n_lanes -= 1;
+        let e = check_site_matches(&site, &sim, "single-4way").unwrap_err();
+        assert!(
+            e.to_string().contains("is not scenario single-4way's"),
+            "{e}"
+        );
+    }
+}
