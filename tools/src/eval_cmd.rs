@@ -402,7 +402,12 @@ pub fn source_for_model(source: EnvSource, model: &Path, sim: &BackendArgs) -> R
     if sim.program_clock.is_some() || source.scenario().is_some() {
         return Ok(source);
     }
-    let manifest = first_manifest(model, &source.signals()?)?;
+    // Per-signal exports are named by signal id, which only the simulator knows.
+    let specs = match model.exists() {
+        true => Vec::new(),
+        false => source.signals()?,
+    };
+    let manifest = first_manifest(model, &specs)?;
     source.with_program_clock(manifest.program_clock)
 }
 

@@ -30,14 +30,9 @@ pub fn program_clock(
         let Some(target) = (0..n).find_map(|d| plan_phase_of((j + d) % n)) else {
             return Ok(None);
         };
-        // Durations are finite and non-negative (the net parser checks); past u32 ms is
-        // refused below as too long a cycle.
-        let ms = (phase.duration_s * 1000.0).round();
-        let duration = Millis(if ms > f64::from(u32::MAX) {
-            u32::MAX
-        } else {
-            ms as u32
-        });
+        // Durations are finite and non-negative (the net parser checks); `as` saturates
+        // past u32 ms, which is refused below as too long a cycle.
+        let duration = Millis((phase.duration_s * 1000.0).round() as u32);
         stages.push(ClockStage {
             phase: target as u8,
             duration,

@@ -325,8 +325,9 @@ pub struct SumoEnv {
     finished: bool,
     /// The decision interval sent to SUMO whose replies are not read yet.
     in_flight: Option<InFlight>,
-    /// Per signal, its program as a clock when the observation has program-clock lanes
-    /// (`None` there: a program with nothing to follow, its clock lanes read 0).
+    /// Per signal, its program as a clock on the episode's time base (0 at `begin_s`) when
+    /// the observation has program-clock lanes (`None` there: a program with nothing to
+    /// follow, its clock lanes read 0).
     clocks: Vec<Option<ProgramClock>>,
 }
 
@@ -358,7 +359,7 @@ impl SumoEnv {
         let program_switches = program_switches(&net, cfg.program.as_deref());
         let (lanes, signal_lanes) = lanes_of(&net, &models);
         let specs = signal_specs(&models, cfg.program_clock)?;
-        let clocks = program_clocks(&net, &models, cfg.program_clock)?;
+        let clocks = program_clocks(&net, &models, &cfg)?;
         let interval_ms = cfg.decision_interval().0;
         let episode_ms = u64::from(cfg.episode().0);
         let seqs = new_sequencers(&models)?;
@@ -431,11 +432,6 @@ impl SumoEnv {
     /// (ms since the episode began); empty for an unknown signal.
     pub fn state_history(&self, signal: usize) -> &[(u64, String)] {
         self.history.get(signal).map_or(&[], Vec::as_slice)
-    }
-
-    /// SUMO's simulation time now, in ms: the program clocks' time base.
-    fn program_time_ms(&self) -> u64 {
-        (self.cfg.begin_s * 1000.0).round() as u64 + self.now_ms
     }
 
     /// The configuration.
@@ -1245,19 +1241,23 @@ fn signal_specs(models: &[TlsModel], program_clock: bool) -> Result<Vec<SignalSp
     Ok(specs)
 }
 
-/// Each signal's program clock, when the observation has program-clock lanes.
+/// Each signal's program clock on the episode's time base (SUMO time less `begin_s`), when
+/// the observation has program-clock lanes.
 fn program_clocks(
     net: &NetFile,
     models: &[TlsModel],
-    program_clock: bool,
+    cfg: &SumoConfig,
 ) -> Result<Vec<Option<ProgramClock>>, SumoError> {
-    if !program_clock {
+    if !cfg.program_clock {
         return Ok(vec![None; models.len()]);
     }
+    let begin_ms = (cfg.begin_s * 1000.0).round() as u64;
     models
         .iter()
         .map(|m| {
-            clock::program_clock(net, m).map_err(|e| SumoError::Tls {
+            let clock = clock::program_clock(net, m);
+            let clock = clock.map(|c| c.map(|c| c.with_time_origin(begin_ms)));
+            clock.map_err(|e| SumoError::Tls {
                 tls: m.id.clone(),
                 message: format!(
                     "its program cannot be the observation's program clock ({e}); \
@@ -1454,7 +1454,7 @@ impl Env for SumoEnv {
             let from = readings.len();
             readings.resize(from + spec.plan.n_phases(), LaneReading::default());
             if let Some(clock) = &self.clocks[signal] {
-                clock.write_readings(self.program_time_ms(), &mut readings[from..]);
+                clock.write_readings(self.now_ms, &mut readings[from..]);
             }
         }
         spec.layout
@@ -1471,9 +1471,7 @@ impl Env for SumoEnv {
     }
 
     fn program_clock(&self, signal: usize) -> Option<ProgramClock> {
-        let begin_ms = (self.cfg.begin_s * 1000.0).round() as u64;
-        let clock = self.clocks.get(signal)?.as_ref()?;
-        Some(clock.with_time_origin(begin_ms))
+        self.clocks.get(signal)?.clone()
     }
 
     fn detectors(&self, signal: usize) -> Vec<MovementDetector> {
