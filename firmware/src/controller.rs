@@ -17,7 +17,9 @@
 
 use embedded_hal::digital::{InputPin, OutputPin};
 use embedded_io::Write;
-use greenwave_core::control::{max_out_cycle, phases_with_calls, MaxRed};
+use greenwave_core::control::{
+    max_out_cycle, phases_with_calls, MaxRed, ProgramClock, ProgramClockError,
+};
 use greenwave_core::plan::MAX_PHASES;
 use greenwave_core::sequencer::SequencerError;
 use greenwave_core::{
@@ -129,6 +131,9 @@ pub enum ControllerError {
     /// The sequencer refused the plan.
     #[error("sequencer: {0}")]
     Sequencer(SequencerError),
+    /// The program clock does not fit the plan.
+    #[error("program clock: {0}")]
+    ProgramClock(ProgramClockError),
 }
 
 /// The signal controller for one intersection: `G` signal groups (one per movement of the
@@ -152,7 +157,12 @@ pub struct Controller<
     uptime: Uptime,
     seq: Sequencer,
     layout: ObsLayout,
+    /// The blob as given, kept so that a layout change can check it again.
+    blob: Option<&'b [u8]>,
     policy: Result<Policy<'b>, FallbackReason>,
+    /// The junction's program as a clock, when the observation reads one (borrowed like
+    /// the blob: the configuration lives in flash or a static, not in the controller).
+    program_clock: Option<&'b ProgramClock>,
     fixed: FixedCycle,
     actuated: Option<ActuatedSignal>,
     /// The max-red rule over the policy's decisions.
@@ -253,7 +263,9 @@ where
             clock,
             seq,
             layout,
+            blob,
             policy,
+            program_clock: None,
             fixed,
             actuated: None,
             max_red,
@@ -290,6 +302,37 @@ where
     pub fn with_max_red(mut self, max_red: Millis) -> Self {
         self.max_red = MaxRed::new(max_red, Millis(0));
         self
+    }
+
+    /// Supplies the observation's program-clock lanes (greenwave-core's [`ProgramClock`];
+    /// a policy exported with `program_clock` reads them): one pseudo-lane per plan
+    /// phase after the `L` detector lanes, set for the phase the junction's program
+    /// serves at the controller's uptime (ms since the firmware started; a reset from
+    /// flash does not restart it), so `clock`'s offset says where in the cycle the
+    /// program stands at power-on. The layout grows by `P` lanes and the blob is checked
+    /// against it again (a blob for the detector lanes alone then falls back to fixed
+    /// time, [`FallbackReason::LayoutMismatch`]). Refused, naming why, when the clock's
+    /// phases are not the plan's or the wider observation does not fit
+    /// [`OBS_CAPACITY`].
+    pub fn with_program_clock(mut self, clock: &'b ProgramClock) -> Result<Self, ControllerError> {
+        let plan = self.seq.plan();
+        clock
+            .check_plan(plan)
+            .map_err(ControllerError::ProgramClock)?;
+        let layout = ObsLayout {
+            n_lanes: (L + plan.n_phases()) as u16,
+            n_phases: plan.n_phases() as u8,
+        };
+        if layout.dim() > OBS_CAPACITY {
+            return Err(ControllerError::ObservationTooLarge {
+                dim: layout.dim(),
+                capacity: OBS_CAPACITY,
+            });
+        }
+        self.policy = Policy::load(self.blob, plan.hash(), layout);
+        self.layout = layout;
+        self.program_clock = Some(clock);
+        Ok(self)
     }
 
     /// Per-movement detector readings from the lanes (see [`Controller::with_actuated`]).
@@ -422,14 +465,21 @@ where
     /// reward for the interval that ended and whether the observation can be trusted.
     fn observe(&mut self, now: u64) -> (f32, bool) {
         let frame = self.seq.frame();
-        let mut readings = [LaneReading::default(); L];
+        // Detector lanes, then the program clock's; the layout's dimension (checked
+        // against the capacity) bounds the lanes far below the capacity.
+        let mut readings = [LaneReading::default(); OBS_CAPACITY];
+        let n_lanes = usize::from(self.layout.n_lanes);
+        let (detected, clock) = readings[..n_lanes].split_at_mut(L);
+        if let Some(program) = self.program_clock {
+            program.write_readings(now, clock);
+        }
         let mut halted_veh = 0u32;
         let mut trusted = true;
         for ((lane, est), reading) in self
             .lanes
             .iter_mut()
             .zip(self.lane_estimates.iter_mut())
-            .zip(readings.iter_mut())
+            .zip(detected.iter_mut())
         {
             let lane_green = !lane.config().movements.and(frame.green).is_empty();
             *est = lane.close_interval(now, lane_green, &self.board);
@@ -440,7 +490,7 @@ where
         let dim = self.layout.dim();
         trusted &= self
             .layout
-            .write(&readings, &self.seq, &mut self.obs[..dim])
+            .write(&readings[..n_lanes], &self.seq, &mut self.obs[..dim])
             .is_ok();
         let now_inputs = RewardInputs {
             queue_veh: halted_veh as f32,

@@ -39,7 +39,9 @@ pub use board::{BoardConfig, BoardPins, LaneConfig, PinId, PinMap, PinProvider, 
 pub use clock::MonotonicClock;
 pub use controller::{Controller, ControllerError, Decision, Mode, PollReport};
 pub use frames::{decode_frame, FrameError, FrameReader, TransitionRing};
-pub use greenwave_core::{FixedCycle, FixedCycleError};
+pub use greenwave_core::{
+    ClockStage, FixedCycle, FixedCycleError, ProgramClock, ProgramClockError,
+};
 pub use heads::Lamps;
 pub use monitor::{ConflictMonitor, FaultKind, MonitorCard, MonitorFault};
 pub use policy::{FallbackReason, Policy};

@@ -413,12 +413,13 @@ pub fn cabinet<'b>(field: &Shared, blob: Option<&'b [u8]>) -> Cabinet<'b> {
     cabinet_with(field, blob, board())
 }
 
-/// A cabinet with a given board configuration.
-pub fn cabinet_with<'b>(
+/// A cabinet of the single-4way plan's 12 signal groups with a given board configuration
+/// (and its `L` lanes).
+pub fn cabinet_with<'b, const L: usize>(
     field: &Shared,
     blob: Option<&'b [u8]>,
-    board: BoardConfig<12>,
-) -> Cabinet<'b> {
+    board: BoardConfig<L>,
+) -> Controller<'b, LampOut, FieldIn, FieldIn, FieldClock, 12, L> {
     let plan = plan();
     let card = MonitorCard::from_plan(&plan, board.fault_persistence);
     let fixed = FixedCycle::from_splits(&plan, &SPLITS_MS).unwrap();

@@ -1,0 +1,136 @@
+//! The program clock on the firmware: a policy exported with `program_clock` reads one
+//! pseudo-lane per phase after the detector lanes, set for the phase the junction's own
+//! program serves; the firmware writes them itself at its uptime.
+
+mod common;
+
+use common::synthetic::synthetic_mlp;
+use common::*;
+use greenwave_core::{Millis, ObsLayout, PhaseId};
+use greenwave_firmware::{
+    BoardConfig, ClockStage, Controller, ControllerError, FallbackReason, ProgramClock,
+    ProgramClockError,
+};
+
+/// The single-4way plan's 12 signal groups with loops on 8 lanes (lane i feeds movement i):
+/// 8 detector lanes and the clock's 4 make the 12-lane layout, 31 floats.
+type ClockCabinet<'b> = Controller<'b, LampOut, FieldIn, FieldIn, FieldClock, 12, 8>;
+
+fn cabinet8<'b>(field: &Shared, blob: Option<&'b [u8]>) -> ClockCabinet<'b> {
+    cabinet_with(field, blob, BoardConfig::<8>::one_lane_per_movement(1, 10))
+}
+
+fn stage(phase: u8, secs: u32) -> ClockStage {
+    ClockStage {
+        phase,
+        duration: Millis::from_secs(secs),
+    }
+}
+
+/// A 60 s program whose cycle starts 7 s after power-on.
+fn program() -> ProgramClock {
+    let stages = [stage(0, 20), stage(1, 10), stage(2, 20), stage(3, 10)];
+    ProgramClock::new(&stages, 7000).unwrap()
+}
+
+/// A blob for the layout with the clock's lanes, and the controller that runs it only
+/// once it supplies them; then, over five cycles, every decision's observation marks
+/// the phase the program serves at that uptime (density 1, queue 0), and the logged
+/// transitions carry the same lanes.
+#[test]
+fn the_clock_lanes_follow_the_program_at_the_uptime() {
+    let with_clock = ObsLayout {
+        n_lanes: 12,
+        n_phases: 4,
+    };
+    let bytes = synthetic_mlp(plan().hash(), with_clock, 64, 7)
+        .to_blob(false)
+        .unwrap();
+    let field = Shared::default();
+    let ctl = cabinet8(&field, Some(&bytes));
+    assert_eq!(
+        ctl.policy_status(),
+        Err(FallbackReason::LayoutMismatch {
+            blob_lanes: 12,
+            blob_phases: 4,
+            lanes: 8,
+            phases: 4
+        }),
+        "without the clock the blob's layout is not the cabinet's"
+    );
+    let clock = program();
+    let Ok(mut ctl) = ctl.with_program_clock(&clock) else {
+        panic!("the clock fits the plan and the capacity");
+    };
+    assert_eq!(ctl.policy_status(), Ok(1));
+    assert_eq!(ctl.layout(), with_clock);
+
+    let mut traffic = Traffic::new(8, 0.08, 3);
+    let mut serial = SerialCapture::default();
+    let mut seen = [0usize; 4];
+    let mut decisions = Vec::new();
+    while field.borrow().now_ms < 300_000 {
+        field.borrow_mut().now_ms += 10;
+        traffic.step(&mut field.borrow_mut(), 10);
+        let report = ctl.poll();
+        if report.decision.is_none() {
+            continue;
+        }
+        let obs = ctl.observation();
+        let on = clock.phase_at(report.uptime_ms).0 as usize;
+        for p in 0..4 {
+            let want = if p == on { 1.0 } else { 0.0 };
+            assert_eq!(obs[8 + p], want, "clock density, phase {p}, {report:?}");
+            assert_eq!(obs[12 + 8 + p], 0.0, "clock queue, phase {p}");
+        }
+        seen[on] += 1;
+        decisions.push(obs.to_vec());
+        ctl.drain_transitions(&mut serial, 4).unwrap();
+    }
+    assert_eq!(decisions.len(), 60);
+    // 20 s, 10 s, 20 s, 10 s of each 60 s cycle, sampled every 5 s.
+    assert_eq!(seen, [20, 10, 20, 10]);
+    assert_eq!(clock.phase_at(3000), PhaseId(3), "the cycle starts 7 s in");
+    let run = Run {
+        serial,
+        ..Run::default()
+    };
+    let logged = run.transitions();
+    assert_eq!(logged.len(), 59);
+    for (t, obs) in logged.iter().zip(&decisions) {
+        assert_eq!(t.obs.as_slice(), obs.as_slice());
+    }
+}
+
+/// A clock with a phase the plan lacks, or one that makes the observation wider than
+/// the firmware logs, is refused with the reason named.
+#[test]
+fn a_clock_that_does_not_fit_is_refused() {
+    let field = Shared::default();
+    let foreign = ProgramClock::new(&[stage(0, 30), stage(5, 30)], 0).unwrap();
+    let Err(e) = cabinet8(&field, None).with_program_clock(&foreign) else {
+        panic!("phase 5 is not in the plan");
+    };
+    assert_eq!(
+        e,
+        ControllerError::ProgramClock(ProgramClockError::UnknownPhase {
+            stage: 1,
+            phase: 5,
+            n_phases: 4
+        })
+    );
+    assert!(e.to_string().starts_with("program clock: stage 1: phase 5"));
+
+    // Twelve detector lanes and four clock lanes: 2·16 + 4 + 3 = 39 floats.
+    let program = program();
+    let Err(e) = cabinet(&field, None).with_program_clock(&program) else {
+        panic!("39 floats do not fit 32");
+    };
+    assert_eq!(
+        e,
+        ControllerError::ObservationTooLarge {
+            dim: 39,
+            capacity: 32
+        }
+    );
+}
