@@ -24,8 +24,8 @@ class SignalEnv(gym.Env):
     length (``episode_s``). Other keyword arguments pick the simulator: ``scenario``/
     ``demand`` (embedded), or ``backend="sumo"`` with ``net``, ``routes``, ``begin_s``,
     ``timing``, ``yellow_s``, ``all_red_s``, ``min_green_s``, ``max_green_s``,
-    ``program``; ``decision_interval_s`` for both. A net with several signals is refused:
-    use :class:`greenwave.ParallelSignalEnv` there.
+    ``program``, ``program_clock``; ``decision_interval_s`` for both. A net with several
+    signals is refused: use :class:`greenwave.ParallelSignalEnv` there.
     """
 
     metadata = {"render_modes": []}

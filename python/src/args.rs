@@ -10,7 +10,7 @@ use crate::spec::{parse_reward, Backend, EnvSpec};
 use crate::value_err;
 
 /// Every keyword the environments take.
-const KNOWN: [&str; 16] = [
+const KNOWN: [&str; 17] = [
     "backend",
     "scenario",
     "demand",
@@ -26,6 +26,7 @@ const KNOWN: [&str; 16] = [
     "min_green_s",
     "max_green_s",
     "program",
+    "program_clock",
     "seed",
 ];
 
@@ -58,6 +59,15 @@ impl<'py> Kwargs<'_, 'py> {
             .map(|v| {
                 v.extract::<f64>()
                     .map_err(|e| Self::bad(key, "a number", e))
+            })
+            .transpose()
+    }
+
+    fn flag(&self, key: &str) -> PyResult<Option<bool>> {
+        self.value(key)?
+            .map(|v| {
+                v.extract::<bool>()
+                    .map_err(|e| Self::bad(key, "True or False", e))
             })
             .transpose()
     }
@@ -134,6 +144,11 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                     "net= and routes= are for backend=\"sumo\"; the embedded simulator takes scenario=",
                 ));
             }
+            if kw.value("program_clock")?.is_some() {
+                return Err(value_err(
+                    "program_clock= is for backend=\"sumo\" (the lights' own programs come from the net)",
+                ));
+            }
             Ok(Backend::Embedded {
                 scenario: scenario.unwrap_or_else(|| "single-4way".into()),
                 demand,
@@ -157,6 +172,7 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                     max_green_s: kw.number("max_green_s")?,
                 },
                 program: kw.string("program")?,
+                program_clock: kw.flag("program_clock")?.unwrap_or(false),
             })
         }
         other => Err(value_err(format!(

@@ -118,10 +118,12 @@ pub struct ExportRequest {
     pub provenance: Provenance,
 }
 
-/// Writes the policy for `signal` (with the environment's decision interval) to `out`.
+/// Writes the policy for `signal` (with the environment's decision interval; with
+/// `program_clock` when its observation's last `P` lanes are the program clock) to `out`.
 pub fn export(
     signal: &SignalSpec,
     decision_interval: Millis,
+    program_clock: bool,
     req: ExportRequest,
     out: &Path,
 ) -> Result<PolicyFiles, String> {
@@ -134,12 +136,13 @@ pub fn export(
         actor,
         critic,
     };
-    let manifest = Manifest::new(
+    let mut manifest = Manifest::new(
         &signal.plan,
         layout,
         decision_interval,
         weights.hidden(),
         req.provenance,
     );
+    manifest.program_clock = program_clock;
     write_policy_files(&weights, &manifest, signal.plan.hash(), out).map_err(|e| e.to_string())
 }

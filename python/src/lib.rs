@@ -252,7 +252,9 @@ impl NativeEnv {
             clip,
             provenance,
         };
-        let files = export::export(spec, env.decision_interval(), req, &path).map_err(value_err)?;
+        let clock = env.program_clock(signal).is_some();
+        let files =
+            export::export(spec, env.decision_interval(), clock, req, &path).map_err(value_err)?;
         Ok(vec![
             files.onnx,
             files.blob,

@@ -34,6 +34,9 @@ pub enum Backend {
         overrides: TimingOverrides,
         /// Program to derive plans from, if not each light's active one.
         program: Option<String>,
+        /// Observe each light's own program as a clock (`greenwave train
+        /// --program-clock`); off unless asked for.
+        program_clock: bool,
     },
 }
 
@@ -81,10 +84,12 @@ impl EnvSpec {
                 timing_file,
                 overrides,
                 program,
+                program_clock,
             } => {
                 let cfg = self.sumo_config(net, routes, *begin_s, timing_file, overrides)?;
                 let cfg = SumoConfig {
                     program: program.clone(),
+                    program_clock: *program_clock,
                     seed,
                     ..cfg
                 };
@@ -132,9 +137,6 @@ impl EnvSpec {
         cfg.begin_s = begin_s;
         cfg.seconds = self.episode_s.unwrap_or(3600.0);
         cfg.reward = self.reward.unwrap_or(RewardKind::SUMO_DEFAULT);
-        // Observations as they were before `greenwave train`'s program clock: the Python
-        // export writes manifests without one (python/README.md).
-        cfg.program_clock = false;
         let mut timing = match timing_file {
             Some(p) => TimingSpec::load(p).map_err(|e| e.to_string())?,
             None => TimingSpec::default(),

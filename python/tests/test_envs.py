@@ -1,6 +1,7 @@
 """The Python environments on both backends: the Gymnasium and PettingZoo API checkers,
 the vectorised step, bad input, and determinism per seed."""
 
+import json
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from pettingzoo.test import parallel_api_test
 
-from greenwave import NativeEnv, ParallelSignalEnv, SignalEnv, VecSignalEnv
+from greenwave import NativeEnv, ParallelSignalEnv, SignalEnv, VecSignalEnv, export_mlp
 
 FIXTURES = Path(__file__).resolve().parents[2] / "crates" / "sim" / "fixtures" / "sumo"
 
@@ -180,3 +181,38 @@ def test_vectorised_sumo_environments():
         obs, rewards, dones = vec.step(np.zeros((2, 4), dtype=np.int64))
     assert dones.all()
     assert vec.last_metrics(1)["sim_seconds"] >= 60
+
+
+def zero_layer(outputs, inputs):
+    return np.zeros((outputs, inputs), np.float32), np.zeros(outputs, np.float32)
+
+
+@needs_sumo
+def test_sumo_program_clock_adds_one_lane_per_phase(tmp_path):
+    plain = SignalEnv(**sumo_single())
+    clocked = SignalEnv(**sumo_single(program_clock=True))
+    p = plain.action_space.n
+    dim = clocked.observation_space.shape[0]
+    assert dim == plain.observation_space.shape[0] + 2 * p
+    lanes = (dim - p - 3) // 2  # the detector lanes, then the clock's P
+    obs, _ = clocked.reset(seed=1)
+    seen = set()
+    for _ in range(40):  # 200 s: more than one cycle of the fixture's 90 s program
+        clock, clock_queue = obs[lanes - p : lanes], obs[2 * lanes - p : 2 * lanes]
+        assert sorted(clock.tolist()) == [0.0] * (p - 1) + [1.0]
+        assert not clock_queue.any()
+        seen.add(int(np.argmax(clock)))
+        obs = clocked.step(0)[0]
+    assert seen == set(range(p))
+    # The export says so, and a controller then supplies the clock (manifest `program_clock`).
+    for env, name, want in ((clocked, "c", True), (plain, "p", False)):
+        d = env.observation_space.shape[0]
+        actor = [zero_layer(8, d), zero_layer(p, 8)]
+        critic = [zero_layer(8, d), zero_layer(1, 8)]
+        files = export_mlp(env, tmp_path / f"{name}.onnx", actor, critic)
+        manifest = json.loads(files[3].read_text())
+        assert manifest["program_clock"] is want
+    with pytest.raises(ValueError, match="program_clock= is for backend"):
+        SignalEnv(scenario="single-4way", program_clock=True)
+    with pytest.raises(ValueError, match="program_clock= must be True or False"):
+        SignalEnv(**sumo_single(program_clock="yes"))
