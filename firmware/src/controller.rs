@@ -45,6 +45,10 @@ pub const DEFAULT_RING_CAPACITY: usize = 12;
 /// measure (waiting times are not observable in the field).
 pub const FIELD_REWARD: RewardKind = RewardKind::Queue;
 
+/// Most lanes an observation within [`OBS_CAPACITY`] can have (`2·lanes + phases + 3`
+/// floats, at least one phase).
+const MAX_OBS_LANES: usize = (OBS_CAPACITY - 4) / 2;
+
 /// What the controller is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Mode {
@@ -307,9 +311,10 @@ where
     /// Supplies the observation's program-clock lanes (greenwave-core's [`ProgramClock`];
     /// a policy exported with `program_clock` reads them): one pseudo-lane per plan
     /// phase after the `L` detector lanes, set for the phase the junction's program
-    /// serves at the controller's uptime (ms since the firmware started; a reset from
-    /// flash does not restart it), so `clock`'s offset says where in the cycle the
-    /// program stands at power-on. The layout grows by `P` lanes and the blob is checked
+    /// serves at the program clock's time: ms since the first green after power-on (the
+    /// uptime less the start-up all-red), as the runtime counts from its first green; a
+    /// reset from flash does not restart it. So `clock`'s offset says where in the
+    /// cycle the program stands when that first green starts. The layout grows by `P` lanes and the blob is checked
     /// against it again (a blob for the detector lanes alone then falls back to fixed
     /// time, [`FallbackReason::LayoutMismatch`]). Refused, naming why, when the clock's
     /// phases are not the plan's or the wider observation does not fit
@@ -333,6 +338,13 @@ where
         self.layout = layout;
         self.program_clock = Some(clock);
         Ok(self)
+    }
+
+    /// The program clock's time at uptime `now`: 0 when the first green after power-on
+    /// starts (the end of the start-up all-red), as the runtime's and the simulators'
+    /// clocks count from their first green; it keeps running through a reset from flash.
+    fn program_time_ms(&self, now: u64) -> u64 {
+        now.saturating_sub(u64::from(self.board.startup_all_red.0))
     }
 
     /// Per-movement detector readings from the lanes (see [`Controller::with_actuated`]).
@@ -465,13 +477,13 @@ where
     /// reward for the interval that ended and whether the observation can be trusted.
     fn observe(&mut self, now: u64) -> (f32, bool) {
         let frame = self.seq.frame();
-        // Detector lanes, then the program clock's; the layout's dimension (checked
-        // against the capacity) bounds the lanes far below the capacity.
-        let mut readings = [LaneReading::default(); OBS_CAPACITY];
+        // Detector lanes, then the program clock's (the layout's dimension was checked
+        // against the capacity, so they fit).
+        let mut readings = [LaneReading::default(); MAX_OBS_LANES];
         let n_lanes = usize::from(self.layout.n_lanes);
         let (detected, clock) = readings[..n_lanes].split_at_mut(L);
         if let Some(program) = self.program_clock {
-            program.write_readings(now, clock);
+            program.write_readings(self.program_time_ms(now), clock);
         }
         let mut halted_veh = 0u32;
         let mut trusted = true;

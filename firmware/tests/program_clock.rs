@@ -6,7 +6,7 @@ mod common;
 
 use common::synthetic::synthetic_mlp;
 use common::*;
-use greenwave_core::{Millis, ObsLayout, PhaseId};
+use greenwave_core::{ActionSource, Millis, ObsLayout, PhaseId};
 use greenwave_firmware::{
     BoardConfig, ClockStage, Controller, ControllerError, FallbackReason, ProgramClock,
     ProgramClockError,
@@ -27,7 +27,7 @@ fn stage(phase: u8, secs: u32) -> ClockStage {
     }
 }
 
-/// A 60 s program whose cycle starts 7 s after power-on.
+/// A 60 s program whose cycle starts 7 s after the first green.
 fn program() -> ProgramClock {
     let stages = [stage(0, 20), stage(1, 10), stage(2, 20), stage(3, 10)];
     ProgramClock::new(&stages, 7000).unwrap()
@@ -35,10 +35,11 @@ fn program() -> ProgramClock {
 
 /// A blob for the layout with the clock's lanes, and the controller that runs it only
 /// once it supplies them; then, over five cycles, every decision's observation marks
-/// the phase the program serves at that uptime (density 1, queue 0), and the logged
-/// transitions carry the same lanes.
+/// the phase the program serves at that time (the uptime less the 3 s start-up
+/// all-red; density 1, queue 0), the policy acts, and the logged transitions carry the
+/// same lanes.
 #[test]
-fn the_clock_lanes_follow_the_program_at_the_uptime() {
+fn the_clock_lanes_follow_the_program_from_the_first_green() {
     let with_clock = ObsLayout {
         n_lanes: 12,
         n_phases: 4,
@@ -77,7 +78,7 @@ fn the_clock_lanes_follow_the_program_at_the_uptime() {
             continue;
         }
         let obs = ctl.observation();
-        let on = clock.phase_at(report.uptime_ms).0 as usize;
+        let on = clock.phase_at(report.uptime_ms - 3000).0 as usize;
         for p in 0..4 {
             let want = if p == on { 1.0 } else { 0.0 };
             assert_eq!(obs[8 + p], want, "clock density, phase {p}, {report:?}");
@@ -99,7 +100,37 @@ fn the_clock_lanes_follow_the_program_at_the_uptime() {
     assert_eq!(logged.len(), 59);
     for (t, obs) in logged.iter().zip(&decisions) {
         assert_eq!(t.obs.as_slice(), obs.as_slice());
+        assert_ne!(t.source, ActionSource::Fallback, "the policy acts");
     }
+}
+
+/// A blob for the detector lanes alone stops running once the cabinet adds the clock's
+/// lanes: it falls back to fixed time, naming the layouts.
+#[test]
+fn a_blob_without_the_clock_falls_back_once_the_clock_is_added() {
+    let detectors_only = ObsLayout {
+        n_lanes: 8,
+        n_phases: 4,
+    };
+    let bytes = synthetic_mlp(plan().hash(), detectors_only, 64, 7)
+        .to_blob(false)
+        .unwrap();
+    let field = Shared::default();
+    let ctl = cabinet8(&field, Some(&bytes));
+    assert_eq!(ctl.policy_status(), Ok(1));
+    let clock = program();
+    let Ok(ctl) = ctl.with_program_clock(&clock) else {
+        panic!("the clock fits");
+    };
+    assert_eq!(
+        ctl.policy_status(),
+        Err(FallbackReason::LayoutMismatch {
+            blob_lanes: 8,
+            blob_phases: 4,
+            lanes: 12,
+            phases: 4
+        })
+    );
 }
 
 /// A clock with a phase the plan lacks, or one that makes the observation wider than

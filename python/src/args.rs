@@ -144,7 +144,7 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                     "net= and routes= are for backend=\"sumo\"; the embedded simulator takes scenario=",
                 ));
             }
-            if kw.value("program_clock")?.is_some() {
+            if kw.flag("program_clock")? == Some(true) {
                 return Err(value_err(
                     "program_clock= is for backend=\"sumo\" (the lights' own programs come from the net)",
                 ));

@@ -103,7 +103,8 @@ fn mask(env: &dyn greenwave_sim::Env, masks: &PolicyMasks, i: usize) -> Vec<bool
 impl NativeEnv {
     /// Keyword arguments: see the Python package's README (`backend`, `scenario`,
     /// `demand`, `net`, `routes`, `begin_s`, `episode_s`, `decision_interval_s`, `reward`,
-    /// `timing`, `yellow_s`, `all_red_s`, `min_green_s`, `max_green_s`, `program`, `seed`).
+    /// `timing`, `yellow_s`, `all_red_s`, `min_green_s`, `max_green_s`, `program`,
+    /// `program_clock`, `seed`).
     #[new]
     #[pyo3(signature = (**kwargs))]
     fn new(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {

@@ -214,5 +214,6 @@ def test_sumo_program_clock_adds_one_lane_per_phase(tmp_path):
         assert manifest["program_clock"] is want
     with pytest.raises(ValueError, match="program_clock= is for backend"):
         SignalEnv(scenario="single-4way", program_clock=True)
+    SignalEnv(scenario="single-4way", program_clock=False)  # shared keyword sets stay valid
     with pytest.raises(ValueError, match="program_clock= must be True or False"):
         SignalEnv(**sumo_single(program_clock="yes"))
