@@ -140,6 +140,23 @@ pub enum ControllerError {
     ProgramClock(ProgramClockError),
 }
 
+/// The observation layout of `detector_lanes` lanes under `plan`, with the program clock's
+/// lane per phase when `program_clock` (greenwave-core's [`ObsLayout::for_signal`]);
+/// refused when it does not fit a logged transition ([`OBS_CAPACITY`]).
+fn checked_layout(
+    detector_lanes: usize,
+    plan: &PhasePlan,
+    program_clock: bool,
+) -> Result<ObsLayout, ControllerError> {
+    match ObsLayout::for_signal(detector_lanes, plan.n_phases(), program_clock) {
+        Some(layout) if layout.dim() <= OBS_CAPACITY => Ok(layout),
+        other => Err(ControllerError::ObservationTooLarge {
+            dim: other.map_or(usize::MAX, |l| l.dim()),
+            capacity: OBS_CAPACITY,
+        }),
+    }
+}
+
 /// The signal controller for one intersection: `G` signal groups (one per movement of the
 /// plan), `L` lanes, a ring of `R` transitions. The policy blob is borrowed for `'b` (in
 /// firmware: `'static`, from flash).
@@ -214,16 +231,7 @@ where
                 movements,
             });
         }
-        let layout = ObsLayout {
-            n_lanes: L as u16,
-            n_phases: plan.n_phases() as u8,
-        };
-        if layout.dim() > OBS_CAPACITY {
-            return Err(ControllerError::ObservationTooLarge {
-                dim: layout.dim(),
-                capacity: OBS_CAPACITY,
-            });
-        }
+        let layout = checked_layout(L, &plan, false)?;
         let all = MovementSet(if G >= 32 { u32::MAX } else { (1u32 << G) - 1 });
         for (lane, cfg) in board.lanes.iter().enumerate() {
             if cfg.movements.is_empty() || !cfg.movements.minus(all).is_empty() {
@@ -324,16 +332,7 @@ where
         clock
             .check_plan(plan)
             .map_err(ControllerError::ProgramClock)?;
-        let layout = ObsLayout {
-            n_lanes: (L + plan.n_phases()) as u16,
-            n_phases: plan.n_phases() as u8,
-        };
-        if layout.dim() > OBS_CAPACITY {
-            return Err(ControllerError::ObservationTooLarge {
-                dim: layout.dim(),
-                capacity: OBS_CAPACITY,
-            });
-        }
+        let layout = checked_layout(L, plan, true)?;
         self.policy = Policy::load(self.blob, plan.hash(), layout);
         self.layout = layout;
         self.program_clock = Some(clock);

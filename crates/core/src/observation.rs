@@ -122,6 +122,33 @@ pub struct ObsLayout {
 }
 
 impl ObsLayout {
+    /// The layout of a signal whose detectors supply `detector_lanes` lanes under a plan of
+    /// `n_phases` phases, with the program clock's `n_phases` lanes after them when
+    /// `program_clock` (the module docs). The one place the clock's lanes are added: the
+    /// simulators, the runtime and the firmware all build their layouts here, and
+    /// [`ObsLayout::detector_lanes`] is its inverse. `None` when the lanes do not fit the
+    /// layout's `u16` or the phases its `u8`.
+    pub fn for_signal(detector_lanes: usize, n_phases: usize, program_clock: bool) -> Option<Self> {
+        let clock_lanes = if program_clock { n_phases } else { 0 };
+        let n_lanes = detector_lanes.checked_add(clock_lanes)?;
+        Some(ObsLayout {
+            n_lanes: u16::try_from(n_lanes).ok()?,
+            n_phases: u8::try_from(n_phases).ok()?,
+        })
+    }
+
+    /// The lanes a signal's detectors supply: the layout's, less the program clock's one
+    /// per phase when `program_clock` (the inverse of [`ObsLayout::for_signal`]; 0 for a
+    /// layout too narrow to hold the clock).
+    pub const fn detector_lanes(&self, program_clock: bool) -> usize {
+        let clock_lanes = if program_clock {
+            self.n_phases as usize
+        } else {
+            0
+        };
+        (self.n_lanes as usize).saturating_sub(clock_lanes)
+    }
+
     /// Number of floats in an observation.
     pub const fn dim(&self) -> usize {
         2 * self.n_lanes as usize + self.n_phases as usize + 3
@@ -263,6 +290,57 @@ mod tests {
         obs[39] = 1.0;
         obs[41] = 1.0;
         assert_eq!(wide.mask_from_obs(&obs), None);
+    }
+
+    #[test]
+    fn a_program_clock_adds_one_lane_per_phase() {
+        let plain = ObsLayout::for_signal(12, 4, false).unwrap();
+        assert_eq!(
+            plain,
+            ObsLayout {
+                n_lanes: 12,
+                n_phases: 4
+            }
+        );
+        let clocked = ObsLayout::for_signal(12, 4, true).unwrap();
+        assert_eq!(clocked.n_lanes, 16);
+        assert_eq!(clocked.dim(), plain.dim() + 8);
+        assert_eq!(clocked.detector_lanes(true), 12);
+        assert_eq!(clocked.detector_lanes(false), 16);
+        assert_eq!(
+            ObsLayout::for_signal(0, 3, false)
+                .unwrap()
+                .detector_lanes(true),
+            0
+        );
+        assert_eq!(ObsLayout::for_signal(65_533, 4, true), None);
+        assert_eq!(
+            ObsLayout::for_signal(65_535, 0, true).unwrap().n_lanes,
+            u16::MAX
+        );
+        assert_eq!(ObsLayout::for_signal(usize::MAX, 1, true), None);
+        assert_eq!(ObsLayout::for_signal(1, 256, false), None);
+    }
+
+    proptest::proptest! {
+        /// `detector_lanes` undoes `for_signal`, clock or not.
+        #[test]
+        fn detector_lanes_inverts_for_signal(
+            lanes in 0usize..70_000,
+            phases in 0usize..300,
+            clock: bool,
+        ) {
+            match ObsLayout::for_signal(lanes, phases, clock) {
+                Some(layout) => {
+                    proptest::prop_assert_eq!(layout.detector_lanes(clock), lanes);
+                    proptest::prop_assert_eq!(layout.n_phases as usize, phases);
+                }
+                None => {
+                    let clock_lanes = if clock { phases } else { 0 };
+                    proptest::prop_assert!(phases > 255 || lanes + clock_lanes > 65_535);
+                }
+            }
+        }
     }
 
     #[test]

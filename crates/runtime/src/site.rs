@@ -76,6 +76,15 @@ pub struct SiteSignal {
     pub program_clock: Option<SiteProgramClock>,
 }
 
+impl SiteSignal {
+    /// Its observation layout: the `n_lanes` detector lanes, then with `program_clock` one
+    /// lane per phase (greenwave-core's [`ObsLayout::for_signal`]). `None` when they do not
+    /// fit a layout (refused when the file is read).
+    fn layout(&self, program_clock: bool) -> Option<ObsLayout> {
+        ObsLayout::for_signal(self.n_lanes.into(), self.plan.n_phases(), program_clock)
+    }
+}
+
 /// A junction's timing program as a site configuration writes it:
 /// `program_clock = { offset_ms = 13000, stages = [{ phase = 0, duration = 45000 }, ...] }`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -209,16 +218,14 @@ impl SiteConfig {
             .map(|s| {
                 // Checked when the file was read.
                 let program_clock = s.program_clock.as_ref().and_then(|c| c.clock(&s.plan).ok());
-                let clock_lanes = program_clock
-                    .as_ref()
-                    .map_or(0, |_| s.plan.n_phases() as u16);
+                let layout = s.layout(program_clock.is_some()).unwrap_or(ObsLayout {
+                    n_lanes: u16::MAX,
+                    n_phases: s.plan.n_phases() as u8,
+                });
                 SignalSpec {
                     id: s.id.clone(),
                     plan: s.plan.clone(),
-                    layout: ObsLayout {
-                        n_lanes: s.n_lanes.saturating_add(clock_lanes),
-                        n_phases: s.plan.n_phases() as u8,
-                    },
+                    layout,
                     initial_phase: PhaseId(s.initial_phase),
                     program_clock,
                 }
@@ -280,6 +287,14 @@ impl SiteConfig {
             if let Some(c) = &s.program_clock {
                 c.clock(&s.plan)
                     .map_err(|e| format!("{name}: program_clock: {e}"))?;
+            }
+            if s.layout(s.program_clock.is_some()).is_none() {
+                return Err(format!(
+                    "{name}: n_lanes {} and the program clock's lane per phase do not fit an \
+                     observation (at most {} lanes)",
+                    s.n_lanes,
+                    u16::MAX
+                ));
             }
             if let Some(a) = &s.actuated {
                 if !(a.passage_s.is_finite() && a.passage_s >= 0.0) {
@@ -353,6 +368,18 @@ mod tests {
                 .contains("signal 0 (`c`): program_clock: stage 3: phase 9"),
             "{e}"
         );
+        // Detector lanes that leave no room for the clock's are refused too.
+        let mut wide = s.clone();
+        wide.signals[0].n_lanes = u16::MAX - 3;
+        let e = SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("signal 0 (`c`): n_lanes 65532 and the program clock"),
+            "{e}"
+        );
+        wide.signals[0].n_lanes = u16::MAX - 4;
+        let ok = SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).unwrap();
+        assert_eq!(ok.signal_specs()[0].layout.n_lanes, u16::MAX);
     }
 
     #[test]

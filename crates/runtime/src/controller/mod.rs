@@ -63,11 +63,7 @@ pub struct SignalSpec {
 impl SignalSpec {
     /// Lanes the field's detectors supply: the layout's, less the program clock's.
     pub fn field_lanes(&self) -> usize {
-        let clock = match self.program_clock {
-            Some(_) => self.plan.n_phases(),
-            None => 0,
-        };
-        (self.layout.n_lanes as usize).saturating_sub(clock)
+        self.layout.detector_lanes(self.program_clock.is_some())
     }
 }
 

@@ -1200,21 +1200,14 @@ pub const STOP_BAR_ZONE_M: f64 = 60.0;
 /// The signal's observation layout: [`ZONES_PER_LANE`] zones per incoming lane, then with
 /// `program_clock` one program-clock lane per plan phase.
 pub fn observed_layout(m: &TlsModel, program_clock: bool) -> Result<ObsLayout, SumoError> {
-    let clock_lanes = if program_clock { m.plan.n_phases() } else { 0 };
-    let n_lanes = m
-        .in_lanes
+    m.in_lanes
         .len()
         .checked_mul(ZONES_PER_LANE)
-        .and_then(|n| n.checked_add(clock_lanes))
-        .and_then(|n| u16::try_from(n).ok())
+        .and_then(|zones| ObsLayout::for_signal(zones, m.plan.n_phases(), program_clock))
         .ok_or_else(|| SumoError::Tls {
             tls: m.id.clone(),
             message: format!("{} incoming lanes", m.in_lanes.len()),
-        })?;
-    Ok(ObsLayout {
-        n_lanes,
-        n_phases: m.plan.n_phases() as u8,
-    })
+        })
 }
 
 /// The signals' specs: id, plan, observation layout and lane–phase incidence. A
