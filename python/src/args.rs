@@ -45,40 +45,30 @@ impl<'py> Kwargs<'_, 'py> {
         value_err(format!("{key}= must be {want}: {e}"))
     }
 
-    fn string(&self, key: &str) -> PyResult<Option<String>> {
+    /// The value of `key` as a `T`, or an error naming the key and `want`.
+    fn typed<T>(&self, key: &str, want: &str) -> PyResult<Option<T>>
+    where
+        T: for<'a> FromPyObject<'a, 'py>,
+    {
         self.value(key)?
-            .map(|v| {
-                v.extract::<String>()
-                    .map_err(|e| Self::bad(key, "a string", e))
-            })
+            .map(|v| v.extract::<T>().map_err(|e| Self::bad(key, want, e.into())))
             .transpose()
+    }
+
+    fn string(&self, key: &str) -> PyResult<Option<String>> {
+        self.typed(key, "a string")
     }
 
     fn number(&self, key: &str) -> PyResult<Option<f64>> {
-        self.value(key)?
-            .map(|v| {
-                v.extract::<f64>()
-                    .map_err(|e| Self::bad(key, "a number", e))
-            })
-            .transpose()
+        self.typed(key, "a number")
     }
 
     fn flag(&self, key: &str) -> PyResult<Option<bool>> {
-        self.value(key)?
-            .map(|v| {
-                v.extract::<bool>()
-                    .map_err(|e| Self::bad(key, "True or False", e))
-            })
-            .transpose()
+        self.typed(key, "True or False")
     }
 
     fn path(&self, key: &str) -> PyResult<Option<PathBuf>> {
-        self.value(key)?
-            .map(|v| {
-                v.extract::<PathBuf>()
-                    .map_err(|e| Self::bad(key, "a path", e))
-            })
-            .transpose()
+        self.typed(key, "a path")
     }
 
     /// One path or a list of them.
@@ -119,12 +109,9 @@ pub fn spec_from_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(EnvSpec
         .map(parse_reward)
         .transpose()
         .map_err(value_err)?;
-    let seed = match kw.value("seed")? {
-        Some(v) => v
-            .extract::<u64>()
-            .map_err(|e| Kwargs::bad("seed", "a non-negative integer", e))?,
-        None => 0,
-    };
+    let seed = kw
+        .typed::<u64>("seed", "a non-negative integer")?
+        .unwrap_or(0);
     let spec = EnvSpec {
         backend,
         episode_s: kw.number("episode_s")?,

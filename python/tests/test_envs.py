@@ -122,6 +122,12 @@ def test_bad_input_is_a_clear_error():
         SignalEnv(sceanrio="single-4way")
     with pytest.raises(ValueError, match="episode_s= must be a number"):
         SignalEnv(episode_s="long")
+    with pytest.raises(ValueError, match="reward= must be a string"):
+        SignalEnv(reward=3)
+    with pytest.raises(ValueError, match="net= must be a path"):
+        SignalEnv(backend="sumo", net=3)
+    with pytest.raises(ValueError, match="seed= must be a non-negative integer"):
+        NativeEnv(scenario="single-4way", seed=-1)
     with pytest.raises(ValueError, match="whole seconds"):
         SignalEnv(scenario="single-4way", episode_s=0.5)
     env = SignalEnv(scenario="single-4way")
