@@ -21,7 +21,7 @@ use greenwave_runtime::controller::{
 };
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
 use greenwave_runtime::log::{LogConfig, LogWriter, SyncPolicy};
-use greenwave_runtime::site::SiteConfig;
+use greenwave_runtime::site::{ClockTime, SiteConfig};
 #[cfg(feature = "sim")]
 use greenwave_sim::EpisodeMetrics;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -265,6 +265,7 @@ fn run_site(args: &RunArgs, path: &std::path::Path, quiet: bool) -> Result<()> {
         interval: site.decision_interval(),
         fallback: site.fallback(args.fallback),
         seconds: args.seconds.unwrap_or(f64::INFINITY),
+        clock_time: site.program_clock_time,
     };
     if let Some(replay) = &args.replay {
         let detectors = ReplaySource::open(replay, &setup.specs)?;
@@ -357,6 +358,7 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
             fallback,
             interval,
             seconds,
+            clock_time: ClockTime::Controller,
         };
         return drive(args, field, setup, quiet);
     }
@@ -375,6 +377,7 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
         seconds: args
             .seconds
             .unwrap_or(f64::from(scenario.episode().0) / 1000.0),
+        clock_time: ClockTime::Controller,
     };
     match &args.replay {
         Some(path) => {
@@ -402,6 +405,8 @@ struct Setup {
     fallback: Fallback,
     interval: Millis,
     seconds: f64,
+    /// The time the specs' program clocks count on (a site's `program_clock_time`).
+    clock_time: ClockTime,
 }
 
 fn drive<F: Field>(args: &RunArgs, field: F, setup: Setup, quiet: bool) -> Result<()> {
@@ -419,14 +424,19 @@ fn drive<F: Field>(args: &RunArgs, field: F, setup: Setup, quiet: bool) -> Resul
 
 fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: bool) -> Result<()> {
     let Setup {
-        specs,
+        mut specs,
         fallback,
         interval,
         seconds,
+        clock_time,
     } = setup;
     let (policy, policy_report) = policy_or_fallback(args, &specs, interval)?;
     let log = open_log(args)?;
     let cfg = controller_config(args, interval);
+    // Last before the controller starts, so that its time 0 is this Unix time.
+    if clock_time == ClockTime::Unix {
+        clock_time.to_controller_time(&mut specs, unix_now_ms()?);
+    }
     let mut controller = Controller::new(specs, policy, fallback, cfg, Some(log))?;
 
     // Until the field ends (a replay's last line) when no length is given: no total.
@@ -539,6 +549,17 @@ fn controller_config(args: &RunArgs, interval: Millis) -> ControllerConfig {
     cfg.healthy_period = Millis::from_secs(args.healthy_s);
     cfg.max_red = args.max_red_s.map(Millis::from_secs);
     cfg
+}
+
+/// The system clock's time, ms since the Unix epoch.
+fn unix_now_ms() -> Result<u64> {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context(
+            "the system clock reads before 1970: a site with program_clock_time = \"unix\" \
+             needs the time of day",
+        )?;
+    Ok(since.as_millis() as u64)
 }
 
 /// The live status line on stderr (hidden with `--quiet`).

@@ -360,3 +360,103 @@ fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
         "{err}"
     );
 }
+
+/// A site with `program_clock_time = "unix"`: the controller reads the program-clock lanes
+/// of the system clock's time of day, not of its own time since it started.
+#[test]
+fn a_unix_time_program_clock_follows_the_system_clock() {
+    use greenwave_core::{ClockStage, Millis, ObsLayout, ProgramClock};
+    use greenwave_runtime::site::{ClockTime, SiteConfig};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    let unix_ms = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let dir = common::tmp("unix-clock");
+    let scenario = greenwave_sim::load("single-4way").unwrap();
+    let sim = greenwave_runtime::controller::SimField::new(
+        greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0),
+    );
+    let mut specs = sim.signal_specs();
+    let detected = specs[0].layout.n_lanes as usize;
+    let p = specs[0].plan.n_phases();
+    let layout = ObsLayout::for_signal(detected, p, true).unwrap();
+    // A cycle (whole seconds, 40–100 s) that the Unix time now is near the middle of, so a
+    // clock read on the controller's own time (0 at its start) is about half a cycle off.
+    let t0 = unix_ms();
+    let cycle_s = (40u64..=100)
+        .find(|c| (c * 1000 / 3..c * 2000 / 3).contains(&(t0 % (c * 1000))))
+        .unwrap();
+    let green_ms = ((cycle_s * 1000 - 10_000) / 2) as u32;
+    let stages =
+        [(0u8, green_ms), (1, 5_000), (2, green_ms), (3, 5_000)].map(|(p, ms)| ClockStage {
+            phase: p,
+            duration: Millis(ms),
+        });
+    let on_unix = ProgramClock::new(&stages, 0).unwrap();
+    specs[0].program_clock = Some(on_unix.clone());
+    specs[0].layout = layout;
+    let mut site = SiteConfig::from_specs(
+        "unix clock",
+        sim.decision_interval(),
+        &specs,
+        &Fallback::for_scenario(&scenario, FallbackKind::FixedTime),
+    );
+    site.program_clock_time = ClockTime::Unix;
+    let site_file = dir.join("site.toml");
+    std::fs::write(&site_file, site.to_toml().unwrap()).unwrap();
+    // A policy that reads the clock, signed.
+    let weights = common::synthetic_weights(layout, &[16], 7);
+    let onnx = common::write_export_clocked(
+        &dir,
+        &weights,
+        &specs[0].plan,
+        sim.decision_interval(),
+        true,
+    );
+    let (keys, _) = bundle::keygen(&dir.join("site"), false).unwrap();
+    let key = bundle::load_signing_key(&keys.secret).unwrap();
+    bundle::pack_and_sign(&common::inputs(&onnx), &key, &dir.join("bundle")).unwrap();
+
+    let started = unix_ms();
+    let v = run_json(&[
+        "run",
+        "--bundle",
+        dir.join("bundle").to_str().unwrap(),
+        "--trust",
+        keys.public.to_str().unwrap(),
+        "--site",
+        site_file.to_str().unwrap(),
+        "--scenario",
+        "single-4way",
+        "--seconds",
+        "300",
+        "--json",
+        "--log-dir",
+        dir.join("log").to_str().unwrap(),
+    ]);
+    let ended = unix_ms();
+    assert_eq!(v["policy"]["loaded"], true, "{v}");
+    let (records, issues) = read_all(dir.join("log")).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(records.len(), 60);
+    // The controller started (its time 0) between `started` and `ended`.
+    let clock_phase = |obs: &[f32]| obs[detected..detected + p].iter().position(|&x| x == 1.0);
+    let mut off_by_half = 0;
+    for r in &records {
+        let t = &r.transition;
+        let seen = clock_phase(&t.obs).map(|k| k as u8);
+        let expected = [started, ended].map(|s| on_unix.phase_at(s + t.timestamp_ms).0);
+        assert!(
+            expected.contains(&seen.unwrap()),
+            "at {} ms the clock reads {seen:?}, the Unix program {expected:?}",
+            t.timestamp_ms
+        );
+        off_by_half += usize::from(on_unix.phase_at(t.timestamp_ms).0 != seen.unwrap());
+    }
+    // Read on the controller's own time instead, most decisions would differ.
+    assert!(off_by_half >= 20, "{off_by_half} of 60 differ");
+}

@@ -14,6 +14,8 @@
 //! actuated = { passage_s = 1.0, max_green = [30000, 15000] }                  # optional
 //! # optional, for a policy that reads the junction's program as a clock (its manifest's
 //! # `program_clock`): the controller adds one lane per phase after the n_lanes detectors
+//! # `offset_ms` is on the controller's time (ms since it started), or with
+//! # `program_clock_time = "unix"` (a top-level key) on Unix time
 //! program_clock = { offset_ms = 0, stages = [{ phase = 0, duration = 23000 }, { phase = 1, duration = 13000 }] }
 //! [signal.plan]            # greenwave-core's PhasePlan, validated as it is read
 //! movements = [{ approach = 0, turn = "Through" }, ...]
@@ -43,9 +45,49 @@ pub struct SiteConfig {
     pub site: String,
     /// Time between decisions, ms.
     pub decision_interval_ms: u32,
+    /// The time the signals' `program_clock` offsets are counted on: `"controller"` (the
+    /// default) or `"unix"`.
+    #[serde(default, skip_serializing_if = "ClockTime::is_controller")]
+    pub program_clock_time: ClockTime,
     /// The signals the cabinet controls, in controller order.
     #[serde(rename = "signal")]
     pub signals: Vec<SiteSignal>,
+}
+
+/// The time a site's program clocks count on (the `program_clock_time` key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockTime {
+    /// Milliseconds since the controller started (its first green): where the program
+    /// stands in its cycle then depends on when the cabinet was started, so `offset_ms`
+    /// must be set for that moment. What `greenwave site` writes (0 at the simulation's
+    /// `--begin`).
+    #[default]
+    Controller,
+    /// Milliseconds since the Unix epoch (UTC), as the system clock reads when the
+    /// controller starts: `offset_ms` is a Unix time (any one, modulo the cycle) at which
+    /// the program begins a cycle, so a restart keeps the program where it was and
+    /// controllers on one time reference stay in step. `offset_ms = 0` with a cycle that
+    /// divides a day starts a cycle at every UTC midnight.
+    Unix,
+}
+
+impl ClockTime {
+    fn is_controller(&self) -> bool {
+        *self == ClockTime::Controller
+    }
+
+    /// Moves each spec's program clock onto the controller's time, for a controller that
+    /// starts (its time 0) at Unix time `started_unix_ms`: for [`ClockTime::Unix`] through
+    /// [`ProgramClock::with_time_origin`]; [`ClockTime::Controller`] clocks are on it
+    /// already.
+    pub fn to_controller_time(self, specs: &mut [SignalSpec], started_unix_ms: u64) {
+        if self == ClockTime::Unix {
+            for clock in specs.iter_mut().filter_map(|s| s.program_clock.as_mut()) {
+                *clock = clock.with_time_origin(started_unix_ms);
+            }
+        }
+    }
 }
 
 /// One signal of a site.
@@ -90,8 +132,9 @@ impl SiteSignal {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SiteProgramClock {
-    /// Controller time (ms since it started; any sign) at which the program's cycle
-    /// begins, modulo the cycle.
+    /// A time at which the program's cycle begins (any sign; only its remainder modulo
+    /// the cycle matters), in ms on the site's `program_clock_time`: since the controller
+    /// started (the default), or since the Unix epoch.
     pub offset_ms: i64,
     /// The program's stages in order: each phase with the time it holds, its change
     /// interval included (greenwave-core's `ClockStage`).
@@ -202,6 +245,7 @@ impl SiteConfig {
         SiteConfig {
             site: site.to_string(),
             decision_interval_ms: decision_interval.0,
+            program_clock_time: ClockTime::Controller,
             signals,
         }
     }
@@ -380,6 +424,52 @@ mod tests {
         wide.signals[0].n_lanes = u16::MAX - 4;
         let ok = SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).unwrap();
         assert_eq!(ok.signal_specs()[0].layout.n_lanes, u16::MAX);
+    }
+
+    #[test]
+    fn a_unix_program_clock_keeps_its_place_in_the_cycle_across_starts() {
+        let stages =
+            [(0u8, 25_000u32), (1, 5_000), (2, 25_000), (3, 5_000)].map(|(p, ms)| ClockStage {
+                phase: p,
+                duration: Millis(ms),
+            });
+        let mut spec = site().signal_specs().remove(0);
+        spec.program_clock = Some(ProgramClock::new(&stages, 0).unwrap());
+        spec.layout.n_lanes += 4;
+        let fallback = Fallback::fixed_time(vec![FixedCycle::midpoint(&spec.plan)]);
+        let mut s = SiteConfig::from_specs("unix", Millis(5000), &[spec], &fallback);
+        s.program_clock_time = ClockTime::Unix;
+        let text = s.to_toml().unwrap();
+        assert!(text.contains("program_clock_time = \"unix\""), "{text}");
+        let back = SiteConfig::parse(&text, Path::new("site.toml")).unwrap();
+        assert_eq!(back, s);
+        let on_unix = back.signal_specs()[0].program_clock.clone().unwrap();
+        // Two controllers, started 23 s and 51 s into a cycle (Unix time mod 60 s), see
+        // the program where the Unix clock has it, each on its own time.
+        for started in [1_700_000_003_000u64, 1_700_000_031_000] {
+            let mut specs = back.signal_specs();
+            ClockTime::Unix.to_controller_time(&mut specs, started);
+            let clock = specs[0].program_clock.as_ref().unwrap();
+            for t in (0..120_000).step_by(1_000) {
+                assert_eq!(clock.phase_at(t), on_unix.phase_at(started + t), "t = {t}");
+            }
+        }
+        let mut specs = back.signal_specs();
+        specs[0].program_clock = Some(on_unix.clone());
+        // 1_700_000_003_000 is 23 s into a cycle: phase 0 until 25 s, then phase 1.
+        ClockTime::Unix.to_controller_time(&mut specs, 1_700_000_003_000);
+        let clock = specs[0].program_clock.as_ref().unwrap();
+        assert_eq!(clock.phase_at(1_000), PhaseId(0));
+        assert_eq!(clock.phase_at(2_000), PhaseId(1));
+        // The controller's own time is left as it is.
+        let mut specs = back.signal_specs();
+        ClockTime::Controller.to_controller_time(&mut specs, 1_700_000_003_000);
+        assert_eq!(specs[0].program_clock.as_ref(), Some(&on_unix));
+        // The default is not written, and an unknown time is refused by name.
+        assert!(!site().to_toml().unwrap().contains("program_clock_time"));
+        let bad = text.replace("\"unix\"", "\"local\"");
+        let e = SiteConfig::parse(&bad, Path::new("site.toml")).unwrap_err();
+        assert!(e.to_string().contains("local"), "{e}");
     }
 
     #[test]

@@ -88,7 +88,19 @@ pub fn write_export(
     plan: &PhasePlan,
     interval: Millis,
 ) -> PathBuf {
-    let manifest = Manifest::new(
+    write_export_clocked(dir, weights, plan, interval, false)
+}
+
+/// [`write_export`], for a policy whose last `n_phases` lanes are program-clock lanes
+/// when `program_clock` (the manifest's flag).
+pub fn write_export_clocked(
+    dir: &Path,
+    weights: &PolicyWeights,
+    plan: &PhasePlan,
+    interval: Millis,
+    program_clock: bool,
+) -> PathBuf {
+    let mut manifest = Manifest::new(
         plan,
         weights.obs_layout,
         interval,
@@ -99,6 +111,7 @@ pub fn write_export(
             ..Provenance::default()
         },
     );
+    manifest.program_clock = program_clock;
     let out = dir.join("policy.onnx");
     std::fs::write(&out, onnx::export(weights, &manifest)).unwrap();
     let mlp = weights.actor_mlp(plan.hash(), manifest.policy_version);
