@@ -437,6 +437,8 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
         "--json",
         "--log-dir",
         dir.join("log").to_str().unwrap(),
+        "--record",
+        dir.join("r.jsonl").to_str().unwrap(),
     ]);
     let ended = unix_ms();
     assert_eq!(v["policy"]["loaded"], true, "{v}");
@@ -459,4 +461,33 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     }
     // Read on the controller's own time instead, most decisions would differ.
     assert!(off_by_half >= 20, "{off_by_half} of 60 differ");
+
+    // The recording holds the detector lanes only (the clock's are the controller's), so
+    // it replays on the same junction's site with or without the clock.
+    let mut plain = site.clone();
+    plain.program_clock_time = ClockTime::Controller;
+    plain.signals[0].program_clock = None;
+    let plain_file = dir.join("plain.toml");
+    std::fs::write(&plain_file, plain.to_toml().unwrap()).unwrap();
+    for (file, clocked) in [(&site_file, true), (&plain_file, false)] {
+        let v = run_json(&[
+            "run",
+            "--bundle",
+            dir.join("bundle").to_str().unwrap(),
+            "--trust",
+            keys.public.to_str().unwrap(),
+            "--site",
+            file.to_str().unwrap(),
+            "--replay",
+            dir.join("r.jsonl").to_str().unwrap(),
+            "--seconds",
+            "300",
+            "--json",
+            "--log-dir",
+            dir.join(format!("replayed-{clocked}")).to_str().unwrap(),
+        ]);
+        assert_eq!(v["decisions"], 60, "{v}");
+        // The clock-reading bundle runs only where the site gives the clock.
+        assert_eq!(v["policy"]["loaded"], clocked, "{v}");
+    }
 }

@@ -9,6 +9,9 @@
 //! {"t_ms":0,"rewards":[0.0],"lanes":[[[0.1,0.0],[0.2,0.05],null, ...]]}
 //! ```
 //!
+//! A signal's `n_lanes` counts its detector lanes ([`SignalSpec::field_lanes`]): where the
+//! controller writes a program clock's lanes itself, those are not recorded, so a
+//! recording replays on the junction's site with or without the clock.
 //! `lanes[signal][lane]` is `[density, queue]` (fractions of lane storage), or `null` when
 //! that detector did not report; `rewards[signal]` is the reward of the interval that
 //! ended at this decision point (ignored on the first line), of the header's `reward_kind`
@@ -66,11 +69,12 @@ fn no_movements(m: &[Option<Vec<MovementDetector>>]) -> bool {
     m.iter().all(Option::is_none)
 }
 
-/// Detector readings replayed from a file.
+/// Detector readings replayed from a file (or, with [`ReplaySource::from_reader`], any
+/// reader of the same lines).
 #[derive(Debug)]
-pub struct ReplaySource {
+pub struct ReplaySource<R = BufReader<File>> {
     path: PathBuf,
-    lines: std::io::Lines<BufReader<File>>,
+    lines: std::io::Lines<R>,
     line_no: usize,
     interval: Millis,
     current: Line,
@@ -78,14 +82,25 @@ pub struct ReplaySource {
 }
 
 impl ReplaySource {
-    /// Opens `path` for a controller running `signals` (their count and lane counts must
-    /// match the header).
+    /// Opens `path` for a controller running `signals` (their count and detector lane
+    /// counts, [`SignalSpec::field_lanes`], must match the header).
     pub fn open(path: &Path, signals: &[SignalSpec]) -> Result<Self, DetectorError> {
         let file = File::open(path)
             .map_err(|e| DetectorError::Source(format!("replay {}: {e}", path.display())))?;
+        Self::from_reader(BufReader::new(file), path, signals)
+    }
+}
+
+impl<R: BufRead> ReplaySource<R> {
+    /// [`ReplaySource::open`] on the lines of `reader`; `path` names it in errors.
+    pub fn from_reader(
+        reader: R,
+        path: &Path,
+        signals: &[SignalSpec],
+    ) -> Result<Self, DetectorError> {
         let mut src = ReplaySource {
             path: path.to_path_buf(),
-            lines: BufReader::new(file).lines(),
+            lines: reader.lines(),
             line_no: 0,
             interval: Millis::ZERO,
             current: Line {
@@ -106,7 +121,8 @@ impl ReplaySource {
             )));
         }
         let lanes: Vec<u16> = header.signals.iter().map(|s| s.n_lanes).collect();
-        let want: Vec<u16> = signals.iter().map(|s| s.layout.n_lanes).collect();
+        // The detector lanes: a program clock's lanes are the controller's, never recorded.
+        let want: Vec<u16> = signals.iter().map(|s| s.field_lanes() as u16).collect();
         if lanes != want {
             return Err(src.err(&format!(
                 "recorded for signals with {lanes:?} lanes, the controller has {want:?}"
@@ -160,7 +176,7 @@ impl ReplaySource {
     }
 }
 
-impl DetectorSource for ReplaySource {
+impl<R: BufRead> DetectorSource for ReplaySource<R> {
     fn read(&mut self, signal: usize, lanes: &mut [LaneReading]) -> Result<(), DetectorError> {
         let recorded = self
             .current
@@ -235,7 +251,7 @@ impl<D: DetectorSource> ReplayRecorder<D> {
                 .iter()
                 .map(|s| HeaderSignal {
                     id: s.id.clone(),
-                    n_lanes: s.layout.n_lanes,
+                    n_lanes: s.field_lanes() as u16,
                 })
                 .collect(),
         };
@@ -251,7 +267,7 @@ impl<D: DetectorSource> ReplayRecorder<D> {
                 rewards: vec![0.0; n],
                 lanes: signals
                     .iter()
-                    .map(|s| vec![None; s.layout.n_lanes as usize])
+                    .map(|s| vec![None; s.field_lanes()])
                     .collect(),
                 movements: vec![None; n],
             },
