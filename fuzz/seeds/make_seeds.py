@@ -160,3 +160,35 @@ damaged = bytearray(v2)
 damaged[len(v2) // 2] ^= 0x10
 put("log_segment", "py-v2-bit-flip", bytes(damaged))
 put("log_segment", "py-v2-torn-header", v2[40:])
+
+# --- site_config: even first byte = a site configuration TOML, odd = a replay file. Written
+# by the binaries themselves: $GREENWAVE (greenwave built with feature sumo, default
+# target/release/greenwave) and target/release/greenwave-controller.
+GW = os.environ.get("GREENWAVE", "target/release/greenwave")
+CTL = "target/release/greenwave-controller"
+with tempfile.TemporaryDirectory() as d:
+    subprocess.run([GW, "site", "--scenario", "single-4way", "--out", f"{d}/s.toml"],
+                   check=True, capture_output=True)
+    site = read(f"{d}/s.toml")
+    put("site_config", "single-4way.toml", b"\x00" + site)
+    subprocess.run([GW, "site", "--scenario", "arterial-3", "--out", f"{d}/a.toml"],
+                   check=True, capture_output=True)
+    put("site_config", "arterial-3.toml", b"\x00" + read(f"{d}/a.toml"))
+    subprocess.run([GW, "site", "--backend", "sumo", "--net", "crates/sim/fixtures/sumo/single.net.xml",
+                    "--routes", "crates/sim/fixtures/sumo/single.rou.xml", "--out", f"{d}/sumo.toml"],
+                   check=True, capture_output=True)
+    sumo_site = read(f"{d}/sumo.toml")
+    put("site_config", "sumo-single-clock.toml", b"\x00" + sumo_site)
+    put("site_config", "sumo-single-clock-unix.toml",
+        b"\x00" + b'program_clock_time = "unix"\n' + sumo_site)
+    # No bundle: the fallback runs, and the detector readings are recorded all the same.
+    nob = ["--bundle", f"{d}/none", "--trust", f"{d}/none"]
+    subprocess.run([CTL, "--quiet", "run", *nob, "--scenario", "single-4way", "--seconds", "60",
+                    "--log-dir", f"{d}/log", "--record", f"{d}/r.jsonl"],
+                   check=True, capture_output=True)
+    put("site_config", "single-4way.replay.jsonl", b"\x01" + read(f"{d}/r.jsonl"))
+    subprocess.run([CTL, "--quiet", "run", *nob, "--site", f"{d}/s.toml", "--scenario", "single-4way",
+                    "--fallback", "actuated", "--seconds", "30",
+                    "--log-dir", f"{d}/log2", "--record", f"{d}/r2.jsonl"],
+                   check=True, capture_output=True)
+    put("site_config", "single-4way-actuated.replay.jsonl", b"\x01" + read(f"{d}/r2.jsonl"))

@@ -28,6 +28,7 @@ pub fn all_targets() -> Vec<Target> {
         ("scenario_toml", scenario_toml),
         ("firmware_frames", firmware_frames),
         ("onnx_policy", onnx_policy),
+        ("site_config", site_config),
     ];
     #[cfg(feature = "sumo")]
     v.extend([

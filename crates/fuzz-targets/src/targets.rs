@@ -227,3 +227,92 @@ pub fn traci_reply(data: &[u8]) {
         assert_eq!(replies.len(), commands.len());
     }
 }
+
+/// A cabinet's files: its site configuration TOML (even first byte) or a replay file of
+/// recorded detector readings (odd).
+pub fn site_config(data: &[u8]) {
+    let Some((site, rest)) = split_selector(data) else {
+        return;
+    };
+    if site {
+        site_toml(rest);
+    } else {
+        replay_lines(rest);
+    }
+}
+
+/// `SiteConfig::parse`. Checks: a site that parses writes itself back as TOML that parses
+/// to the same configuration, and a controller starts on it (reading refuses whatever the
+/// controller would trip over later), its program clocks on Unix time too.
+fn site_toml(data: &[u8]) {
+    use greenwave_runtime::controller::{Controller, ControllerConfig, FallbackKind};
+    use greenwave_runtime::site::{ClockTime, SiteConfig};
+    use std::path::Path;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(site) = SiteConfig::parse(text, Path::new("fuzz.toml")) else {
+        return;
+    };
+    let again = site.to_toml().expect("a parsed site writes as TOML");
+    match SiteConfig::parse(&again, Path::new("round trip")) {
+        Ok(back) => assert_eq!(back, site, "round trip through\n{again}"),
+        Err(e) => panic!("a parsed site does not parse back from its own TOML: {e}\n{again}"),
+    }
+    let mut specs = site.signal_specs();
+    ClockTime::Unix.to_controller_time(&mut specs, 1_764_000_000_000);
+    for kind in [FallbackKind::FixedTime, FallbackKind::Actuated] {
+        let cfg = ControllerConfig::new(site.decision_interval());
+        if let Err(e) = Controller::new(
+            specs.clone(),
+            Err("none".into()),
+            site.fallback(kind),
+            cfg,
+            None,
+        ) {
+            panic!("a site that parses does not start a controller: {e}\n{text}");
+        }
+    }
+}
+
+/// `ReplaySource::from_reader` for a single-4way junction, with and without a program
+/// clock, read to its end at 5 s decisions. Checks: every advance gives one reward per
+/// signal.
+fn replay_lines(data: &[u8]) {
+    use greenwave_core::{ClockStage, LaneReading, Millis, ObsLayout, PhaseId, PhasePlan};
+    use greenwave_core::{PhaseTiming, ProgramClock};
+    use greenwave_runtime::controller::{DetectorSource, ReplaySource, SignalSpec};
+    use std::path::Path;
+    let Ok(plan) = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)) else {
+        return;
+    };
+    let stages = [0u8, 1, 2, 3].map(|phase| ClockStage {
+        phase,
+        duration: Millis::from_secs(15),
+    });
+    for clock in [None, ProgramClock::new(&stages, 0).ok()] {
+        let Some(layout) = ObsLayout::for_signal(12, plan.n_phases(), clock.is_some()) else {
+            return;
+        };
+        let spec = SignalSpec {
+            id: "c".into(),
+            plan: plan.clone(),
+            layout,
+            initial_phase: PhaseId(0),
+            program_clock: clock,
+        };
+        let Ok(mut src) = ReplaySource::from_reader(data, Path::new("fuzz.jsonl"), &[spec])
+        else {
+            continue;
+        };
+        let mut lanes = [LaneReading::default(); 12];
+        loop {
+            let _ = src.read(0, &mut lanes);
+            let _ = src.movement_detectors(0);
+            match src.advance(Millis(5000)) {
+                Ok(Some(rewards)) => assert_eq!(rewards.len(), 1),
+                _ => break,
+            }
+        }
+    }
+}
