@@ -244,6 +244,10 @@ struct RunReport {
     transitions_logged: u64,
     transitions_committed: u64,
     peak_rss_kib: Option<u64>,
+    /// For a site on Unix time (`program_clock_time = "unix"`): the Unix time (ms) the
+    /// program clocks put at the controller's time 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    program_clock_unix_origin_ms: Option<u64>,
     policy: PolicyReport,
     controller: ControllerStats,
 }
@@ -434,8 +438,19 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     let log = open_log(args)?;
     let cfg = controller_config(args, interval);
     // Last before the controller starts, so that its time 0 is this Unix time.
-    if clock_time == ClockTime::Unix {
-        clock_time.to_controller_time(&mut specs, unix_now_ms()?);
+    let unix_origin_ms = match clock_time {
+        ClockTime::Unix => Some(unix_now_ms()?),
+        ClockTime::Controller => None,
+    };
+    if let Some(origin) = unix_origin_ms {
+        clock_time.to_controller_time(&mut specs, origin);
+        if !args.realtime {
+            tracing::warn!(
+                origin_unix_ms = origin,
+                "program clocks on Unix time without --realtime: the controller's time runs \
+                 at the field's pace from this origin, not with the wall clock"
+            );
+        }
     }
     let mut controller = Controller::new(specs, policy, fallback, cfg, Some(log))?;
 
@@ -473,6 +488,7 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         transitions_logged: stats.transitions_logged,
         transitions_committed: commit.map_or(stats.transitions_committed, |c| c.committed),
         peak_rss_kib: greenwave_runtime::peak_rss_kib(),
+        program_clock_unix_origin_ms: unix_origin_ms,
         policy: policy_report,
         controller: stats,
     };
@@ -603,6 +619,9 @@ fn print_report(r: &RunReport) {
             "{:.0} simulated s in {:.2} wall s",
             m.sim_seconds, m.wall_seconds
         );
+    }
+    if let Some(origin) = r.program_clock_unix_origin_ms {
+        println!("program clocks on Unix time, controller time 0 at {origin} ms");
     }
     match &r.policy.error {
         None => println!(

@@ -384,8 +384,9 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     let detected = specs[0].layout.n_lanes as usize;
     let p = specs[0].plan.n_phases();
     let layout = ObsLayout::for_signal(detected, p, true).unwrap();
-    // A cycle (whole seconds, 40–100 s) that the Unix time now is near the middle of, so a
-    // clock read on the controller's own time (0 at its start) is about half a cycle off.
+    // A cycle (whole seconds, 40–100 s) that the Unix time now is in the middle third of,
+    // so a clock read on the controller's own time (0 at its start) is a third to two
+    // thirds of a cycle off.
     let t0 = unix_ms();
     let cycle_s = (40u64..=100)
         .find(|c| (c * 1000 / 3..c * 2000 / 3).contains(&(t0 % (c * 1000))))
@@ -442,22 +443,28 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     ]);
     let ended = unix_ms();
     assert_eq!(v["policy"]["loaded"], true, "{v}");
+    // The controller's time 0, on the Unix clock, as it reports it.
+    let origin = v["program_clock_unix_origin_ms"].as_u64().unwrap();
+    assert!(
+        (started..=ended).contains(&origin),
+        "{origin} not in {started}..={ended}"
+    );
     let (records, issues) = read_all(dir.join("log")).unwrap();
     assert!(issues.is_empty(), "{issues:?}");
     assert_eq!(records.len(), 60);
-    // The controller started (its time 0) between `started` and `ended`.
     let clock_phase = |obs: &[f32]| obs[detected..detected + p].iter().position(|&x| x == 1.0);
     let mut off_by_half = 0;
     for r in &records {
         let t = &r.transition;
         let seen = clock_phase(&t.obs).map(|k| k as u8);
-        let expected = [started, ended].map(|s| on_unix.phase_at(s + t.timestamp_ms).0);
-        assert!(
-            expected.contains(&seen.unwrap()),
-            "at {} ms the clock reads {seen:?}, the Unix program {expected:?}",
+        let expected = on_unix.phase_at(origin + t.timestamp_ms).0;
+        assert_eq!(
+            seen,
+            Some(expected),
+            "at {} ms the clock reads {seen:?}, the Unix program {expected}",
             t.timestamp_ms
         );
-        off_by_half += usize::from(on_unix.phase_at(t.timestamp_ms).0 != seen.unwrap());
+        off_by_half += usize::from(on_unix.phase_at(t.timestamp_ms).0 != expected);
     }
     // Read on the controller's own time instead, most decisions would differ.
     assert!(off_by_half >= 20, "{off_by_half} of 60 differ");

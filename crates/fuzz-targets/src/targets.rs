@@ -301,8 +301,7 @@ fn replay_lines(data: &[u8]) {
             initial_phase: PhaseId(0),
             program_clock: clock,
         };
-        let Ok(mut src) = ReplaySource::from_reader(data, Path::new("fuzz.jsonl"), &[spec])
-        else {
+        let Ok(mut src) = ReplaySource::from_reader(data, Path::new("fuzz.jsonl"), &[spec]) else {
             continue;
         };
         let mut lanes = [LaneReading::default(); 12];

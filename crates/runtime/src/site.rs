@@ -24,11 +24,13 @@
 //!
 //! `greenwave site` writes one from a scenario or a SUMO network. Reading checks
 //! everything the controller would otherwise trip over later, and names the signal and
-//! field: the plan (through [`PhasePlan`]'s own validation), the lane count, the initial
-//! phase, the fixed cycle against the plan, the decision interval.
+//! field: the plan (through [`PhasePlan`]'s own validation), the lane count (with a program
+//! clock's lanes, within a transition record's observation), the initial phase, the fixed
+//! cycle and program clock against the plan, the decision interval.
 
 use std::path::{Path, PathBuf};
 
+use greenwave_core::transition::MAX_OBS_DIM;
 use greenwave_core::{
     ActuatedSignal, ClockStage, CycleStage, FixedCycle, Millis, ObsLayout, PhaseId, PhasePlan,
     ProgramClock, ProgramClockError,
@@ -96,7 +98,8 @@ impl ClockTime {
 pub struct SiteSignal {
     /// Its name (bundles for multi-signal sites are per signal id).
     pub id: String,
-    /// Incoming lanes with detectors (the observation layout's lanes).
+    /// Incoming lanes (or detection zones) with detectors: the observation layout's lanes,
+    /// less a program clock's (which the controller writes).
     pub n_lanes: u16,
     /// The phase green at start.
     #[serde(default)]
@@ -112,8 +115,8 @@ pub struct SiteSignal {
     pub plan: PhasePlan,
     /// The junction's timing program, for a policy that reads program-clock lanes
     /// (manifest `program_clock`): the controller then adds one lane per phase after the
-    /// `n_lanes` detector lanes, set for the phase this program serves at the
-    /// controller's time.
+    /// `n_lanes` detector lanes, set for the phase this program serves at the time the
+    /// site's `program_clock_time` counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program_clock: Option<SiteProgramClock>,
 }
@@ -332,12 +335,16 @@ impl SiteConfig {
                 c.clock(&s.plan)
                     .map_err(|e| format!("{name}: program_clock: {e}"))?;
             }
-            if s.layout(s.program_clock.is_some()).is_none() {
+            let dim = s.layout(s.program_clock.is_some()).map(|l| l.dim());
+            if dim.is_none_or(|d| d > MAX_OBS_DIM) {
+                let clock = match s.program_clock {
+                    Some(_) => format!(" and the program clock's {}", s.plan.n_phases()),
+                    None => String::new(),
+                };
                 return Err(format!(
-                    "{name}: n_lanes {} and the program clock's lane per phase do not fit an \
-                     observation (at most {} lanes)",
-                    s.n_lanes,
-                    u16::MAX
+                    "{name}: n_lanes {}{clock} lanes make an observation of more than the \
+                     {MAX_OBS_DIM} floats a transition record holds",
+                    s.n_lanes
                 ));
             }
             if let Some(a) = &s.actuated {
@@ -412,18 +419,29 @@ mod tests {
                 .contains("signal 0 (`c`): program_clock: stage 3: phase 9"),
             "{e}"
         );
-        // Detector lanes that leave no room for the clock's are refused too.
+        // Detector lanes that leave no room in a transition record for the clock's are
+        // refused too: 2 × (40 + 4) + 4 + 3 = 95 floats fit the 96, 41 lanes do not.
         let mut wide = s.clone();
-        wide.signals[0].n_lanes = u16::MAX - 3;
+        wide.signals[0].n_lanes = 41;
         let e = SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).unwrap_err();
         assert!(
-            e.to_string()
-                .contains("signal 0 (`c`): n_lanes 65532 and the program clock"),
+            e.to_string().contains(
+                "signal 0 (`c`): n_lanes 41 and the program clock's 4 lanes make an \
+                 observation of more than the 96 floats"
+            ),
             "{e}"
         );
-        wide.signals[0].n_lanes = u16::MAX - 4;
+        wide.signals[0].n_lanes = 40;
         let ok = SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).unwrap();
-        assert_eq!(ok.signal_specs()[0].layout.n_lanes, u16::MAX);
+        assert_eq!(ok.signal_specs()[0].layout.dim(), 95);
+        // Without the clock, 44 lanes fit (95 floats).
+        wide.signals[0].program_clock = None;
+        wide.signals[0].n_lanes = 44;
+        assert!(SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).is_ok());
+        wide.signals[0].n_lanes = 45;
+        assert!(SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).is_err());
+        wide.signals[0].n_lanes = u16::MAX;
+        assert!(SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).is_err());
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //!
 //! A signal's `n_lanes` counts its detector lanes ([`SignalSpec::field_lanes`]): where the
 //! controller writes a program clock's lanes itself, those are not recorded, so a
-//! recording replays on the junction's site with or without the clock.
+//! recording replays on the junction's site with or without the clock. (A simulated SUMO
+//! field with its program clock supplies the clock's lanes itself: there they are recorded
+//! as detector lanes, and such a file replays only where the clock's lanes are detector
+//! lanes too.)
 //! `lanes[signal][lane]` is `[density, queue]` (fractions of lane storage), or `null` when
 //! that detector did not report; `rewards[signal]` is the reward of the interval that
 //! ended at this decision point (ignored on the first line), of the header's `reward_kind`
@@ -122,8 +125,11 @@ impl<R: BufRead> ReplaySource<R> {
         }
         let lanes: Vec<u16> = header.signals.iter().map(|s| s.n_lanes).collect();
         // The detector lanes: a program clock's lanes are the controller's, never recorded.
+        // Files recorded on a site with a program clock before 2026-11-29 gave the whole
+        // layout's lanes in the header (with the detector readings on each line).
         let want: Vec<u16> = signals.iter().map(|s| s.field_lanes() as u16).collect();
-        if lanes != want {
+        let layout: Vec<u16> = signals.iter().map(|s| s.layout.n_lanes).collect();
+        if lanes != want && lanes != layout {
             return Err(src.err(&format!(
                 "recorded for signals with {lanes:?} lanes, the controller has {want:?}"
             )));
@@ -354,5 +360,71 @@ impl<D: SignalSink> SignalSink for ReplayRecorder<D> {
 
     fn readback(&self, signal: usize) -> Option<Readback> {
         self.inner.readback(signal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use greenwave_core::{ClockStage, ObsLayout, PhaseId, PhasePlan, PhaseTiming, ProgramClock};
+
+    use super::*;
+
+    /// single-4way's plan with 12 detector lanes, and the program clock's 4 when `clock`.
+    fn spec(clock: bool) -> SignalSpec {
+        let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)).unwrap();
+        let stages = [0u8, 1, 2, 3].map(|phase| ClockStage {
+            phase,
+            duration: Millis::from_secs(15),
+        });
+        SignalSpec {
+            id: "c".into(),
+            layout: ObsLayout::for_signal(12, plan.n_phases(), clock).unwrap(),
+            plan,
+            initial_phase: PhaseId(0),
+            program_clock: clock.then(|| ProgramClock::new(&stages, 0).unwrap()),
+        }
+    }
+
+    fn file(header_lanes: u16) -> String {
+        let line = |t: u64| {
+            let lanes = ["[0.25,0.5]"; 12].join(",");
+            format!("{{\"t_ms\":{t},\"rewards\":[0.0],\"lanes\":[[{lanes}]]}}\n")
+        };
+        format!(
+            "{{\"format\":\"greenwave-replay\",\"version\":1,\"decision_interval_ms\":5000,\
+             \"signals\":[{{\"id\":\"c\",\"n_lanes\":{header_lanes}}}]}}\n{}{}",
+            line(0),
+            line(5000)
+        )
+    }
+
+    #[test]
+    fn detector_lanes_replay_with_or_without_the_clock_and_old_clocked_files_still_do() {
+        let path = Path::new("r.jsonl");
+        // The header of today's files counts the 12 detector lanes; files recorded on a
+        // clocked site before gave the layout's 16.
+        for (header, clock, opens) in [
+            (12, false, true),
+            (12, true, true),
+            (16, true, true),
+            (16, false, false),
+            (11, true, false),
+        ] {
+            let text = file(header);
+            let src = ReplaySource::from_reader(text.as_bytes(), path, &[spec(clock)]);
+            assert_eq!(src.is_ok(), opens, "header {header}, clock {clock}");
+            let Ok(mut src) = src else { continue };
+            let mut lanes = [LaneReading::default(); 12];
+            src.read(0, &mut lanes).unwrap();
+            assert_eq!(
+                lanes[11],
+                LaneReading {
+                    density: 0.25,
+                    queue: 0.5
+                }
+            );
+            assert_eq!(src.advance(Millis(5000)).unwrap(), Some(vec![0.0]));
+            assert_eq!(src.advance(Millis(5000)).unwrap(), None);
+        }
     }
 }

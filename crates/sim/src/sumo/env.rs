@@ -1445,7 +1445,8 @@ impl Env for SumoEnv {
         }
         if self.cfg.program_clock {
             let from = readings.len();
-            readings.resize(from + spec.plan.n_phases(), LaneReading::default());
+            // The layout's remaining lanes are the clock's (ObsLayout::for_signal).
+            readings.resize(spec.layout.n_lanes as usize, LaneReading::default());
             if let Some(clock) = &self.clocks[signal] {
                 clock.write_readings(self.now_ms, &mut readings[from..]);
             }
