@@ -211,6 +211,19 @@ fn attempts_against_the_same_log_are_limited() {
     log_sessions(&log, 1, 1800);
     let g = run(&log, &cfg).report.gate;
     assert!(!g.reason.contains("already judged"), "{}", g.reason);
+    // A damaged attempts file refuses the gate rather than forgetting the count.
+    let ledger = log.join(".finetune-attempts.json");
+    let mut bytes = std::fs::read(&ledger).unwrap();
+    let digit = bytes.iter().rposition(u8::is_ascii_digit).unwrap();
+    bytes[digit] ^= 0x01;
+    std::fs::write(&ledger, &bytes).unwrap();
+    let g = run(&log, &cfg).report.gate;
+    assert!(!g.accepted);
+    assert!(
+        g.reason.starts_with("refused: attempts file") && g.reason.contains("CRC-32"),
+        "{}",
+        g.reason
+    );
 }
 
 /// A bundle of the repo's model, signed by a fresh site key.

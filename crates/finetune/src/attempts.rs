@@ -3,15 +3,52 @@
 //! small JSON file. Retrying with other seeds until one candidate passes would multiply the
 //! gate's error rate; past [`super::FinetuneConfig::max_attempts`] the gate refuses without
 //! judging.
+//!
+//! The file is part of the gate's guarantee, so it fails closed: one that cannot be read,
+//! does not parse, or whose CRC-32 does not match its counts (a flipped bit can turn a 2
+//! into a 0) refuses the gate, naming the file, as does one that cannot be written. Files
+//! written before the checksum (a bare map of counts) are still read.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 
 use super::{FinetuneConfig, LogSummary};
 
 /// The attempts file.
 pub(super) struct Ledger {
     path: PathBuf,
+}
+
+/// The file as written: the counts, and a CRC-32 of their JSON.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LedgerFile {
+    attempts: BTreeMap<String, u32>,
+    crc32: u32,
+}
+
+/// CRC-32 of the counts' JSON (a `BTreeMap` writes its keys in order).
+fn checksum(counts: &BTreeMap<String, u32>) -> u32 {
+    crc32fast::hash(&serde_json::to_vec(counts).unwrap_or_default())
+}
+
+/// Why the attempts file cannot be trusted.
+#[derive(Debug, thiserror::Error)]
+#[error("attempts file {path}: {problem}")]
+pub(super) struct LedgerError {
+    path: PathBuf,
+    problem: String,
+}
+
+/// Whether a candidate may be judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Attempt {
+    /// Counted: this is attempt `number` (from 1).
+    Counted { number: u32 },
+    /// Refused: `tried` candidates were already judged, the limit or more.
+    Exhausted { tried: u32 },
 }
 
 /// The key of a log and running version.
@@ -40,25 +77,59 @@ impl Ledger {
         }
     }
 
-    fn read(&self) -> BTreeMap<String, u32> {
-        std::fs::read(&self.path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default()
+    fn error(&self, problem: String) -> LedgerError {
+        LedgerError {
+            path: self.path.clone(),
+            problem,
+        }
+    }
+
+    fn read(&self) -> Result<BTreeMap<String, u32>, LedgerError> {
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(e) => return Err(self.error(format!("reading it: {e}"))),
+        };
+        if let Ok(f) = serde_json::from_slice::<LedgerFile>(&bytes) {
+            return match checksum(&f.attempts) == f.crc32 {
+                true => Ok(f.attempts),
+                false => Err(self.error("its CRC-32 does not match its counts (damaged)".into())),
+            };
+        }
+        // Written before the checksum: the counts alone.
+        serde_json::from_slice(&bytes)
+            .map_err(|e| self.error(format!("not an attempts file ({e})")))
     }
 
     /// Attempts counted under `key`.
-    pub(super) fn count(&self, key: &str) -> u32 {
-        self.read().get(key).copied().unwrap_or(0)
+    #[cfg(test)]
+    fn count(&self, key: &str) -> Result<u32, LedgerError> {
+        Ok(self.read()?.get(key).copied().unwrap_or(0))
     }
 
-    /// Counts one more attempt under `key` (written through a temporary file and a rename).
-    pub(super) fn record(&self, key: &str) -> std::io::Result<()> {
-        let mut m = self.read();
-        *m.entry(key.to_string()).or_default() += 1;
+    /// Counts one more attempt under `key`, unless `max` or more are counted already; the
+    /// count is on disk (a temporary file, synced, then a rename) before this returns.
+    pub(super) fn begin(&self, key: &str, max: u32) -> Result<Attempt, LedgerError> {
+        let mut counts = self.read()?;
+        let tried = counts.get(key).copied().unwrap_or(0);
+        if tried >= max {
+            return Ok(Attempt::Exhausted { tried });
+        }
+        counts.insert(key.to_string(), tried + 1);
+        let file = LedgerFile {
+            crc32: checksum(&counts),
+            attempts: counts,
+        };
         let tmp = self.path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&m)?)?;
-        std::fs::rename(&tmp, &self.path)
+        let write = || -> std::io::Result<()> {
+            let bytes = serde_json::to_vec_pretty(&file)?;
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)
+        };
+        write().map_err(|e| self.error(format!("writing it: {e}")))?;
+        Ok(Attempt::Counted { number: tried + 1 })
     }
 }
 
@@ -66,21 +137,64 @@ impl Ledger {
 mod tests {
     use super::*;
 
-    #[test]
-    fn attempts_are_counted_per_log_and_version() {
-        let dir = std::env::temp_dir().join(format!("gw-attempts-{}", std::process::id()));
+    fn ledger(name: &str) -> (Ledger, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("gw-attempts-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let l = Ledger::at(&FinetuneConfig::default(), &dir);
+        (Ledger::at(&FinetuneConfig::default(), &dir), dir)
+    }
+
+    fn keys() -> (String, String) {
         let log = LogSummary {
             records_used: 10,
             ..Default::default()
         };
-        let (k1, k2) = (key(&log, 1), key(&log, 2));
-        assert_eq!(l.count(&k1), 0);
-        l.record(&k1).unwrap();
-        l.record(&k1).unwrap();
-        l.record(&k2).unwrap();
-        assert_eq!((l.count(&k1), l.count(&k2)), (2, 1));
+        (key(&log, 1), key(&log, 2))
+    }
+
+    #[test]
+    fn attempts_are_counted_per_log_and_version_up_to_the_limit() {
+        let (l, dir) = ledger("count");
+        let (k1, k2) = keys();
+        assert_eq!(l.count(&k1).unwrap(), 0);
+        assert_eq!(l.begin(&k1, 2).unwrap(), Attempt::Counted { number: 1 });
+        assert_eq!(l.begin(&k1, 2).unwrap(), Attempt::Counted { number: 2 });
+        assert_eq!(l.begin(&k1, 2).unwrap(), Attempt::Exhausted { tried: 2 });
+        assert_eq!(l.begin(&k2, 2).unwrap(), Attempt::Counted { number: 1 });
+        assert_eq!((l.count(&k1).unwrap(), l.count(&k2).unwrap()), (2, 1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_or_unwritable_file_refuses_instead_of_forgetting() {
+        let (l, dir) = ledger("damaged");
+        let (k1, _) = keys();
+        l.begin(&k1, 3).unwrap();
+        l.begin(&k1, 3).unwrap();
+        let good = std::fs::read(&l.path).unwrap();
+        // Every single flipped bit is refused (or, in the layout alone, reads the same).
+        for i in 0..good.len() * 8 {
+            let mut bad = good.clone();
+            bad[i / 8] ^= 1 << (i % 8);
+            std::fs::write(&l.path, &bad).unwrap();
+            match l.count(&k1) {
+                Ok(n) => assert_eq!(n, 2, "bit {i} read as {n} attempts"),
+                Err(e) => assert!(e.to_string().contains(".finetune-attempts.json"), "{e}"),
+            }
+        }
+        std::fs::write(&l.path, &good[..good.len() / 2]).unwrap();
+        assert!(l.begin(&k1, 3).is_err());
+        // Files from before the checksum still count.
+        std::fs::write(&l.path, format!("{{\"{k1}\": 2}}")).unwrap();
+        assert_eq!(l.count(&k1).unwrap(), 2);
+        assert_eq!(l.begin(&k1, 3).unwrap(), Attempt::Counted { number: 3 });
+        // A path that cannot be written (a directory in the way) refuses to count.
+        let blocked = Ledger {
+            path: dir.join("blocked"),
+        };
+        std::fs::create_dir_all(dir.join("blocked.json.tmp")).unwrap();
+        let e = blocked.begin(&k1, 3).unwrap_err();
+        assert!(e.to_string().contains("writing it"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

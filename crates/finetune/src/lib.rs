@@ -414,28 +414,31 @@ pub fn finetune(
     drop(train);
     let attempts = attempts::Ledger::at(cfg, log_dir);
     let key = attempts::key(&p.summary, p.parent.policy_version);
-    let tried = attempts.count(&key);
-    let gate = if tried >= cfg.max_attempts {
-        GateReport {
-            held_back_records: p.held.len(),
-            reason: format!(
-                "refused: {tried} candidates of v{} were already judged on this log (limit {}); \
-                 retrying on the same data until one passes would defeat the test: log new data",
-                p.parent.policy_version, cfg.max_attempts
-            ),
-            ..Default::default()
+    let refused = |reason: String| GateReport {
+        held_back_records: p.held.len(),
+        reason,
+        ..Default::default()
+    };
+    let gate = match attempts.begin(&key, cfg.max_attempts) {
+        Err(e) => refused(format!(
+            "refused: {e}; without it the gate cannot limit how many candidates are judged on \
+             this log. Restore the file, or remove it if no candidate was judged on this log \
+             since it was last good"
+        )),
+        Ok(attempts::Attempt::Exhausted { tried }) => refused(format!(
+            "refused: {tried} candidates of v{} were already judged on this log (limit {}); \
+             retrying on the same data until one passes would defeat the test: log new data",
+            p.parent.policy_version, cfg.max_attempts
+        )),
+        Ok(attempts::Attempt::Counted { number }) => {
+            progress(&format!(
+                "gate: judging greedy vs greedy on the {} most recent records (attempt {number} \
+                 of {})",
+                p.held.len(),
+                cfg.max_attempts
+            ));
+            judge_candidate(&p, &actor, cfg)?
         }
-    } else {
-        if let Err(e) = attempts.record(&key) {
-            tracing::warn!("could not record the gate attempt: {e}");
-        }
-        progress(&format!(
-            "gate: judging greedy vs greedy on the {} most recent records (attempt {} of {})",
-            p.held.len(),
-            tried + 1,
-            cfg.max_attempts
-        ));
-        judge_candidate(&p, &actor, cfg)?
     };
     progress(&gate.reason);
     let new_weights = PolicyWeights {
