@@ -422,25 +422,37 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     let key = bundle::load_signing_key(&keys.secret).unwrap();
     bundle::pack_and_sign(&common::inputs(&onnx), &key, &dir.join("bundle")).unwrap();
 
+    // 300 s on `site`, the field and log given by `rest`.
+    let bundle_dir = dir.join("bundle");
+    let run_site = |site: &Path, rest: &[&str]| {
+        let head = [
+            "run",
+            "--bundle",
+            bundle_dir.to_str().unwrap(),
+            "--trust",
+            keys.public.to_str().unwrap(),
+            "--site",
+            site.to_str().unwrap(),
+            "--seconds",
+            "300",
+            "--json",
+        ];
+        run_json(&[&head[..], rest].concat())
+    };
+    let (log, replay) = (dir.join("log"), dir.join("r.jsonl"));
+    let (log, replay) = (log.to_str().unwrap(), replay.to_str().unwrap());
     let started = unix_ms();
-    let v = run_json(&[
-        "run",
-        "--bundle",
-        dir.join("bundle").to_str().unwrap(),
-        "--trust",
-        keys.public.to_str().unwrap(),
-        "--site",
-        site_file.to_str().unwrap(),
-        "--scenario",
-        "single-4way",
-        "--seconds",
-        "300",
-        "--json",
-        "--log-dir",
-        dir.join("log").to_str().unwrap(),
-        "--record",
-        dir.join("r.jsonl").to_str().unwrap(),
-    ]);
+    let v = run_site(
+        &site_file,
+        &[
+            "--scenario",
+            "single-4way",
+            "--log-dir",
+            log,
+            "--record",
+            replay,
+        ],
+    );
     let ended = unix_ms();
     assert_eq!(v["policy"]["loaded"], true, "{v}");
     // The controller's time 0, on the Unix clock, as it reports it.
@@ -477,22 +489,11 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     let plain_file = dir.join("plain.toml");
     std::fs::write(&plain_file, plain.to_toml().unwrap()).unwrap();
     for (file, clocked) in [(&site_file, true), (&plain_file, false)] {
-        let v = run_json(&[
-            "run",
-            "--bundle",
-            dir.join("bundle").to_str().unwrap(),
-            "--trust",
-            keys.public.to_str().unwrap(),
-            "--site",
-            file.to_str().unwrap(),
-            "--replay",
-            dir.join("r.jsonl").to_str().unwrap(),
-            "--seconds",
-            "300",
-            "--json",
-            "--log-dir",
-            dir.join(format!("replayed-{clocked}")).to_str().unwrap(),
-        ]);
+        let log = dir.join(format!("replayed-{clocked}"));
+        let v = run_site(
+            file,
+            &["--replay", replay, "--log-dir", log.to_str().unwrap()],
+        );
         assert_eq!(v["decisions"], 60, "{v}");
         // The clock-reading bundle runs only where the site gives the clock.
         assert_eq!(v["policy"]["loaded"], clocked, "{v}");
