@@ -32,6 +32,11 @@ pub struct SiteArgs {
     /// The site configuration file to write.
     #[arg(long)]
     pub out: PathBuf,
+    /// Writes the program clocks on Unix time (`program_clock_time = "unix"`): the Unix
+    /// time, in ms (UTC), that the simulation's start (`--begin`) stands for on the street.
+    /// Without it the clocks count from the controller's start (0 at `--begin`).
+    #[arg(long, value_name = "MS")]
+    pub begin_unix_ms: Option<u64>,
     /// Simulator options (`--backend embedded|sumo`, `--net`, `--routes`, timing flags).
     #[command(flatten)]
     pub sim: BackendArgs,
@@ -53,7 +58,12 @@ pub fn run(args: &SiteArgs) -> Result<()> {
         None => program_fallback(env.as_ref(), &specs),
     };
     let name = args.name.clone().unwrap_or_else(|| source.name());
-    let site = SiteConfig::from_specs(&name, interval, &specs, &fallback);
+    let mut site = SiteConfig::from_specs(&name, interval, &specs, &fallback);
+    if let Some(unix_ms) = args.begin_unix_ms {
+        site.put_on_unix_time(unix_ms)
+            .map_err(anyhow::Error::msg)
+            .context("--begin-unix-ms")?;
+    }
     let text = site
         .to_toml()
         .context("writing the site configuration as TOML")?;

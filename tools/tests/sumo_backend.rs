@@ -580,6 +580,24 @@ fn site_from_the_net_gives_the_program_clock(d: &Path, sumo: [&str; 6]) {
     assert!(spec.program_clock.is_some());
     b.check_signal(&spec.plan, spec.layout).unwrap();
     b.check_program_clock(true).unwrap();
+    // On Unix time (`--begin-unix-ms`): a controller started at that Unix time sees the
+    // program as the simulation did from its --begin.
+    let unix_site = d.join("site-unix.toml");
+    let begin = "1700000003000";
+    let mut args = vec!["site", "--out", unix_site.to_str().unwrap()];
+    args.extend(sumo);
+    args.extend(["--begin-unix-ms", begin]);
+    ok(&greenwave(&args));
+    let on_unix = SiteConfig::load(&unix_site).unwrap();
+    assert_eq!(
+        on_unix.program_clock_time,
+        greenwave_runtime::site::ClockTime::Unix
+    );
+    let mut specs = on_unix.signal_specs();
+    on_unix
+        .program_clock_time
+        .to_controller_time(&mut specs, begin.parse().unwrap());
+    assert_eq!(specs, cfg.signal_specs());
     cfg.signals[0].program_clock = None;
     let spec = cfg.signal_specs().remove(0);
     assert!(matches!(

@@ -253,6 +253,31 @@ impl SiteConfig {
         }
     }
 
+    /// Puts program clocks counted on the controller's time onto Unix time, for a
+    /// controller whose time 0 stands for Unix time `unix_ms_at_zero` (for a site from a
+    /// simulation, the Unix time its `--begin` stands for): each `offset_ms` moves by it
+    /// (reduced modulo the cycle) and `program_clock_time` becomes `"unix"`. A site on Unix
+    /// time already is left as it is.
+    pub fn put_on_unix_time(&mut self, unix_ms_at_zero: u64) -> Result<(), String> {
+        if self.program_clock_time == ClockTime::Unix {
+            return Ok(());
+        }
+        let shift = i64::try_from(unix_ms_at_zero)
+            .map_err(|_| format!("Unix time {unix_ms_at_zero} ms is out of range"))?;
+        for s in &mut self.signals {
+            if let Some(c) = &mut s.program_clock {
+                let offset = c.offset_ms.checked_add(shift).ok_or_else(|| {
+                    format!("signal `{}`: offset_ms {} overflows", s.id, c.offset_ms)
+                })?;
+                let moved = ProgramClock::new(&c.stages, offset)
+                    .map_err(|e| format!("signal `{}`: program_clock: {e}", s.id))?;
+                *c = SiteProgramClock::of(&moved);
+            }
+        }
+        self.program_clock_time = ClockTime::Unix;
+        Ok(())
+    }
+
     /// Time between decisions.
     pub fn decision_interval(&self) -> Millis {
         Millis(self.decision_interval_ms)
@@ -483,6 +508,19 @@ mod tests {
         let mut specs = back.signal_specs();
         ClockTime::Controller.to_controller_time(&mut specs, 1_700_000_003_000);
         assert_eq!(specs[0].program_clock.as_ref(), Some(&on_unix));
+        // A site on the controller's time, put on Unix time for a start at `started`,
+        // gives the same clocks as it did on the controller's time.
+        let mut on_controller = back.clone();
+        on_controller.program_clock_time = ClockTime::Controller;
+        let mut moved = on_controller.clone();
+        moved.put_on_unix_time(1_700_000_003_000).unwrap();
+        assert_eq!(moved.program_clock_time, ClockTime::Unix);
+        let mut specs = moved.signal_specs();
+        ClockTime::Unix.to_controller_time(&mut specs, 1_700_000_003_000);
+        assert_eq!(specs, on_controller.signal_specs());
+        let again = moved.clone();
+        moved.put_on_unix_time(5).unwrap();
+        assert_eq!(moved, again, "already on Unix time: unchanged");
         // The default is not written, and an unknown time is refused by name.
         assert!(!site().to_toml().unwrap().contains("program_clock_time"));
         let bad = text.replace("\"unix\"", "\"local\"");
