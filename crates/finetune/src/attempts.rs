@@ -84,38 +84,41 @@ impl Ledger {
         }
     }
 
-    fn read(&self) -> Result<BTreeMap<String, u32>, LedgerError> {
+    /// The counts, and whether the file is in the format from before the checksum (a bare
+    /// map of counts). A missing file is no attempts.
+    fn read(&self) -> Result<(BTreeMap<String, u32>, bool), LedgerError> {
         let bytes = match std::fs::read(&self.path) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((BTreeMap::new(), false))
+            }
             Err(e) => return Err(self.error(format!("reading it: {e}"))),
         };
-        if let Ok(f) = serde_json::from_slice::<LedgerFile>(&bytes) {
+        let current = serde_json::from_slice::<LedgerFile>(&bytes);
+        if let Ok(f) = current {
             return match checksum(&f.attempts) == f.crc32 {
-                true => Ok(f.attempts),
+                true => Ok((f.attempts, false)),
                 false => Err(self.error("its CRC-32 does not match its counts (damaged)".into())),
             };
         }
         // Written before the checksum: the counts alone.
         serde_json::from_slice(&bytes)
-            .map_err(|e| self.error(format!("not an attempts file ({e})")))
+            .map(|counts| (counts, true))
+            .map_err(|legacy| {
+                // Name the error of the format the file claims to be in.
+                // (A legacy file's keys are `v<version> ...`.)
+                let has = |k: &[u8]| bytes.windows(k.len()).any(|w| w == k);
+                let claims_current = has(b"\"crc32\"") || has(b"\"attempts\"");
+                match (claims_current, current) {
+                    (true, Err(e)) => self.error(format!("damaged ({e})")),
+                    _ => self.error(format!("not an attempts file ({legacy})")),
+                }
+            })
     }
 
-    /// Attempts counted under `key`.
-    #[cfg(test)]
-    fn count(&self, key: &str) -> Result<u32, LedgerError> {
-        Ok(self.read()?.get(key).copied().unwrap_or(0))
-    }
-
-    /// Counts one more attempt under `key`, unless `max` or more are counted already; the
-    /// count is on disk (a temporary file, synced, then a rename) before this returns.
-    pub(super) fn begin(&self, key: &str, max: u32) -> Result<Attempt, LedgerError> {
-        let mut counts = self.read()?;
-        let tried = counts.get(key).copied().unwrap_or(0);
-        if tried >= max {
-            return Ok(Attempt::Exhausted { tried });
-        }
-        counts.insert(key.to_string(), tried + 1);
+    /// Writes `counts` with their checksum: a temporary file, synced, renamed into place,
+    /// and the folder synced, so that the count survives a power cut.
+    fn write(&self, counts: BTreeMap<String, u32>) -> Result<(), LedgerError> {
         let file = LedgerFile {
             crc32: checksum(&counts),
             attempts: counts,
@@ -126,9 +129,37 @@ impl Ledger {
             let mut f = std::fs::File::create(&tmp)?;
             std::io::Write::write_all(&mut f, &bytes)?;
             f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
+            std::fs::rename(&tmp, &self.path)?;
+            let dir = match self.path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            std::fs::File::open(dir)?.sync_all()
         };
-        write().map_err(|e| self.error(format!("writing it: {e}")))?;
+        write().map_err(|e| self.error(format!("writing it: {e}")))
+    }
+
+    /// Attempts counted under `key`.
+    #[cfg(test)]
+    fn count(&self, key: &str) -> Result<u32, LedgerError> {
+        Ok(self.read()?.0.get(key).copied().unwrap_or(0))
+    }
+
+    /// Counts one more attempt under `key`, unless `max` or more are counted already; the
+    /// count is on disk ([`Ledger::write`]) before this returns. A file from before the
+    /// checksum is rewritten with one either way. One fine-tune at a time per log: two
+    /// at once could both read the same count.
+    pub(super) fn begin(&self, key: &str, max: u32) -> Result<Attempt, LedgerError> {
+        let (mut counts, legacy) = self.read()?;
+        let tried = counts.get(key).copied().unwrap_or(0);
+        if tried >= max {
+            if legacy {
+                self.write(counts)?;
+            }
+            return Ok(Attempt::Exhausted { tried });
+        }
+        counts.insert(key.to_string(), tried + 1);
+        self.write(counts)?;
         Ok(Attempt::Counted { number: tried + 1 })
     }
 }
@@ -184,10 +215,17 @@ mod tests {
         }
         std::fs::write(&l.path, &good[..good.len() / 2]).unwrap();
         assert!(l.begin(&k1, 3).is_err());
-        // Files from before the checksum still count.
+        // A damaged file in today's format is named so, not as some other file.
+        let e = l.count(&k1).unwrap_err().to_string();
+        assert!(e.contains("damaged"), "{e}");
+        // Files from before the checksum still count, and are rewritten with one, even
+        // when the limit refuses.
         std::fs::write(&l.path, format!("{{\"{k1}\": 2}}")).unwrap();
         assert_eq!(l.count(&k1).unwrap(), 2);
         assert_eq!(l.begin(&k1, 3).unwrap(), Attempt::Counted { number: 3 });
+        std::fs::write(&l.path, format!("{{\"{k1}\": 3}}")).unwrap();
+        assert_eq!(l.begin(&k1, 3).unwrap(), Attempt::Exhausted { tried: 3 });
+        assert!(std::fs::read_to_string(&l.path).unwrap().contains("crc32"));
         // A path that cannot be written (a directory in the way) refuses to count.
         let blocked = Ledger {
             path: dir.join("blocked"),

@@ -262,6 +262,9 @@ impl SiteConfig {
         if self.program_clock_time == ClockTime::Unix {
             return Ok(());
         }
+        if self.signals.iter().all(|s| s.program_clock.is_none()) {
+            return Err("no signal has a program clock to put on Unix time".into());
+        }
         let shift = i64::try_from(unix_ms_at_zero)
             .map_err(|_| format!("Unix time {unix_ms_at_zero} ms is out of range"))?;
         for s in &mut self.signals {
@@ -521,6 +524,8 @@ mod tests {
         let again = moved.clone();
         moved.put_on_unix_time(5).unwrap();
         assert_eq!(moved, again, "already on Unix time: unchanged");
+        let e = site().put_on_unix_time(5).unwrap_err();
+        assert!(e.contains("no signal has a program clock"), "{e}");
         // The default is not written, and an unknown time is refused by name.
         assert!(!site().to_toml().unwrap().contains("program_clock_time"));
         let bad = text.replace("\"unix\"", "\"local\"");

@@ -140,6 +140,18 @@ impl<R: BufRead> ReplaySource<R> {
             .next_json()?
             .ok_or_else(|| src.err("no decision records after the header"))?;
         src.check_line(signals.len())?;
+        // A header with the layout's lanes: the lines must still hold the detector lanes
+        // (in a SUMO recording with its program clock they hold the clock's too).
+        for (i, (line, &w)) in src.current.lanes.iter().zip(&want).enumerate() {
+            if line.len() != usize::from(w) {
+                return Err(src.err(&format!(
+                    "signal {i}: {} lanes recorded, the controller's detectors are {w} \
+                     (program-clock lanes recorded as detector lanes replay only where they \
+                     are detector lanes)",
+                    line.len()
+                )));
+            }
+        }
         Ok(src)
     }
 
@@ -386,8 +398,12 @@ mod tests {
     }
 
     fn file(header_lanes: u16) -> String {
+        file_with(header_lanes, 12)
+    }
+
+    fn file_with(header_lanes: u16, line_lanes: usize) -> String {
         let line = |t: u64| {
-            let lanes = ["[0.25,0.5]"; 12].join(",");
+            let lanes = vec!["[0.25,0.5]"; line_lanes].join(",");
             format!("{{\"t_ms\":{t},\"rewards\":[0.0],\"lanes\":[[{lanes}]]}}\n")
         };
         format!(
@@ -426,5 +442,10 @@ mod tests {
             assert_eq!(src.advance(Millis(5000)).unwrap(), Some(vec![0.0]));
             assert_eq!(src.advance(Millis(5000)).unwrap(), None);
         }
+        // A SUMO recording with its clock's lanes as detector lanes (16 on each line) is
+        // refused on a clocked site as it opens, saying why.
+        let text = file_with(16, 16);
+        let e = ReplaySource::from_reader(text.as_bytes(), path, &[spec(true)]).unwrap_err();
+        assert!(e.to_string().contains("16 lanes recorded"), "{e}");
     }
 }
