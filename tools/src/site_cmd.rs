@@ -47,11 +47,8 @@ pub fn run(args: &SiteArgs) -> Result<()> {
     let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
     let env = source.make(0, source.episode())?;
     // A policy that reads program-clock lanes gets them from the controller, which
-    // follows each light's own program as the simulator did.
-    let mut specs = env_signal_specs(env.as_ref());
-    for (i, s) in specs.iter_mut().enumerate() {
-        s.program_clock = env.program_clock(i);
-    }
+    // follows each light's own program as the simulator did (`env_signal_specs`).
+    let specs = env_signal_specs(env.as_ref());
     let interval = env.decision_interval();
     let fallback = match source.scenario() {
         Some(sc) => Fallback::for_scenario(sc, FallbackKind::Actuated),

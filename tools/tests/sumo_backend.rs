@@ -695,3 +695,83 @@ fn a_shared_policy_exports_zero_shot_onto_a_sumo_net_and_runs_there() {
     assert!(err.contains("cannot be used with"), "{err}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// The controller on a simulated SUMO field with its program clock: the specs carry the
+/// light's program, the field supplies the detector zones only, and the controller writes
+/// the clock's lanes itself, at its own time, as the simulator's observation has them
+/// (`the_program_clock_follows_the_nets_program_from_its_offset`, greenwave-sim).
+#[test]
+fn the_controller_writes_a_sumo_fields_program_clock_itself() {
+    use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, Policy, SimField};
+    use greenwave_runtime::inference::{Explorer, InferenceError, PolicyBackend};
+    use std::sync::{Arc, Mutex};
+
+    /// Asks for phase 0 and keeps every observation it is shown.
+    struct Recorder(Arc<Mutex<Vec<Vec<f32>>>>);
+    impl PolicyBackend for Recorder {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+        fn infer(&mut self, obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError> {
+            self.0.lock().unwrap().push(obs.to_vec());
+            logits.fill(0.0);
+            Ok(0.0)
+        }
+    }
+
+    if !sumo_available() {
+        return;
+    }
+    let mut cfg =
+        greenwave_sim::sumo::SumoConfig::new(fixture("single.net.xml"), fixture("single.rou.xml"));
+    cfg.seconds = 300.0;
+    cfg.seed = 3;
+    cfg.program_clock = true;
+    let field = SimField::new(greenwave_sim::sumo::SumoEnv::new(cfg).unwrap());
+    let specs = field.signal_specs();
+    let clock = specs[0].program_clock.clone().expect("the light's program");
+    let (detected, n) = (specs[0].field_lanes(), specs[0].layout.n_lanes as usize);
+    assert_eq!(n, detected + specs[0].plan.n_phases());
+    let interval = field.decision_interval();
+    let plans: Vec<_> = specs.iter().map(|s| &s.plan).collect();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut c = Controller::new(
+        specs.clone(),
+        Ok(Policy {
+            backend: Box::new(Recorder(seen.clone())),
+            version: 1,
+            explorer: Explorer::greedy(),
+        }),
+        Fallback::equal_split(&plans, interval),
+        ControllerConfig::new(interval),
+        None,
+    )
+    .unwrap();
+    let mut field = field;
+    let mut times = Vec::new();
+    while c.now_ms() < 300_000 {
+        let (t, before) = (c.now_ms(), seen.lock().unwrap().len());
+        if !c.step(&mut field).unwrap() {
+            break;
+        }
+        let shown = seen.lock().unwrap().len() - before;
+        times.extend(std::iter::repeat_n(t, shown));
+    }
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() >= 50, "{} decisions", seen.len());
+    let mut phases = [0usize; 2];
+    for (obs, &t) in seen.iter().zip(&times) {
+        let on = clock.phase_at(t).0 as usize;
+        phases[on] += 1;
+        for (k, &d) in obs[detected..n].iter().enumerate() {
+            assert_eq!(d, if k == on { 1.0 } else { 0.0 }, "t {t} ms");
+        }
+        assert!(obs[n + detected..2 * n].iter().all(|&q| q == 0.0));
+    }
+    assert!(
+        phases.iter().all(|&k| k > 0),
+        "both phases seen: {phases:?}"
+    );
+    // The detector zones are SUMO's, not zero.
+    assert!(seen.iter().any(|o| o[..detected].iter().any(|&x| x > 0.0)));
+}

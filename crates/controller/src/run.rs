@@ -181,8 +181,9 @@ fn load_policy(
             .with_context(|| format!("signal {i} ({})", s.id))?;
     }
     // A simulated SUMO field observes with the bundle's program clock (`run_simulated`
-    // builds it so); a site configuration supplies one where it gives every signal its
-    // program; embedded scenarios have none.
+    // builds it so; a light whose program has nothing to follow keeps zeros in those
+    // lanes); a site configuration supplies one where it gives every signal its program;
+    // embedded scenarios have none.
     #[cfg(feature = "sumo")]
     let simulated_sumo = args.sumo_net.is_some();
     #[cfg(not(feature = "sumo"))]

@@ -55,8 +55,8 @@ pub struct SignalSpec {
     /// The junction's timing program, when the controller supplies the observation's
     /// program-clock lanes (the last `P` of the layout; greenwave-core's observation
     /// docs) itself, at its own time (ms since it started); the field supplies the
-    /// others. `None`: the field supplies every lane (a simulated SUMO field supplies the
-    /// clock lanes too, when it has them).
+    /// others (a simulated SUMO field with its clock too: `env_signal_specs`). `None`: the
+    /// field supplies every lane.
     pub program_clock: Option<ProgramClock>,
 }
 

@@ -11,10 +11,8 @@
 //!
 //! A signal's `n_lanes` counts its detector lanes ([`SignalSpec::field_lanes`]): where the
 //! controller writes a program clock's lanes itself, those are not recorded, so a
-//! recording replays on the junction's site with or without the clock. (A simulated SUMO
-//! field with its program clock supplies the clock's lanes itself: there they are recorded
-//! as detector lanes, and such a file replays only where the clock's lanes are detector
-//! lanes too.)
+//! recording replays on the junction's site with or without the clock (a simulated SUMO
+//! field with its clock included: `env_signal_specs`).
 //! `lanes[signal][lane]` is `[density, queue]` (fractions of lane storage), or `null` when
 //! that detector did not report; `rewards[signal]` is the reward of the interval that
 //! ended at this decision point (ignored on the first line), of the header's `reward_kind`

@@ -12,8 +12,11 @@ use greenwave_sim::{Env, EnvError, EpisodeMetrics, MovementDetector};
 use super::field::{DetectorError, DetectorSource, Readback, SignalSink, SinkError};
 use super::SignalSpec;
 
-/// The signals of a (just reset) simulator, with their initial phases: what a controller
-/// runs on it, or what `greenwave site` writes from it.
+/// The signals of a (just reset) simulator, with their initial phases and, where its
+/// observation has program-clock lanes (SUMO), each light's own program as the clock: what
+/// a controller runs on it, or what `greenwave site` writes from it. The controller then
+/// writes the clock's lanes itself, as on a cabinet, and the simulator supplies the
+/// detector lanes only (so a recording of it holds detector lanes only too).
 pub fn env_signal_specs(env: &(impl Env + ?Sized)) -> Vec<SignalSpec> {
     env.signals()
         .iter()
@@ -23,8 +26,8 @@ pub fn env_signal_specs(env: &(impl Env + ?Sized)) -> Vec<SignalSpec> {
             plan: s.plan.clone(),
             layout: s.layout,
             initial_phase: env.sequencer(i).interval().target(),
-            // The simulator's observation holds its program-clock lanes, if any.
-            program_clock: None,
+            // On the simulator's time base, 0 at reset: the controller's too.
+            program_clock: env.program_clock(i),
         })
         .collect()
 }
@@ -81,9 +84,13 @@ impl<E: Env> DetectorSource for SimField<E> {
             DetectorError::Source(format!("signal {signal} does not exist in the simulation"))
         })?;
         let n = spec.layout.n_lanes as usize;
-        if lanes.len() != n {
+        // The detector lanes: a program clock's are the controller's (`env_signal_specs`).
+        let detected = spec
+            .layout
+            .detector_lanes(self.env.program_clock(signal).is_some());
+        if lanes.len() != detected {
             return Err(DetectorError::Source(format!(
-                "signal {signal}: {} lane buffers for {n} lanes",
+                "signal {signal}: {} lane buffers for {detected} detector lanes",
                 lanes.len()
             )));
         }
