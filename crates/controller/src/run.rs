@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{value_parser, Args};
 use greenwave_core::Millis;
 use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
 #[cfg(feature = "sim")]
@@ -142,29 +142,46 @@ pub struct RunArgs {
     /// ε-greedy exploration for data collection (0 = greedy; at most 0.2).
     #[arg(long, default_value_t = 0.0)]
     epsilon: f32,
-    /// Inference budget (ms): slower inferences are faults.
-    #[arg(long, default_value_t = 20.0)]
+    /// Inference budget (ms, above 0, at most 60,000): slower inferences are faults.
+    #[arg(long, default_value_t = 20.0, value_parser = parse_budget_ms)]
     inference_budget_ms: f64,
     /// Fault-free seconds before a signal returns from its fallback to the policy.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = value_parser!(u32).range(..=MAX_SECONDS))]
     healthy_s: u32,
     /// Longest (s) a phase whose detectors call is kept from green while the policy acts;
     /// then it is served next (the max-red rule, as in training and `greenwave eval`).
     /// Default: each signal's max-out cycle (every phase at max green, plus clearances).
-    #[arg(long)]
+    #[arg(long, value_parser = value_parser!(u32).range(..=MAX_SECONDS))]
     max_red_s: Option<u32>,
     /// Log fsync policy: record, records:N or ms:T.
     #[arg(long, default_value = "ms:1000")]
     fsync: SyncPolicy,
-    /// Log segment size (MiB) before rotation.
-    #[arg(long, default_value_t = 16)]
+    /// Log segment size (MiB) before rotation (1 to 2^20).
+    #[arg(long, default_value_t = 16, value_parser = value_parser!(u64).range(1..=MAX_MIB))]
     segment_mib: u64,
-    /// Disk cap of the log (MiB); oldest segments are dropped beyond it.
-    #[arg(long, default_value_t = 1024)]
+    /// Disk cap of the log (MiB, 1 to 2^20); oldest segments are dropped beyond it.
+    #[arg(long, default_value_t = 1024, value_parser = value_parser!(u64).range(1..=MAX_MIB))]
     log_cap_mib: u64,
     /// Exit with an error instead of running the fallback when the bundle is refused.
     #[arg(long)]
     require_policy: bool,
+}
+
+/// Largest whole seconds a [`Millis`] holds.
+const MAX_SECONDS: i64 = (u32::MAX / 1000) as i64;
+/// Largest log size flag (1 TiB): MiB shifted to bytes stays far inside a `u64`, so a
+/// huge cap cannot wrap to a small one that deletes committed segments.
+const MAX_MIB: u64 = 1 << 20;
+
+/// `--inference-budget-ms`: a finite number of ms above 0, at most a minute.
+fn parse_budget_ms(s: &str) -> Result<f64, String> {
+    let ms: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(ms.is_finite() && ms > 0.0 && ms <= 60_000.0) {
+        return Err(format!(
+            "{s} is not a number of ms above 0 and at most 60000"
+        ));
+    }
+    Ok(ms)
 }
 
 /// Verifies the bundle for every signal and loads its model.
@@ -562,7 +579,8 @@ fn open_log(args: &RunArgs) -> Result<LogWriter> {
 fn controller_config(args: &RunArgs, interval: Millis) -> ControllerConfig {
     let mut cfg = ControllerConfig::new(interval);
     cfg.realtime = args.realtime;
-    cfg.inference_budget = Duration::from_secs_f64(args.inference_budget_ms.max(0.0) / 1000.0);
+    // In range: checked as the flags were parsed.
+    cfg.inference_budget = Duration::from_secs_f64(args.inference_budget_ms / 1000.0);
     cfg.healthy_period = Millis::from_secs(args.healthy_s);
     cfg.max_red = args.max_red_s.map(Millis::from_secs);
     cfg

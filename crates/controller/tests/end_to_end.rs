@@ -499,3 +499,35 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
         assert_eq!(v["policy"]["loaded"], clocked, "{v}");
     }
 }
+
+/// Numbers a controller would wrap or panic on are refused as the flags are read, naming
+/// the flag: a log cap of 2^44 + 16 MiB wrapped to 16 MiB, which deleted every sealed
+/// segment of the log as it opened.
+#[test]
+fn out_of_range_flags_are_refused_before_anything_runs() {
+    let dir = common::tmp("flags");
+    let log = dir.join("log");
+    for (flag, value) in [
+        ("--log-cap-mib", "17592186044432"),
+        ("--segment-mib", "0"),
+        ("--inference-budget-ms", "inf"),
+        ("--inference-budget-ms", "NaN"),
+        ("--max-red-s", "4294968"),
+        ("--healthy-s", "5000000"),
+    ] {
+        let out = controller_bin()
+            .args(["run", "--bundle", "none", "--trust", "none", "--scenario"])
+            .args(["single-4way", "--seconds", "10", "--log-dir"])
+            .arg(&log)
+            .args([flag, value])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '{flag}")),
+            "{err}"
+        );
+        assert!(!log.exists(), "{flag} {value}: the log was opened");
+    }
+}

@@ -203,3 +203,66 @@ fn unloadable_model_runs_the_fallback_for_good() {
     assert_eq!(w.faults.get(&FaultKind::ModelUnavailable), Some(&1));
     assert_eq!(o.stats.fallback_decisions, DECISIONS);
 }
+
+/// A field that reads quiet lanes and gives `rewards` rewards per interval.
+struct ShortRewards {
+    rewards: usize,
+}
+
+impl greenwave_runtime::controller::DetectorSource for ShortRewards {
+    fn read(
+        &mut self,
+        _signal: usize,
+        lanes: &mut [greenwave_core::LaneReading],
+    ) -> Result<(), greenwave_runtime::controller::DetectorError> {
+        lanes.fill(greenwave_core::LaneReading::default());
+        Ok(())
+    }
+
+    fn advance(
+        &mut self,
+        _dt: Millis,
+    ) -> Result<Option<Vec<f32>>, greenwave_runtime::controller::DetectorError> {
+        Ok(Some(vec![-1.0; self.rewards]))
+    }
+}
+
+/// A field that gives fewer rewards than there are signals stops the controller, naming
+/// the counts, before any transition is logged with a made-up reward; with one reward per
+/// signal it runs and logs the field's rewards.
+#[test]
+fn a_missing_reward_is_an_error_not_a_logged_zero() {
+    use greenwave_runtime::controller::{NullSink, Split};
+    let fx = fixture("short-rewards");
+    let specs = vec![{
+        let field = TestField::new(&fx.scenario, 1);
+        field.inner.signal_specs().remove(0)
+    }];
+    let run = |rewards: usize, name: &str| {
+        let log_dir = fx.dir.join(name);
+        let (log, _) = LogWriter::open(LogConfig::new(&log_dir)).unwrap();
+        let mut c = Controller::new(
+            specs.clone(),
+            Err("fallback only".into()),
+            Fallback::for_scenario(&fx.scenario, FallbackKind::FixedTime),
+            ControllerConfig::new(Millis(INTERVAL_MS as u32)),
+            Some(log),
+        )
+        .unwrap();
+        let mut field = Split {
+            detectors: ShortRewards { rewards },
+            sink: NullSink,
+        };
+        let result = (0..4).try_for_each(|_| c.step(&mut field).map(|_| ()));
+        c.close_log().unwrap();
+        (result, read_all(&log_dir).unwrap().0)
+    };
+    let (result, records) = run(0, "none");
+    let e = result.unwrap_err().to_string();
+    assert!(e.contains("the field gave 0 rewards for 1 signals"), "{e}");
+    assert!(records.is_empty(), "{} records logged", records.len());
+    let (result, records) = run(1, "one");
+    result.unwrap();
+    assert!(!records.is_empty());
+    assert!(records.iter().all(|r| r.transition.reward == -1.0));
+}

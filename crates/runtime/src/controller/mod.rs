@@ -687,9 +687,18 @@ impl Controller {
             }
             return Ok(false);
         };
-        for (i, p) in self.pending.iter_mut().enumerate() {
+        // A reward for every signal, or the field is broken: a missing one logged as 0
+        // would look like a real reward to fine-tuning and its gate.
+        if rewards.len() != self.pending.len() {
+            return Err(ControllerError::Field(DetectorError::Source(format!(
+                "the field gave {} rewards for {} signals",
+                rewards.len(),
+                self.pending.len()
+            ))));
+        }
+        for (p, &reward) in self.pending.iter_mut().zip(&rewards) {
             if let Some(t) = p {
-                t.reward = rewards.get(i).copied().unwrap_or(0.0);
+                t.reward = reward;
                 t.reward_kind = field.reward_kind();
             }
         }
