@@ -199,6 +199,10 @@ pub struct Controller<
     obs: [f32; OBS_CAPACITY],
     scratch: [f32; SCRATCH_FLOATS],
     pending: Option<FieldTransition>,
+    /// Whether the pending transition's observation came from readings that passed.
+    pending_obs_trusted: bool,
+    /// Transitions not stored because an observation in them did not pass.
+    untrusted_dropped: u32,
     ring: TransitionRing<R>,
 }
 
@@ -292,6 +296,8 @@ where
             obs: [0.0; OBS_CAPACITY],
             scratch: [0.0; SCRATCH_FLOATS],
             pending: None,
+            pending_obs_trusted: false,
+            untrusted_dropped: 0,
             ring: TransitionRing::new(),
         })
     }
@@ -511,9 +517,16 @@ where
         (reward, trusted)
     }
 
-    /// Completes the pending transition with the current observation and stores it.
-    fn finish_pending(&mut self, reward: f32, done: bool) {
+    /// Completes the pending transition with the current observation and stores it, unless
+    /// either observation came from readings that did not pass (a detector fault, an
+    /// impossible reading): such a record is counted and dropped, as the runtime drops it,
+    /// so that fine-tuning never learns from an observation known to be wrong.
+    fn finish_pending(&mut self, reward: f32, done: bool, next_trusted: bool) {
         if let Some(mut t) = self.pending.take() {
+            if !(self.pending_obs_trusted && next_trusted) {
+                self.untrusted_dropped = self.untrusted_dropped.saturating_add(1);
+                return;
+            }
             t.relabel_max_green(&self.seq);
             t.reward = reward;
             t.done = done;
@@ -531,7 +544,7 @@ where
 
     fn decide(&mut self, now: u64) -> Decision {
         let (reward, trusted) = self.observe(now);
-        self.finish_pending(reward, false);
+        self.finish_pending(reward, false, trusted);
         let mask = self.seq.action_mask();
         let dim = self.layout.dim();
         let choice = match &self.policy {
@@ -570,6 +583,7 @@ where
             (true, _, _) => ActionSource::Supervisor,
         };
         let served = response.next_green.0;
+        self.pending_obs_trusted = trusted;
         self.pending = Some(FieldTransition {
             timestamp_ms: now,
             signal: self.board.signal_id,
@@ -635,8 +649,8 @@ where
     fn enter_flash(&mut self, now: u64) {
         if self.mode != Mode::Flash {
             if self.pending.is_some() {
-                let (reward, _) = self.observe(now);
-                self.finish_pending(reward, true);
+                let (reward, trusted) = self.observe(now);
+                self.finish_pending(reward, true, trusted);
             }
             self.mode = Mode::Flash;
             self.mode_since_ms = now;
@@ -734,6 +748,12 @@ where
     /// Transitions dropped because nobody collected them in time.
     pub fn transitions_dropped(&self) -> u32 {
         self.ring.dropped()
+    }
+
+    /// Transitions not stored because one of their observations came from readings that
+    /// did not pass (a detector fault, an impossible reading).
+    pub fn transitions_untrusted(&self) -> u32 {
+        self.untrusted_dropped
     }
 
     /// Time cut off at interval boundaries so intervals start on poll instants, ms. A raw

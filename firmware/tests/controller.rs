@@ -381,3 +381,49 @@ fn the_max_red_rule_serves_phases_a_policy_never_asks_for() {
         .iter()
         .any(|(_, d)| d.requested == 0 && d.served >= 2 && d.source == ActionSource::Supervisor));
 }
+
+/// A loop that cannot be read makes its intervals' observations untrusted: the fixed-time
+/// fallback serves those decisions, and no transition with such an observation (as `obs`
+/// or `next_obs`) is stored for fine-tuning; each is counted instead. Once the loop reads
+/// again, transitions are stored again.
+#[test]
+fn transitions_with_an_untrusted_observation_are_counted_not_stored() {
+    let bytes = policy_blob(false);
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, Some(&bytes));
+    let mut traffic = Traffic::new(12, 0.08, 3);
+    let mut run = Run::default();
+    // 60 s healthy, 30 s with lane 2's stop-bar loop failing, 60 s healthy again.
+    let mut healthy = 0;
+    for (ms, failing) in [(60_000, false), (30_000, true), (60_000, false)] {
+        field.borrow_mut().failing_loops = if failing { vec![(2, 1)] } else { vec![] };
+        let before = run.decisions.len();
+        run_for(
+            &mut ctl,
+            &field,
+            Some(&mut traffic),
+            ms,
+            &mut || 10,
+            &mut run,
+        );
+        if failing {
+            let sources: Vec<_> = run.decisions[before..].iter().map(|d| d.1.source).collect();
+            assert!(
+                sources.iter().all(|&s| s == ActionSource::Fallback),
+                "{sources:?}"
+            );
+        } else if healthy == 0 {
+            healthy = run.transitions().len();
+            assert_eq!(ctl.transitions_untrusted(), 0);
+        }
+    }
+    assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+    // 7 observations saw failed reads (63 s to 88 s, and 93 s, whose interval began
+    // before the loop came back): the 8 transitions that have one as obs or next_obs.
+    let untrusted = ctl.transitions_untrusted();
+    assert_eq!(untrusted, 8, "transitions dropped as untrusted");
+    let ts = run.transitions();
+    assert_eq!(ts.len() as u32 + untrusted, run.decisions.len() as u32 - 1);
+    assert!(ts.len() > healthy + 5, "stored again after the fault");
+    assert_eq!(ctl.transitions_dropped(), 0);
+}

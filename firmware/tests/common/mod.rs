@@ -46,6 +46,8 @@ pub struct Field {
     pub failing_outputs: Vec<(usize, usize)>,
     /// Loop presence per (lane, 0 = entry, 1 = stop bar).
     pub loops: HashMap<(usize, usize), bool>,
+    /// Loop inputs (lane, 0 = entry, 1 = stop bar) whose reads fail.
+    pub failing_loops: Vec<(usize, usize)>,
 }
 
 pub type Shared = Rc<RefCell<Field>>;
@@ -151,18 +153,21 @@ pub struct FieldIn {
 }
 
 impl ErrorType for FieldIn {
-    type Error = Infallible;
+    type Error = PinBroken;
 }
 
 impl InputPin for FieldIn {
-    fn is_high(&mut self) -> Result<bool, Infallible> {
+    fn is_high(&mut self) -> Result<bool, PinBroken> {
         let f = self.field.borrow();
         Ok(match self.input {
             Input::LampSense(group, lamp) => f.sensed(group, lamp),
+            Input::Loop(lane, which) if f.failing_loops.contains(&(lane, which)) => {
+                return Err(PinBroken)
+            }
             Input::Loop(lane, which) => *f.loops.get(&(lane, which)).unwrap_or(&false),
         })
     }
-    fn is_low(&mut self) -> Result<bool, Infallible> {
+    fn is_low(&mut self) -> Result<bool, PinBroken> {
         self.is_high().map(|h| !h)
     }
 }
