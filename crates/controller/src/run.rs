@@ -515,6 +515,15 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     } else {
         print_report(&report);
     }
+    // Control went on, but a log that failed lost what came after: not a clean run.
+    if report.controller.log_errors > 0 {
+        bail!(
+            "the transition log failed during the run ({} error(s)); {} transitions were not \
+             logged (see the report and the log above)",
+            report.controller.log_errors,
+            report.controller.transitions_dropped
+        );
+    }
     Ok(())
 }
 
@@ -660,9 +669,12 @@ fn print_report(r: &RunReport) {
         r.fallback_switches, r.policy_returns, r.supervisor_overrides, r.controller.max_red_overrides
     );
     println!(
-        "transitions logged {} (committed {}), inference p50 {:.0} µs p99 {:.0} µs, peak RSS {} KiB",
+        "transitions logged {} (committed {}, dropped {}, log errors {}), inference p50 {:.0} µs \
+         p99 {:.0} µs, peak RSS {} KiB",
         r.transitions_logged,
         r.transitions_committed,
+        r.controller.transitions_dropped,
+        r.controller.log_errors,
         r.controller.inference_p50_us,
         r.controller.inference_p99_us,
         r.peak_rss_kib.map_or("?".into(), |k| k.to_string())

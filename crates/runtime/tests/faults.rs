@@ -266,3 +266,48 @@ fn a_missing_reward_is_an_error_not_a_logged_zero() {
     assert!(!records.is_empty());
     assert!(records.iter().all(|r| r.transition.reward == -1.0));
 }
+
+/// A log that fails mid-run (its next segment cannot be created) stops logging while
+/// control goes on; the records it had committed stay readable and counted, and every
+/// transition after the failure is counted as dropped, none silently.
+#[test]
+fn a_log_that_fails_mid_run_is_counted_and_its_committed_records_kept() {
+    let fx = fixture("log-fails");
+    let mut field = TestField::new(&fx.scenario, 5);
+    let specs = field.inner.signal_specs();
+    let log_dir = fx.dir.join("log");
+    let mut cfg = LogConfig::new(&log_dir);
+    cfg.max_segment_bytes = 4096;
+    cfg.sync = SyncPolicy::EveryRecords(1.try_into().unwrap());
+    let (log, _) = LogWriter::open(cfg).unwrap();
+    // The second segment's name is taken by a folder: rotation fails (even as root).
+    std::fs::create_dir_all(log_dir.join("seg-00000000000000000001.gwlog")).unwrap();
+    let mut c = Controller::new(
+        specs,
+        Err("fallback only".into()),
+        Fallback::for_scenario(&fx.scenario, FallbackKind::FixedTime),
+        ControllerConfig::new(Millis(INTERVAL_MS as u32)),
+        Some(log),
+    )
+    .unwrap();
+    let stats = c.run(&mut field, 600.0, |_| {}).unwrap();
+    assert!(
+        c.close_log().unwrap().is_none(),
+        "the failed log was closed"
+    );
+    assert_eq!(stats.decisions, 120, "control went on");
+    assert_eq!(stats.log_errors, 1);
+    let (records, _) = read_all(&log_dir).unwrap();
+    assert!(
+        !records.is_empty() && records.len() < 60,
+        "{}",
+        records.len()
+    );
+    assert_eq!(stats.transitions_committed, records.len() as u64);
+    assert_eq!(stats.transitions_logged, records.len() as u64);
+    assert_eq!(
+        stats.transitions_logged + stats.transitions_dropped,
+        stats.decisions,
+        "{stats:?}"
+    );
+}

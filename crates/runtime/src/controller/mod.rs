@@ -231,6 +231,8 @@ pub struct Controller {
     fallback: Fallback,
     watchdog: Watchdog,
     log: Option<LogWriter>,
+    /// The log failed and was closed: later transitions are counted as dropped.
+    log_lost: bool,
     pending: Vec<Option<Transition>>,
     lanes: Vec<Vec<LaneReading>>,
     obs: Vec<Vec<f32>>,
@@ -343,6 +345,7 @@ impl Controller {
             policy,
             fallback,
             log,
+            log_lost: false,
         })
     }
 
@@ -530,17 +533,29 @@ impl Controller {
 
     fn append(&mut self, t: Transition) {
         let Some(log) = &mut self.log else {
+            if self.log_lost {
+                self.stats.transitions_dropped += 1;
+            }
             return;
         };
         match log.append(&t) {
             Ok(_) => self.stats.transitions_logged += 1,
             Err(e) => {
-                self.stats.log_errors += 1;
                 self.stats.transitions_dropped += 1;
-                tracing::error!(error = %e, "transition log failed: logging stops, control goes on");
-                self.log = None;
+                self.lose_log(&e, "transition log failed");
             }
         }
+    }
+
+    /// A failed log: counted, its committed records kept in the stats, closed; control
+    /// goes on, and every later transition counts as dropped.
+    fn lose_log(&mut self, e: &LogError, what: &str) {
+        self.stats.log_errors += 1;
+        if let Some(log) = self.log.take() {
+            self.stats.transitions_committed = log.counts().committed;
+        }
+        self.log_lost = true;
+        tracing::error!(error = %e, "{what}: logging stops, control goes on");
     }
 
     /// Completes signal `i`'s pending transition with the observation just built (or
@@ -706,9 +721,7 @@ impl Controller {
         self.watch_kpis();
         if let Some(log) = &mut self.log {
             if let Err(e) = log.commit_if_due() {
-                self.stats.log_errors += 1;
-                tracing::error!(error = %e, "transition log commit failed: logging stops, control goes on");
-                self.log = None;
+                self.lose_log(&e, "transition log commit failed");
             }
         }
         Ok(true)
