@@ -340,16 +340,29 @@ fn rollback_refuses_a_tampered_previous_version() {
     m2.provenance.parent_version = Some(1);
     let own = bundle::load_signing_key(&s.own_key).unwrap();
     store.install(&w, &m2, &own, &[s.site], "test").unwrap();
+    let trusted = [s.site, own.verifying_key()];
+    // `previous` pointed (by hand) at a signed copy of v1 outside versions/: refused,
+    // since `current` would then name a folder other than the one verified.
+    let (root, other) = (s.dir.join("store"), s.dir.join("store/other/v000001"));
+    std::fs::create_dir_all(&other).unwrap();
+    for f in std::fs::read_dir(root.join("versions/v000001")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, other.join(f.file_name().unwrap())).unwrap();
+    }
+    let link = root.join("previous");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("other/v000001", &link).unwrap();
+    let err = store.rollback(&trusted, "test").unwrap_err().to_string();
+    assert!(err.contains("not at a folder of versions/"), "{err}");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("versions/v000001", &link).unwrap();
     // Tamper with v1's model.
     let p = s.dir.join("store/versions/v000001/policy.onnx");
     let mut bytes = std::fs::read(&p).unwrap();
     let n = bytes.len();
     bytes[n - 10] ^= 1;
     std::fs::write(&p, bytes).unwrap();
-    let err = store
-        .rollback(&[s.site, own.verifying_key()], "test")
-        .unwrap_err()
-        .to_string();
+    let err = store.rollback(&trusted, "test").unwrap_err().to_string();
     assert!(err.contains("integrity check failed"), "{err}");
     assert!(
         store

@@ -78,6 +78,16 @@ pub enum StoreError {
     /// Not available on this platform.
     #[error("the policy store needs symbolic links (Unix)")]
     Unsupported,
+    /// A link points somewhere other than one of the store's version folders.
+    #[error("policy store {store}: `{link}` points at {target}, not at a folder of versions/")]
+    StrayLink {
+        /// The store.
+        store: PathBuf,
+        /// The link's name.
+        link: &'static str,
+        /// Where it points.
+        target: String,
+    },
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
@@ -398,17 +408,23 @@ impl PolicyStore {
             store: self.dir.clone(),
             current: cur.display().to_string(),
         })?;
+        // Only a version the store holds: the folder verified is the one `current` will name.
+        let prev_name = prev
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| prev == self.dir.join(VERSIONS).join(n))
+            .ok_or_else(|| StoreError::StrayLink {
+                store: self.dir.clone(),
+                link: PREVIOUS,
+                target: prev.display().to_string(),
+            })?
+            .to_string();
         let b: VerifiedBundle = bundle::verify(&prev, trusted).map_err(|e| StoreError::Bundle {
             context: format!("previous version {}", prev.display()),
             source: e,
         })?;
         let to = b.manifest.policy_version;
         let from = Self::version_of(&cur);
-        let prev_name = prev
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
         self.set_link(CURRENT, Some(&prev_name))?;
         let grandparent = b
             .manifest
