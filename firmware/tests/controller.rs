@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::synthetic::synthetic_mlp;
+use common::synthetic::{synthetic_blob, synthetic_mlp};
 use common::*;
 use greenwave_core::mlp::{masked_log_prob, BlobError, MlpBlob};
 use greenwave_core::{ActionSource, Millis, ObsLayout, PhaseMask};
@@ -215,16 +215,9 @@ fn untrusted_blobs_fall_back_to_fixed_time() {
     let good = policy_blob(false);
     let mut corrupt = good.clone();
     corrupt.truncate(good.len() - 3);
-    let foreign = synthetic_mlp(plan().hash() ^ 1, layout(), 64, 7)
-        .to_blob(false)
-        .unwrap();
-    let other_layout = ObsLayout {
-        n_lanes: 8,
-        n_phases: 4,
-    };
-    let wrong_layout = synthetic_mlp(plan().hash(), other_layout, 64, 7)
-        .to_blob(false)
-        .unwrap();
+    let foreign = synthetic_blob(plan().hash() ^ 1, layout());
+    let other_layout = ObsLayout::for_signal(8, 4, false).unwrap();
+    let wrong_layout = synthetic_blob(plan().hash(), other_layout);
     let too_wide = synthetic_mlp(plan().hash(), layout(), 128, 7)
         .to_blob(true)
         .unwrap();

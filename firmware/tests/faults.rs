@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::synthetic::synthetic_mlp;
+use common::synthetic::synthetic_blob;
 use common::*;
 use greenwave_core::{ActionSource, Millis, ObsLayout};
 use greenwave_firmware::heads::Lamp;
@@ -37,17 +37,7 @@ fn assert_flashing(ctl: &mut Cabinet, field: &Shared, latched_at_ms: u64, ms: u3
 
 #[test]
 fn stuck_on_green_latches_flash_until_reset() {
-    let bytes = synthetic_mlp(
-        plan().hash(),
-        ObsLayout {
-            n_lanes: 12,
-            n_phases: 4,
-        },
-        64,
-        7,
-    )
-    .to_blob(false)
-    .unwrap();
+    let bytes = synthetic_blob(plan().hash(), ObsLayout::for_signal(12, 4, false).unwrap());
     let field = Shared::default();
     let mut ctl = cabinet(&field, Some(&bytes));
     let mut run = Run::default();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::synthetic::synthetic_mlp;
+use common::synthetic::synthetic_blob;
 use common::*;
 use greenwave_core::{ActionSource, Millis, ObsLayout, PhaseId};
 use greenwave_firmware::{
@@ -40,13 +40,8 @@ fn program() -> ProgramClock {
 /// same lanes.
 #[test]
 fn the_clock_lanes_follow_the_program_from_the_first_green() {
-    let with_clock = ObsLayout {
-        n_lanes: 12,
-        n_phases: 4,
-    };
-    let bytes = synthetic_mlp(plan().hash(), with_clock, 64, 7)
-        .to_blob(false)
-        .unwrap();
+    let with_clock = ObsLayout::for_signal(8, 4, true).unwrap();
+    let bytes = synthetic_blob(plan().hash(), with_clock);
     let field = Shared::default();
     let ctl = cabinet8(&field, Some(&bytes));
     assert_eq!(
@@ -108,13 +103,8 @@ fn the_clock_lanes_follow_the_program_from_the_first_green() {
 /// lanes: it falls back to fixed time, naming the layouts.
 #[test]
 fn a_blob_without_the_clock_falls_back_once_the_clock_is_added() {
-    let detectors_only = ObsLayout {
-        n_lanes: 8,
-        n_phases: 4,
-    };
-    let bytes = synthetic_mlp(plan().hash(), detectors_only, 64, 7)
-        .to_blob(false)
-        .unwrap();
+    let detectors_only = ObsLayout::for_signal(8, 4, false).unwrap();
+    let bytes = synthetic_blob(plan().hash(), detectors_only);
     let field = Shared::default();
     let ctl = cabinet8(&field, Some(&bytes));
     assert_eq!(ctl.policy_status(), Ok(1));

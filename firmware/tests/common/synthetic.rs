@@ -153,3 +153,11 @@ pub fn agreement(a: &MlpBlob, b: &MlpBlob, obs: &[(Vec<f32>, PhaseMask)]) -> Agr
     }
     r
 }
+
+/// The f32 blob of [`synthetic_mlp`] with 64-wide hidden layers and seed 7, for
+/// `plan_hash` and `layout`: what most tests load.
+pub fn synthetic_blob(plan_hash: u64, layout: ObsLayout) -> Vec<u8> {
+    synthetic_mlp(plan_hash, layout, 64, 7)
+        .to_blob(false)
+        .expect("a synthetic MLP writes as a blob")
+}

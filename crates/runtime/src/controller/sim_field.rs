@@ -38,6 +38,9 @@ pub struct SimField<E> {
     env: E,
     requests: Vec<Option<u8>>,
     obs: Vec<f32>,
+    /// Per signal, the lanes the simulator supplies: its layout's, less a program clock's
+    /// (which the controller writes; `env_signal_specs`).
+    detected: Vec<usize>,
 }
 
 impl<E: Env> SimField<E> {
@@ -45,10 +48,15 @@ impl<E: Env> SimField<E> {
     /// initial green).
     pub fn new(env: E) -> Self {
         let n = env.signals().len();
+        let detected = env_signal_specs(&env)
+            .iter()
+            .map(SignalSpec::field_lanes)
+            .collect();
         SimField {
             env,
             requests: vec![None; n],
             obs: Vec::new(),
+            detected,
         }
     }
 
@@ -84,10 +92,7 @@ impl<E: Env> DetectorSource for SimField<E> {
             DetectorError::Source(format!("signal {signal} does not exist in the simulation"))
         })?;
         let n = spec.layout.n_lanes as usize;
-        // The detector lanes: a program clock's are the controller's (`env_signal_specs`).
-        let detected = spec
-            .layout
-            .detector_lanes(self.env.program_clock(signal).is_some());
+        let detected = self.detected[signal];
         if lanes.len() != detected {
             return Err(DetectorError::Source(format!(
                 "signal {signal}: {} lane buffers for {detected} detector lanes",
