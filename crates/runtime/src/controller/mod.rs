@@ -409,8 +409,8 @@ impl Controller {
     /// keeping the running one as the previous version. With the rollback watch enabled,
     /// the new version's live KPIs are compared with the previous one's over the
     /// configured window and it is rolled back by itself on a significant regression.
-    /// Returns whether the switch is watched (it is not when disabled, or without two
-    /// batches of KPI history from before the switch).
+    /// Returns whether the switch is watched (it is not when disabled, with no policy
+    /// running before it, or before [`switch_watchable`](Self::switch_watchable)).
     pub fn switch_policy(&mut self, policy: Policy) -> bool {
         let new_version = policy.version;
         let old = std::mem::replace(&mut self.policy, Ok(policy));
@@ -422,6 +422,19 @@ impl Controller {
             "policy switched; previous version kept for rollback"
         );
         self.previous.is_some() && self.watch.start(self.now_ms(), new_version, old_version)
+    }
+
+    /// Whether a [`switch_policy`](Self::switch_policy) now would be watched: the watch
+    /// is enabled, a policy runs (the comparison's baseline), and a whole rollback window
+    /// of KPI batches has been recorded since the start (the comparable period before the
+    /// switch as long as the one after it).
+    pub fn switch_watchable(&self) -> bool {
+        self.policy.is_ok() && self.watch.ready()
+    }
+
+    /// The watch's verdicts so far, oldest first (kept or rolled back, with the evidence).
+    pub fn rollback_events(&self) -> &[RollbackEvent] {
+        &self.stats.rollback_events
     }
 
     /// Ends a finished KPI batch; on a watched version's verdict, logs it and rolls back
@@ -796,10 +809,21 @@ impl Controller {
         seconds: f64,
         mut on_status: impl FnMut(&Status),
     ) -> Result<ControllerStats, ControllerError> {
+        self.run_with(field, seconds, |c| on_status(&c.status()))
+    }
+
+    /// As [`run`](Self::run), handing the controller itself to `between` after each
+    /// decision interval (to switch policies while it runs, for one).
+    pub fn run_with(
+        &mut self,
+        field: &mut (impl Field + ?Sized),
+        seconds: f64,
+        mut between: impl FnMut(&mut Self),
+    ) -> Result<ControllerStats, ControllerError> {
         self.started = Instant::now();
         let end_ms = (seconds * 1000.0).max(0.0) as u64;
         while self.now_ms() < end_ms && self.step(field)? {
-            on_status(&self.status());
+            between(self);
         }
         self.finish(field)
     }

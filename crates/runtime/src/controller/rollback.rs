@@ -176,12 +176,17 @@ impl RegressionWatch {
         Some(self.verdict(w, now_ms))
     }
 
+    /// Whether a switch now would be watched: enabled, and a whole window of batches
+    /// from before it to compare with (the comparable period as long as the one after).
+    pub(crate) fn ready(&self) -> bool {
+        self.cfg.enabled && self.history.len() >= self.batches_per_window()
+    }
+
     /// Starts watching a switch from `to_version` (the previous) to `from_version`.
-    /// Returns `false` (not watched) when disabled or with less than two batches of
-    /// history to compare with.
+    /// Returns `false` (not watched) unless [`ready`](Self::ready).
     pub(crate) fn start(&mut self, now_ms: u64, from_version: u32, to_version: u32) -> bool {
         self.watching = None;
-        if !self.cfg.enabled || self.history.len() < 2 {
+        if !self.ready() {
             return false;
         }
         // The batch in progress mixes versions: start a fresh one at the switch.
@@ -341,8 +346,39 @@ mod tests {
             verdict.expect("a verdict within the window")
         };
         let bad = run(0.4);
+        assert_eq!(bad.evidence[0].before.len(), 6, "a whole window before");
         assert!(bad.rolled_back, "{bad:?}");
         assert!(bad.at_ms - bad.switched_at_ms <= 60_000 + 10_000);
         assert!(!run(0.2).rolled_back);
+    }
+
+    #[test]
+    fn a_switch_is_watched_only_with_a_whole_window_of_history_before_it() {
+        let cfg = RollbackConfig {
+            window: Millis::from_secs(60),
+            batch: Millis::from_secs(10),
+            ..Default::default()
+        };
+        let mut w = RegressionWatch::new(cfg.clone());
+        let lane = [LaneReading {
+            queue: 0.2,
+            density: 0.3,
+        }];
+        for i in 1..=12u64 {
+            assert!(!w.ready(), "ready after {i} intervals");
+            w.record(&[&lane]);
+            w.tick(i * 5000);
+        }
+        assert!(w.ready(), "six 10 s batches: the 60 s window");
+        assert!(w.start(60_000, 2, 1));
+        let mut off = RegressionWatch::new(RollbackConfig {
+            enabled: false,
+            ..cfg
+        });
+        for i in 1..=24u64 {
+            off.record(&[&lane]);
+            off.tick(i * 5000);
+        }
+        assert!(!off.ready() && !off.start(120_000, 2, 1), "disabled");
     }
 }
