@@ -7,7 +7,8 @@
 //!   versions/v000002/
 //!   current  -> versions/v000002     symlink: what the controller loads (--bundle <store>/current)
 //!   previous -> versions/v000001     symlink: what `rollback` returns to
-//!   history.jsonl          one JSON line per adopt / fine-tune (accepted or rejected) / rollback
+//!   history.jsonl          one JSON line per adopt / fine-tune (accepted or rejected) /
+//!                          rollback / live-watch verdict (watch-kept, watch-rollback)
 //!   staging/               scratch for a bundle being written (cleared on open)
 //! ```
 //!
@@ -18,8 +19,11 @@
 //! the link atomically, so anyone resolving `current` — a controller starting up, a crash at
 //! any point — finds either the complete old bundle or the complete new one, never a mix.
 //! `previous` is pointed at the old version *before* `current` moves, so after a crash
-//! between the two steps both name the old version (still consistent). A running controller
-//! keeps the policy it loaded; the switch takes effect when it next loads `current`.
+//! between the two steps both name the old version (still consistent). A controller
+//! started with `--store` follows `current` while it runs, switching a new version in
+//! under its live KPI watch and recording the verdict here (`watch-kept`, or
+//! `watch-rollback` with `current` switched back); one started with `--bundle` keeps the
+//! policy it loaded.
 //!
 //! One writer at a time is assumed (the controller runs fine-tunes itself, one after the
 //! other). Symlinks make this Unix-only; elsewhere the store reports `Unsupported`.
@@ -78,6 +82,18 @@ pub enum StoreError {
     /// Not available on this platform.
     #[error("the policy store needs symbolic links (Unix)")]
     Unsupported,
+    /// `current` no longer names the version a switch back was meant to leave.
+    #[error(
+        "policy store {store}: `current` is {current}, no longer {expected}: not switched back"
+    )]
+    Moved {
+        /// The store.
+        store: PathBuf,
+        /// The version folder expected to be current.
+        expected: String,
+        /// What `current` names now.
+        current: String,
+    },
     /// A link points somewhere other than one of the store's version folders.
     #[error("policy store {store}: `{link}` points at {target}, not at a folder of versions/")]
     StrayLink {
@@ -115,7 +131,8 @@ fn fsync_dir(path: &Path) -> Result<(), StoreError> {
 pub struct HistoryEntry {
     /// Unix time (ms).
     pub unix_ms: u64,
-    /// "adopt", "finetune-accepted", "finetune-rejected", "rollback".
+    /// "adopt", "finetune-accepted", "finetune-rejected", "rollback", and the running
+    /// controller's live-watch verdicts "watch-kept" and "watch-rollback".
     pub event: String,
     /// The version current before.
     pub from_version: Option<u32>,
@@ -147,6 +164,8 @@ const PREVIOUS: &str = "previous";
 const VERSIONS: &str = "versions";
 const STAGING: &str = "staging";
 const HISTORY: &str = "history.jsonl";
+/// The history event of a version the live watch kept.
+const WATCH_KEPT: &str = "watch-kept";
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -173,6 +192,19 @@ impl PolicyStore {
             fs::remove_dir_all(&staging).map_err(io("clearing", &staging))?;
         }
         fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
+        Ok(PolicyStore { dir })
+    }
+
+    /// Attaches to the existing store at `dir` without changing it (no folders created,
+    /// `staging/` left alone: a fine-tune may be writing there). For a running
+    /// controller, which reads `current` and records the live watch's verdicts.
+    pub fn attach(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        if !cfg!(unix) {
+            return Err(StoreError::Unsupported);
+        }
+        let dir = dir.into();
+        let versions = dir.join(VERSIONS);
+        fs::read_dir(&versions).map_err(io("opening the policy store's", &versions))?;
         Ok(PolicyStore { dir })
     }
 
@@ -408,6 +440,74 @@ impl PolicyStore {
             store: self.dir.clone(),
             current: cur.display().to_string(),
         })?;
+        self.switch_back(&cur, &prev, PREVIOUS, trusted, "rollback", reason)
+    }
+
+    /// The live watch's rollback: `current` goes from `from` (the version the controller
+    /// switched in and found worse) back to `to` (the one it ran before and runs again),
+    /// recorded as a `watch-rollback` with `evidence`. Refused, changing nothing, when
+    /// `current` no longer names `from` (a newer version was installed meanwhile).
+    pub fn watch_rollback(
+        &self,
+        from: &Path,
+        to: &Path,
+        trusted: &[VerifyingKey],
+        evidence: &str,
+    ) -> Result<Switched, StoreError> {
+        let cur = self
+            .current()?
+            .ok_or_else(|| StoreError::Empty(self.dir.clone()))?;
+        if cur != from {
+            return Err(StoreError::Moved {
+                store: self.dir.clone(),
+                expected: from.display().to_string(),
+                current: cur.display().to_string(),
+            });
+        }
+        self.switch_back(&cur, to, "target", trusted, "watch-rollback", evidence)
+    }
+
+    /// Records that the live watch kept `version` (no significant KPI regression after it
+    /// was switched in): the store's verdict, so a restarted controller runs it at once.
+    pub fn record_kept(&self, version: u32, evidence: &str) -> Result<(), StoreError> {
+        self.record(&HistoryEntry {
+            unix_ms: now_ms(),
+            event: WATCH_KEPT.into(),
+            from_version: Some(version),
+            to_version: Some(version),
+            detail: evidence.into(),
+        })
+    }
+
+    /// Whether the current version still awaits the live watch's verdict: the last
+    /// history line that switched to it is anything but an adoption, a rollback or a
+    /// verdict (a fine-tune's acceptance, an unknown event, or no line at all, e.g. a link
+    /// changed by hand or a damaged line). `None` without a current version.
+    pub fn current_unjudged(&self) -> Result<Option<bool>, StoreError> {
+        let Some(v) = self.current()?.as_deref().and_then(Self::version_of) else {
+            return Ok(None);
+        };
+        let last = self
+            .history()?
+            .into_iter()
+            .rfind(|h| h.to_version == Some(v))
+            .map(|h| h.event);
+        let judged = ["adopt", "rollback", "watch-rollback", WATCH_KEPT];
+        Ok(Some(!last.is_some_and(|e| judged.contains(&e.as_str()))))
+    }
+
+    /// Points `current` (now `cur`) at `to`, a version folder of this store verified
+    /// against `trusted`, and `previous` at its parent if held; records `event`.
+    fn switch_back(
+        &self,
+        cur: &Path,
+        to: &Path,
+        link: &'static str,
+        trusted: &[VerifyingKey],
+        event: &str,
+        reason: &str,
+    ) -> Result<Switched, StoreError> {
+        let prev = to;
         // Only a version the store holds: the folder verified is the one `current` will name.
         let prev_name = prev
             .file_name()
@@ -415,16 +515,16 @@ impl PolicyStore {
             .filter(|n| prev == self.dir.join(VERSIONS).join(n))
             .ok_or_else(|| StoreError::StrayLink {
                 store: self.dir.clone(),
-                link: PREVIOUS,
+                link,
                 target: prev.display().to_string(),
             })?
             .to_string();
-        let b: VerifiedBundle = bundle::verify(&prev, trusted).map_err(|e| StoreError::Bundle {
+        let b: VerifiedBundle = bundle::verify(prev, trusted).map_err(|e| StoreError::Bundle {
             context: format!("previous version {}", prev.display()),
             source: e,
         })?;
         let to = b.manifest.policy_version;
-        let from = Self::version_of(&cur);
+        let from = Self::version_of(cur);
         self.set_link(CURRENT, Some(&prev_name))?;
         let grandparent = b
             .manifest
@@ -435,14 +535,14 @@ impl PolicyStore {
         self.set_link(PREVIOUS, grandparent.as_deref())?;
         self.record(&HistoryEntry {
             unix_ms: now_ms(),
-            event: "rollback".into(),
+            event: event.into(),
             from_version: from,
             to_version: Some(to),
             detail: reason.into(),
         })?;
         Ok(Switched {
             version: to,
-            dir: prev,
+            dir: prev.to_path_buf(),
             from,
         })
     }
@@ -527,4 +627,92 @@ fn symlink(target: &Path, link: &Path) -> Result<(), StoreError> {
 #[cfg(not(unix))]
 fn symlink(_target: &Path, _link: &Path) -> Result<(), StoreError> {
     Err(StoreError::Unsupported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(name: &str) -> PolicyStore {
+        let dir = std::env::temp_dir().join(format!("gw-store-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let s = PolicyStore::open(&dir).unwrap();
+        for v in [1, 2] {
+            fs::create_dir_all(dir.join(VERSIONS).join(version_dir_name(v))).unwrap();
+        }
+        s
+    }
+
+    fn line(s: &PolicyStore, event: &str, from: Option<u32>, to: u32) {
+        s.record(&HistoryEntry {
+            unix_ms: 0,
+            event: event.into(),
+            from_version: from,
+            to_version: Some(to),
+            detail: String::new(),
+        })
+        .unwrap();
+    }
+
+    /// Only an adoption, a rollback or a verdict judges the current version; anything else
+    /// (a fine-tune's acceptance, an unknown or damaged line, no line) leaves it to the
+    /// live watch.
+    #[test]
+    fn the_current_version_is_judged_only_by_a_known_verdict() {
+        let s = store("judged");
+        assert_eq!(s.current_unjudged().unwrap(), None, "no current version");
+        line(&s, "adopt", None, 1);
+        s.set_link(CURRENT, Some("v000001")).unwrap();
+        assert_eq!(s.current_unjudged().unwrap(), Some(false), "adopted");
+        line(&s, "finetune-accepted", Some(1), 2);
+        s.set_link(PREVIOUS, Some("v000001")).unwrap();
+        s.set_link(CURRENT, Some("v000002")).unwrap();
+        assert_eq!(s.current_unjudged().unwrap(), Some(true), "a fine-tune");
+        s.record_kept(2, "{}").unwrap();
+        assert_eq!(s.current_unjudged().unwrap(), Some(false), "kept");
+        // A bit flipped in the verdict's event: unknown, so unjudged again.
+        let path = s.dir().join(HISTORY);
+        let text = fs::read_to_string(&path).unwrap();
+        fs::write(&path, text.replace("watch-kept", "watch-kepu")).unwrap();
+        assert_eq!(s.current_unjudged().unwrap(), Some(true), "damaged verdict");
+        // A line that does not parse is skipped: the acceptance before it decides.
+        fs::write(&path, text.replace("\"watch-kept\"", "\"watch-kept")).unwrap();
+        assert_eq!(
+            s.current_unjudged().unwrap(),
+            Some(true),
+            "unparsable verdict"
+        );
+        // A link changed by hand to a version with no line at all.
+        fs::write(&path, "").unwrap();
+        assert_eq!(s.current_unjudged().unwrap(), Some(true), "no history");
+    }
+
+    /// The watch's rollback leaves the store alone when `current` moved on meanwhile.
+    #[test]
+    fn the_watch_rollback_changes_nothing_when_current_moved_on() {
+        let s = store("moved");
+        s.set_link(CURRENT, Some("v000002")).unwrap();
+        let dir = s.dir().join(VERSIONS);
+        let e = s
+            .watch_rollback(&dir.join("v000001"), &dir.join("v000002"), &[], "{}")
+            .unwrap_err();
+        assert!(matches!(e, StoreError::Moved { .. }), "{e}");
+        assert!(e.to_string().contains("no longer"), "{e}");
+        assert!(s.current().unwrap().unwrap().ends_with("v000002"));
+        assert!(s.history().unwrap().is_empty());
+    }
+
+    /// Attaching neither creates a store nor clears a fine-tune's staging folder.
+    #[test]
+    fn attach_changes_nothing() {
+        let s = store("attach");
+        let staged = s.dir().join(STAGING).join("v3-1");
+        fs::create_dir_all(&staged).unwrap();
+        PolicyStore::attach(s.dir()).unwrap();
+        assert!(staged.is_dir());
+        let missing = s.dir().join("nothing-here");
+        let e = PolicyStore::attach(&missing).unwrap_err().to_string();
+        assert!(e.contains("nothing-here"), "{e}");
+        assert!(!missing.exists());
+    }
 }
