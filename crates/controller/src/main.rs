@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! greenwave-controller run --bundle B --trust KEY.pub --scenario single-4way --log-dir D
+//! greenwave-controller run --store S --trust KEY.pub --trust OWN.pub --site SITE --replay R --log-dir D
 //! greenwave-controller verify --bundle B --trust KEY.pub --scenario single-4way
 //! greenwave-controller log --log-dir D
 //! greenwave-controller collect --from frames.bin --log-dir D
@@ -14,6 +15,7 @@
 
 mod collect;
 mod finetune;
+mod follow;
 mod keys;
 mod log;
 mod rollback;
@@ -101,4 +103,42 @@ enum Exit {
     Ok,
     /// The gate rejected the fine-tuned candidate (exit status 2).
     Rejected,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks (argument ids in `requires` / `conflicts_with`, ...).
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// `--bundle` or `--store`, not both; the store's and the watch's options not with
+    /// `--bundle`.
+    #[test]
+    fn a_run_takes_a_bundle_or_a_store() {
+        let parse = |extra: &[&str]| {
+            let mut a = vec!["greenwave-controller", "run", "--trust", "k.pub"];
+            a.extend(["--log-dir", "log"]);
+            a.extend(extra);
+            Cli::try_parse_from(a).map(|_| ()).map_err(|e| e.kind())
+        };
+        use clap::error::ErrorKind::*;
+        assert_eq!(parse(&[]), Err(MissingRequiredArgument));
+        assert_eq!(parse(&["--bundle", "b"]), Ok(()));
+        assert_eq!(parse(&["--store", "s"]), Ok(()));
+        assert_eq!(
+            parse(&["--bundle", "b", "--store", "s"]),
+            Err(ArgumentConflict)
+        );
+        let watch = ["--bundle", "b", "--rollback-window-s", "600"];
+        assert_eq!(parse(&watch), Err(ArgumentConflict));
+        assert_eq!(
+            parse(&["--store", "s", "--store-poll-s", "0"]),
+            Err(ValueValidation)
+        );
+    }
 }

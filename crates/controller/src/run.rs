@@ -6,7 +6,7 @@
 //! (`--site`, written by `greenwave site`); the simulators are fields for tests and demos,
 //! and a build without feature `sim` has none.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -27,6 +27,7 @@ use greenwave_sim::EpisodeMetrics;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::follow::{load_first, FollowArgs, StoreFollower, StoreReport};
 use crate::keys::trusted_keys;
 
 /// `--timing`, `--program` and per-value overrides of the SUMO signals' timing (the same
@@ -79,9 +80,11 @@ impl SumoTiming {
 /// Arguments of `greenwave-controller run`.
 #[derive(Args)]
 pub struct RunArgs {
-    /// The signed policy bundle (directory).
-    #[arg(long)]
-    bundle: PathBuf,
+    /// The signed policy bundle (directory); or --store.
+    #[arg(long, required_unless_present = "store")]
+    bundle: Option<PathBuf>,
+    #[command(flatten)]
+    follow: FollowArgs,
     /// A trusted public key file (repeat for several).
     #[arg(long = "trust", required = true)]
     trust: Vec<PathBuf>,
@@ -184,15 +187,27 @@ fn parse_budget_ms(s: &str) -> Result<f64, String> {
     Ok(ms)
 }
 
-/// Verifies the bundle for every signal and loads its model.
+/// The bundle a simulated field takes its decision interval and program clock from: the
+/// one given, or the store's current version.
+#[cfg(feature = "sumo")]
+fn any_bundle(args: &RunArgs) -> Option<PathBuf> {
+    match (&args.bundle, &args.follow.store) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(store)) => Some(store.join("current")),
+        (None, None) => None,
+    }
+}
+
+/// Verifies the bundle in `dir` for every signal and loads its model.
 fn load_policy(
     args: &RunArgs,
+    dir: &Path,
     signals: &[SignalSpec],
     interval: Millis,
 ) -> Result<(Policy, VerifiedBundle)> {
     let keys = trusted_keys(&args.trust)?;
     let first = &signals[0];
-    let b = bundle::verify_and_load(&args.bundle, &keys, &first.plan, first.layout)?;
+    let b = bundle::verify_and_load(dir, &keys, &first.plan, first.layout)?;
     for (i, s) in signals.iter().enumerate().skip(1) {
         b.check_signal(&s.plan, s.layout)
             .with_context(|| format!("signal {i} ({})", s.id))?;
@@ -267,12 +282,18 @@ struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     program_clock_unix_origin_ms: Option<u64>,
     policy: PolicyReport,
+    /// With `--store`: the switches made while running, the live watch's verdicts recorded
+    /// in the store, and versions refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: Option<StoreReport>,
     controller: ControllerStats,
 }
 
 /// `greenwave-controller run`: builds the field (SUMO, replay or embedded simulator) and
 /// the fallback, and drives the controller on it.
 pub fn run(args: RunArgs, quiet: bool) -> Result<()> {
+    // Refused before anything starts (checked again where the controller is configured).
+    args.follow.rollback_config()?;
     if let Some(path) = &args.site {
         return run_site(&args, path, quiet);
     }
@@ -358,7 +379,8 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
         // The simulated field decides at the bundle's interval unless the timing file or
         // flag names one. A bundle that does not verify is reported by `load_policy`.
         // So do its program-clock lanes.
-        if let Ok(b) = bundle::verify(&args.bundle, &trusted_keys(&args.trust)?) {
+        let b = any_bundle(args).map(|dir| bundle::verify(&dir, &trusted_keys(&args.trust)?));
+        if let Some(Ok(b)) = b {
             cfg.decision_interval_s = f64::from(b.manifest.decision_interval.0) / 1000.0;
             cfg.program_clock = b.manifest.program_clock;
         }
@@ -452,9 +474,27 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         seconds,
         clock_time,
     } = setup;
-    let (policy, policy_report) = policy_or_fallback(args, &specs, interval)?;
+    let mut follower = match &args.follow.store {
+        Some(dir) => Some(StoreFollower::attach(
+            &args.follow,
+            dir,
+            trusted_keys(&args.trust)?,
+        )?),
+        None => None,
+    };
+    let start: Vec<PathBuf> = match (&follower, &args.bundle) {
+        (Some((_, dirs)), _) => dirs.clone(),
+        (None, Some(b)) => vec![b.clone()],
+        (None, None) => bail!("--bundle or --store is required"),
+    };
+    let (policy, policy_report, loaded, failed) =
+        policy_or_fallback(args, &start, &specs, interval)?;
+    let mut follower = follower.take().map(|(mut f, _)| {
+        f.started(loaded.as_deref(), &failed);
+        f
+    });
     let log = open_log(args)?;
-    let cfg = controller_config(args, interval);
+    let cfg = controller_config(args, interval)?;
     // Last before the controller starts, so that its time 0 is this Unix time.
     let unix_origin_ms = match clock_time {
         ClockTime::Unix => Some(unix_now_ms()?),
@@ -470,6 +510,7 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
             );
         }
     }
+    let loader_specs = specs.clone();
     let mut controller = Controller::new(specs, policy, fallback, cfg, Some(log))?;
 
     // Until the field ends (a replay's last line) when no length is given: no total.
@@ -480,7 +521,12 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     };
     let bar = progress_bar(quiet, total);
     let started = Instant::now();
-    let stats = controller.run(field, seconds, |s| {
+    let mut load = |dir: &Path| load_policy(args, dir, &loader_specs, interval).map(|(p, _)| p);
+    let stats = controller.run_with(field, seconds, |c| {
+        if let Some(f) = &mut follower {
+            f.between(c, &mut load);
+        }
+        let s = c.status();
         bar.inc(1);
         bar.set_message(format!(
             "t={:.0}s fallback {}/{} switches {} logged {}",
@@ -508,12 +554,19 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         peak_rss_kib: greenwave_runtime::peak_rss_kib(),
         program_clock_unix_origin_ms: unix_origin_ms,
         policy: policy_report,
+        store: follower.map(|f| f.report),
         controller: stats,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
+    }
+    if let Some(store) = report.store.as_ref().filter(|s| !s.errors.is_empty()) {
+        bail!(
+            "the policy store failed during the run: {} (see the report)",
+            store.errors.join("; ")
+        );
     }
     // Control went on, but a log that failed lost what came after: not a clean run.
     if report.controller.log_errors > 0 {
@@ -527,14 +580,41 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     Ok(())
 }
 
-/// The bundle's policy, or (unless `--require-policy`) why it was refused, for the
-/// controller to run the fallback only; with what the report says about it.
+/// What the start loaded: the policy or why none, the report on it, the folder it came
+/// from, and the folders that failed a check before it.
+type Loaded = (
+    Result<Policy, String>,
+    PolicyReport,
+    Option<PathBuf>,
+    Vec<(PathBuf, String)>,
+);
+
+/// The first of `dirs` whose bundle passes every check, or (unless `--require-policy`) why
+/// none did, for the controller to run the fallback only; with what the report says.
 fn policy_or_fallback(
     args: &RunArgs,
+    dirs: &[PathBuf],
     specs: &[SignalSpec],
     interval: Millis,
+) -> Result<Loaded> {
+    let (loaded, from, failed) = match (args.follow.store.is_some(), dirs) {
+        (false, [bundle]) => (
+            load_policy(args, bundle, specs, interval),
+            Some(bundle.clone()),
+            vec![],
+        ),
+        _ => load_first(dirs, |d| load_policy(args, d, specs, interval)),
+    };
+    let (policy, report) = report_policy(args, loaded)?;
+    Ok((policy, report, from, failed))
+}
+
+/// The report on the loaded policy, or the fallback's reason.
+fn report_policy(
+    args: &RunArgs,
+    loaded: Result<(Policy, VerifiedBundle)>,
 ) -> Result<(Result<Policy, String>, PolicyReport)> {
-    match load_policy(args, specs, interval) {
+    match loaded {
         Ok((p, b)) => {
             let report = PolicyReport {
                 loaded: true,
@@ -585,14 +665,15 @@ fn open_log(args: &RunArgs) -> Result<LogWriter> {
     Ok(log)
 }
 
-fn controller_config(args: &RunArgs, interval: Millis) -> ControllerConfig {
+fn controller_config(args: &RunArgs, interval: Millis) -> Result<ControllerConfig> {
     let mut cfg = ControllerConfig::new(interval);
+    cfg.rollback = args.follow.rollback_config()?;
     cfg.realtime = args.realtime;
     // In range: checked as the flags were parsed.
     cfg.inference_budget = Duration::from_secs_f64(args.inference_budget_ms / 1000.0);
     cfg.healthy_period = Millis::from_secs(args.healthy_s);
     cfg.max_red = args.max_red_s.map(Millis::from_secs);
-    cfg
+    Ok(cfg)
 }
 
 /// The system clock's time, ms since the Unix epoch.
@@ -664,6 +745,9 @@ fn print_report(r: &RunReport) {
             r.decisions
         ),
     }
+    if let Some(store) = &r.store {
+        print_store(store);
+    }
     println!(
         "fallback switches {}, returns to policy {}, supervisor overrides {} ({} by the max-red rule)",
         r.fallback_switches, r.policy_returns, r.supervisor_overrides, r.controller.max_red_overrides
@@ -679,6 +763,27 @@ fn print_report(r: &RunReport) {
         r.controller.inference_p99_us,
         r.peak_rss_kib.map_or("?".into(), |k| k.to_string())
     );
+}
+
+/// The `--store` lines of the report.
+fn print_store(s: &StoreReport) {
+    for w in &s.switches {
+        let from = w
+            .from_version
+            .map_or("the fallback".into(), |v| format!("v{v}"));
+        let how = if w.watched { " (watched)" } else { "" };
+        println!(
+            "at {:.0} s: {from} -> v{}{how}",
+            w.at_ms as f64 / 1000.0,
+            w.to_version
+        );
+    }
+    for r in &s.recorded {
+        println!("policy store: recorded {r}");
+    }
+    for r in &s.refused {
+        println!("policy store: refused {r}");
+    }
 }
 
 #[cfg(all(test, feature = "sim"))]

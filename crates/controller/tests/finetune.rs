@@ -13,6 +13,8 @@
 // The runtime's test fixtures (one copy: this package tests the same controller).
 #[path = "../../runtime/tests/common/mod.rs"]
 mod common;
+// A site's keys and the trained policy signed with them (one copy for this package's tests).
+mod keyed;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,14 +26,7 @@ use greenwave_finetune::{
 use greenwave_policy::onnx;
 use greenwave_runtime::bundle;
 use greenwave_runtime::log::SegmentIssue;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model_path() -> PathBuf {
-    repo().join("models/single-4way.onnx")
-}
+use keyed::{model_path, site};
 
 fn model() -> Vec<u8> {
     std::fs::read(model_path()).unwrap()
@@ -227,32 +222,6 @@ fn attempts_against_the_same_log_are_limited() {
 }
 
 /// A bundle of the repo's model, signed by a fresh site key.
-struct Site {
-    dir: PathBuf,
-    bundle: PathBuf,
-    site_pub: PathBuf,
-    site: ed25519_dalek::VerifyingKey,
-    own_key: PathBuf,
-    own_pub: PathBuf,
-}
-
-fn site(name: &str) -> Site {
-    let dir = tmp(name);
-    let (keys, site) = bundle::keygen(&dir.join("keys/site"), false).unwrap();
-    let (own, _) = bundle::keygen(&dir.join("keys/controller"), false).unwrap();
-    let key = bundle::load_signing_key(&keys.secret).unwrap();
-    let b = dir.join("bundle");
-    bundle::pack_and_sign(&common::inputs(&model_path()), &key, &b).unwrap();
-    Site {
-        dir,
-        bundle: b,
-        site_pub: keys.public,
-        site,
-        own_key: own.secret,
-        own_pub: own.public,
-    }
-}
-
 #[test]
 fn the_store_switches_atomically_keeps_the_previous_version_and_rolls_back() {
     let s = site("ft-store");

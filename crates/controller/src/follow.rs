@@ -1,0 +1,366 @@
+//! `greenwave-controller run --store`: the controller follows the policy store's `current`
+//! while it runs, switching a new version in under the runtime's live KPI watch and
+//! recording the watch's verdict in the store.
+//!
+//! - **Switch.** Every `--store-poll-s` of controller time the follower reads `current`.
+//!   A version folder other than the one running is loaded with every check the start
+//!   makes (signature, manifest, plans, layouts, interval, program clock) and switched in
+//!   only once the switch can be watched (`Controller::switch_watchable`: a whole rollback
+//!   window of KPIs recorded since the start, so the comparable period before the switch is
+//!   as long as the one after). A folder that fails a check is refused, named, and not
+//!   tried again by this run; the running policy stays.
+//! - **Verdict.** When the watch rolls a version back (the runtime has already switched to
+//!   the one before), the store's `current` is switched back to that folder and the event
+//!   recorded with its KPI evidence (`watch-rollback`); when it keeps the version,
+//!   `watch-kept` is recorded. A version rolled back is never switched in again by this run.
+//! - **Restart.** A version whose verdict the store has not recorded (a fine-tune's
+//!   acceptance is the last word on it) is not trusted at start: the controller starts on
+//!   `previous` and switches the new version in under the watch as above. So a restart in
+//!   the middle of a watch, or a controller stopped before it ran one, cannot put an
+//!   unjudged version in charge unwatched.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::{value_parser, Args};
+use ed25519_dalek::VerifyingKey;
+use greenwave_core::Millis;
+use greenwave_finetune::{PolicyStore, StoreError};
+use greenwave_runtime::controller::{Controller, Policy, RollbackConfig};
+use serde::Serialize;
+
+/// Largest whole seconds a [`Millis`] holds.
+const MAX_SECONDS: i64 = (u32::MAX / 1000) as i64;
+
+/// The `run` options of a controller that follows a policy store.
+#[derive(Args, Clone, Debug)]
+pub struct FollowArgs {
+    /// Run the policy store's `current` version (instead of --bundle) and follow it: a new
+    /// version is switched in under the live KPI watch, which rolls it back (in the store
+    /// too) on a significant regression. Give --trust for the controller's own key as
+    /// well, which signs its fine-tuned versions.
+    #[arg(long, conflicts_with = "bundle")]
+    pub store: Option<PathBuf>,
+    /// Seconds of controller time between two reads of the store's `current` [default:
+    /// 10].
+    #[arg(long, conflicts_with = "bundle", value_parser = value_parser!(u32).range(1..=MAX_SECONDS))]
+    pub store_poll_s: Option<u32>,
+    /// The live watch's window (s): how long a switched-in version runs before its KPIs
+    /// are compared with the same length of controller time before the switch [default:
+    /// 1800].
+    #[arg(long, conflicts_with = "bundle", value_parser = value_parser!(u32).range(1..=MAX_SECONDS))]
+    pub rollback_window_s: Option<u32>,
+    /// The watch's batch (s): the test's unit, at most half the window [default: 300].
+    #[arg(long, conflicts_with = "bundle", value_parser = value_parser!(u32).range(1..=MAX_SECONDS))]
+    pub rollback_batch_s: Option<u32>,
+}
+
+impl FollowArgs {
+    /// The runtime's watch settings from these options (its defaults otherwise).
+    pub fn rollback_config(&self) -> Result<RollbackConfig> {
+        let d = RollbackConfig::default();
+        let window = self.rollback_window_s.map_or(d.window, Millis::from_secs);
+        let batch = self.rollback_batch_s.map_or(d.batch, Millis::from_secs);
+        if u64::from(batch.0) * 2 > u64::from(window.0) {
+            anyhow::bail!(
+                "a rollback batch of {batch} must be at most half of the window, {window}: the \
+                 watch compares at least two batches on each side of a switch \
+                 (--rollback-batch-s, --rollback-window-s)"
+            );
+        }
+        Ok(RollbackConfig { window, batch, ..d })
+    }
+}
+
+/// One policy switch made while running.
+#[derive(Clone, Debug, Serialize)]
+pub struct SwitchReport {
+    /// Controller time of the switch (ms).
+    pub at_ms: u64,
+    /// The version running before (none: the fallback ran).
+    pub from_version: Option<u32>,
+    /// The version switched in.
+    pub to_version: u32,
+    /// Whether the live watch judges it.
+    pub watched: bool,
+}
+
+/// What following the store did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StoreReport {
+    /// The store.
+    pub store: PathBuf,
+    /// The version folder `current` named at the start.
+    pub current_at_start: Option<PathBuf>,
+    /// Whether that version awaited the watch's verdict (so the run started on the one
+    /// before it, where the store has one).
+    pub current_unjudged_at_start: bool,
+    /// Switches made while running (in, and the watch's rollbacks).
+    pub switches: Vec<SwitchReport>,
+    /// Versions refused (a failed check), and why.
+    pub refused: Vec<String>,
+    /// Verdicts recorded in the store ("watch-kept vN", "watch-rollback vN -> vM").
+    pub recorded: Vec<String>,
+    /// Store reads and writes that failed (a verdict not recorded, for one).
+    pub errors: Vec<String>,
+}
+
+/// Follows a policy store while the controller runs (see the module docs).
+pub struct StoreFollower {
+    store: PolicyStore,
+    keys: Vec<VerifyingKey>,
+    poll_ms: u64,
+    next_poll_ms: u64,
+    /// The folder of the version running (none: the fallback).
+    running: Option<PathBuf>,
+    /// The folder running before the switch now watched.
+    before: Option<PathBuf>,
+    /// Folders not to switch to again: refused by a check, or rolled back.
+    refused: BTreeSet<PathBuf>,
+    verdicts_seen: usize,
+    deferred_logged: bool,
+    /// What it did.
+    pub report: StoreReport,
+}
+
+impl StoreFollower {
+    /// Attaches to the store; returns the follower and the version folders to start on,
+    /// in order of preference (the first that loads runs).
+    pub fn attach(
+        args: &FollowArgs,
+        dir: &Path,
+        keys: Vec<VerifyingKey>,
+    ) -> Result<(Self, Vec<PathBuf>)> {
+        let store = PolicyStore::attach(dir)?;
+        let current = store
+            .current()?
+            .ok_or_else(|| StoreError::Empty(dir.to_path_buf()))?;
+        let unjudged = store.current_unjudged()?.unwrap_or(false);
+        let mut start = Vec::new();
+        if unjudged {
+            match store.previous()? {
+                Some(prev) => {
+                    tracing::warn!(
+                        current = %current.display(),
+                        previous = %prev.display(),
+                        "the store's current version has no live-watch verdict: starting on \
+                         the previous one, to switch it in under the watch"
+                    );
+                    start.push(prev);
+                }
+                None => tracing::warn!(
+                    current = %current.display(),
+                    "the store's current version has no live-watch verdict and no previous \
+                     version to compare it with: running it unwatched"
+                ),
+            }
+        }
+        start.push(current.clone());
+        let follower = StoreFollower {
+            store,
+            keys,
+            poll_ms: 0,
+            next_poll_ms: 0,
+            running: None,
+            before: None,
+            refused: BTreeSet::new(),
+            verdicts_seen: 0,
+            deferred_logged: false,
+            report: StoreReport {
+                store: dir.to_path_buf(),
+                current_at_start: Some(current),
+                current_unjudged_at_start: unjudged,
+                ..StoreReport::default()
+            },
+        };
+        Ok((follower.with_poll(args.store_poll_s.unwrap_or(10)), start))
+    }
+
+    fn with_poll(mut self, seconds: u32) -> Self {
+        self.poll_ms = u64::from(seconds) * 1000;
+        self.next_poll_ms = self.poll_ms;
+        self
+    }
+
+    /// The start: `loaded` is the folder whose version runs (none: the fallback); folders
+    /// tried before it failed a check and are not tried again.
+    pub fn started(&mut self, loaded: Option<&Path>, failed: &[(PathBuf, String)]) {
+        self.running = loaded.map(Path::to_path_buf);
+        for (dir, why) in failed {
+            self.refuse(dir, why);
+        }
+    }
+
+    fn refuse(&mut self, dir: &Path, why: &str) {
+        tracing::error!(version = %dir.display(), error = why, "policy version refused");
+        self.report
+            .refused
+            .push(format!("{}: {why}", dir.display()));
+        self.refused.insert(dir.to_path_buf());
+    }
+
+    /// After each decision interval: records the watch's new verdicts, then (every poll
+    /// period) switches to the store's `current` if it is new and the switch can be
+    /// watched. `load` loads a version folder with the start's checks.
+    pub fn between(&mut self, c: &mut Controller, load: &mut dyn FnMut(&Path) -> Result<Policy>) {
+        self.record_verdicts(c);
+        let now = c.now_ms();
+        if now < self.next_poll_ms {
+            return;
+        }
+        self.next_poll_ms = now + self.poll_ms;
+        let target = match self.store.current() {
+            Ok(Some(t)) => t,
+            Ok(None) => return,
+            Err(e) => return self.error(format!("reading `current`: {e}")),
+        };
+        if self.running.as_ref() == Some(&target) || self.refused.contains(&target) {
+            return;
+        }
+        // With a policy running, wait until the switch can be watched; with none (the
+        // fallback) there is nothing to compare with, and the policy is better than none.
+        if c.policy().is_ok() && !c.switch_watchable() {
+            if !self.deferred_logged {
+                tracing::info!(
+                    version = %target.display(),
+                    "new policy version: switching it in once the rollback window before it \
+                     is recorded"
+                );
+                self.deferred_logged = true;
+            }
+            return;
+        }
+        match load(&target) {
+            Err(e) => self.refuse(&target, &format!("{e:#}")),
+            Ok(policy) => self.switch_in(c, policy, target),
+        }
+    }
+
+    fn switch_in(&mut self, c: &mut Controller, policy: Policy, dir: PathBuf) {
+        let to_version = policy.version;
+        let from_version = c.policy().ok().map(|p| p.version);
+        let watched = c.switch_policy(policy);
+        if !watched {
+            tracing::warn!(
+                version = to_version,
+                "policy version switched in unwatched (no policy ran before it)"
+            );
+        }
+        self.before = if watched { self.running.take() } else { None };
+        self.running = Some(dir);
+        self.deferred_logged = false;
+        self.report.switches.push(SwitchReport {
+            at_ms: c.now_ms(),
+            from_version,
+            to_version,
+            watched,
+        });
+    }
+
+    /// Puts each new verdict of the watch into the store.
+    fn record_verdicts(&mut self, c: &Controller) {
+        let events = c.rollback_events();
+        while self.verdicts_seen < events.len() {
+            let e = &events[self.verdicts_seen];
+            self.verdicts_seen += 1;
+            let evidence = serde_json::to_string(e).unwrap_or_default();
+            if !e.rolled_back {
+                self.before = None;
+                match self.store.record_kept(e.from_version, &evidence) {
+                    Ok(()) => self
+                        .report
+                        .recorded
+                        .push(format!("watch-kept v{}", e.from_version)),
+                    Err(err) => self.error(format!("recording v{} kept: {err}", e.from_version)),
+                }
+                continue;
+            }
+            // The runtime runs the version before again.
+            let (bad, good) = (self.running.take(), self.before.take());
+            self.running = good.clone();
+            self.report.switches.push(SwitchReport {
+                at_ms: e.at_ms,
+                from_version: Some(e.from_version),
+                to_version: e.to_version,
+                watched: false,
+            });
+            let (Some(bad), Some(good)) = (bad, good) else {
+                continue;
+            };
+            self.refused.insert(bad.clone());
+            match self
+                .store
+                .watch_rollback(&bad, &good, &self.keys, &evidence)
+            {
+                Ok(s) => self.report.recorded.push(format!(
+                    "watch-rollback v{} -> v{}",
+                    s.from.map_or("?".into(), |v| v.to_string()),
+                    s.version
+                )),
+                // A newer version was installed meanwhile: it is the next candidate.
+                Err(StoreError::Moved { current, .. }) => tracing::warn!(
+                    rolled_back = e.from_version,
+                    current = %current,
+                    "rolled back in the controller; the store's current moved on meanwhile \
+                     and is left as it is"
+                ),
+                Err(err) => self.error(format!(
+                    "switching the store back from v{} to v{}: {err}",
+                    e.from_version, e.to_version
+                )),
+            }
+        }
+    }
+
+    fn error(&mut self, what: String) {
+        tracing::error!(store = %self.store.dir().display(), "policy store: {what}");
+        self.report.errors.push(what);
+    }
+}
+
+/// Loads the first of `dirs` that passes every check; returns the policy (or why none
+/// did), the folder it came from, and the folders that failed before it.
+pub fn load_first<T>(
+    dirs: &[PathBuf],
+    mut load: impl FnMut(&Path) -> Result<T>,
+) -> (Result<T>, Option<PathBuf>, Vec<(PathBuf, String)>) {
+    let mut failed = Vec::new();
+    let mut last = None;
+    for dir in dirs {
+        match load(dir).with_context(|| format!("policy version {}", dir.display())) {
+            Ok(p) => return (Ok(p), Some(dir.clone()), failed),
+            Err(e) => {
+                failed.push((dir.clone(), format!("{e:#}")));
+                last = Some(e);
+            }
+        }
+    }
+    let e = last.unwrap_or_else(|| anyhow::anyhow!("no policy version to load"));
+    (Err(e), None, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watch_options_give_the_runtime_settings_or_say_what_is_wrong() {
+        let args = |window, batch| FollowArgs {
+            store: Some("s".into()),
+            store_poll_s: None,
+            rollback_window_s: window,
+            rollback_batch_s: batch,
+        };
+        assert_eq!(
+            args(None, None).rollback_config().unwrap(),
+            RollbackConfig::default()
+        );
+        let c = args(Some(600), Some(300)).rollback_config().unwrap();
+        assert_eq!((c.window.0, c.batch.0), (600_000, 300_000));
+        let e = args(Some(600), Some(301)).rollback_config().unwrap_err();
+        assert!(e.to_string().contains("at most half"), "{e}");
+        let e = args(None, Some(1000)).rollback_config().unwrap_err();
+        assert!(e.to_string().contains("1800.000 s"), "{e}");
+    }
+}

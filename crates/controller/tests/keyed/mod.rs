@@ -1,0 +1,47 @@
+//! A site's signing key, the controller's own key pair, and the project's trained
+//! `models/single-4way.onnx` signed with the site's key: what the store tests start from.
+
+use std::path::{Path, PathBuf};
+
+use greenwave_runtime::bundle;
+
+use crate::common;
+
+/// The project's trained single-4way policy.
+pub fn model_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/single-4way.onnx")
+}
+
+/// The keys and the signed bundle, under a fresh temporary folder.
+pub struct Site {
+    /// The folder.
+    pub dir: PathBuf,
+    /// The trained policy signed with the site's key.
+    pub bundle: PathBuf,
+    /// The site's public key file.
+    pub site_pub: PathBuf,
+    /// The site's public key.
+    pub site: ed25519_dalek::VerifyingKey,
+    /// The controller's own secret key file.
+    pub own_key: PathBuf,
+    /// The controller's own public key file.
+    pub own_pub: PathBuf,
+}
+
+/// A [`Site`] in the temporary folder `name`.
+pub fn site(name: &str) -> Site {
+    let dir = common::tmp(name);
+    let (keys, site) = bundle::keygen(&dir.join("keys/site"), false).unwrap();
+    let (own, _) = bundle::keygen(&dir.join("keys/controller"), false).unwrap();
+    let key = bundle::load_signing_key(&keys.secret).unwrap();
+    let b = dir.join("bundle");
+    bundle::pack_and_sign(&common::inputs(&model_path()), &key, &b).unwrap();
+    Site {
+        dir,
+        bundle: b,
+        site_pub: keys.public,
+        site,
+        own_key: own.secret,
+        own_pub: own.public,
+    }
+}
