@@ -425,9 +425,10 @@ impl Controller {
     }
 
     /// Whether a [`switch_policy`](Self::switch_policy) now would be watched: the watch
-    /// is enabled, a policy runs (the comparison's baseline), and a whole rollback window
-    /// of KPI batches has been recorded since the start (the comparable period before the
-    /// switch as long as the one after it).
+    /// is enabled, a policy runs (the comparison's baseline), no watch is in progress, and
+    /// a whole rollback window of KPI batches of the running policy has been recorded
+    /// (since the start, the last switch not watched, or the last rollback), so the
+    /// comparable period before the switch is as long as the one after it.
     pub fn switch_watchable(&self) -> bool {
         self.policy.is_ok() && self.watch.ready()
     }
@@ -452,6 +453,9 @@ impl Controller {
                     "live KPIs regressed after the switch: rolled back"
                 );
                 self.policy = Ok(prev);
+                // The batches since the switch were the rolled-back version's: the next
+                // switch is compared with a whole window of this one.
+                self.watch.forget(self.now_ms());
             }
         } else {
             tracing::info!(

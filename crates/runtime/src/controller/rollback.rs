@@ -176,17 +176,31 @@ impl RegressionWatch {
         Some(self.verdict(w, now_ms))
     }
 
-    /// Whether a switch now would be watched: enabled, and a whole window of batches
-    /// from before it to compare with (the comparable period as long as the one after).
+    /// Whether a switch now would be watched: enabled, no watch in progress, and a whole
+    /// window of batches of the running version to compare with (the comparable period as
+    /// long as the one after).
     pub(crate) fn ready(&self) -> bool {
-        self.cfg.enabled && self.history.len() >= self.batches_per_window()
+        self.cfg.enabled
+            && self.watching.is_none()
+            && self.history.len() >= self.batches_per_window()
+    }
+
+    /// Forgets every batch and any watch in progress, starting afresh at `now_ms`: the
+    /// KPIs recorded so far were another version's (after a rollback, or a switch not
+    /// watched), and a later switch must be compared with the version that runs now.
+    pub(crate) fn forget(&mut self, now_ms: u64) {
+        (self.sum, self.intervals, self.batch_start_ms) = (KpiBatch::default(), 0, now_ms);
+        self.history.clear();
+        self.watching = None;
     }
 
     /// Starts watching a switch from `to_version` (the previous) to `from_version`.
-    /// Returns `false` (not watched) unless [`ready`](Self::ready).
+    /// Returns `false` (not watched) unless [`ready`](Self::ready); then the KPIs so far
+    /// (the previous version's, or a mix) are forgotten, and any watch in progress ends
+    /// without a verdict.
     pub(crate) fn start(&mut self, now_ms: u64, from_version: u32, to_version: u32) -> bool {
-        self.watching = None;
         if !self.ready() {
+            self.forget(now_ms);
             return false;
         }
         // The batch in progress mixes versions: start a fresh one at the switch.
@@ -371,6 +385,16 @@ mod tests {
         }
         assert!(w.ready(), "six 10 s batches: the 60 s window");
         assert!(w.start(60_000, 2, 1));
+        assert!(!w.ready(), "a watch in progress");
+        // A switch during the watch ends it unwatched and forgets the mixed KPIs.
+        assert!(!w.start(65_000, 3, 2));
+        assert!(w.watching.is_none() && w.history.is_empty());
+        for i in 14..=25u64 {
+            assert!(!w.ready(), "a whole window of the new version first");
+            w.record(&[&lane]);
+            w.tick(i * 5000);
+        }
+        assert!(w.ready());
         let mut off = RegressionWatch::new(RollbackConfig {
             enabled: false,
             ..cfg
