@@ -132,7 +132,8 @@ pub struct HistoryEntry {
     /// Unix time (ms).
     pub unix_ms: u64,
     /// "adopt", "finetune-accepted", "finetune-rejected", "rollback", and the running
-    /// controller's live-watch verdicts "watch-kept" and "watch-rollback".
+    /// controller's live-watch verdicts "watch-kept", "watch-rollback" and
+    /// "watch-rollback-unapplied".
     pub event: String,
     /// The version current before.
     pub from_version: Option<u32>,
@@ -166,6 +167,10 @@ const STAGING: &str = "staging";
 const HISTORY: &str = "history.jsonl";
 /// The history event of a version the live watch kept.
 const WATCH_KEPT: &str = "watch-kept";
+/// The history event of the live watch's rollback, `current` switched back.
+const WATCH_ROLLBACK: &str = "watch-rollback";
+/// The live watch's rollback when `current` had moved on: recorded, links left alone.
+const WATCH_ROLLBACK_UNAPPLIED: &str = "watch-rollback-unapplied";
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -304,11 +309,11 @@ impl PolicyStore {
             .map_err(io("appending to", &path))
     }
 
-    /// The history, oldest first (unparseable lines are skipped).
+    /// The history, oldest first (unparseable lines, damaged bytes included, are skipped).
     pub fn history(&self) -> Result<Vec<HistoryEntry>, StoreError> {
         let path = self.dir.join(HISTORY);
-        match fs::read_to_string(&path) {
-            Ok(t) => Ok(t
+        match fs::read(&path) {
+            Ok(t) => Ok(String::from_utf8_lossy(&t)
                 .lines()
                 .filter_map(|l| serde_json::from_str(l).ok())
                 .collect()),
@@ -445,8 +450,9 @@ impl PolicyStore {
 
     /// The live watch's rollback: `current` goes from `from` (the version the controller
     /// switched in and found worse) back to `to` (the one it ran before and runs again),
-    /// recorded as a `watch-rollback` with `evidence`. Refused, changing nothing, when
-    /// `current` no longer names `from` (a newer version was installed meanwhile).
+    /// recorded as a `watch-rollback` with `evidence`. When `current` no longer names
+    /// `from` (a newer version was installed meanwhile) the links are left alone, the
+    /// verdict recorded as `watch-rollback-unapplied`, and [`StoreError::Moved`] returned.
     pub fn watch_rollback(
         &self,
         from: &Path,
@@ -458,13 +464,53 @@ impl PolicyStore {
             .current()?
             .ok_or_else(|| StoreError::Empty(self.dir.clone()))?;
         if cur != from {
+            // The verdict is still the store's to know: a restart must not start on the
+            // rolled-back version (see `baseline`).
+            self.record(&HistoryEntry {
+                unix_ms: now_ms(),
+                event: WATCH_ROLLBACK_UNAPPLIED.into(),
+                from_version: Self::version_of(from),
+                to_version: Self::version_of(to),
+                detail: evidence.into(),
+            })?;
             return Err(StoreError::Moved {
                 store: self.dir.clone(),
                 expected: from.display().to_string(),
                 current: cur.display().to_string(),
             });
         }
-        self.switch_back(&cur, to, "target", trusted, "watch-rollback", evidence)
+        self.switch_back(&cur, to, "target", trusted, WATCH_ROLLBACK, evidence)
+    }
+
+    /// The version an unjudged `current` is to be compared with at a start: `previous`,
+    /// or where the live watch rolled `previous` back (the version it returned to, and so
+    /// on), if the store holds it. `None` without a `previous`, when the chain leaves the
+    /// store's versions, or loops.
+    pub fn baseline(&self) -> Result<Option<PathBuf>, StoreError> {
+        let Some(mut dir) = self.previous()? else {
+            return Ok(None);
+        };
+        let history = self.history()?;
+        for _ in 0..=history.len() {
+            let Some(v) = self.held(&dir).and_then(Self::version_of) else {
+                return Ok(None);
+            };
+            let rolled_back = history.iter().rev().find(|h| {
+                h.from_version == Some(v)
+                    && [WATCH_ROLLBACK, WATCH_ROLLBACK_UNAPPLIED].contains(&h.event.as_str())
+            });
+            match rolled_back.and_then(|h| h.to_version) {
+                None => return Ok(Some(dir)),
+                Some(to) => dir = self.dir.join(VERSIONS).join(version_dir_name(to)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// `dir` if it is a folder of `versions/`.
+    fn held<'a>(&self, dir: &'a Path) -> Option<&'a Path> {
+        let name = dir.file_name()?;
+        (dir == self.dir.join(VERSIONS).join(name) && dir.is_dir()).then_some(dir)
     }
 
     /// Records that the live watch kept `version` (no significant KPI regression after it
@@ -484,15 +530,19 @@ impl PolicyStore {
     /// verdict (a fine-tune's acceptance, an unknown event, or no line at all, e.g. a link
     /// changed by hand or a damaged line). `None` without a current version.
     pub fn current_unjudged(&self) -> Result<Option<bool>, StoreError> {
-        let Some(v) = self.current()?.as_deref().and_then(Self::version_of) else {
+        let Some(cur) = self.current()? else {
             return Ok(None);
+        };
+        // A link pointed by hand at some other folder: no verdict can be about it.
+        let Some(v) = self.held(&cur).and_then(Self::version_of) else {
+            return Ok(Some(true));
         };
         let last = self
             .history()?
             .into_iter()
             .rfind(|h| h.to_version == Some(v))
             .map(|h| h.event);
-        let judged = ["adopt", "rollback", "watch-rollback", WATCH_KEPT];
+        let judged = ["adopt", "rollback", WATCH_ROLLBACK, WATCH_KEPT];
         Ok(Some(!last.is_some_and(|e| judged.contains(&e.as_str()))))
     }
 
@@ -687,19 +737,56 @@ mod tests {
         assert_eq!(s.current_unjudged().unwrap(), Some(true), "no history");
     }
 
-    /// The watch's rollback leaves the store alone when `current` moved on meanwhile.
+    /// The watch's rollback leaves the links alone when `current` moved on meanwhile, but
+    /// records the verdict, so that a start compares the new `current` with the version
+    /// the controller returned to, not the one it rolled back.
     #[test]
-    fn the_watch_rollback_changes_nothing_when_current_moved_on() {
+    fn a_rollback_after_current_moved_on_is_recorded_and_the_baseline_skips_it() {
         let s = store("moved");
-        s.set_link(CURRENT, Some("v000002")).unwrap();
         let dir = s.dir().join(VERSIONS);
+        fs::create_dir_all(dir.join("v000003")).unwrap();
+        // v2 runs under the watch; v3, fine-tuned meanwhile, is installed (previous: v2).
+        s.set_link(PREVIOUS, Some("v000002")).unwrap();
+        s.set_link(CURRENT, Some("v000003")).unwrap();
+        assert!(s.baseline().unwrap().unwrap().ends_with("v000002"));
         let e = s
-            .watch_rollback(&dir.join("v000001"), &dir.join("v000002"), &[], "{}")
+            .watch_rollback(&dir.join("v000002"), &dir.join("v000001"), &[], "{}")
             .unwrap_err();
         assert!(matches!(e, StoreError::Moved { .. }), "{e}");
         assert!(e.to_string().contains("no longer"), "{e}");
-        assert!(s.current().unwrap().unwrap().ends_with("v000002"));
-        assert!(s.history().unwrap().is_empty());
+        assert!(s.current().unwrap().unwrap().ends_with("v000003"));
+        assert!(s.previous().unwrap().unwrap().ends_with("v000002"));
+        let h = s.history().unwrap();
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].event, WATCH_ROLLBACK_UNAPPLIED);
+        assert_eq!((h[0].from_version, h[0].to_version), (Some(2), Some(1)));
+        assert_eq!(
+            s.current_unjudged().unwrap(),
+            Some(true),
+            "v3 still unjudged"
+        );
+        assert!(s.baseline().unwrap().unwrap().ends_with("v000001"));
+        // A chain that loops, or leaves versions/, gives no baseline.
+        line(&s, WATCH_ROLLBACK, Some(1), 2);
+        assert_eq!(s.baseline().unwrap(), None, "a loop");
+        let h = s.dir().join(HISTORY);
+        fs::write(&h, "").unwrap();
+        fs::create_dir_all(s.dir().join("elsewhere/v000002")).unwrap();
+        let link = s.dir().join(PREVIOUS);
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("elsewhere/v000002", &link).unwrap();
+        assert_eq!(s.baseline().unwrap(), None, "outside versions/");
+        // A `current` pointed outside versions/ has no verdict.
+        let link = s.dir().join(CURRENT);
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("elsewhere/v000002", &link).unwrap();
+        assert_eq!(s.current_unjudged().unwrap(), Some(true));
+        // Bytes that are not UTF-8 in the history skip their line only.
+        line(&s, "adopt", None, 2);
+        let mut bytes = fs::read(&h).unwrap();
+        bytes.extend_from_slice(b"\xff\xfe{\n");
+        fs::write(&h, bytes).unwrap();
+        assert_eq!(s.history().unwrap().len(), 1);
     }
 
     /// Attaching neither creates a store nor clears a fine-tune's staging folder.
