@@ -13,11 +13,18 @@
 //!   the one before), the store's `current` is switched back to that folder and the event
 //!   recorded with its KPI evidence (`watch-rollback`); when it keeps the version,
 //!   `watch-kept` is recorded. A version rolled back is never switched in again by this run.
+//!   A switch waits while a watch is in progress, and after a rollback (or a switch out
+//!   of the fallback, which nothing judges) the next switch waits for a whole window of
+//!   the version running then: a version is always compared with a window of the one it
+//!   replaces.
 //! - **Restart.** A version whose verdict the store has not recorded (a fine-tune's
 //!   acceptance is the last word on it) is not trusted at start: the controller starts on
-//!   `previous` and switches the new version in under the watch as above. So a restart in
-//!   the middle of a watch, or a controller stopped before it ran one, cannot put an
-//!   unjudged version in charge unwatched.
+//!   its baseline (`PolicyStore::baseline`: `previous`, or the version the watch returned
+//!   to if it rolled `previous` back) and switches the new version in under the watch as
+//!   above. So a restart in the middle of a watch, or a controller stopped before it ran
+//!   one, cannot put an unjudged version in charge unwatched. Where the store has no
+//!   baseline, or it fails its checks, the unjudged version runs unwatched and the run
+//!   reports it as a store error (exit status 1 after the report).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -137,27 +144,33 @@ impl StoreFollower {
             .current()?
             .ok_or_else(|| StoreError::Empty(dir.to_path_buf()))?;
         let unjudged = store.current_unjudged()?.unwrap_or(false);
+        let mut errors = Vec::new();
         let mut start = Vec::new();
         if unjudged {
-            match store.previous()? {
-                Some(prev) => {
+            match store.baseline() {
+                Ok(Some(base)) => {
                     tracing::warn!(
                         current = %current.display(),
-                        previous = %prev.display(),
+                        baseline = %base.display(),
                         "the store's current version has no live-watch verdict: starting on \
-                         the previous one, to switch it in under the watch"
+                         the version before it, to switch it in under the watch"
                     );
-                    start.push(prev);
+                    start.push(base);
                 }
-                None => tracing::warn!(
-                    current = %current.display(),
-                    "the store's current version has no live-watch verdict and no previous \
-                     version to compare it with: running it unwatched"
-                ),
+                Ok(None) => errors.push(format!(
+                    "{} has no live-watch verdict and the store no version before it to \
+                     compare it with: it runs unwatched",
+                    current.display()
+                )),
+                Err(e) => errors.push(format!(
+                    "{} has no live-watch verdict and the version before it cannot be read \
+                     ({e}): it runs unwatched",
+                    current.display()
+                )),
             }
         }
         start.push(current.clone());
-        let follower = StoreFollower {
+        let mut follower = StoreFollower {
             store,
             keys,
             poll_ms: 0,
@@ -174,6 +187,9 @@ impl StoreFollower {
                 ..StoreReport::default()
             },
         };
+        for e in errors {
+            follower.error(e);
+        }
         Ok((follower.with_poll(args.store_poll_s.unwrap_or(10)), start))
     }
 
@@ -189,6 +205,18 @@ impl StoreFollower {
         self.running = loaded.map(Path::to_path_buf);
         for (dir, why) in failed {
             self.refuse(dir, why);
+        }
+        let current = self.report.current_at_start.clone();
+        let unwatched = self.report.current_unjudged_at_start
+            && !failed.is_empty()
+            && loaded.is_some()
+            && loaded == current.as_deref();
+        if unwatched {
+            self.error(format!(
+                "{} has no live-watch verdict and the version before it failed its checks: \
+                 it runs unwatched",
+                loaded.map_or(String::new(), |d| d.display().to_string())
+            ));
         }
     }
 
@@ -279,6 +307,9 @@ impl StoreFollower {
             // The runtime runs the version before again.
             let (bad, good) = (self.running.take(), self.before.take());
             self.running = good.clone();
+            if let Some(bad) = &bad {
+                self.refused.insert(bad.clone());
+            }
             self.report.switches.push(SwitchReport {
                 at_ms: e.at_ms,
                 from_version: Some(e.from_version),
@@ -288,7 +319,6 @@ impl StoreFollower {
             let (Some(bad), Some(good)) = (bad, good) else {
                 continue;
             };
-            self.refused.insert(bad.clone());
             match self
                 .store
                 .watch_rollback(&bad, &good, &self.keys, &evidence)
@@ -298,13 +328,20 @@ impl StoreFollower {
                     s.from.map_or("?".into(), |v| v.to_string()),
                     s.version
                 )),
-                // A newer version was installed meanwhile: it is the next candidate.
-                Err(StoreError::Moved { current, .. }) => tracing::warn!(
-                    rolled_back = e.from_version,
-                    current = %current,
-                    "rolled back in the controller; the store's current moved on meanwhile \
-                     and is left as it is"
-                ),
+                // A newer version was installed meanwhile: it is the next candidate, judged
+                // against the version running again; the verdict is in the history.
+                Err(StoreError::Moved { current, .. }) => {
+                    tracing::warn!(
+                        rolled_back = e.from_version,
+                        current = %current,
+                        "rolled back in the controller; the store's current moved on \
+                         meanwhile and is left as it is"
+                    );
+                    self.report.recorded.push(format!(
+                        "watch-rollback-unapplied v{} -> v{}",
+                        e.from_version, e.to_version
+                    ));
+                }
                 Err(err) => self.error(format!(
                     "switching the store back from v{} to v{}: {err}",
                     e.from_version, e.to_version
@@ -362,5 +399,205 @@ mod tests {
         assert!(e.to_string().contains("at most half"), "{e}");
         let e = args(None, Some(1000)).rollback_config().unwrap_err();
         assert!(e.to_string().contains("1800.000 s"), "{e}");
+    }
+}
+
+/// The follower on a controller driven here, interval by interval, with versions installed
+/// at chosen controller times: what a run of the binary cannot arrange.
+#[cfg(all(test, feature = "sim"))]
+mod sim_tests {
+    use super::*;
+    use crate::keyed::{self, model_path};
+    use greenwave_policy::onnx;
+    use greenwave_runtime::bundle;
+    use greenwave_runtime::controller::{ControllerConfig, Fallback, FallbackKind, SimField};
+    use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
+    use greenwave_sim::EmbeddedEnv;
+
+    const MIN: u64 = 60_000;
+
+    struct Rig {
+        keyed: keyed::Site,
+        store: PathBuf,
+        own: ed25519_dalek::SigningKey,
+    }
+
+    /// The signed site, and a store that adopted the trained policy as version 1.
+    fn rig(name: &str) -> Rig {
+        let keyed = keyed::site(name);
+        let store = keyed.dir.join("store");
+        PolicyStore::open(&store)
+            .unwrap()
+            .adopt(&keyed.bundle, &[keyed.site])
+            .unwrap();
+        let own = greenwave_runtime::bundle::load_signing_key(&keyed.own_key).unwrap();
+        Rig { keyed, store, own }
+    }
+
+    /// Installs version `v` as an accepted fine-tune: the trained weights, or with
+    /// `always_first` a policy that only ever asks for phase 0.
+    fn install(r: &Rig, v: u32, parent: u32, always_first: bool) {
+        let (mut w, mut m) = onnx::import(&std::fs::read(model_path()).unwrap()).unwrap();
+        if always_first {
+            w.actor.last_mut().unwrap().bias[0] += 1000.0;
+        }
+        m.policy_version = v;
+        m.provenance.parent_version = Some(parent);
+        PolicyStore::open(&r.store)
+            .unwrap()
+            .install(&w, &m, &r.own, &[r.keyed.site], "test")
+            .unwrap();
+    }
+
+    struct Run {
+        c: Controller,
+        field: SimField<EmbeddedEnv>,
+        f: StoreFollower,
+        load: Loader,
+    }
+
+    /// Loads a version folder with the start's checks.
+    type Loader = Box<dyn FnMut(&Path) -> Result<Policy>>;
+
+    fn keys(r: &Rig) -> Vec<VerifyingKey> {
+        vec![r.keyed.site, r.own.verifying_key()]
+    }
+
+    /// The start of `run --store` on the steady `finetune-shift` field (default watch).
+    fn start(r: &Rig) -> (StoreFollower, Vec<PathBuf>) {
+        let args = FollowArgs {
+            store: Some(r.store.clone()),
+            store_poll_s: None,
+            rollback_window_s: None,
+            rollback_batch_s: None,
+        };
+        StoreFollower::attach(&args, &r.store, keys(r)).unwrap()
+    }
+
+    fn run(r: &Rig) -> Run {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/scenarios/finetune-shift.toml");
+        let scenario = greenwave_sim::load(path.to_str().unwrap()).unwrap();
+        let field = SimField::new(EmbeddedEnv::from_scenario(&scenario, 11));
+        let specs = field.signal_specs();
+        let (plan, layout) = (specs[0].plan.clone(), specs[0].layout);
+        let keys = keys(r);
+        let mut load: Loader = Box::new(move |d: &Path| {
+            let b = bundle::verify_and_load(d, &keys, &plan, layout)?;
+            Ok(Policy {
+                backend: load_backend(BackendKind::Tract, &b.model, layout, None)?,
+                version: b.manifest.policy_version,
+                explorer: Explorer::greedy(),
+            })
+        });
+        let (mut f, dirs) = start(r);
+        let (policy, from, failed) = load_first(&dirs, &mut load);
+        f.started(from.as_deref(), &failed);
+        let fallback = Fallback::for_scenario(&scenario, FallbackKind::FixedTime);
+        let cfg = ControllerConfig::new(field.decision_interval());
+        let policy = policy.map_err(|e| e.to_string());
+        let c = Controller::new(specs, policy, fallback, cfg, None).unwrap();
+        Run { c, field, f, load }
+    }
+
+    impl Run {
+        fn until(&mut self, t_ms: u64) {
+            while self.c.now_ms() < t_ms {
+                assert!(self.c.step(&mut self.field).unwrap());
+                self.f.between(&mut self.c, &mut self.load);
+            }
+        }
+
+        /// (at, from, to, watched) of each switch.
+        fn switches(&self) -> Vec<(u64, Option<u32>, u32, bool)> {
+            let s = &self.f.report.switches;
+            s.iter()
+                .map(|w| (w.at_ms, w.from_version, w.to_version, w.watched))
+                .collect()
+        }
+
+        fn version(&self) -> u32 {
+            self.c.policy().unwrap().version
+        }
+    }
+
+    #[test]
+    fn after_a_rollback_the_next_version_waits_for_a_whole_window_of_the_one_running() {
+        let r = rig("follow-after-rollback");
+        install(&r, 2, 1, true);
+        let mut run = run(&r);
+        run.until(61 * MIN);
+        let sw = run.switches();
+        assert_eq!(sw.len(), 2, "{sw:?}");
+        assert_eq!((sw[1].1, sw[1].2), (Some(2), 1), "rolled back: {sw:?}");
+        let back = sw[1].0;
+        install(&r, 3, 1, false);
+        run.until(back + 30 * MIN - 10_000);
+        assert_eq!(run.switches().len(), 2, "v3 waits for 30 min of v1");
+        run.until(back + 31 * MIN);
+        let sw = run.switches();
+        assert_eq!(sw.len(), 3, "{sw:?}");
+        let (at, from, to, watched) = sw[2];
+        assert!(at >= back + 30 * MIN, "{sw:?}");
+        assert_eq!((from, to, watched), (Some(1), 3, true));
+    }
+
+    #[test]
+    fn a_version_installed_during_a_watch_waits_for_the_verdict() {
+        let r = rig("follow-during-watch");
+        install(&r, 2, 1, false);
+        let mut run = run(&r);
+        run.until(35 * MIN);
+        assert_eq!(run.switches().len(), 1);
+        install(&r, 3, 2, false);
+        run.until(60 * MIN - 10_000);
+        assert_eq!(run.switches().len(), 1, "v2's watch runs to its end");
+        assert_eq!(run.version(), 2);
+        run.until(61 * MIN);
+        assert_eq!(run.f.report.recorded, ["watch-kept v2"]);
+        let sw = run.switches();
+        assert_eq!(sw.len(), 2, "{sw:?}");
+        assert_eq!((sw[1].1, sw[1].2, sw[1].3), (Some(2), 3, true));
+        assert!(sw[1].0 >= 60 * MIN);
+    }
+
+    #[test]
+    fn a_rollback_after_current_moved_on_is_recorded_and_a_restart_starts_on_the_good_one() {
+        let r = rig("follow-moved");
+        install(&r, 2, 1, true);
+        let mut run = run(&r);
+        run.until(35 * MIN);
+        install(&r, 3, 2, false);
+        run.until(61 * MIN);
+        assert_eq!(run.version(), 1, "v2 rolled back in the controller");
+        assert_eq!(run.f.report.recorded, ["watch-rollback-unapplied v2 -> v1"]);
+        assert!(run.f.report.errors.is_empty(), "{:?}", run.f.report.errors);
+        let store = PolicyStore::attach(&r.store).unwrap();
+        assert!(store.current().unwrap().unwrap().ends_with("v000003"));
+        // A restart compares v3 with v1, not with the rolled-back v2.
+        let (f, dirs) = start(&r);
+        assert!(f.report.current_unjudged_at_start);
+        assert!(dirs[0].ends_with("versions/v000001"), "{dirs:?}");
+        assert!(dirs[1].ends_with("versions/v000003"), "{dirs:?}");
+        // And this run switches v3 in only after 30 min of v1, watched.
+        run.until(91 * MIN);
+        let sw = run.switches();
+        assert_eq!((sw[2].1, sw[2].2, sw[2].3), (Some(1), 3, true), "{sw:?}");
+    }
+
+    #[test]
+    fn a_baseline_that_fails_its_checks_is_a_store_error() {
+        let r = rig("follow-bad-baseline");
+        install(&r, 2, 1, false);
+        let model = r.store.join("versions/v000001/policy.onnx");
+        let mut bytes = std::fs::read(&model).unwrap();
+        let n = bytes.len();
+        bytes[n - 10] ^= 1;
+        std::fs::write(&model, bytes).unwrap();
+        let run = run(&r);
+        assert_eq!(run.version(), 2);
+        let e = &run.f.report.errors;
+        assert!(e.len() == 1 && e[0].contains("it runs unwatched"), "{e:?}");
+        assert!(run.f.report.refused[0].contains("v000001"));
     }
 }

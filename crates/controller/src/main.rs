@@ -22,6 +22,15 @@ mod rollback;
 mod run;
 mod verify;
 
+// The runtime's test fixtures and the signed test site, for the in-process tests of
+// `run --store` (follow.rs); the tests in tests/ include the same files.
+#[cfg(all(test, feature = "sim"))]
+#[path = "../../runtime/tests/common/mod.rs"]
+mod common;
+#[cfg(all(test, feature = "sim"))]
+#[path = "../tests/keyed/mod.rs"]
+mod keyed;
+
 use std::io::IsTerminal;
 
 use clap::{Parser, Subcommand};

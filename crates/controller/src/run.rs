@@ -379,8 +379,8 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
         // The simulated field decides at the bundle's interval unless the timing file or
         // flag names one. A bundle that does not verify is reported by `load_policy`.
         // So do its program-clock lanes.
-        let b = any_bundle(args).map(|dir| bundle::verify(&dir, &trusted_keys(&args.trust)?));
-        if let Some(Ok(b)) = b {
+        let keys = trusted_keys(&args.trust)?;
+        if let Some(Ok(b)) = any_bundle(args).map(|dir| bundle::verify(&dir, &keys)) {
             cfg.decision_interval_s = f64::from(b.manifest.decision_interval.0) / 1000.0;
             cfg.program_clock = b.manifest.program_clock;
         }

@@ -1,5 +1,6 @@
 //! A site's signing key, the controller's own key pair, and the project's trained
 //! `models/single-4way.onnx` signed with the site's key: what the store tests start from.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
