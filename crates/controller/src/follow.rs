@@ -407,8 +407,7 @@ mod tests {
 #[cfg(all(test, feature = "sim"))]
 mod sim_tests {
     use super::*;
-    use crate::keyed::{self, model_path};
-    use greenwave_policy::onnx;
+    use crate::keyed;
     use greenwave_runtime::bundle;
     use greenwave_runtime::controller::{ControllerConfig, Fallback, FallbackKind, SimField};
     use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
@@ -416,37 +415,14 @@ mod sim_tests {
 
     const MIN: u64 = 60_000;
 
-    struct Rig {
-        keyed: keyed::Site,
-        store: PathBuf,
-        own: ed25519_dalek::SigningKey,
-    }
+    type Rig = keyed::StoreSite;
 
-    /// The signed site, and a store that adopted the trained policy as version 1.
     fn rig(name: &str) -> Rig {
-        let keyed = keyed::site(name);
-        let store = keyed.dir.join("store");
-        PolicyStore::open(&store)
-            .unwrap()
-            .adopt(&keyed.bundle, &[keyed.site])
-            .unwrap();
-        let own = greenwave_runtime::bundle::load_signing_key(&keyed.own_key).unwrap();
-        Rig { keyed, store, own }
+        keyed::store_site(name)
     }
 
-    /// Installs version `v` as an accepted fine-tune: the trained weights, or with
-    /// `always_first` a policy that only ever asks for phase 0.
     fn install(r: &Rig, v: u32, parent: u32, always_first: bool) {
-        let (mut w, mut m) = onnx::import(&std::fs::read(model_path()).unwrap()).unwrap();
-        if always_first {
-            w.actor.last_mut().unwrap().bias[0] += 1000.0;
-        }
-        m.policy_version = v;
-        m.provenance.parent_version = Some(parent);
-        PolicyStore::open(&r.store)
-            .unwrap()
-            .install(&w, &m, &r.own, &[r.keyed.site], "test")
-            .unwrap();
+        r.install(v, parent, always_first)
     }
 
     struct Run {

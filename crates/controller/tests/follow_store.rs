@@ -19,50 +19,21 @@ use std::process::Command;
 
 use common::tmp;
 use greenwave_finetune::PolicyStore;
-use greenwave_policy::onnx;
 use greenwave_runtime::bundle;
-use keyed::model_path;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The keys, and a store that adopted the trained policy as version 1.
-struct Site {
-    keyed: keyed::Site,
-    store: PathBuf,
-    own: ed25519_dalek::SigningKey,
-}
+type Site = keyed::StoreSite;
 
 fn site(name: &str) -> Site {
-    let keyed = keyed::site(name);
-    let store = keyed.dir.join("store");
-    PolicyStore::open(&store)
-        .unwrap()
-        .adopt(&keyed.bundle, &[keyed.site])
-        .unwrap();
-    Site {
-        store,
-        own: bundle::load_signing_key(&keyed.own_key).unwrap(),
-        keyed,
-    }
+    keyed::store_site(name)
 }
 
-/// Installs version `v` (parent `parent`) as an accepted fine-tune would be: the trained
-/// weights, or with `always_first` a policy that only ever asks for phase 0.
 fn install(s: &Site, v: u32, parent: u32, always_first: bool) {
-    let (mut w, mut m) = onnx::import(&std::fs::read(model_path()).unwrap()).unwrap();
-    if always_first {
-        let logits = w.actor.last_mut().unwrap();
-        logits.bias[0] += 1000.0;
-    }
-    m.policy_version = v;
-    m.provenance.parent_version = Some(parent);
-    PolicyStore::open(&s.store)
-        .unwrap()
-        .install(&w, &m, &s.own, &[s.keyed.site], "test")
-        .unwrap();
+    s.install(v, parent, always_first)
 }
 
 /// Runs the controller on the store for `seconds` of the scenario; returns the report.

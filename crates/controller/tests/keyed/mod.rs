@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use greenwave_finetune::PolicyStore;
+use greenwave_policy::onnx;
 use greenwave_runtime::bundle;
 
 use crate::common;
@@ -44,5 +46,47 @@ pub fn site(name: &str) -> Site {
         site,
         own_key: own.secret,
         own_pub: own.public,
+    }
+}
+
+/// A [`Site`] whose policy store adopted the trained policy as version 1.
+pub struct StoreSite {
+    /// The keys and the flashed bundle.
+    pub keyed: Site,
+    /// The store's folder.
+    pub store: PathBuf,
+    /// The controller's own signing key (it signs fine-tuned versions).
+    pub own: ed25519_dalek::SigningKey,
+}
+
+/// A [`StoreSite`] in the temporary folder `name`.
+pub fn store_site(name: &str) -> StoreSite {
+    let keyed = site(name);
+    let store = keyed.dir.join("store");
+    PolicyStore::open(&store)
+        .unwrap()
+        .adopt(&keyed.bundle, &[keyed.site])
+        .unwrap();
+    StoreSite {
+        store,
+        own: bundle::load_signing_key(&keyed.own_key).unwrap(),
+        keyed,
+    }
+}
+
+impl StoreSite {
+    /// Installs version `v` (parent `parent`) as an accepted fine-tune would be: the
+    /// trained weights, or with `always_first` a policy that only ever asks for phase 0.
+    pub fn install(&self, v: u32, parent: u32, always_first: bool) {
+        let (mut w, mut m) = onnx::import(&std::fs::read(model_path()).unwrap()).unwrap();
+        if always_first {
+            w.actor.last_mut().unwrap().bias[0] += 1000.0;
+        }
+        m.policy_version = v;
+        m.provenance.parent_version = Some(parent);
+        PolicyStore::open(&self.store)
+            .unwrap()
+            .install(&w, &m, &self.own, &[self.keyed.site], "test")
+            .unwrap();
     }
 }
