@@ -526,9 +526,10 @@ impl PolicyStore {
     }
 
     /// Whether the current version still awaits the live watch's verdict: the last
-    /// history line that switched to it is anything but an adoption, a rollback or a
-    /// verdict (a fine-tune's acceptance, an unknown event, or no line at all, e.g. a link
-    /// changed by hand or a damaged line). `None` without a current version.
+    /// history line that switched to it (a rejected fine-tune's line does not count) is
+    /// anything but an adoption, a rollback or a verdict (a fine-tune's acceptance, an
+    /// unknown event, or no line at all, e.g. a link changed by hand or a damaged line).
+    /// `None` without a current version.
     pub fn current_unjudged(&self) -> Result<Option<bool>, StoreError> {
         let Some(cur) = self.current()? else {
             return Ok(None);
@@ -537,12 +538,20 @@ impl PolicyStore {
         let Some(v) = self.held(&cur).and_then(Self::version_of) else {
             return Ok(Some(true));
         };
+        // A rejected fine-tune switched nothing: its line names the current version as
+        // both ends and says nothing about it.
         let last = self
             .history()?
             .into_iter()
-            .rfind(|h| h.to_version == Some(v))
+            .rfind(|h| h.to_version == Some(v) && h.event != "finetune-rejected")
             .map(|h| h.event);
-        let judged = ["adopt", "rollback", WATCH_ROLLBACK, WATCH_KEPT];
+        let judged = [
+            "adopt",
+            "rollback",
+            WATCH_ROLLBACK,
+            WATCH_ROLLBACK_UNAPPLIED,
+            WATCH_KEPT,
+        ];
         Ok(Some(!last.is_some_and(|e| judged.contains(&e.as_str()))))
     }
 
@@ -714,6 +723,8 @@ mod tests {
         line(&s, "adopt", None, 1);
         s.set_link(CURRENT, Some("v000001")).unwrap();
         assert_eq!(s.current_unjudged().unwrap(), Some(false), "adopted");
+        line(&s, "finetune-rejected", Some(1), 1);
+        assert_eq!(s.current_unjudged().unwrap(), Some(false), "a rejection");
         line(&s, "finetune-accepted", Some(1), 2);
         s.set_link(PREVIOUS, Some("v000001")).unwrap();
         s.set_link(CURRENT, Some("v000002")).unwrap();
