@@ -68,7 +68,8 @@ pub struct KpiTest {
     pub before: Vec<f64>,
     /// Batch means after it.
     pub after: Vec<f64>,
-    /// Relative change of the mean (after / before − 1).
+    /// Relative change of the mean (after / before − 1); infinite (`null` in JSON) when
+    /// the mean before was 0 and the mean after is not.
     pub relative_change: f64,
     /// One-sided permutation p-value of "after is higher".
     pub p_value: f64,
@@ -227,7 +228,7 @@ impl RegressionWatch {
                 let (mb, ma) = (mean(&before), mean(&after));
                 KpiTest {
                     kpi: name,
-                    relative_change: if mb > 0.0 { ma / mb - 1.0 } else { 0.0 },
+                    relative_change: relative_change(mb, ma),
                     p_value: permutation_p(&before, &after),
                     before,
                     after,
@@ -245,6 +246,16 @@ impl RegressionWatch {
             rolled_back,
             evidence,
         }
+    }
+}
+
+/// `after / before − 1`: any rise from an empty junction (mean 0) is infinitely large, so
+/// that a version that queues vehicles where there were none is not kept for dividing by 0.
+fn relative_change(before: f64, after: f64) -> f64 {
+    match (before > 0.0, after > before) {
+        (true, _) => after / before - 1.0,
+        (false, true) => f64::INFINITY,
+        (false, false) => 0.0,
     }
 }
 
@@ -364,6 +375,39 @@ mod tests {
         assert!(bad.rolled_back, "{bad:?}");
         assert!(bad.at_ms - bad.switched_at_ms <= 60_000 + 10_000);
         assert!(!run(0.2).rolled_back);
+    }
+
+    /// Queues where there were none are a regression, however small (the relative
+    /// change used to be forced to 0 when the mean before was 0).
+    #[test]
+    fn queues_where_there_were_none_roll_back() {
+        assert_eq!(relative_change(0.0, 0.0), 0.0);
+        assert_eq!(relative_change(0.0, 0.1), f64::INFINITY);
+        assert!((relative_change(0.2, 0.3) - 0.5).abs() < 1e-12);
+        let cfg = RollbackConfig {
+            window: Millis::from_secs(60),
+            batch: Millis::from_secs(10),
+            ..Default::default()
+        };
+        let mut w = RegressionWatch::new(cfg);
+        let mut verdict = None;
+        for i in 1..=30u64 {
+            if i == 13 {
+                assert!(w.start((i - 1) * 5000, 2, 1));
+            }
+            let q = if w.watching.is_some() { 0.05 } else { 0.0 };
+            let lane = [LaneReading {
+                queue: q,
+                density: 0.0,
+            }];
+            w.record(&[&lane]);
+            verdict = verdict.or(w.tick(i * 5000));
+        }
+        let v = verdict.expect("a verdict");
+        assert!(v.rolled_back, "{v:?}");
+        assert_eq!(v.evidence[0].relative_change, f64::INFINITY);
+        let json = serde_json::to_string(&v).unwrap();
+        assert!(json.contains("\"relative_change\":null"), "{json}");
     }
 
     #[test]
