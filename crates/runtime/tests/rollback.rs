@@ -29,27 +29,36 @@ fn trained(version: u32, n: &ObsLayout) -> Policy {
     }
 }
 
-/// Runs the trained policy for an hour, switches to `next` (version 2), runs 50 more
-/// minutes; returns the watch's verdicts and the version running at the end.
-fn switch_and_watch(
-    make_next: impl FnOnce(&ObsLayout) -> Box<dyn PolicyBackend>,
-) -> (Vec<RollbackEvent>, u32, u64) {
+/// A controller with the default watch on the steady `finetune-shift` field (seed 11),
+/// starting with `policy`; its field, the signal's layout and the watch's window (ms).
+fn steady(
+    policy: impl FnOnce(&ObsLayout) -> Result<Policy, String>,
+) -> (Controller, SimField<EmbeddedEnv>, ObsLayout, u64) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/finetune-shift.toml");
     let scenario = greenwave_sim::load(path.to_str().unwrap()).unwrap();
-    let mut field = SimField::new(EmbeddedEnv::from_scenario(&scenario, 11));
+    let field = SimField::new(EmbeddedEnv::from_scenario(&scenario, 11));
     let specs = field.signal_specs();
     let sig = specs[0].layout;
     let cfg = ControllerConfig::new(field.decision_interval());
     assert!(cfg.rollback.enabled, "on by default");
     let window = cfg.rollback.window.0 as u64;
-    let mut c = Controller::new(
+    let c = Controller::new(
         specs,
-        Ok(trained(1, &sig)),
+        policy(&sig),
         Fallback::for_scenario(&scenario, FallbackKind::FixedTime),
         cfg,
         None,
     )
     .unwrap();
+    (c, field, sig, window)
+}
+
+/// Runs the trained policy for an hour, switches to `next` (version 2), runs 50 more
+/// minutes; returns the watch's verdicts and the version running at the end.
+fn switch_and_watch(
+    make_next: impl FnOnce(&ObsLayout) -> Box<dyn PolicyBackend>,
+) -> (Vec<RollbackEvent>, u32, u64) {
+    let (mut c, mut field, sig, window) = steady(|sig| Ok(trained(1, sig)));
     while c.now_ms() < 3_600_000 {
         assert!(c.step(&mut field).unwrap());
     }
@@ -100,4 +109,27 @@ fn an_equally_good_policy_is_kept() {
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(!events[0].rolled_back, "{:?}", events[0]);
     assert_eq!(version, 2);
+}
+
+/// Out of the fallback a switch is not watched (nothing ran to compare with), and the
+/// fallback's KPIs are forgotten: the next switch waits for a whole window of the policy
+/// switched in.
+#[test]
+fn a_switch_out_of_the_fallback_is_unwatched_and_the_next_waits_a_whole_window() {
+    let (mut c, mut field, sig, window) = steady(|_| Err("no policy".into()));
+    while c.now_ms() < window + 600_000 {
+        assert!(c.step(&mut field).unwrap());
+    }
+    assert!(!c.switch_watchable(), "no policy runs");
+    assert!(!c.switch_policy(trained(1, &sig)), "unwatched");
+    let switched_at = c.now_ms();
+    while c.now_ms() < switched_at + window - 5_000 {
+        assert!(c.step(&mut field).unwrap());
+        assert!(!c.switch_watchable(), "at {} ms", c.now_ms());
+    }
+    while c.now_ms() < switched_at + window + 5_000 {
+        assert!(c.step(&mut field).unwrap());
+    }
+    assert!(c.switch_watchable(), "a whole window of version 1");
+    assert!(c.switch_policy(trained(2, &sig)));
 }

@@ -421,7 +421,15 @@ impl Controller {
             to = new_version,
             "policy switched; previous version kept for rollback"
         );
-        self.previous.is_some() && self.watch.start(self.now_ms(), new_version, old_version)
+        match self.previous {
+            Some(_) => self.watch.start(self.now_ms(), new_version, old_version),
+            // Out of the fallback: nothing to compare with, and the KPIs so far were the
+            // fallback's, not this policy's.
+            None => {
+                self.watch.forget(self.now_ms());
+                false
+            }
+        }
     }
 
     /// Whether a [`switch_policy`](Self::switch_policy) now would be watched: the watch

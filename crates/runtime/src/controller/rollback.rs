@@ -69,7 +69,7 @@ pub struct KpiTest {
     /// Batch means after it.
     pub after: Vec<f64>,
     /// Relative change of the mean (after / before − 1); infinite (`null` in JSON) when
-    /// the mean before was 0 and the mean after is not.
+    /// the mean before was 0 and the mean after is not, or either is not a number.
     pub relative_change: f64,
     /// One-sided permutation p-value of "after is higher".
     pub p_value: f64,
@@ -250,8 +250,12 @@ impl RegressionWatch {
 }
 
 /// `after / before − 1`: any rise from an empty junction (mean 0) is infinitely large, so
-/// that a version that queues vehicles where there were none is not kept for dividing by 0.
+/// that a version that queues vehicles where there were none is not kept for dividing by 0;
+/// so is a mean that is not a number, so that it is not kept for comparing false.
 fn relative_change(before: f64, after: f64) -> f64 {
+    if !(before.is_finite() && after.is_finite()) {
+        return f64::INFINITY;
+    }
     match (before > 0.0, after > before) {
         (true, _) => after / before - 1.0,
         (false, true) => f64::INFINITY,
@@ -382,6 +386,8 @@ mod tests {
     #[test]
     fn queues_where_there_were_none_roll_back() {
         assert_eq!(relative_change(0.0, 0.0), 0.0);
+        assert_eq!(relative_change(f64::NAN, 0.1), f64::INFINITY);
+        assert_eq!(relative_change(0.1, f64::NAN), f64::INFINITY);
         assert_eq!(relative_change(0.0, 0.1), f64::INFINITY);
         assert!((relative_change(0.2, 0.3) - 0.5).abs() < 1e-12);
         let cfg = RollbackConfig {
