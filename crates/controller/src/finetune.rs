@@ -283,7 +283,7 @@ fn apply_verdict(
             unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            event: "finetune-rejected".into(),
+            event: greenwave_finetune::standing::event::FINETUNE_REJECTED.into(),
             from_version: Some(parent_version),
             to_version: Some(parent_version),
             detail: report.gate.reason.clone(),

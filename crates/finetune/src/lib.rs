@@ -68,6 +68,7 @@ pub mod data;
 pub mod gate;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod standing;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -86,6 +87,7 @@ use serde::{Deserialize, Serialize};
 
 pub use data::{LogPosition, LogSummary, RecordMeta};
 pub use gate::{GateConfig, GateReport};
+pub use standing::{standing, Standing};
 pub use store::{PolicyStore, StoreError};
 
 /// Why a fine-tune could not be carried out (a *rejected* candidate is not an error: see

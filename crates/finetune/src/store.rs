@@ -165,12 +165,8 @@ const PREVIOUS: &str = "previous";
 const VERSIONS: &str = "versions";
 const STAGING: &str = "staging";
 const HISTORY: &str = "history.jsonl";
-/// The history event of a version the live watch kept.
-const WATCH_KEPT: &str = "watch-kept";
-/// The history event of the live watch's rollback, `current` switched back.
-const WATCH_ROLLBACK: &str = "watch-rollback";
-/// The live watch's rollback when `current` had moved on: recorded, links left alone.
-const WATCH_ROLLBACK_UNAPPLIED: &str = "watch-rollback-unapplied";
+use crate::standing::event::{self, WATCH_KEPT, WATCH_ROLLBACK, WATCH_ROLLBACK_UNAPPLIED};
+use crate::standing::{standing, Standing};
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -370,7 +366,7 @@ impl PolicyStore {
         self.set_link(CURRENT, Some(&version_dir_name(v)))?;
         self.record(&HistoryEntry {
             unix_ms: now_ms(),
-            event: "adopt".into(),
+            event: event::ADOPT.into(),
             from_version: from,
             to_version: Some(v),
             detail: format!("adopted {}", bundle_dir.display()),
@@ -422,7 +418,7 @@ impl PolicyStore {
         self.set_link(CURRENT, Some(&version_dir_name(v)))?;
         self.record(&HistoryEntry {
             unix_ms: now_ms(),
-            event: "finetune-accepted".into(),
+            event: event::FINETUNE_ACCEPTED.into(),
             from_version: from,
             to_version: Some(v),
             detail: detail.into(),
@@ -445,14 +441,15 @@ impl PolicyStore {
             store: self.dir.clone(),
             current: cur.display().to_string(),
         })?;
-        self.switch_back(&cur, &prev, PREVIOUS, trusted, "rollback", reason)
+        self.switch_back(&cur, &prev, PREVIOUS, trusted, event::ROLLBACK, reason)
     }
 
     /// The live watch's rollback: `current` goes from `from` (the version the controller
     /// switched in and found worse) back to `to` (the one it ran before and runs again),
     /// recorded as a `watch-rollback` with `evidence`. When `current` no longer names
-    /// `from` (a newer version was installed meanwhile) the links are left alone, the
-    /// verdict recorded as `watch-rollback-unapplied`, and [`StoreError::Moved`] returned.
+    /// `from` (a newer version was installed meanwhile) `current` is left alone (and
+    /// `previous`, if it named `from`, names `to`), the verdict is recorded as
+    /// `watch-rollback-unapplied`, and [`StoreError::Moved`] returned.
     pub fn watch_rollback(
         &self,
         from: &Path,
@@ -465,7 +462,11 @@ impl PolicyStore {
             .ok_or_else(|| StoreError::Empty(self.dir.clone()))?;
         if cur != from {
             // The verdict is still the store's to know: a restart must not start on the
-            // rolled-back version (see `baseline`).
+            // rolled-back version (see `baseline`), nor `rollback` return to it.
+            if self.previous()?.as_deref() == Some(from) {
+                let name = self.held(to).and_then(|d| d.file_name()?.to_str());
+                self.set_link(PREVIOUS, name)?;
+            }
             self.record(&HistoryEntry {
                 unix_ms: now_ms(),
                 event: WATCH_ROLLBACK_UNAPPLIED.into(),
@@ -482,26 +483,32 @@ impl PolicyStore {
         self.switch_back(&cur, to, "target", trusted, WATCH_ROLLBACK, evidence)
     }
 
-    /// The version an unjudged `current` is to be compared with at a start: `previous`,
-    /// or where the live watch rolled `previous` back (the version it returned to, and so
-    /// on), if the store holds it. `None` without a `previous`, when the chain leaves the
-    /// store's versions, or loops.
+    /// The version an unjudged `current` is to be compared with at a start: the first
+    /// judged version (see [`standing`]) going back from `previous` — past a version the
+    /// watch rolled back to the one it returned to, past an unjudged fine-tune to the
+    /// version current before it. `None` without a `previous`, when the way back leaves
+    /// the store's versions, reaches `current`, ends in a version with no line, or loops.
     pub fn baseline(&self) -> Result<Option<PathBuf>, StoreError> {
         let Some(mut dir) = self.previous()? else {
             return Ok(None);
         };
+        let current = self.current()?;
         let history = self.history()?;
         for _ in 0..=history.len() {
             let Some(v) = self.held(&dir).and_then(Self::version_of) else {
                 return Ok(None);
             };
-            let rolled_back = history.iter().rev().find(|h| {
-                h.from_version == Some(v)
-                    && [WATCH_ROLLBACK, WATCH_ROLLBACK_UNAPPLIED].contains(&h.event.as_str())
-            });
-            match rolled_back.and_then(|h| h.to_version) {
-                None => return Ok(Some(dir)),
-                Some(to) => dir = self.dir.join(VERSIONS).join(version_dir_name(to)),
+            if current.as_deref() == Some(dir.as_path()) {
+                return Ok(None);
+            }
+            let back = match standing(&history, v) {
+                Standing::Judged => return Ok(Some(dir)),
+                Standing::RolledBack { to } => to,
+                Standing::Unjudged { from } => from,
+            };
+            match back {
+                Some(b) => dir = self.dir.join(VERSIONS).join(version_dir_name(b)),
+                None => return Ok(None),
             }
         }
         Ok(None)
@@ -525,10 +532,8 @@ impl PolicyStore {
         })
     }
 
-    /// Whether the current version still awaits the live watch's verdict: the last
-    /// history line that switched to it (a rejected fine-tune's line does not count) is
-    /// anything but an adoption, a rollback or a verdict (a fine-tune's acceptance, an
-    /// unknown event, or no line at all, e.g. a link changed by hand or a damaged line).
+    /// Whether the current version still awaits the live watch's verdict: it is not
+    /// [`Standing::Judged`] (see [`standing`]), or `current` points outside `versions/`.
     /// `None` without a current version.
     pub fn current_unjudged(&self) -> Result<Option<bool>, StoreError> {
         let Some(cur) = self.current()? else {
@@ -538,21 +543,7 @@ impl PolicyStore {
         let Some(v) = self.held(&cur).and_then(Self::version_of) else {
             return Ok(Some(true));
         };
-        // A rejected fine-tune switched nothing: its line names the current version as
-        // both ends and says nothing about it.
-        let last = self
-            .history()?
-            .into_iter()
-            .rfind(|h| h.to_version == Some(v) && h.event != "finetune-rejected")
-            .map(|h| h.event);
-        let judged = [
-            "adopt",
-            "rollback",
-            WATCH_ROLLBACK,
-            WATCH_ROLLBACK_UNAPPLIED,
-            WATCH_KEPT,
-        ];
-        Ok(Some(!last.is_some_and(|e| judged.contains(&e.as_str()))))
+        Ok(Some(standing(&self.history()?, v) != Standing::Judged))
     }
 
     /// Points `current` (now `cur`) at `to`, a version folder of this store verified
@@ -713,6 +704,17 @@ mod tests {
         .unwrap();
     }
 
+    /// v1 adopted, v2 fine-tuned from it, v3 from v2 and current (previous: v2); no
+    /// verdicts.
+    fn fine_tuned_twice(s: &PolicyStore) {
+        fs::create_dir_all(s.dir().join(VERSIONS).join("v000003")).unwrap();
+        line(s, event::ADOPT, None, 1);
+        line(s, event::FINETUNE_ACCEPTED, Some(1), 2);
+        line(s, event::FINETUNE_ACCEPTED, Some(2), 3);
+        s.set_link(PREVIOUS, Some("v000002")).unwrap();
+        s.set_link(CURRENT, Some("v000003")).unwrap();
+    }
+
     /// Only an adoption, a rollback or a verdict judges the current version; anything else
     /// (a fine-tune's acceptance, an unknown or damaged line, no line) leaves it to the
     /// live watch.
@@ -755,30 +757,37 @@ mod tests {
     fn a_rollback_after_current_moved_on_is_recorded_and_the_baseline_skips_it() {
         let s = store("moved");
         let dir = s.dir().join(VERSIONS);
-        fs::create_dir_all(dir.join("v000003")).unwrap();
         // v2 runs under the watch; v3, fine-tuned meanwhile, is installed (previous: v2).
-        s.set_link(PREVIOUS, Some("v000002")).unwrap();
-        s.set_link(CURRENT, Some("v000003")).unwrap();
-        assert!(s.baseline().unwrap().unwrap().ends_with("v000002"));
+        fine_tuned_twice(&s);
+        // v2 has no verdict yet: v3 would be compared with v1.
+        assert!(s.baseline().unwrap().unwrap().ends_with("v000001"));
         let e = s
             .watch_rollback(&dir.join("v000002"), &dir.join("v000001"), &[], "{}")
             .unwrap_err();
         assert!(matches!(e, StoreError::Moved { .. }), "{e}");
         assert!(e.to_string().contains("no longer"), "{e}");
         assert!(s.current().unwrap().unwrap().ends_with("v000003"));
-        assert!(s.previous().unwrap().unwrap().ends_with("v000002"));
+        assert!(
+            s.previous().unwrap().unwrap().ends_with("v000001"),
+            "`rollback` must not return to v2"
+        );
         let h = s.history().unwrap();
-        assert_eq!(h.len(), 1);
-        assert_eq!(h[0].event, WATCH_ROLLBACK_UNAPPLIED);
-        assert_eq!((h[0].from_version, h[0].to_version), (Some(2), Some(1)));
+        assert_eq!(h.len(), 4);
+        assert_eq!(h[3].event, WATCH_ROLLBACK_UNAPPLIED);
+        assert_eq!((h[3].from_version, h[3].to_version), (Some(2), Some(1)));
         assert_eq!(
             s.current_unjudged().unwrap(),
             Some(true),
             "v3 still unjudged"
         );
         assert!(s.baseline().unwrap().unwrap().ends_with("v000001"));
+        // Pointed (by hand) back at v2, the baseline still skips it.
+        s.set_link(PREVIOUS, Some("v000002")).unwrap();
+        assert!(s.baseline().unwrap().unwrap().ends_with("v000001"));
         // A chain that loops, or leaves versions/, gives no baseline.
-        line(&s, WATCH_ROLLBACK, Some(1), 2);
+        // (v1 "fine-tuned from" v2, which the watch rolled back to v1: only a damaged
+        // history says so.)
+        line(&s, event::FINETUNE_ACCEPTED, Some(2), 1);
         assert_eq!(s.baseline().unwrap(), None, "a loop");
         let h = s.dir().join(HISTORY);
         fs::write(&h, "").unwrap();
@@ -798,6 +807,24 @@ mod tests {
         bytes.extend_from_slice(b"\xff\xfe{\n");
         fs::write(&h, bytes).unwrap();
         assert_eq!(s.history().unwrap().len(), 1);
+    }
+
+    /// Fine-tunes installed while no watch judged them are passed over: the baseline is
+    /// the last judged version before them, and never `current` itself.
+    #[test]
+    fn the_baseline_passes_over_unjudged_fine_tunes_and_never_is_current() {
+        let s = store("unjudged-chain");
+        fine_tuned_twice(&s);
+        assert!(s.baseline().unwrap().unwrap().ends_with("v000001"));
+        // A manual rollback to the unjudged v2 leaves it unjudged, compared with v1.
+        line(&s, event::ROLLBACK, Some(3), 2);
+        s.set_link(CURRENT, Some("v000002")).unwrap();
+        s.set_link(PREVIOUS, Some("v000001")).unwrap();
+        assert_eq!(s.current_unjudged().unwrap(), Some(true));
+        assert!(s.baseline().unwrap().unwrap().ends_with("v000001"));
+        // `previous` naming `current` (by hand) is no baseline.
+        s.set_link(PREVIOUS, Some("v000002")).unwrap();
+        assert_eq!(s.baseline().unwrap(), None);
     }
 
     /// Attaching neither creates a store nor clears a fine-tune's staging folder.
