@@ -14,14 +14,14 @@
 //!   recorded with its KPI evidence (`watch-rollback`); when it keeps the version,
 //!   `watch-kept` is recorded. A version rolled back is never switched in again by this run.
 //!   A switch waits while a watch is in progress, and after a rollback (or a switch out
-//!   of the fallback, which nothing judges) the next switch waits for a whole window of
-//!   the version running then: a version is always compared with a window of the one it
-//!   replaces.
-//! - **Restart.** A version whose verdict the store has not recorded (a fine-tune's
-//!   acceptance is the last word on it) is not trusted at start: the controller starts on
-//!   its baseline (`PolicyStore::baseline`: `previous`, or the version the watch returned
-//!   to if it rolled `previous` back) and switches the new version in under the watch as
-//!   above. So a restart in the middle of a watch, or a controller stopped before it ran
+//!   of the fallback, which nothing judges and which is made at once) the next switch
+//!   waits for a whole window of the version running then: a version is always compared
+//!   with a window of the one it replaces.
+//! - **Restart.** A version the store has no verdict on (greenwave-finetune's
+//!   `standing`: a fine-tune's acceptance is the last word on it, or a manual rollback to
+//!   such a version) is not trusted at start: the controller starts on its baseline
+//!   (`PolicyStore::baseline`: the first judged version going back from `previous`) and
+//!   switches the new version in under the watch as above. So a restart in the middle of a watch, or a controller stopped before it ran
 //!   one, cannot put an unjudged version in charge unwatched. Where the store has no
 //!   baseline, or it fails its checks, the unjudged version runs unwatched and the run
 //!   reports it as a store error (exit status 1 after the report).
@@ -350,7 +350,12 @@ impl StoreFollower {
         }
     }
 
+    /// Logs and reports a store failure, each distinct one once (an unreadable `current`
+    /// fails every poll).
     fn error(&mut self, what: String) {
+        if self.report.errors.contains(&what) {
+            return;
+        }
         tracing::error!(store = %self.store.dir().display(), "policy store: {what}");
         self.report.errors.push(what);
     }
@@ -559,6 +564,32 @@ mod sim_tests {
         run.until(91 * MIN);
         let sw = run.switches();
         assert_eq!((sw[2].1, sw[2].2, sw[2].3), (Some(1), 3, true), "{sw:?}");
+    }
+
+    /// The watch rolls back in the controller even when the store cannot follow (here the
+    /// version to return to no longer verifies on disk): the failure is reported once,
+    /// `current` still names the rolled-back version, and it is not switched in again.
+    #[test]
+    fn a_rollback_the_store_cannot_record_is_reported_and_not_undone() {
+        let r = rig("follow-store-fails");
+        install(&r, 2, 1, true);
+        let mut run = run(&r);
+        run.until(10 * MIN);
+        let model = r.store.join("versions/v000001/policy.onnx");
+        let mut bytes = std::fs::read(&model).unwrap();
+        let n = bytes.len();
+        bytes[n - 10] ^= 1;
+        std::fs::write(&model, bytes).unwrap();
+        run.until(120 * MIN);
+        assert_eq!(run.version(), 1, "rolled back in the controller");
+        assert_eq!(run.switches().len(), 2, "{:?}", run.switches());
+        let e = &run.f.report.errors;
+        assert!(
+            e.len() == 1 && e[0].contains("switching the store back from v2 to v1"),
+            "{e:?}"
+        );
+        let store = PolicyStore::attach(&r.store).unwrap();
+        assert!(store.current().unwrap().unwrap().ends_with("v000002"));
     }
 
     #[test]
