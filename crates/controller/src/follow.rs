@@ -16,7 +16,9 @@
 //!   A switch waits while a watch is in progress, and after a rollback (or a switch out
 //!   of the fallback, which nothing judges and which is made at once) the next switch
 //!   waits for a whole window of the version running then: a version is always compared
-//!   with a window of the one it replaces.
+//!   with a window of the one it replaces. An operator's `rollback` during a watch (back
+//!   to the version it compares with) is followed at the next poll, ending the watch
+//!   without a verdict.
 //! - **Restart.** A version the store has no verdict on (greenwave-finetune's
 //!   `standing`: a fine-tune's acceptance is the last word on it, or a manual rollback to
 //!   such a version) is not trusted at start: the controller starts on its baseline
@@ -246,6 +248,10 @@ impl StoreFollower {
         if self.running.as_ref() == Some(&target) || self.refused.contains(&target) {
             return;
         }
+        // `rollback` by an operator during a watch: back to the version it compares with.
+        if self.before.as_ref() == Some(&target) {
+            return self.return_to_before(c, load, target);
+        }
         // With a policy running, wait until the switch can be watched; with none (the
         // fallback) there is nothing to compare with, and the policy is better than none.
         if c.policy().is_ok() && !c.switch_watchable() {
@@ -263,6 +269,40 @@ impl StoreFollower {
             Err(e) => self.refuse(&target, &format!("{e:#}")),
             Ok(policy) => self.switch_in(c, policy, target),
         }
+    }
+
+    /// The store's `current` went back, during a watch, to the version running before the
+    /// watched one (an operator's `rollback`): run it again now, ending the watch without a
+    /// verdict; the watched version is not switched in again by this run.
+    fn return_to_before(
+        &mut self,
+        c: &mut Controller,
+        load: &mut dyn FnMut(&Path) -> Result<Policy>,
+        target: PathBuf,
+    ) {
+        let policy = match load(&target) {
+            Ok(p) => p,
+            Err(e) => return self.refuse(&target, &format!("{e:#}")),
+        };
+        let (to_version, from_version) = (policy.version, c.policy().ok().map(|p| p.version));
+        tracing::warn!(
+            from = from_version,
+            to = to_version,
+            "the store's current went back during the watch: running the version before \
+             again, the watch ended without a verdict"
+        );
+        // Not watched: a watch is in progress, and the switch ends it.
+        c.switch_policy(policy);
+        if let Some(watched) = self.running.replace(target) {
+            self.refused.insert(watched);
+        }
+        self.before = None;
+        self.report.switches.push(SwitchReport {
+            at_ms: c.now_ms(),
+            from_version,
+            to_version,
+            watched: false,
+        });
     }
 
     fn switch_in(&mut self, c: &mut Controller, policy: Policy, dir: PathBuf) {
@@ -564,6 +604,30 @@ mod sim_tests {
         run.until(91 * MIN);
         let sw = run.switches();
         assert_eq!((sw[2].1, sw[2].2, sw[2].3), (Some(1), 3, true), "{sw:?}");
+    }
+
+    /// An operator's `rollback` during a watch takes effect at the next poll and ends the
+    /// watch without a verdict; the watched version is not switched in again.
+    #[test]
+    fn an_operators_rollback_during_a_watch_takes_effect_at_once() {
+        let r = rig("follow-operator");
+        install(&r, 2, 1, false);
+        let mut run = run(&r);
+        run.until(35 * MIN);
+        assert_eq!(run.version(), 2);
+        PolicyStore::open(&r.store)
+            .unwrap()
+            .rollback(&keys(&r), "operator")
+            .unwrap();
+        run.until(35 * MIN + 10_000);
+        assert_eq!(run.version(), 1, "back at the next poll");
+        run.until(100 * MIN);
+        let sw = run.switches();
+        assert_eq!(sw.len(), 2, "{sw:?}");
+        assert_eq!((sw[1].1, sw[1].2, sw[1].3), (Some(2), 1, false));
+        assert!(run.c.rollback_events().is_empty(), "no verdict");
+        assert!(run.f.report.recorded.is_empty());
+        assert!(run.f.report.errors.is_empty(), "{:?}", run.f.report.errors);
     }
 
     /// The watch rolls back in the controller even when the store cannot follow (here the

@@ -767,6 +767,12 @@ fn print_report(r: &RunReport) {
 
 /// The `--store` lines of the report.
 fn print_store(s: &StoreReport) {
+    if let (true, Some(cur)) = (s.current_unjudged_at_start, &s.current_at_start) {
+        println!(
+            "policy store: {} had no live-watch verdict at the start",
+            cur.display()
+        );
+    }
     for w in &s.switches {
         let from = w
             .from_version
