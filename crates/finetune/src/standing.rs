@@ -4,12 +4,15 @@
 //! `PolicyStore::baseline`.
 //!
 //! A version is **judged** when the last line that bears on it adopted it (the site's
-//! flashed bundle), kept it (`watch-kept`), or records the watch returning to it
-//! (`watch-rollback`, `watch-rollback-unapplied`). A manual `rollback` to it and a rejected
-//! fine-tune (which names the running version at both ends) say nothing new: the line
-//! before them decides. A `watch-rollback` *from* it marks it **rolled back**. Anything
-//! else — a fine-tune's acceptance, an unknown or damaged event, no line at all — leaves it
-//! **unjudged**, so a damaged history errs towards watching.
+//! flashed bundle) or kept it (`watch-kept`). A rollback to it — manual, or the watch's
+//! (`watch-rollback`, `watch-rollback-unapplied`), which returns to a version that may
+//! itself never have been watched — and a rejected fine-tune (which names the running
+//! version at both ends) say nothing new: the line before them decides. A watch rollback
+//! *from* it marks it **rolled back**. Anything else — a fine-tune's acceptance, an unknown
+//! event, no line at all — leaves it **unjudged**. Damage that breaks a line's parse or its
+//! event name therefore errs towards watching; the history carries no checksum, so a
+//! changed version number can still move a line to another version (a `watch-kept` line
+//! must name the same version at both ends).
 
 use crate::store::HistoryEntry;
 
@@ -34,7 +37,7 @@ pub mod event {
 /// Where a version stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Standing {
-    /// Adopted, kept by the watch, or returned to by it.
+    /// Adopted, or kept by the watch.
     Judged,
     /// The watch rolled it back, to this version.
     RolledBack {
@@ -58,12 +61,15 @@ pub fn standing(history: &[HistoryEntry], v: u32) -> Standing {
         if watch_back && from == Some(v) {
             return Standing::RolledBack { to };
         }
-        if to != Some(v) || e == ROLLBACK || e == FINETUNE_REJECTED {
+        // Returned to by a rollback (manual or the watch's), or named at both ends by a
+        // rejected fine-tune: no news about `v` itself; the line before decides.
+        if to != Some(v) || e == ROLLBACK || e == FINETUNE_REJECTED || watch_back {
             continue;
         }
         return match e {
-            ADOPT | WATCH_KEPT => Standing::Judged,
-            _ if watch_back => Standing::Judged,
+            ADOPT => Standing::Judged,
+            // Written with the version at both ends: a flipped number is not a verdict.
+            WATCH_KEPT if from == to => Standing::Judged,
             FINETUNE_ACCEPTED => Standing::Unjudged { from },
             _ => Standing::Unjudged { from: None },
         };
@@ -104,7 +110,7 @@ mod tests {
         h.push(line(FINETUNE_ACCEPTED, Some(2), 3));
         h.push(line(WATCH_ROLLBACK, Some(3), 2));
         assert_eq!(standing(&h, 3), Standing::RolledBack { to: Some(2) });
-        assert_eq!(standing(&h, 2), Standing::Judged);
+        assert_eq!(standing(&h, 2), Standing::Judged, "kept before");
         // A manual rollback to the rolled-back version does not clear it.
         h.push(line(ROLLBACK, Some(2), 3));
         assert_eq!(standing(&h, 3), Standing::RolledBack { to: Some(2) });
@@ -113,8 +119,28 @@ mod tests {
         h.push(line(FINETUNE_ACCEPTED, Some(4), 5));
         h.push(line(ROLLBACK, Some(5), 4));
         assert_eq!(standing(&h, 4), Standing::Unjudged { from: Some(3) });
-        // An unknown (damaged) event leaves the version unjudged.
+        // An unknown (damaged) event leaves the version unjudged, as does a verdict whose
+        // two version numbers disagree.
         h.push(line("watch-kepu", Some(4), 4));
         assert_eq!(standing(&h, 4), Standing::Unjudged { from: None });
+        h.push(line(WATCH_KEPT, Some(5), 4));
+        assert_eq!(standing(&h, 4), Standing::Unjudged { from: None });
+    }
+
+    /// The watch returning to a version says nothing about it: one that ran unwatched
+    /// (its baseline failed, or out of the fallback) stays unjudged after another version
+    /// is rolled back to it.
+    #[test]
+    fn a_watch_rollback_to_a_version_does_not_judge_it() {
+        let h = vec![
+            line(ADOPT, None, 1),
+            line(FINETUNE_ACCEPTED, Some(1), 2),
+            line(FINETUNE_ACCEPTED, Some(2), 3),
+            line(WATCH_ROLLBACK, Some(3), 2),
+            line(WATCH_ROLLBACK_UNAPPLIED, Some(4), 2),
+        ];
+        assert_eq!(standing(&h, 2), Standing::Unjudged { from: Some(1) });
+        assert_eq!(standing(&h, 3), Standing::RolledBack { to: Some(2) });
+        assert_eq!(standing(&h, 1), Standing::Judged);
     }
 }

@@ -8,7 +8,8 @@
 //!   current  -> versions/v000002     symlink: what the controller loads (--bundle <store>/current)
 //!   previous -> versions/v000001     symlink: what `rollback` returns to
 //!   history.jsonl          one JSON line per adopt / fine-tune (accepted or rejected) /
-//!                          rollback / live-watch verdict (watch-kept, watch-rollback)
+//!                          rollback / live-watch verdict (watch-kept, watch-rollback,
+//!                          watch-rollback-unapplied)
 //!   staging/               scratch for a bundle being written (cleared on open)
 //! ```
 //!
@@ -520,6 +521,25 @@ impl PolicyStore {
         (dir == self.dir.join(VERSIONS).join(name) && dir.is_dir()).then_some(dir)
     }
 
+    /// The store's own spelling, `<store>/versions/<name>`, of a version folder reached
+    /// some other way (a link made by hand with an absolute path, say), so that one folder
+    /// compares equal to itself; `None` if `dir` is not a folder of `versions/`.
+    pub fn version_folder(&self, dir: &Path) -> Option<PathBuf> {
+        let own = self.dir.join(VERSIONS).join(dir.file_name()?);
+        let same = own == dir
+            || matches!((fs::canonicalize(&own), fs::canonicalize(dir)), (Ok(a), Ok(b)) if a == b);
+        (same && own.is_dir()).then_some(own)
+    }
+
+    /// Whether the version in `dir` is judged (see [`standing`]); a folder outside
+    /// `versions/` never is.
+    pub fn is_judged(&self, dir: &Path) -> Result<bool, StoreError> {
+        let Some(v) = self.held(dir).and_then(Self::version_of) else {
+            return Ok(false);
+        };
+        Ok(standing(&self.history()?, v) == Standing::Judged)
+    }
+
     /// Records that the live watch kept `version` (no significant KPI regression after it
     /// was switched in): the store's verdict, so a restarted controller runs it at once.
     pub fn record_kept(&self, version: u32, evidence: &str) -> Result<(), StoreError> {
@@ -540,10 +560,7 @@ impl PolicyStore {
             return Ok(None);
         };
         // A link pointed by hand at some other folder: no verdict can be about it.
-        let Some(v) = self.held(&cur).and_then(Self::version_of) else {
-            return Ok(Some(true));
-        };
-        Ok(Some(standing(&self.history()?, v) != Standing::Judged))
+        Ok(Some(!self.is_judged(&cur)?))
     }
 
     /// Points `current` (now `cur`) at `to`, a version folder of this store verified
@@ -835,6 +852,14 @@ mod tests {
         fs::create_dir_all(&staged).unwrap();
         PolicyStore::attach(s.dir()).unwrap();
         assert!(staged.is_dir());
+        // A version folder reached by an absolute link is spelt the store's way.
+        let own = s.dir().join(VERSIONS).join("v000002");
+        let abs = fs::canonicalize(&own).unwrap();
+        std::os::unix::fs::symlink(&abs, s.dir().join(CURRENT)).unwrap();
+        let cur = s.current().unwrap().unwrap();
+        assert_eq!(cur, abs);
+        assert_eq!(s.version_folder(&cur), Some(own));
+        assert_eq!(s.version_folder(s.dir()), None, "not a version folder");
         let missing = s.dir().join("nothing-here");
         let e = PolicyStore::attach(&missing).unwrap_err().to_string();
         assert!(e.contains("nothing-here"), "{e}");
