@@ -20,13 +20,15 @@
 //!   to the version it compares with) is followed at the next poll, ending the watch
 //!   without a verdict.
 //! - **Restart.** A version the store has no verdict on (greenwave-finetune's
-//!   `standing`: a fine-tune's acceptance is the last word on it, or a manual rollback to
-//!   such a version) is not trusted at start: the controller starts on its baseline
+//!   `standing`: only an adoption or a `watch-kept` judges a version; a rollback to it says
+//!   nothing new) is not trusted at start: the controller starts on its baseline
 //!   (`PolicyStore::baseline`: the first judged version going back from `previous`) and
-//!   switches the new version in under the watch as above. So a restart in the middle of a watch, or a controller stopped before it ran
-//!   one, cannot put an unjudged version in charge unwatched. Where the store has no
-//!   baseline, or it fails its checks, the unjudged version runs unwatched and the run
-//!   reports it as a store error (exit status 1 after the report).
+//!   switches the new version in under the watch as above. So a restart in the middle of
+//!   a watch, or a controller stopped before it ran one, cannot put an unjudged version in
+//!   charge unwatched without saying so: where the store has no baseline, or it fails its
+//!   checks, or (out of the fallback) nothing ran to compare with, the unjudged version
+//!   runs unwatched and the run reports it as a store error (exit status 1 after the
+//!   report).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -172,6 +174,10 @@ impl StoreFollower {
             }
         }
         start.push(current.clone());
+        let start = start
+            .into_iter()
+            .map(|d| store.version_folder(&d).unwrap_or(d))
+            .collect();
         let mut follower = StoreFollower {
             store,
             keys,
@@ -241,7 +247,7 @@ impl StoreFollower {
         }
         self.next_poll_ms = now + self.poll_ms;
         let target = match self.store.current() {
-            Ok(Some(t)) => t,
+            Ok(Some(t)) => self.store.version_folder(&t).unwrap_or(t),
             Ok(None) => return,
             Err(e) => return self.error(format!("reading `current`: {e}")),
         };
@@ -267,7 +273,16 @@ impl StoreFollower {
         }
         match load(&target) {
             Err(e) => self.refuse(&target, &format!("{e:#}")),
-            Ok(policy) => self.switch_in(c, policy, target),
+            Ok(policy) => {
+                if c.policy().is_err() && !self.store.is_judged(&target).unwrap_or(false) {
+                    self.error(format!(
+                        "{} has no live-watch verdict and nothing ran to compare it with \
+                         (the fallback ran): it runs unwatched",
+                        target.display()
+                    ));
+                }
+                self.switch_in(c, policy, target)
+            }
         }
     }
 
@@ -357,6 +372,11 @@ impl StoreFollower {
                 watched: false,
             });
             let (Some(bad), Some(good)) = (bad, good) else {
+                self.error(format!(
+                    "the watch rolled v{} back to v{}, and no version folder is known for \
+                     them: not recorded",
+                    e.from_version, e.to_version
+                ));
                 continue;
             };
             match self
@@ -654,6 +674,31 @@ mod sim_tests {
         );
         let store = PolicyStore::attach(&r.store).unwrap();
         assert!(store.current().unwrap().unwrap().ends_with("v000002"));
+    }
+
+    /// Out of the fallback a version is switched in at once; one with no verdict then runs
+    /// unwatched, which is a store error.
+    #[test]
+    fn an_unjudged_version_switched_in_out_of_the_fallback_is_a_store_error() {
+        let r = rig("follow-from-fallback");
+        let model = r.store.join("versions/v000001/policy.onnx");
+        let mut bytes = std::fs::read(&model).unwrap();
+        let n = bytes.len();
+        bytes[n - 10] ^= 1;
+        std::fs::write(&model, bytes).unwrap();
+        let mut run = run(&r);
+        assert!(run.c.policy().is_err(), "nothing loads: the fallback runs");
+        run.until(5 * MIN);
+        install(&r, 2, 1, false);
+        run.until(6 * MIN);
+        assert_eq!(run.version(), 2);
+        let sw = run.switches();
+        assert_eq!((sw[0].1, sw[0].2, sw[0].3), (None, 2, false), "{sw:?}");
+        let e = &run.f.report.errors;
+        assert!(
+            e.len() == 1 && e[0].contains("nothing ran to compare it with"),
+            "{e:?}"
+        );
     }
 
     #[test]
