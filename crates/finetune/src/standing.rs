@@ -9,10 +9,10 @@
 //! itself never have been watched — and a rejected fine-tune (which names the running
 //! version at both ends) say nothing new: the line before them decides. A watch rollback
 //! *from* it marks it **rolled back**. Anything else — a fine-tune's acceptance, an unknown
-//! event, no line at all — leaves it **unjudged**. Damage that breaks a line's parse or its
-//! event name therefore errs towards watching; the history carries no checksum, so a
-//! changed version number can still move a line to another version (a `watch-kept` line
-//! must name the same version at both ends).
+//! event, no line at all — leaves it **unjudged**. A damaged line therefore errs towards
+//! watching: `PolicyStore::history` skips a line that fails its CRC-32 or does not parse,
+//! so a flipped version number cannot move a verdict to another version (and a
+//! `watch-kept` line must name the same version at both ends).
 
 use crate::store::HistoryEntry;
 

@@ -9,7 +9,7 @@
 //!   previous -> versions/v000001     symlink: what `rollback` returns to
 //!   history.jsonl          one JSON line per adopt / fine-tune (accepted or rejected) /
 //!                          rollback / live-watch verdict (watch-kept, watch-rollback,
-//!                          watch-rollback-unapplied)
+//!                          watch-rollback-unapplied), each followed by a tab and its CRC-32
 //!   staging/               scratch for a bundle being written (cleared on open)
 //! ```
 //!
@@ -300,19 +300,20 @@ impl PolicyStore {
             .append(true)
             .open(&path)
             .map_err(io("opening", &path))?;
-        let line = serde_json::to_string(entry).unwrap_or_default();
-        writeln!(f, "{line}")
+        writeln!(f, "{}", history_line(entry))
             .and_then(|_| f.sync_data())
             .map_err(io("appending to", &path))
     }
 
-    /// The history, oldest first (unparseable lines, damaged bytes included, are skipped).
+    /// The history, oldest first. A line that fails its checksum or does not parse
+    /// (damaged bytes included) is skipped: the verdicts read from the history err
+    /// towards watching (see [`standing`]).
     pub fn history(&self) -> Result<Vec<HistoryEntry>, StoreError> {
         let path = self.dir.join(HISTORY);
         match fs::read(&path) {
             Ok(t) => Ok(String::from_utf8_lossy(&t)
                 .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
+                .filter_map(parse_history_line)
                 .collect()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
             Err(e) => Err(StoreError::Io {
@@ -615,6 +616,29 @@ impl PolicyStore {
     }
 }
 
+/// One line of `history.jsonl`: the entry's JSON, a tab and the CRC-32 of the JSON (8 hex
+/// digits), so that a flipped bit, in a version number say, is seen. (JSON escapes tabs
+/// inside strings, so the last tab is the separator.)
+fn history_line(entry: &HistoryEntry) -> String {
+    let json = serde_json::to_string(entry).unwrap_or_default();
+    format!("{json}\t{:08x}", crc32fast::hash(json.as_bytes()))
+}
+
+/// A `history.jsonl` line, if its checksum holds and it parses. Lines written before the
+/// checksum (no tab) are read as they are.
+fn parse_history_line(line: &str) -> Option<HistoryEntry> {
+    let json = match line.rsplit_once('\t') {
+        Some((json, crc)) => {
+            let crc = u32::from_str_radix(crc, 16)
+                .ok()
+                .filter(|_| crc.len() == 8)?;
+            (crc32fast::hash(json.as_bytes()) == crc).then_some(json)?
+        }
+        None => line,
+    };
+    serde_json::from_str(json).ok()
+}
+
 /// Writes what a bundle of `weights` and `manifest` is packed from into `inputs_dir`
 /// (created): the ONNX model, the manifest and the f32 and int8 firmware blobs.
 fn write_bundle_inputs(
@@ -842,6 +866,32 @@ mod tests {
         // `previous` naming `current` (by hand) is no baseline.
         s.set_link(PREVIOUS, Some("v000002")).unwrap();
         assert_eq!(s.baseline().unwrap(), None);
+    }
+
+    /// Every single-bit flip of a history file leaves each line read as written or
+    /// skipped: a flipped version number or event is not read as another verdict. Lines
+    /// written before the checksum are still read.
+    #[test]
+    fn a_flipped_bit_in_the_history_is_never_read_as_another_line() {
+        let s = store("history-crc");
+        line(&s, event::ADOPT, None, 1);
+        line(&s, event::FINETUNE_ACCEPTED, Some(1), 2);
+        s.record_kept(2, "{\"queue\": 0.1}").unwrap();
+        let written = s.history().unwrap();
+        assert_eq!(written.len(), 3);
+        let path = s.dir().join(HISTORY);
+        let bytes = fs::read(&path).unwrap();
+        for bit in 0..bytes.len() * 8 {
+            let mut b = bytes.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            fs::write(&path, &b).unwrap();
+            for h in s.history().unwrap() {
+                assert!(written.contains(&h), "bit {bit}: read {h:?}");
+            }
+        }
+        let legacy = serde_json::to_string(&written[0]).unwrap();
+        fs::write(&path, format!("{legacy}\n")).unwrap();
+        assert_eq!(s.history().unwrap(), written[..1]);
     }
 
     /// Attaching neither creates a store nor clears a fine-tune's staging folder.
