@@ -33,7 +33,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{value_parser, Args};
 use ed25519_dalek::VerifyingKey;
 use greenwave_core::Millis;
@@ -430,11 +430,12 @@ pub fn load_first<T>(
     let mut failed = Vec::new();
     let mut last = None;
     for dir in dirs {
-        match load(dir).with_context(|| format!("policy version {}", dir.display())) {
+        match load(dir) {
             Ok(p) => return (Ok(p), Some(dir.clone()), failed),
             Err(e) => {
+                // The refusal names the folder itself; the fallback's reason needs it here.
                 failed.push((dir.clone(), format!("{e:#}")));
-                last = Some(e);
+                last = Some(e.context(format!("policy version {}", dir.display())));
             }
         }
     }
