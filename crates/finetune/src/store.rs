@@ -26,8 +26,12 @@
 //! `watch-rollback` with `current` switched back); one started with `--bundle` keeps the
 //! policy it loaded.
 //!
-//! One writer at a time is assumed (the controller runs fine-tunes itself, one after the
-//! other). Symlinks make this Unix-only; elsewhere the store reports `Unsupported`.
+//! **Lock.** Every change of the links and the history holds an exclusive advisory lock on
+//! `<store>/.lock` (`fd-lock`), so a fine-tune's install and the running controller's
+//! watch rollback (check `current`, then switch it back) do not interleave. Writing a new
+//! version's folder under `staging/` is not locked: one fine-tune at a time is assumed
+//! (the controller runs them one after the other), and `open` clears `staging/`.
+//! Symlinks make this Unix-only; elsewhere the store reports `Unsupported`.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -166,6 +170,8 @@ const PREVIOUS: &str = "previous";
 const VERSIONS: &str = "versions";
 const STAGING: &str = "staging";
 const HISTORY: &str = "history.jsonl";
+/// The lock file every change of links and history holds (see `PolicyStore::locked`).
+const LOCK: &str = ".lock";
 use crate::standing::event::{self, WATCH_KEPT, WATCH_ROLLBACK, WATCH_ROLLBACK_UNAPPLIED};
 use crate::standing::{standing, Standing};
 
@@ -292,8 +298,30 @@ impl PolicyStore {
         dir.file_name()?.to_str()?.strip_prefix('v')?.parse().ok()
     }
 
-    /// Appends a line to `history.jsonl` (synced).
+    /// Appends a line to `history.jsonl` (synced), under the store's lock.
     pub fn record(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
+        self.locked(|| self.append_history(entry))
+    }
+
+    /// Runs `f` holding the store's exclusive lock (an advisory `flock` on
+    /// `<store>/.lock`): every change of the links and the history takes it, so the running
+    /// controller's check of `current` and its switch back cannot interleave with a
+    /// fine-tune's install. Not re-entrant: `f` must not call a locking method.
+    fn locked<T>(&self, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let path = self.dir.join(LOCK);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io("opening the store's lock", &path))?;
+        let mut lock = fd_lock::RwLock::new(file);
+        let _held = lock.write().map_err(io("locking", &path))?;
+        f()
+    }
+
+    /// Appends a line to `history.jsonl` (synced); the caller holds the lock.
+    fn append_history(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
         let path = self.dir.join(HISTORY);
         let mut f = fs::OpenOptions::new()
             .create(true)
@@ -359,24 +387,26 @@ impl PolicyStore {
             }
             self.commit_staged(&stage, &dest)?;
         }
-        let from = self.current()?.as_deref().and_then(Self::version_of);
-        if let Some(cur) = self.current()? {
-            if cur != dest {
-                self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
+        self.locked(|| {
+            let from = self.current()?.as_deref().and_then(Self::version_of);
+            if let Some(cur) = self.current()? {
+                if cur != dest {
+                    self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
+                }
             }
-        }
-        self.set_link(CURRENT, Some(&version_dir_name(v)))?;
-        self.record(&HistoryEntry {
-            unix_ms: now_ms(),
-            event: event::ADOPT.into(),
-            from_version: from,
-            to_version: Some(v),
-            detail: format!("adopted {}", bundle_dir.display()),
-        })?;
-        Ok(Switched {
-            version: v,
-            dir: dest,
-            from,
+            self.set_link(CURRENT, Some(&version_dir_name(v)))?;
+            self.append_history(&HistoryEntry {
+                unix_ms: now_ms(),
+                event: event::ADOPT.into(),
+                from_version: from,
+                to_version: Some(v),
+                detail: format!("adopted {}", bundle_dir.display()),
+            })?;
+            Ok(Switched {
+                version: v,
+                dir: dest.clone(),
+                from,
+            })
         })
     }
 
@@ -412,23 +442,25 @@ impl PolicyStore {
         sign_and_check(&inputs, key, trusted, &stage, v)?;
         self.commit_staged(&stage, &dest)?;
         let _ = fs::remove_dir_all(&work);
-        let cur = self.current()?;
-        let from = cur.as_deref().and_then(Self::version_of);
-        if let Some(cur) = &cur {
-            self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
-        }
-        self.set_link(CURRENT, Some(&version_dir_name(v)))?;
-        self.record(&HistoryEntry {
-            unix_ms: now_ms(),
-            event: event::FINETUNE_ACCEPTED.into(),
-            from_version: from,
-            to_version: Some(v),
-            detail: detail.into(),
-        })?;
-        Ok(Switched {
-            version: v,
-            dir: dest,
-            from,
+        self.locked(|| {
+            let cur = self.current()?;
+            let from = cur.as_deref().and_then(Self::version_of);
+            if let Some(cur) = &cur {
+                self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
+            }
+            self.set_link(CURRENT, Some(&version_dir_name(v)))?;
+            self.append_history(&HistoryEntry {
+                unix_ms: now_ms(),
+                event: event::FINETUNE_ACCEPTED.into(),
+                from_version: from,
+                to_version: Some(v),
+                detail: detail.into(),
+            })?;
+            Ok(Switched {
+                version: v,
+                dir: dest.clone(),
+                from,
+            })
         })
     }
 
@@ -436,6 +468,14 @@ impl PolicyStore {
     /// `previous` is that version's parent if the store still holds it; the version rolled
     /// back from stays in `versions/` (its number is not reused) and the event is recorded.
     pub fn rollback(&self, trusted: &[VerifyingKey], reason: &str) -> Result<Switched, StoreError> {
+        self.locked(|| self.rollback_locked(trusted, reason))
+    }
+
+    fn rollback_locked(
+        &self,
+        trusted: &[VerifyingKey],
+        reason: &str,
+    ) -> Result<Switched, StoreError> {
         let cur = self
             .current()?
             .ok_or_else(|| StoreError::Empty(self.dir.clone()))?;
@@ -459,6 +499,16 @@ impl PolicyStore {
         trusted: &[VerifyingKey],
         evidence: &str,
     ) -> Result<Switched, StoreError> {
+        self.locked(|| self.watch_rollback_locked(from, to, trusted, evidence))
+    }
+
+    fn watch_rollback_locked(
+        &self,
+        from: &Path,
+        to: &Path,
+        trusted: &[VerifyingKey],
+        evidence: &str,
+    ) -> Result<Switched, StoreError> {
         let cur = self
             .current()?
             .ok_or_else(|| StoreError::Empty(self.dir.clone()))?;
@@ -469,7 +519,7 @@ impl PolicyStore {
                 let name = self.held(to).and_then(|d| d.file_name()?.to_str());
                 self.set_link(PREVIOUS, name)?;
             }
-            self.record(&HistoryEntry {
+            self.append_history(&HistoryEntry {
                 unix_ms: now_ms(),
                 event: WATCH_ROLLBACK_UNAPPLIED.into(),
                 from_version: Self::version_of(from),
@@ -601,7 +651,7 @@ impl PolicyStore {
             .map(version_dir_name)
             .filter(|n| self.dir.join(VERSIONS).join(n).is_dir());
         self.set_link(PREVIOUS, grandparent.as_deref())?;
-        self.record(&HistoryEntry {
+        self.append_history(&HistoryEntry {
             unix_ms: now_ms(),
             event: event.into(),
             from_version: from,
@@ -892,6 +942,33 @@ mod tests {
         let legacy = serde_json::to_string(&written[0]).unwrap();
         fs::write(&path, format!("{legacy}\n")).unwrap();
         assert_eq!(s.history().unwrap(), written[..1]);
+    }
+
+    /// The store's lock orders writers: a verdict recorded while another writer holds the
+    /// lock lands after that writer's line, not in the middle of its change.
+    #[test]
+    fn writers_wait_for_the_stores_lock() {
+        let s = store("lock");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let (s2, b2) = (s.clone(), barrier.clone());
+        let holder = std::thread::spawn(move || {
+            s2.locked(|| {
+                b2.wait();
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                s2.append_history(&HistoryEntry {
+                    unix_ms: 0,
+                    event: event::ADOPT.into(),
+                    from_version: None,
+                    to_version: Some(1),
+                    detail: "held".into(),
+                })
+            })
+        });
+        barrier.wait();
+        s.record_kept(1, "{}").unwrap();
+        holder.join().unwrap().unwrap();
+        let events: Vec<String> = s.history().unwrap().into_iter().map(|h| h.event).collect();
+        assert_eq!(events, [event::ADOPT, WATCH_KEPT]);
     }
 
     /// Attaching neither creates a store nor clears a fine-tune's staging folder.
