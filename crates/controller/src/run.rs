@@ -474,18 +474,12 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         seconds,
         clock_time,
     } = setup;
-    let mut follower = match &args.follow.store {
-        Some(dir) => Some(StoreFollower::attach(
-            &args.follow,
-            dir,
-            trusted_keys(&args.trust)?,
-        )?),
-        None => None,
-    };
+    let (mut follower, detached) = attach_store(args)?;
     let start: Vec<PathBuf> = match (&follower, &args.bundle) {
         (Some((_, dirs)), _) => dirs.clone(),
         (None, Some(b)) => vec![b.clone()],
-        (None, None) => bail!("--bundle or --store is required"),
+        // A store that could not be attached: nothing to load, the fallback runs.
+        (None, None) => vec![],
     };
     let (policy, policy_report, loaded, failed) =
         policy_or_fallback(args, &start, &specs, interval)?;
@@ -554,7 +548,7 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         peak_rss_kib: greenwave_runtime::peak_rss_kib(),
         program_clock_unix_origin_ms: unix_origin_ms,
         policy: policy_report,
-        store: follower.map(|f| f.report),
+        store: follower.map(|f| f.report).or(detached),
         controller: stats,
     };
     if args.json {
@@ -578,6 +572,34 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         );
     }
     Ok(())
+}
+
+/// With `--store`: the follower and the folders to start on; or, where the store cannot
+/// be attached (no such store, no current version, an unreadable link, a bad key file),
+/// a report of why, the fallback running instead (unless `--require-policy`), as for a
+/// refused bundle: a broken store does not darken the junction.
+type Attached = (Option<(StoreFollower, Vec<PathBuf>)>, Option<StoreReport>);
+
+fn attach_store(args: &RunArgs) -> Result<Attached> {
+    let Some(dir) = &args.follow.store else {
+        return Ok((None, None));
+    };
+    let attached =
+        trusted_keys(&args.trust).and_then(|keys| StoreFollower::attach(&args.follow, dir, keys));
+    match attached {
+        Ok(f) => Ok((Some(f), None)),
+        Err(e) if args.require_policy => Err(e.context("policy store refused (--require-policy)")),
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!("policy store refused, running the fallback only: {why}");
+            let report = StoreReport {
+                store: dir.clone(),
+                errors: vec![why],
+                ..StoreReport::default()
+            };
+            Ok((None, Some(report)))
+        }
+    }
 }
 
 /// What the start loaded: the policy or why none, the report on it, the folder it came

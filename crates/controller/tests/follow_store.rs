@@ -187,23 +187,45 @@ fn a_version_that_fails_its_checks_is_refused_and_the_running_one_stays() {
     assert_eq!(events(&s), ["adopt", "finetune-accepted"]);
 }
 
+/// A store the controller cannot attach (here: no version yet) does not darken the
+/// junction: the fallback runs and the run exits 1 naming why; with `--require-policy` it
+/// is refused before the log opens.
 #[test]
-fn a_store_without_a_version_is_refused_at_the_start() {
+fn a_store_without_a_version_runs_the_fallback_or_is_refused_with_require_policy() {
     let dir = tmp("follow-empty");
     let (keys, _) = bundle::keygen(&dir.join("keys/site"), false).unwrap();
     PolicyStore::open(dir.join("store")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_greenwave-controller"))
-        .args(["run", "--store"])
-        .arg(dir.join("store"))
-        .arg("--trust")
-        .arg(&keys.public)
-        .args(["--scenario", "single-4way", "--log-dir"])
-        .arg(dir.join("log"))
-        .args(["--seconds", "60", "--quiet"])
-        .output()
-        .unwrap();
+    let run = |log: &str, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_greenwave-controller"))
+            .args(["run", "--store"])
+            .arg(dir.join("store"))
+            .arg("--trust")
+            .arg(&keys.public)
+            .args(["--scenario", "single-4way", "--log-dir"])
+            .arg(dir.join(log))
+            .args(["--seconds", "60", "--quiet", "--json"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run("log", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("has no current version"), "{stderr}");
-    assert!(!dir.join("log").exists(), "refused before the log opens");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["policy"]["loaded"], false);
+    assert_eq!(j["controller"]["fallback_decisions"], j["decisions"]);
+    assert!(j["decisions"].as_u64().unwrap() > 0);
+    assert!(j["store"]["errors"][0]
+        .as_str()
+        .unwrap()
+        .contains("has no current version"));
+    let out = run("log-required", &["--require-policy"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("has no current version"), "{stderr}");
+    assert!(
+        !dir.join("log-required").exists(),
+        "refused before the log opens"
+    );
 }
