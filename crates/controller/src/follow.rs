@@ -41,8 +41,7 @@ use greenwave_finetune::{PolicyStore, StoreError};
 use greenwave_runtime::controller::{Controller, Policy, RollbackConfig};
 use serde::Serialize;
 
-/// Largest whole seconds a [`Millis`] holds.
-const MAX_SECONDS: i64 = (u32::MAX / 1000) as i64;
+use crate::run::MAX_SECONDS;
 
 /// The `run` options of a controller that follows a policy store.
 #[derive(Args, Clone, Debug)]
@@ -660,11 +659,7 @@ mod sim_tests {
         install(&r, 2, 1, true);
         let mut run = run(&r);
         run.until(10 * MIN);
-        let model = r.store.join("versions/v000001/policy.onnx");
-        let mut bytes = std::fs::read(&model).unwrap();
-        let n = bytes.len();
-        bytes[n - 10] ^= 1;
-        std::fs::write(&model, bytes).unwrap();
+        keyed::tamper(&r.store.join("versions/v000001"));
         run.until(120 * MIN);
         assert_eq!(run.version(), 1, "rolled back in the controller");
         assert_eq!(run.switches().len(), 2, "{:?}", run.switches());
@@ -682,11 +677,7 @@ mod sim_tests {
     #[test]
     fn an_unjudged_version_switched_in_out_of_the_fallback_is_a_store_error() {
         let r = rig("follow-from-fallback");
-        let model = r.store.join("versions/v000001/policy.onnx");
-        let mut bytes = std::fs::read(&model).unwrap();
-        let n = bytes.len();
-        bytes[n - 10] ^= 1;
-        std::fs::write(&model, bytes).unwrap();
+        keyed::tamper(&r.store.join("versions/v000001"));
         let mut run = run(&r);
         assert!(run.c.policy().is_err(), "nothing loads: the fallback runs");
         run.until(5 * MIN);
@@ -706,11 +697,7 @@ mod sim_tests {
     fn a_baseline_that_fails_its_checks_is_a_store_error() {
         let r = rig("follow-bad-baseline");
         install(&r, 2, 1, false);
-        let model = r.store.join("versions/v000001/policy.onnx");
-        let mut bytes = std::fs::read(&model).unwrap();
-        let n = bytes.len();
-        bytes[n - 10] ^= 1;
-        std::fs::write(&model, bytes).unwrap();
+        keyed::tamper(&r.store.join("versions/v000001"));
         let run = run(&r);
         assert_eq!(run.version(), 2);
         let e = &run.f.report.errors;

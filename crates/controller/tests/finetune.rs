@@ -326,11 +326,7 @@ fn rollback_refuses_a_tampered_previous_version() {
     std::fs::remove_file(&link).unwrap();
     std::os::unix::fs::symlink("versions/v000001", &link).unwrap();
     // Tamper with v1's model.
-    let p = s.dir.join("store/versions/v000001/policy.onnx");
-    let mut bytes = std::fs::read(&p).unwrap();
-    let n = bytes.len();
-    bytes[n - 10] ^= 1;
-    std::fs::write(&p, bytes).unwrap();
+    keyed::tamper(&s.dir.join("store/versions/v000001"));
     let err = store.rollback(&trusted, "test").unwrap_err().to_string();
     assert!(err.contains("integrity check failed"), "{err}");
     assert!(

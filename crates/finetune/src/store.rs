@@ -387,20 +387,28 @@ impl PolicyStore {
             }
             self.commit_staged(&stage, &dest)?;
         }
+        let detail = format!("adopted {}", bundle_dir.display());
+        self.make_current(v, event::ADOPT, &detail)
+    }
+
+    /// Points `current` at version `v` (a folder of `versions/`), the old current becoming
+    /// `previous` unless it is `v` itself, and records `event` with `detail`; under the
+    /// lock.
+    fn make_current(&self, v: u32, event: &str, detail: &str) -> Result<Switched, StoreError> {
+        let dest = self.dir.join(VERSIONS).join(version_dir_name(v));
         self.locked(|| {
-            let from = self.current()?.as_deref().and_then(Self::version_of);
-            if let Some(cur) = self.current()? {
-                if cur != dest {
-                    self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
-                }
+            let cur = self.current()?;
+            let from = cur.as_deref().and_then(Self::version_of);
+            if let Some(cur) = cur.filter(|c| *c != dest) {
+                self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
             }
             self.set_link(CURRENT, Some(&version_dir_name(v)))?;
             self.append_history(&HistoryEntry {
                 unix_ms: now_ms(),
-                event: event::ADOPT.into(),
+                event: event.into(),
                 from_version: from,
                 to_version: Some(v),
-                detail: format!("adopted {}", bundle_dir.display()),
+                detail: detail.into(),
             })?;
             Ok(Switched {
                 version: v,
@@ -442,26 +450,7 @@ impl PolicyStore {
         sign_and_check(&inputs, key, trusted, &stage, v)?;
         self.commit_staged(&stage, &dest)?;
         let _ = fs::remove_dir_all(&work);
-        self.locked(|| {
-            let cur = self.current()?;
-            let from = cur.as_deref().and_then(Self::version_of);
-            if let Some(cur) = &cur {
-                self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
-            }
-            self.set_link(CURRENT, Some(&version_dir_name(v)))?;
-            self.append_history(&HistoryEntry {
-                unix_ms: now_ms(),
-                event: event::FINETUNE_ACCEPTED.into(),
-                from_version: from,
-                to_version: Some(v),
-                detail: detail.into(),
-            })?;
-            Ok(Switched {
-                version: v,
-                dir: dest.clone(),
-                from,
-            })
-        })
+        self.make_current(v, event::FINETUNE_ACCEPTED, detail)
     }
 
     /// Switches back to the previous version (verified against `trusted` first). The new

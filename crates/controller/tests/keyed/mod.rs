@@ -90,3 +90,13 @@ impl StoreSite {
             .unwrap();
     }
 }
+
+/// Flips one bit near the end of the bundle's `policy.onnx` in `version_dir`: its integrity
+/// check fails (the signed hash no longer matches).
+pub fn tamper(version_dir: &Path) {
+    let model = version_dir.join("policy.onnx");
+    let mut bytes = std::fs::read(&model).unwrap();
+    let n = bytes.len();
+    bytes[n - 10] ^= 1;
+    std::fs::write(&model, bytes).unwrap();
+}

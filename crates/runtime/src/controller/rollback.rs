@@ -328,6 +328,15 @@ fn combinations(n: usize, k: usize) -> Option<Vec<Vec<usize>>> {
 mod tests {
     use super::*;
 
+    /// A 60 s window of 10 s batches (six a side).
+    fn small_window() -> RollbackConfig {
+        RollbackConfig {
+            window: Millis::from_secs(60),
+            batch: Millis::from_secs(10),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn permutation_test_is_exact_and_one_sided() {
         // Six after all above six before: only 1 split of 924 is as extreme.
@@ -342,11 +351,7 @@ mod tests {
 
     #[test]
     fn a_window_of_higher_queues_rolls_back_and_equal_ones_do_not() {
-        let cfg = RollbackConfig {
-            window: Millis::from_secs(60),
-            batch: Millis::from_secs(10),
-            ..Default::default()
-        };
+        let cfg = small_window();
         let run = |after_queue: f32| {
             let mut w = RegressionWatch::new(cfg.clone());
             let mut t = 0;
@@ -390,11 +395,7 @@ mod tests {
         assert_eq!(relative_change(0.1, f64::NAN), f64::INFINITY);
         assert_eq!(relative_change(0.0, 0.1), f64::INFINITY);
         assert!((relative_change(0.2, 0.3) - 0.5).abs() < 1e-12);
-        let cfg = RollbackConfig {
-            window: Millis::from_secs(60),
-            batch: Millis::from_secs(10),
-            ..Default::default()
-        };
+        let cfg = small_window();
         let mut w = RegressionWatch::new(cfg);
         let mut verdict = None;
         for i in 1..=30u64 {
@@ -418,11 +419,7 @@ mod tests {
 
     #[test]
     fn a_switch_is_watched_only_with_a_whole_window_of_history_before_it() {
-        let cfg = RollbackConfig {
-            window: Millis::from_secs(60),
-            batch: Millis::from_secs(10),
-            ..Default::default()
-        };
+        let cfg = small_window();
         let mut w = RegressionWatch::new(cfg.clone());
         let lane = [LaneReading {
             queue: 0.2,
