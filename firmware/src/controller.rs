@@ -38,8 +38,11 @@ use crate::monitor::{CardError, ConflictMonitor, FaultKind, MonitorCard, Monitor
 use crate::policy::{FallbackReason, Policy, SCRATCH_FLOATS};
 use crate::{FieldTransition, OBS_CAPACITY};
 
-/// Transitions the ring holds by default: one minute of 5 s decisions.
-pub const DEFAULT_RING_CAPACITY: usize = 12;
+/// Bytes of the transition ring by default (3.5 KiB). It holds frames, whose length
+/// follows the observation's: 12 of the single-4way cabinet's (31 floats, 276 bytes once
+/// the uptime passes 35 minutes), one minute of 5 s decisions, and 10 with the program
+/// clock's lanes (39 floats, 340 bytes).
+pub const DEFAULT_RING_BYTES: usize = 3584;
 
 /// The reward logged with each transition: the queue estimate is what loop detectors
 /// measure (waiting times are not observable in the field).
@@ -158,7 +161,7 @@ fn checked_layout(
 }
 
 /// The signal controller for one intersection: `G` signal groups (one per movement of the
-/// plan), `L` lanes, a ring of `R` transitions. The policy blob is borrowed for `'b` (in
+/// plan), `L` lanes, a transition ring of `R` bytes. The policy blob is borrowed for `'b` (in
 /// firmware: `'static`, from flash).
 pub struct Controller<
     'b,
@@ -168,7 +171,7 @@ pub struct Controller<
     C,
     const G: usize,
     const L: usize,
-    const R: usize = DEFAULT_RING_CAPACITY,
+    const R: usize = DEFAULT_RING_BYTES,
 > {
     board: BoardConfig<L>,
     heads: [SignalHead<O>; G],
@@ -531,7 +534,7 @@ where
             t.reward = reward;
             t.done = done;
             t.next_obs = self.obs_vec();
-            self.ring.push(t);
+            self.ring.push(&t);
         }
     }
 

@@ -47,9 +47,9 @@ pub use monitor::{ConflictMonitor, FaultKind, MonitorCard, MonitorFault};
 pub use policy::{FallbackReason, Policy};
 
 /// Observation capacity of the transitions this firmware logs. The single-4way layout
-/// (12 lanes, 4 phases) needs `2·12 + 4 + 3 = 31`; layouts that do not fit are refused at
-/// start-up.
-pub const OBS_CAPACITY: usize = 32;
+/// (12 lanes, 4 phases) needs `2·12 + 4 + 3 = 31`, and `2·(12 + 4) + 4 + 3 = 39` with the
+/// program clock's lane per phase; layouts that do not fit are refused at start-up.
+pub const OBS_CAPACITY: usize = 40;
 
 /// The transition record as the firmware stores it. The wire format does not depend on the
 /// capacity, so the host decodes frames into `Transition` with its default capacity.

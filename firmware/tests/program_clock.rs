@@ -37,19 +37,25 @@ fn program() -> ProgramClock {
 /// once it supplies them; then, over five cycles, every decision's observation marks
 /// the phase the program serves at that time (the uptime less the 3 s start-up
 /// all-red; density 1, queue 0), the policy acts, and the logged transitions carry the
-/// same lanes.
+/// same lanes. On a cabinet with 8 detector lanes (31 floats) and on the single-4way
+/// cabinet's 12 (39 floats, the widest observation the firmware logs for 4 phases).
 #[test]
 fn the_clock_lanes_follow_the_program_from_the_first_green() {
-    let with_clock = ObsLayout::for_signal(8, 4, true).unwrap();
+    clock_lanes_follow_the_program(BoardConfig::<8>::one_lane_per_movement(1, 10));
+    clock_lanes_follow_the_program(board());
+}
+
+fn clock_lanes_follow_the_program<const L: usize>(board: BoardConfig<L>) {
+    let with_clock = ObsLayout::for_signal(L, 4, true).unwrap();
     let bytes = synthetic_blob(plan().hash(), with_clock);
     let field = Shared::default();
-    let ctl = cabinet8(&field, Some(&bytes));
+    let ctl = cabinet_with(&field, Some(&bytes), board);
     assert_eq!(
         ctl.policy_status(),
         Err(FallbackReason::LayoutMismatch {
-            blob_lanes: 12,
+            blob_lanes: L as u16 + 4,
             blob_phases: 4,
-            lanes: 8,
+            lanes: L as u16,
             phases: 4
         }),
         "without the clock the blob's layout is not the cabinet's"
@@ -61,7 +67,7 @@ fn the_clock_lanes_follow_the_program_from_the_first_green() {
     assert_eq!(ctl.policy_status(), Ok(1));
     assert_eq!(ctl.layout(), with_clock);
 
-    let mut traffic = Traffic::new(8, 0.08, 3);
+    let mut traffic = Traffic::new(L, 0.08, 3);
     let mut serial = SerialCapture::default();
     let mut seen = [0usize; 4];
     let mut decisions = Vec::new();
@@ -76,8 +82,8 @@ fn the_clock_lanes_follow_the_program_from_the_first_green() {
         let on = clock.phase_at(report.uptime_ms - 3000).0 as usize;
         for p in 0..4 {
             let want = if p == on { 1.0 } else { 0.0 };
-            assert_eq!(obs[8 + p], want, "clock density, phase {p}, {report:?}");
-            assert_eq!(obs[12 + 8 + p], 0.0, "clock queue, phase {p}");
+            assert_eq!(obs[L + p], want, "clock density, phase {p}, {report:?}");
+            assert_eq!(obs[(L + 4) + L + p], 0.0, "clock queue, phase {p}");
         }
         seen[on] += 1;
         decisions.push(obs.to_vec());
@@ -93,8 +99,10 @@ fn the_clock_lanes_follow_the_program_from_the_first_green() {
     };
     let logged = run.transitions();
     assert_eq!(logged.len(), 59);
+    assert_eq!(ctl.transitions_dropped(), 0);
     for (t, obs) in logged.iter().zip(&decisions) {
         assert_eq!(t.obs.as_slice(), obs.as_slice());
+        assert_eq!(t.obs.len(), with_clock.dim());
         assert_ne!(t.source, ActionSource::Fallback, "the policy acts");
     }
 }
@@ -142,16 +150,20 @@ fn a_clock_that_does_not_fit_is_refused() {
     );
     assert!(e.to_string().starts_with("program clock: stage 1: phase 5"));
 
-    // Twelve detector lanes and four clock lanes: 2·16 + 4 + 3 = 39 floats.
+    // Fourteen detector lanes and four clock lanes: 2·18 + 4 + 3 = 43 floats. (Without
+    // the clock they fit: 35.)
+    let mut board14 = BoardConfig::<14>::one_lane_per_movement(1, 10);
+    board14.lanes[12].movements = board14.lanes[0].movements;
+    board14.lanes[13].movements = board14.lanes[1].movements;
     let program = program();
-    let Err(e) = cabinet(&field, None).with_program_clock(&program) else {
-        panic!("39 floats do not fit 32");
+    let Err(e) = cabinet_with(&field, None, board14).with_program_clock(&program) else {
+        panic!("43 floats do not fit 40");
     };
     assert_eq!(
         e,
         ControllerError::ObservationTooLarge {
-            dim: 39,
-            capacity: 32
+            dim: 43,
+            capacity: 40
         }
     );
 }
