@@ -474,36 +474,11 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         seconds,
         clock_time,
     } = setup;
-    let (mut follower, detached) = attach_store(args)?;
-    let start: Vec<PathBuf> = match (&follower, &args.bundle) {
-        (Some((_, dirs)), _) => dirs.clone(),
-        (None, Some(b)) => vec![b.clone()],
-        // A store that could not be attached: nothing to load, the fallback runs.
-        (None, None) => vec![],
-    };
-    let (policy, policy_report, loaded, failed) =
-        policy_or_fallback(args, &start, &specs, interval)?;
-    let mut follower = follower.take().map(|(mut f, _)| {
-        f.started(loaded.as_deref(), &failed);
-        f
-    });
+    let (policy, policy_report, mut follower, detached) = start_policy(args, &specs, interval)?;
     let log = open_log(args)?;
     let cfg = controller_config(args, interval)?;
     // Last before the controller starts, so that its time 0 is this Unix time.
-    let unix_origin_ms = match clock_time {
-        ClockTime::Unix => Some(unix_now_ms()?),
-        ClockTime::Controller => None,
-    };
-    if let Some(origin) = unix_origin_ms {
-        clock_time.to_controller_time(&mut specs, origin);
-        if !args.realtime {
-            tracing::warn!(
-                origin_unix_ms = origin,
-                "program clocks on Unix time without --realtime: the controller's time runs \
-                 at the field's pace from this origin, not with the wall clock"
-            );
-        }
-    }
+    let unix_origin_ms = anchor_program_clocks(args, clock_time, &mut specs)?;
     let loader_specs = specs.clone();
     let mut controller = Controller::new(specs, policy, fallback, cfg, Some(log))?;
 
@@ -520,16 +495,7 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         if let Some(f) = &mut follower {
             f.between(c, &mut load);
         }
-        let s = c.status();
-        bar.inc(1);
-        bar.set_message(format!(
-            "t={:.0}s fallback {}/{} switches {} logged {}",
-            s.now_ms as f64 / 1000.0,
-            s.on_fallback,
-            s.signals,
-            s.fallback_switches,
-            s.transitions_logged
-        ));
+        show_progress(&bar, c);
     })?;
     bar.finish_and_clear();
     let commit = controller
@@ -551,10 +517,78 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         store: follower.map(|f| f.report).or(detached),
         controller: stats,
     };
+    finish(args, &report)
+}
+
+/// The policy the run starts on (or the fallback, where none loads) and its report, and
+/// with `--store` the follower (or the report of a store that could not be attached).
+fn start_policy(
+    args: &RunArgs,
+    specs: &[SignalSpec],
+    interval: Millis,
+) -> Result<(
+    Result<Policy, String>,
+    PolicyReport,
+    Option<StoreFollower>,
+    Option<StoreReport>,
+)> {
+    let (follower, detached) = attach_store(args)?;
+    let start: Vec<PathBuf> = match (&follower, &args.bundle) {
+        (Some((_, dirs)), _) => dirs.clone(),
+        (None, Some(b)) => vec![b.clone()],
+        // A store that could not be attached: nothing to load, the fallback runs.
+        (None, None) => vec![],
+    };
+    let (policy, policy_report, loaded, failed) =
+        policy_or_fallback(args, &start, specs, interval)?;
+    let follower = follower.map(|(mut f, _)| {
+        f.started(loaded.as_deref(), &failed);
+        f
+    });
+    Ok((policy, policy_report, follower, detached))
+}
+
+/// With program clocks on Unix time, puts them on the controller's time from now (the
+/// origin returned); on the controller's own time, leaves them.
+fn anchor_program_clocks(
+    args: &RunArgs,
+    clock_time: ClockTime,
+    specs: &mut [SignalSpec],
+) -> Result<Option<u64>> {
+    let ClockTime::Unix = clock_time else {
+        return Ok(None);
+    };
+    let origin = unix_now_ms()?;
+    clock_time.to_controller_time(specs, origin);
+    if !args.realtime {
+        tracing::warn!(
+            origin_unix_ms = origin,
+            "program clocks on Unix time without --realtime: the controller's time runs \
+             at the field's pace from this origin, not with the wall clock"
+        );
+    }
+    Ok(Some(origin))
+}
+
+fn show_progress(bar: &ProgressBar, c: &Controller) {
+    let s = c.status();
+    bar.inc(1);
+    bar.set_message(format!(
+        "t={:.0}s fallback {}/{} switches {} logged {}",
+        s.now_ms as f64 / 1000.0,
+        s.on_fallback,
+        s.signals,
+        s.fallback_switches,
+        s.transitions_logged
+    ));
+}
+
+/// Prints the report, and fails the run where the store or the log failed during it.
+fn finish(args: &RunArgs, report: &RunReport) -> Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        print_report(&report);
+        print_report(report);
     }
     if let Some(store) = report.store.as_ref().filter(|s| !s.errors.is_empty()) {
         bail!(
