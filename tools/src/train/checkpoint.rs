@@ -381,7 +381,37 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
             out.display()
         );
     }
-    let run = read_run_info(out)?;
+    check_resumes(out, &read_run_info(out)?, cfg)?;
+    let info: CheckpointInfo = read_json(&info_path)?;
+    let file = out.join("checkpoint.safetensors");
+    let map = load_tensors(&file)?;
+    let mut l = Learner::fresh(cfg, layout)?;
+    let (actor, critic) = l.net.nets();
+    load_net(&map, "actor", actor, &file)?;
+    load_net(&map, "critic", critic, &file)?;
+    load_adam(&map, "adam", &mut l.opt, info.adam_t, &file)?;
+    if let Some((q, qopt)) = l.q.as_mut() {
+        load_net(&map, "q", &q.net, &file)?;
+        load_adam(&map, "qadam", qopt, info.q_adam_t.unwrap_or(0), &file)?;
+    }
+    if let Some(replay) = load_replay(&map, &file)? {
+        l.replay = replay;
+    }
+    l.stats = RunningObsStats {
+        mean: info.policy.stats.mean,
+        var: info.policy.stats.var,
+        count: info.policy.stats.count,
+    };
+    l.iteration = info.policy.iteration;
+    l.env_steps = info.policy.env_steps;
+    l.slot_episodes = info.slot_episodes;
+    l.reward_scale = info.reward_scale;
+    Ok(l)
+}
+
+/// Refuses a resume whose settings differ from those the run in `out` (its `run.json`,
+/// `run`) started with, naming them.
+fn check_resumes(out: &Path, run: &RunInfo, cfg: &TrainConfig) -> Result<()> {
     if run.policy() != cfg.policy.unwrap_or(PolicyKind::Mlp) {
         bail!(
             "{} was trained with --policy {}; resume with the same policy",
@@ -433,40 +463,24 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
             run.config.total_steps
         );
     }
-    let info: CheckpointInfo = read_json(&info_path)?;
-    let file = out.join("checkpoint.safetensors");
-    let map = load_tensors(&file)?;
-    let mut l = Learner::fresh(cfg, layout)?;
-    let (actor, critic) = l.net.nets();
-    load_net(&map, "actor", actor, &file)?;
-    load_net(&map, "critic", critic, &file)?;
-    load_adam(&map, "adam", &mut l.opt, info.adam_t, &file)?;
-    if let Some((q, qopt)) = l.q.as_mut() {
-        load_net(&map, "q", &q.net, &file)?;
-        load_adam(&map, "qadam", qopt, info.q_adam_t.unwrap_or(0), &file)?;
-    }
-    if let Some(obs) = map.get("replay.obs") {
-        let flat =
-            |k: &str| -> Result<Tensor> { take(&map, k, &file)?.flatten_all().map_err(Into::into) };
-        l.replay = Replay {
-            obs: obs.flatten_all()?.to_vec1()?,
-            next_obs: flat("replay.next_obs")?.to_vec1()?,
-            masks: flat("replay.masks")?.to_vec1()?,
-            next_masks: flat("replay.next_masks")?.to_vec1()?,
-            actions: flat("replay.actions")?.to_vec1()?,
-            rewards: flat("replay.rewards")?.to_vec1()?,
-        };
-    }
-    l.stats = RunningObsStats {
-        mean: info.policy.stats.mean,
-        var: info.policy.stats.var,
-        count: info.policy.stats.count,
+    Ok(())
+}
+
+/// The off-policy replay a checkpoint holds, if it holds one.
+fn load_replay(map: &HashMap<String, Tensor>, file: &Path) -> Result<Option<Replay>> {
+    let Some(obs) = map.get("replay.obs") else {
+        return Ok(None);
     };
-    l.iteration = info.policy.iteration;
-    l.env_steps = info.policy.env_steps;
-    l.slot_episodes = info.slot_episodes;
-    l.reward_scale = info.reward_scale;
-    Ok(l)
+    let flat =
+        |k: &str| -> Result<Tensor> { take(map, k, file)?.flatten_all().map_err(Into::into) };
+    Ok(Some(Replay {
+        obs: obs.flatten_all()?.to_vec1()?,
+        next_obs: flat("replay.next_obs")?.to_vec1()?,
+        masks: flat("replay.masks")?.to_vec1()?,
+        next_masks: flat("replay.next_masks")?.to_vec1()?,
+        actions: flat("replay.actions")?.to_vec1()?,
+        rewards: flat("replay.rewards")?.to_vec1()?,
+    }))
 }
 
 /// A policy of a run folder: a per-signal MLP, or the shared network.
