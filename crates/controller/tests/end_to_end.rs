@@ -1,7 +1,7 @@
 //! End to end on the controller side: an exported policy signed into a bundle → the
 //! controller verifies and loads it and runs a simulated hour on the embedded simulator
 //! with logging → the log reads back every record intact. Then the `greenwave-controller`
-//! binary on the same bundle: a run with `--json`, a refused bundle (fallback, or an error
+//! binary on such a bundle: a run with `--json`, a refused bundle (fallback, or an error
 //! with `--require-policy`), `verify` and `log`.
 //!
 //! The policy is synthetic (the runtime does not depend on the workstation crate that
@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{check_invariants, fixture, TestField};
-use greenwave_core::ActionSource;
+use greenwave_core::{ActionSource, ObsLayout};
 use greenwave_runtime::bundle::{self, verify_and_load};
 use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, FallbackKind, Policy};
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
@@ -88,14 +88,22 @@ fn sign_run_an_hour_and_read_the_log_back() {
     let (records, issues) = read_all(&log_dir).unwrap();
     assert!(issues.is_empty(), "{issues:?}");
     assert_eq!(records.len(), 720);
-    for (k, r) in records.iter().enumerate() {
-        let t = &r.transition;
+    let transitions: Vec<_> = records.into_iter().map(|r| r.transition).collect();
+    check_session(&transitions, layout, b.manifest.policy_version);
+    let _ = std::fs::remove_dir_all(Path::new(&dir));
+}
+
+/// One greedy session's records, in order: every 5 s, of the layout's width, by the
+/// bundle's version, within the mask, each one's next observation the next one's, the
+/// last one done.
+fn check_session(records: &[greenwave_core::Transition], layout: ObsLayout, version: u32) {
+    for (k, t) in records.iter().enumerate() {
         assert_eq!(t.timestamp_ms, k as u64 * 5000);
         assert_eq!(
             (t.obs.len(), t.next_obs.len()),
             (layout.dim(), layout.dim())
         );
-        assert_eq!(t.policy_version, b.manifest.policy_version);
+        assert_eq!(t.policy_version, version);
         assert!(
             matches!(t.source, ActionSource::Policy | ActionSource::Supervisor),
             "{t:?}"
@@ -111,17 +119,20 @@ fn sign_run_an_hour_and_read_the_log_back() {
             assert_eq!(t.requested, t.action);
         }
         if let Some(next) = records.get(k + 1) {
-            assert_eq!(
-                t.next_obs, next.transition.obs,
-                "record {k}: next_obs is the next obs"
-            );
+            assert_eq!(t.next_obs, next.obs, "record {k}: next_obs is the next obs");
             assert!(!t.done);
         } else {
             assert!(t.done, "the last record ends the session");
         }
     }
+}
 
-    // The binary on the same bundle.
+/// The binary on a signed bundle: a run with `--json` reports its metrics and logs
+/// every decision, which `log` reads back; `verify` says the bundle matches.
+#[test]
+fn the_binary_runs_verifies_and_reads_back_a_signed_bundle() {
+    let fx = fixture("e2e-bin");
+    let (dir, keys, bundle_dir) = (fx.dir.clone(), fx.keys.clone(), fx.bundle.clone());
     let bundle_s = bundle_dir.to_str().unwrap();
     let trust = keys.public.to_str().unwrap();
     let log2 = dir.join("log2");
@@ -162,9 +173,27 @@ fn sign_run_an_hour_and_read_the_log_back() {
     let summary = run_json(&["log", "--log-dir", log2.to_str().unwrap(), "--json"]);
     assert_eq!(summary["records"], 120);
     assert_eq!(summary["issues"].as_array().unwrap().len(), 0);
+    let out = controller_bin()
+        .args(["verify", "--bundle", bundle_s, "--trust", trust])
+        .args(["--scenario", "single-4way"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("matches every signal"));
+    let _ = std::fs::remove_dir_all(Path::new(&dir));
+}
 
-    // A key the controller does not trust: the bundle is refused, the signals keep running
-    // on the fallback (or the controller stops, with --require-policy).
+/// A key the controller does not trust: the bundle is refused, the signals keep running
+/// on the fallback (or the controller stops, with --require-policy).
+#[test]
+fn a_bundle_signed_by_an_untrusted_key_runs_the_fallback_or_stops() {
+    let fx = fixture("e2e-untrusted");
+    let (dir, bundle_dir) = (fx.dir.clone(), fx.bundle.clone());
+    let bundle_s = bundle_dir.to_str().unwrap();
     let (other, _) = bundle::keygen(&dir.join("keys/other"), false).unwrap();
     let other_pub = other.public.to_str().unwrap();
     let log3 = dir.join("log3");
@@ -193,45 +222,18 @@ fn sign_run_an_hour_and_read_the_log_back() {
     );
     assert_eq!(v["fallback_decisions"], 60);
     let out = controller_bin()
+        .args(["run", "--bundle", bundle_s, "--trust", other_pub])
         .args([
-            "run",
-            "--bundle",
-            bundle_s,
-            "--trust",
-            other_pub,
             "--scenario",
             "single-4way",
-        ])
-        .args([
             "--log-dir",
             log3.to_str().unwrap(),
-            "--seconds",
-            "60",
-            "--require-policy",
-            "-q",
         ])
+        .args(["--seconds", "60", "--require-policy", "-q"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("trust check failed"));
-    let out = controller_bin()
-        .args([
-            "verify",
-            "--bundle",
-            bundle_s,
-            "--trust",
-            trust,
-            "--scenario",
-            "single-4way",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("matches every signal"));
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }
 
