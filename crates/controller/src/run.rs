@@ -474,7 +474,12 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         seconds,
         clock_time,
     } = setup;
-    let (policy, policy_report, mut follower, detached) = start_policy(args, &specs, interval)?;
+    let Start {
+        policy,
+        report: policy_report,
+        mut follower,
+        detached,
+    } = start_policy(args, &specs, interval)?;
     let log = open_log(args)?;
     let cfg = controller_config(args, interval)?;
     // Last before the controller starts, so that its time 0 is this Unix time.
@@ -520,18 +525,16 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     finish(args, &report)
 }
 
-/// The policy the run starts on (or the fallback, where none loads) and its report, and
-/// with `--store` the follower (or the report of a store that could not be attached).
-fn start_policy(
-    args: &RunArgs,
-    specs: &[SignalSpec],
-    interval: Millis,
-) -> Result<(
-    Result<Policy, String>,
-    PolicyReport,
-    Option<StoreFollower>,
-    Option<StoreReport>,
-)> {
+/// What a run starts on: the policy (or why the fallback runs) and its report, and with
+/// `--store` the follower, or the report of a store that could not be attached.
+struct Start {
+    policy: Result<Policy, String>,
+    report: PolicyReport,
+    follower: Option<StoreFollower>,
+    detached: Option<StoreReport>,
+}
+
+fn start_policy(args: &RunArgs, specs: &[SignalSpec], interval: Millis) -> Result<Start> {
     let (follower, detached) = attach_store(args)?;
     let start: Vec<PathBuf> = match (&follower, &args.bundle) {
         (Some((_, dirs)), _) => dirs.clone(),
@@ -545,7 +548,12 @@ fn start_policy(
         f.started(loaded.as_deref(), &failed);
         f
     });
-    Ok((policy, policy_report, follower, detached))
+    Ok(Start {
+        policy,
+        report: policy_report,
+        follower,
+        detached,
+    })
 }
 
 /// With program clocks on Unix time, puts them on the controller's time from now (the
