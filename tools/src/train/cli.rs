@@ -269,9 +269,15 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.discount = greenwave_learn::Discount::from_half_life_s(args.discount_half_life_s)?;
     cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
     let s = train(&cfg, &args.out, args.resume, !args.quiet)?;
+    // NaN when no training episode finished (a budget shorter than an episode).
+    let recent = if s.recent_episode_delay_s.is_finite() {
+        format!("recent episode delay {:.2} s", s.recent_episode_delay_s)
+    } else {
+        "no training episode finished (the budget is shorter than an episode)".into()
+    };
     println!(
-        "trained {} decisions in {} iterations, {:.1} s ({:.0} decisions/s); recent episode delay {:.2} s",
-        s.env_steps, s.iterations, s.wall_s, s.steps_per_s, s.recent_episode_delay_s
+        "trained {} decisions in {} iterations, {:.1} s ({:.0} decisions/s); {recent}",
+        s.env_steps, s.iterations, s.wall_s, s.steps_per_s
     );
     if let Some(v) = &s.selected {
         println!(
