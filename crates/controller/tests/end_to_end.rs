@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{check_invariants, fixture, TestField};
-use greenwave_core::{ActionSource, ObsLayout};
+use greenwave_core::{ActionSource, ClockStage, Millis, ObsLayout, ProgramClock};
 use greenwave_runtime::bundle::{self, verify_and_load};
 use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, FallbackKind, Policy};
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
@@ -367,7 +367,6 @@ fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
 /// of the system clock's time of day, not of its own time since it started.
 #[test]
 fn a_unix_time_program_clock_follows_the_system_clock() {
-    use greenwave_core::{ClockStage, Millis, ObsLayout, ProgramClock};
     use greenwave_runtime::site::{ClockTime, SiteConfig};
     use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -384,22 +383,8 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     );
     let mut specs = sim.signal_specs();
     let detected = specs[0].layout.n_lanes as usize;
-    let p = specs[0].plan.n_phases();
-    let layout = ObsLayout::for_signal(detected, p, true).unwrap();
-    // A cycle (whole seconds, 40–100 s) that the Unix time now is in the middle third of,
-    // so a clock read on the controller's own time (0 at its start) is a third to two
-    // thirds of a cycle off.
-    let t0 = unix_ms();
-    let cycle_s = (40u64..=100)
-        .find(|c| (c * 1000 / 3..c * 2000 / 3).contains(&(t0 % (c * 1000))))
-        .unwrap();
-    let green_ms = ((cycle_s * 1000 - 10_000) / 2) as u32;
-    let stages =
-        [(0u8, green_ms), (1, 5_000), (2, green_ms), (3, 5_000)].map(|(p, ms)| ClockStage {
-            phase: p,
-            duration: Millis(ms),
-        });
-    let on_unix = ProgramClock::new(&stages, 0).unwrap();
+    let layout = ObsLayout::for_signal(detected, specs[0].plan.n_phases(), true).unwrap();
+    let on_unix = program_in_mid_cycle(unix_ms());
     specs[0].program_clock = Some(on_unix.clone());
     specs[0].layout = layout;
     let mut site = SiteConfig::from_specs(
@@ -411,18 +396,7 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     site.program_clock_time = ClockTime::Unix;
     let site_file = dir.join("site.toml");
     std::fs::write(&site_file, site.to_toml().unwrap()).unwrap();
-    // A policy that reads the clock, signed.
-    let weights = common::synthetic_weights(layout, &[16], 7);
-    let onnx = common::write_export_clocked(
-        &dir,
-        &weights,
-        &specs[0].plan,
-        sim.decision_interval(),
-        true,
-    );
-    let (keys, _) = bundle::keygen(&dir.join("site"), false).unwrap();
-    let key = bundle::load_signing_key(&keys.secret).unwrap();
-    bundle::pack_and_sign(&common::inputs(&onnx), &key, &dir.join("bundle")).unwrap();
+    let keys = sign_clocked_policy(&dir, layout, &specs[0].plan, sim.decision_interval());
 
     // 300 s on `site`, the field and log given by `rest`.
     let bundle_dir = dir.join("bundle");
@@ -466,20 +440,8 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     let (records, issues) = read_all(dir.join("log")).unwrap();
     assert!(issues.is_empty(), "{issues:?}");
     assert_eq!(records.len(), 60);
-    let clock_phase = |obs: &[f32]| obs[detected..detected + p].iter().position(|&x| x == 1.0);
-    let mut off_by_half = 0;
-    for r in &records {
-        let t = &r.transition;
-        let seen = clock_phase(&t.obs).map(|k| k as u8);
-        let expected = on_unix.phase_at(origin + t.timestamp_ms).0;
-        assert_eq!(
-            seen,
-            Some(expected),
-            "at {} ms the clock reads {seen:?}, the Unix program {expected}",
-            t.timestamp_ms
-        );
-        off_by_half += usize::from(on_unix.phase_at(t.timestamp_ms).0 != expected);
-    }
+    let clock_lanes = detected..detected + specs[0].plan.n_phases();
+    let off_by_half = check_unix_clock_lanes(&records, clock_lanes, &on_unix, origin);
     // Read on the controller's own time instead, most decisions would differ.
     assert!(off_by_half >= 20, "{off_by_half} of 60 differ");
 
@@ -500,6 +462,63 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
         // The clock-reading bundle runs only where the site gives the clock.
         assert_eq!(v["policy"]["loaded"], clocked, "{v}");
     }
+}
+
+/// A four-stage program (whole-second cycle of 40–100 s) on Unix time whose cycle `now_ms`
+/// is in the middle third of, so that a clock read on the controller's own time (0 at its
+/// start) is a third to two thirds of a cycle off.
+fn program_in_mid_cycle(now_ms: u64) -> ProgramClock {
+    let cycle_s = (40u64..=100)
+        .find(|c| (c * 1000 / 3..c * 2000 / 3).contains(&(now_ms % (c * 1000))))
+        .unwrap();
+    let green_ms = ((cycle_s * 1000 - 10_000) / 2) as u32;
+    let stages =
+        [(0u8, green_ms), (1, 5_000), (2, green_ms), (3, 5_000)].map(|(p, ms)| ClockStage {
+            phase: p,
+            duration: Millis(ms),
+        });
+    ProgramClock::new(&stages, 0).unwrap()
+}
+
+/// A synthetic policy that reads the program clock, exported and signed into
+/// `dir/bundle`; the signing keys.
+fn sign_clocked_policy(
+    dir: &Path,
+    layout: ObsLayout,
+    plan: &greenwave_core::PhasePlan,
+    interval: Millis,
+) -> bundle::KeyPairPaths {
+    let weights = common::synthetic_weights(layout, &[16], 7);
+    let onnx = common::write_export_clocked(dir, &weights, plan, interval, true);
+    let (keys, _) = bundle::keygen(&dir.join("site"), false).unwrap();
+    let key = bundle::load_signing_key(&keys.secret).unwrap();
+    bundle::pack_and_sign(&common::inputs(&onnx), &key, &dir.join("bundle")).unwrap();
+    keys
+}
+
+/// Every record's clock lanes (`lanes` of its observation) mark the phase the program
+/// on Unix time serves at `origin` + its timestamp; returns how many of them the program
+/// read on the controller's own time would have got wrong.
+fn check_unix_clock_lanes(
+    records: &[greenwave_runtime::log::LogRecord],
+    lanes: std::ops::Range<usize>,
+    on_unix: &ProgramClock,
+    origin: u64,
+) -> usize {
+    let mut off = 0;
+    for r in records {
+        let t = &r.transition;
+        let seen = t.obs[lanes.clone()].iter().position(|&x| x == 1.0);
+        let expected = on_unix.phase_at(origin + t.timestamp_ms).0;
+        assert_eq!(
+            seen.map(|k| k as u8),
+            Some(expected),
+            "at {} ms the clock reads {seen:?}, the Unix program {expected}",
+            t.timestamp_ms
+        );
+        off += usize::from(on_unix.phase_at(t.timestamp_ms).0 != expected);
+    }
+    off
 }
 
 /// Numbers a controller would wrap or panic on are refused as the flags are read, naming
