@@ -26,7 +26,7 @@ use greenwave_finetune::{
 use greenwave_policy::onnx;
 use greenwave_runtime::bundle;
 use greenwave_runtime::log::SegmentIssue;
-use keyed::{model_path, site};
+use keyed::{model_path, site, Site};
 
 fn model() -> Vec<u8> {
     std::fs::read(model_path()).unwrap()
@@ -346,6 +346,29 @@ fn controller(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// `finetune` with `base` and `extra` flags, refused by the gate (exit status 2): its
+/// JSON report.
+fn finetune_refused(base: &[&str], extra: &[&str]) -> serde_json::Value {
+    let out = controller(&[base, extra, &["--json"]].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Installs the site's policy again as version 2, a fine-tune of version 1, signed with
+/// the controller's own key.
+fn install_version_2(s: &Site, store: &Path) {
+    let own = bundle::load_signing_key(&s.own_key).unwrap();
+    let (w, m) = onnx::import(&model()).unwrap();
+    let mut m2 = m.clone();
+    m2.policy_version = 2;
+    m2.provenance.parent_version = Some(1);
+    PolicyStore::open(store)
+        .unwrap()
+        .install(&w, &m2, &own, &[s.site], "test")
+        .unwrap();
+}
+
 #[test]
 fn the_finetune_and_rollback_commands() {
     let s = site("ft-cli");
@@ -378,8 +401,7 @@ fn the_finetune_and_rollback_commands() {
         "500",
     ];
     // A deliberately harmful update: rejected, exit status 2, nothing switched.
-    let mut a: Vec<&str> = base.to_vec();
-    a.extend([
+    let harmful = [
         "--diagnostic-flip-reward-sign",
         "--lr",
         "3e-3",
@@ -387,23 +409,14 @@ fn the_finetune_and_rollback_commands() {
         "0.5",
         "--gate-max-kl",
         "1",
-        "--json",
-    ]);
-    let out = controller(&a);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    ];
+    let j = finetune_refused(&base, &harmful);
     assert_eq!(j["switched"], false);
     assert_eq!(j["gate"]["accepted"], false);
     assert_eq!(j["current_version"], 1);
 
     // lr = 0: nothing changes, so nothing is gained: refused too.
-    let mut a: Vec<&str> = base.to_vec();
-    a.extend(["--lr", "0", "--json"]);
-    let out = controller(&a);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let j = finetune_refused(&base, &["--lr", "0"]);
     assert_eq!(j["switched"], false, "{j}");
     assert!(
         j["gate"]["reason"]
@@ -416,15 +429,7 @@ fn the_finetune_and_rollback_commands() {
     // A version installed as an accepted fine-tune would be (through the store's API:
     // the gate's acceptances are tested on the simulator), then run and rolled back by
     // command.
-    let own = bundle::load_signing_key(&s.own_key).unwrap();
-    let (w, m) = onnx::import(&model()).unwrap();
-    let mut m2 = m.clone();
-    m2.policy_version = 2;
-    m2.provenance.parent_version = Some(1);
-    PolicyStore::open(&store)
-        .unwrap()
-        .install(&w, &m2, &own, &[s.site], "test")
-        .unwrap();
+    install_version_2(&s, Path::new(&store));
 
     // The controller runs the store's current version (trusting its own key).
     let cur = format!("{store}/current");
