@@ -1,6 +1,6 @@
 //! `greenwave train` arguments.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
@@ -10,7 +10,7 @@ use super::demand_probe::DemandProbe;
 use super::device::ComputeDevice;
 use super::policy::{PolicyKind, SharedOverrides};
 use super::selection::{self, ValidationConfig};
-use super::{train, Algo, TrainConfig};
+use super::{train, Algo, TrainConfig, TrainSummary};
 use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource, OnOff, RewardArg};
 
 /// Arguments of `greenwave train`.
@@ -269,6 +269,12 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.discount = greenwave_learn::Discount::from_half_life_s(args.discount_half_life_s)?;
     cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
     let s = train(&cfg, &args.out, args.resume, !args.quiet)?;
+    print_summary(&s, &args.out);
+    Ok(())
+}
+
+/// What the run did, which weights export takes, and where the run folder is.
+fn print_summary(s: &TrainSummary, out: &Path) {
     // NaN when no training episode finished (a budget shorter than an episode).
     let recent = if s.recent_episode_delay_s.is_finite() {
         format!("recent episode delay {:.2} s", s.recent_episode_delay_s)
@@ -290,12 +296,11 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     }
     println!(
         "run folder: {} (metrics.csv, training.png, losses.png, policy.safetensors{})",
-        args.out.display(),
+        out.display(),
         if s.selected.is_some() {
             ", best.safetensors, validation.csv"
         } else {
             ""
         }
     );
-    Ok(())
 }
