@@ -87,45 +87,19 @@ impl Ledger {
     /// The counts, and whether the file is in the format from before the checksum (a bare
     /// map of counts). A missing file is no attempts.
     fn read(&self) -> Result<(BTreeMap<String, u32>, bool), LedgerError> {
-        let bytes = match std::fs::read(&self.path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok((BTreeMap::new(), false))
-            }
-            Err(e) => return Err(self.error(format!("reading it: {e}"))),
-        };
-        let current = serde_json::from_slice::<LedgerFile>(&bytes);
-        if let Ok(f) = current {
-            return match checksum(&f.attempts) == f.crc32 {
-                true => Ok((f.attempts, false)),
-                false => Err(self.error("its CRC-32 does not match its counts (damaged)".into())),
-            };
+        match std::fs::read(&self.path) {
+            Ok(bytes) => parse(&bytes).map_err(|problem| self.error(problem)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((BTreeMap::new(), false)),
+            Err(e) => Err(self.error(format!("reading it: {e}"))),
         }
-        // Written before the checksum: the counts alone.
-        serde_json::from_slice(&bytes)
-            .map(|counts| (counts, true))
-            .map_err(|legacy| {
-                // Name the error of the format the file claims to be in.
-                // (A legacy file's keys are `v<version> ...`.)
-                let has = |k: &[u8]| bytes.windows(k.len()).any(|w| w == k);
-                let claims_current = has(b"\"crc32\"") || has(b"\"attempts\"");
-                match (claims_current, current) {
-                    (true, Err(e)) => self.error(format!("damaged ({e})")),
-                    _ => self.error(format!("not an attempts file ({legacy})")),
-                }
-            })
     }
 
     /// Writes `counts` with their checksum: a temporary file, synced, renamed into place,
     /// and the folder synced, so that the count survives a power cut.
     fn write(&self, counts: BTreeMap<String, u32>) -> Result<(), LedgerError> {
-        let file = LedgerFile {
-            crc32: checksum(&counts),
-            attempts: counts,
-        };
         let tmp = self.path.with_extension("json.tmp");
         let write = || -> std::io::Result<()> {
-            let bytes = serde_json::to_vec_pretty(&file)?;
+            let bytes = encode(counts)?;
             let mut f = std::fs::File::create(&tmp)?;
             std::io::Write::write_all(&mut f, &bytes)?;
             f.sync_all()?;
@@ -162,6 +136,41 @@ impl Ledger {
         self.write(counts)?;
         Ok(Attempt::Counted { number: tried + 1 })
     }
+}
+
+/// An attempts file's bytes, read as the gate reads them: the counts, and whether the
+/// file is in the format from before the checksum; or what is wrong with it (the file's
+/// path is the caller's to add). Fails closed: JSON that does not parse as either format,
+/// or counts whose CRC-32 does not match, are refused.
+pub fn parse(bytes: &[u8]) -> Result<(BTreeMap<String, u32>, bool), String> {
+    let current = serde_json::from_slice::<LedgerFile>(bytes);
+    if let Ok(f) = current {
+        return match checksum(&f.attempts) == f.crc32 {
+            true => Ok((f.attempts, false)),
+            false => Err("its CRC-32 does not match its counts (damaged)".into()),
+        };
+    }
+    // Written before the checksum: the counts alone.
+    serde_json::from_slice(bytes)
+        .map(|counts| (counts, true))
+        .map_err(|legacy| {
+            // Name the error of the format the file claims to be in.
+            // (A legacy file's keys are `v<version> ...`.)
+            let has = |k: &[u8]| bytes.windows(k.len()).any(|w| w == k);
+            let claims_current = has(b"\"crc32\"") || has(b"\"attempts\"");
+            match (claims_current, current) {
+                (true, Err(e)) => format!("damaged ({e})"),
+                _ => format!("not an attempts file ({legacy})"),
+            }
+        })
+}
+
+/// The bytes of an attempts file holding `counts`, with their checksum.
+pub fn encode(counts: BTreeMap<String, u32>) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec_pretty(&LedgerFile {
+        crc32: checksum(&counts),
+        attempts: counts,
+    })
 }
 
 #[cfg(test)]

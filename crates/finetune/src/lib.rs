@@ -63,7 +63,7 @@
 
 #![warn(missing_docs)]
 
-mod attempts;
+pub mod attempts;
 pub mod data;
 pub mod gate;
 #[cfg(feature = "sim")]

@@ -339,10 +339,7 @@ impl PolicyStore {
     pub fn history(&self) -> Result<Vec<HistoryEntry>, StoreError> {
         let path = self.dir.join(HISTORY);
         match fs::read(&path) {
-            Ok(t) => Ok(String::from_utf8_lossy(&t)
-                .lines()
-                .filter_map(parse_history_line)
-                .collect()),
+            Ok(t) => Ok(parse_history(&t)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
             Err(e) => Err(StoreError::Io {
                 op: "reading",
@@ -655,10 +652,20 @@ impl PolicyStore {
     }
 }
 
-/// One line of `history.jsonl`: the entry's JSON, a tab and the CRC-32 of the JSON (8 hex
-/// digits), so that a flipped bit, in a version number say, is seen. (JSON escapes tabs
-/// inside strings, so the last tab is the separator.)
-fn history_line(entry: &HistoryEntry) -> String {
+/// The entries of `history.jsonl`'s bytes, as [`PolicyStore::history`] reads them: a line
+/// that fails its checksum or does not parse is skipped, and damaged bytes are read
+/// lossily.
+pub fn parse_history(bytes: &[u8]) -> Vec<HistoryEntry> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter_map(parse_history_line)
+        .collect()
+}
+
+/// One line of `history.jsonl` (without its newline): the entry's JSON, a tab and the
+/// CRC-32 of the JSON (8 hex digits), so that a flipped bit, in a version number say, is
+/// seen. (JSON escapes tabs inside strings, so the last tab is the separator.)
+pub fn history_line(entry: &HistoryEntry) -> String {
     let json = serde_json::to_string(entry).unwrap_or_default();
     format!("{json}\t{:08x}", crc32fast::hash(json.as_bytes()))
 }
