@@ -29,6 +29,7 @@ pub fn all_targets() -> Vec<Target> {
         ("firmware_frames", firmware_frames),
         ("onnx_policy", onnx_policy),
         ("site_config", site_config),
+        ("policy_store", policy_store),
     ];
     #[cfg(feature = "sumo")]
     v.extend([

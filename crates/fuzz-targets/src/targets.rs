@@ -231,13 +231,15 @@ pub fn traci_reply(data: &[u8]) {
 /// A cabinet's files: its site configuration TOML (even first byte) or a replay file of
 /// recorded detector readings (odd).
 pub fn site_config(data: &[u8]) {
-    let Some((site, rest)) = split_selector(data) else {
-        return;
-    };
-    if site {
-        site_toml(rest);
-    } else {
-        replay_lines(rest);
+    by_selector(data, site_toml, replay_lines);
+}
+
+/// The rest of `data` to `even` or `odd`, as its first byte says ([`split_selector`]).
+fn by_selector(data: &[u8], even: fn(&[u8]), odd: fn(&[u8])) {
+    match split_selector(data) {
+        Some((true, rest)) => even(rest),
+        Some((false, rest)) => odd(rest),
+        None => {}
     }
 }
 
@@ -313,5 +315,62 @@ fn replay_lines(data: &[u8]) {
                 _ => break,
             }
         }
+    }
+}
+
+/// The policy store's files on a controller: `history.jsonl` (even first byte) or the
+/// fine-tune gate's attempts file (odd).
+pub fn policy_store(data: &[u8]) {
+    by_selector(data, store_history, attempts_file);
+}
+
+/// `store::parse_history` and the standing rule over what it read. Checks: no more
+/// entries than lines; each entry written back as a history line reads back as itself
+/// alone; `standing` answers for every version the history names, and for one it does not
+/// (unjudged).
+fn store_history(data: &[u8]) {
+    use greenwave_finetune::store::{history_line, parse_history};
+    use greenwave_finetune::{standing, Standing};
+    let entries = parse_history(data);
+    let lines = String::from_utf8_lossy(data).lines().count();
+    assert!(
+        entries.len() <= lines,
+        "{} entries from {lines} lines",
+        entries.len()
+    );
+    let mut versions = Vec::new();
+    for e in &entries {
+        let line = history_line(e);
+        assert_eq!(
+            parse_history(line.as_bytes()),
+            std::slice::from_ref(e),
+            "{line}"
+        );
+        versions.extend(e.from_version.into_iter().chain(e.to_version));
+    }
+    for v in versions {
+        let _ = standing(&entries, v);
+    }
+    let named = |v: u32| {
+        entries
+            .iter()
+            .any(|e| e.from_version == Some(v) || e.to_version == Some(v))
+    };
+    if let Some(v) = (0..=entries.len() as u32).find(|&v| !named(v)) {
+        assert_eq!(standing(&entries, v), Standing::Unjudged { from: None });
+    }
+}
+
+/// `attempts::parse`. Checks: counts it reads are written back (with their checksum) as a
+/// file that reads as the same counts in the current format; a refusal names what is
+/// wrong.
+fn attempts_file(data: &[u8]) {
+    use greenwave_finetune::attempts::{encode, parse};
+    match parse(data) {
+        Ok((counts, _legacy)) => {
+            let again = encode(counts.clone()).expect("counts encode");
+            assert_eq!(parse(&again), Ok((counts, false)));
+        }
+        Err(problem) => assert!(!problem.is_empty()),
     }
 }
