@@ -36,13 +36,20 @@ pub enum DrainError {
 ///
 /// COBS leaves exactly one zero byte in a frame, its last, so the frames' boundaries are
 /// the zeros in the ring and need no index of their own.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TransitionRing<const BYTES: usize> {
     bytes: Deque<u8, BYTES>,
     /// Frames in `bytes`.
     frames: usize,
     dropped: u32,
     cut: Cut,
+}
+
+impl<const BYTES: usize> Default for TransitionRing<BYTES> {
+    /// An empty ring ([`TransitionRing::new`], which checks that a frame fits).
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Where the wire stands after a write error cut a frame. The receiver keeps the partial
@@ -345,13 +352,14 @@ mod tests {
         assert!(r.iter().all(|x| *x == Err(FrameError::TooLong)));
     }
 
-    /// A writer that takes at most 7 bytes per call (or `chunk`, where set) and fails on
-    /// demand.
+    /// A writer that takes at most 7 bytes per call (or `chunk`, where set) and, once
+    /// `fail_after` bytes are out, fails (or accepts no bytes, with `stall`).
     #[derive(Default)]
     struct Chunky {
         out: Vec<u8>,
         fail_after: usize,
         chunk: Option<usize>,
+        stall: bool,
     }
     impl embedded_io::ErrorType for Chunky {
         type Error = ErrorKind;
@@ -359,7 +367,11 @@ mod tests {
     impl Write for Chunky {
         fn write(&mut self, buf: &[u8]) -> Result<usize, ErrorKind> {
             if self.out.len() >= self.fail_after {
-                return Err(ErrorKind::TimedOut);
+                return if self.stall {
+                    Ok(0)
+                } else {
+                    Err(ErrorKind::TimedOut)
+                };
             }
             let n = buf.len().min(self.chunk.unwrap_or(7));
             self.out.extend_from_slice(&buf[..n]);
@@ -415,6 +427,42 @@ mod tests {
         assert_eq!(ok, [2, 3, 4], "the cut frame is refused, then resent whole");
         assert_eq!(got.len(), 4);
         assert!(got[1].is_err());
+    }
+
+    /// A frame that the ring's end splits in two reads, drains and, cut in its second
+    /// piece, resends whole.
+    #[test]
+    fn a_frame_split_by_the_rings_end_arrives_whole() {
+        let len = frame_len(&sample(0));
+        let mut ring = TransitionRing::<840>::new();
+        for ts in 0..3 {
+            ring.push(&sample(ts));
+        }
+        let mut w = Chunky {
+            fail_after: usize::MAX,
+            ..Chunky::default()
+        };
+        assert_eq!(ring.drain(&mut w, 1), Ok(1));
+        // 840 − 3·len bytes are left before the end: the next frame wraps.
+        ring.push(&sample(3));
+        assert!(840 - 3 * len < len);
+        assert_eq!(ring.drain(&mut w, 2), Ok(2));
+        let split = ring.oldest().expect("frame 3 waits");
+        assert_eq!(split, sample(3), "read across the ring's end");
+        // Cut 10 bytes before its end, in the piece at the ring's start.
+        w.fail_after = w.out.len() + len - 10;
+        w.chunk = Some(1);
+        assert!(ring.drain(&mut w, 1).is_err());
+        w.fail_after = usize::MAX;
+        assert_eq!(ring.drain(&mut w, 1), Ok(1));
+        let got: Vec<Result<u64, FrameError>> = decode_all(&w.out)
+            .into_iter()
+            .map(|r| r.map(|t| t.timestamp_ms))
+            .collect();
+        assert_eq!(got.len(), 5, "{got:?}");
+        assert_eq!(got[..3], [Ok(0), Ok(1), Ok(2)]);
+        assert!(got[3].is_err(), "the cut piece");
+        assert_eq!(got[4], Ok(3));
     }
 
     /// A frame cut just before its own zero is completed by the zero that ends a cut
@@ -501,14 +549,16 @@ mod tests {
         Drain {
             max_frames: usize,
             fail_after: usize,
+            stall: bool,
         },
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             3 => (0..=OBS_CAPACITY).prop_map(|obs_len| Op::Push { obs_len }),
-            1 => (0usize..4, 0usize..1200)
-                .prop_map(|(max_frames, fail_after)| Op::Drain { max_frames, fail_after }),
+            1 => (0usize..4, 0usize..1200, any::<bool>()).prop_map(
+                |(max_frames, fail_after, stall)| Op::Drain { max_frames, fail_after, stall }
+            ),
         ]
     }
 
@@ -546,11 +596,17 @@ mod tests {
                         prop_assert!(d == popped || d + 1 == popped, "{} of {}", d, popped);
                         pushed.push(t);
                     }
-                    Op::Drain { max_frames, fail_after } => {
+                    Op::Drain { max_frames, fail_after, stall } => {
                         w.fail_after = w.out.len() + fail_after;
+                        w.stall = stall;
+                        let want = if stall {
+                            DrainError::WriterStalled
+                        } else {
+                            DrainError::Write(ErrorKind::TimedOut)
+                        };
                         match ring.drain(&mut w, max_frames) {
                             Ok(n) => prop_assert!(n <= max_frames),
-                            Err(e) => prop_assert_eq!(e, DrainError::Write(ErrorKind::TimedOut)),
+                            Err(e) => prop_assert_eq!(e, want),
                         }
                         while model.len() > ring.len() {
                             must_arrive.insert(model.pop_front().unwrap().0);
@@ -563,6 +619,7 @@ mod tests {
                 prop_assert_eq!(ring.oldest().map(|t| t.timestamp_ms), model.front().map(|m| m.0));
             }
             w.fail_after = usize::MAX;
+            w.stall = false;
             ring.drain(&mut w, usize::MAX).unwrap();
             must_arrive.extend(model.iter().map(|m| m.0));
             prop_assert!(ring.is_empty());

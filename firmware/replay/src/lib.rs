@@ -34,7 +34,7 @@ use trace::{Record, TraceError, TraceReader};
 pub const GROUPS: usize = 12;
 /// Lanes of the single-4way cabinet.
 pub const LANES: usize = 12;
-/// Frames the replay drains per poll (the ring holds 12).
+/// Frames the replay drains per poll (the ring holds 12 of single-4way's).
 pub const FRAMES_PER_POLL: usize = 4;
 
 /// The single-4way cabinet over the emulated I/O bank `B`, with a policy blob borrowed for
