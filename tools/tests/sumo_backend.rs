@@ -121,6 +121,21 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     let out = ok(&greenwave(&train));
     eprintln!("train: {:.1} s: {}", t0.elapsed().as_secs_f64(), out.trim());
     assert!(out.contains("trained 480 decisions"), "{out}");
+    run_folder_and_manifest_name_the_net(run, model, net_s);
+    bundle_is_refused_under_other_timing(d, model, net);
+    site_from_the_net_gives_the_program_clock(d, sumo);
+
+    eval_next_to_the_classic_controllers(model_s, sumo);
+    eval_and_resume_refuse_what_does_not_match(model_s, sumo, run_s);
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// The run folder of a SUMO run on the fixture (its `run.json`: backend, net, one plan,
+/// the layout with the program clock) and the export's manifest (the net's plan hash and
+/// phases, provenance, format 3 with the clock).
+fn run_folder_and_manifest_name_the_net(run: &Path, model: &Path, net_s: &str) {
+    let model_s = model.to_str().unwrap();
+    let run_s = run.to_str().unwrap();
     let info: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
     assert_eq!(info["config"]["backend"], "sumo");
@@ -149,11 +164,11 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     assert_eq!(prov["details"]["backend"], "sumo");
     assert_eq!(manifest["format_version"], 3);
     assert_eq!(manifest["program_clock"], true);
+}
 
-    bundle_is_refused_under_other_timing(d, model, net);
-    site_from_the_net_gives_the_program_clock(d, sumo);
-
-    // Eval on the same net: the policy next to the static program, actuated, max-pressure.
+/// `eval` on the net: the policy next to the static program, actuated and max-pressure,
+/// each with finite delays and traffic through.
+fn eval_next_to_the_classic_controllers(model_s: &str, sumo: [&str; 6]) {
     let t0 = Instant::now();
     let mut eval = vec!["eval", "--model", model_s];
     eval.extend(sumo);
@@ -177,7 +192,11 @@ fn train_export_eval_on_the_sumo_single_intersection() {
         assert_eq!(r["sim_seconds"], 300.0, "{r}");
         assert_eq!(r["seeds"], 2, "{r}");
     }
+}
 
+/// `eval` with the other observation or on another plan, and a resume on another
+/// backend, are refused naming why.
+fn eval_and_resume_refuse_what_does_not_match(model_s: &str, sumo: [&str; 6], run_s: &str) {
     // Eval builds the net with the program clock the manifest names; asked for the other
     // observation, it refuses before running anything.
     let mut eval = vec!["eval", "--model", model_s];
@@ -221,7 +240,6 @@ fn train_export_eval_on_the_sumo_single_intersection() {
     ]));
     assert!(err.contains("resume with the same --backend"), "{err}");
     assert!(err.contains("sumo:"), "{err}");
-    let _ = std::fs::remove_dir_all(d);
 }
 
 /// Two 60-decision iterations of a 120 s episode with a tiny network: a SUMO training run
