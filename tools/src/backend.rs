@@ -555,6 +555,21 @@ impl EnvSource {
         Ok(env.signals().to_vec())
     }
 
+    /// On SUMO, what `fixed-time` runs where some lights' own programs are not static:
+    /// each light's program as SUMO runs it, so an `actuated` or `delay_based` one adapts
+    /// (it is the incumbent either way). `None` where every program is static, or on the
+    /// embedded simulator.
+    pub fn adaptive_programs_note(&self) -> Option<String> {
+        match self {
+            EnvSource::Embedded(_) => None,
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => {
+                let net = greenwave_sim::sumo::NetFile::read(&cfg.net).ok()?;
+                adaptive_programs_note(&net.tl_logics)
+            }
+        }
+    }
+
     /// One episode of a classic controller, seeded `seed`, `episode` long. On SUMO,
     /// `fixed-time` is the network's own static program and actuated control uses its
     /// default max greens (there is no scenario demand to derive Webster greens from),
@@ -680,5 +695,66 @@ mod tests {
         v.as_object_mut().unwrap().remove("reward");
         let old: BackendArgs = serde_json::from_value(v).unwrap();
         assert_eq!(old.reward, Some(RewardArg::WaitDelta));
+    }
+}
+
+/// The note of [`EnvSource::adaptive_programs_note`] for a net's programs: how many lights
+/// have a program of each kind other than `static`.
+#[cfg(feature = "sumo")]
+fn adaptive_programs_note(logics: &[greenwave_sim::sumo::net::TlLogic]) -> Option<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let lights: BTreeSet<&str> = logics.iter().map(|l| l.id.as_str()).collect();
+    let mut adaptive: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for l in logics.iter().filter(|l| l.kind != "static") {
+        adaptive
+            .entry(l.kind.as_str())
+            .or_default()
+            .insert(l.id.as_str());
+    }
+    if adaptive.is_empty() {
+        return None;
+    }
+    let kinds: Vec<String> = adaptive
+        .iter()
+        .map(|(kind, ids)| format!("{} `{kind}`", ids.len()))
+        .collect();
+    Some(format!(
+        "note: fixed-time runs each light's own program as SUMO does; of the {} lights, {} \
+         have a program SUMO adapts to traffic, not a fixed cycle",
+        lights.len(),
+        kinds.join(" and ")
+    ))
+}
+
+#[cfg(all(test, feature = "sumo"))]
+mod adaptive_note_tests {
+    use super::adaptive_programs_note;
+    use greenwave_sim::sumo::net::TlLogic;
+
+    fn logic(id: &str, kind: &str) -> TlLogic {
+        TlLogic {
+            id: id.into(),
+            program_id: "0".into(),
+            kind: kind.into(),
+            phases: vec![],
+            offset_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_net_with_actuated_programs_says_so_and_a_static_one_does_not() {
+        let statics = [logic("A", "static"), logic("B", "static")];
+        assert_eq!(adaptive_programs_note(&statics), None);
+        let mixed = [
+            logic("A", "actuated"),
+            logic("B", "static"),
+            logic("C", "delay_based"),
+            logic("D", "actuated"),
+        ];
+        let note = adaptive_programs_note(&mixed).unwrap();
+        assert!(
+            note.contains("of the 4 lights, 2 `actuated` and 1 `delay_based` have"),
+            "{note}"
+        );
     }
 }

@@ -273,6 +273,9 @@ pub fn compare_on(
             secs(source.decision_interval())
         );
     }
+    if let Some(note) = source.adaptive_programs_note() {
+        eprintln!("{note}");
+    }
     let mut rows = Vec::new();
     rows.push(EvalRow {
         controller: "policy".into(),

@@ -162,6 +162,9 @@ fn print_runs(
 /// and route files. Without feature `sumo`, an error saying how to rebuild.
 fn run_sumo(args: &SimArgs) -> Result<()> {
     let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
+    if let Some(note) = source.adaptive_programs_note() {
+        eprintln!("{note}");
+    }
     let episode = match args.seconds {
         Some(s) => episode_of_secs(s)?,
         None => source.episode(),
