@@ -181,6 +181,17 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The store folder and its `versions/`, on a platform whose symlinks and renames the
+/// store relies on (Unix).
+fn unix_store_dir(dir: impl Into<PathBuf>) -> Result<(PathBuf, PathBuf), StoreError> {
+    if !cfg!(unix) {
+        return Err(StoreError::Unsupported);
+    }
+    let dir = dir.into();
+    let versions = dir.join(VERSIONS);
+    Ok((dir, versions))
+}
+
 fn version_dir_name(v: u32) -> String {
     format!("v{v:06}")
 }
@@ -189,11 +200,7 @@ impl PolicyStore {
     /// Opens (creating if needed) the store at `dir`, clearing leftovers of an interrupted
     /// write from `staging/`.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
-        if !cfg!(unix) {
-            return Err(StoreError::Unsupported);
-        }
-        let dir = dir.into();
-        let versions = dir.join(VERSIONS);
+        let (dir, versions) = unix_store_dir(dir)?;
         fs::create_dir_all(&versions).map_err(io("creating", &versions))?;
         let staging = dir.join(STAGING);
         if staging.exists() {
@@ -207,11 +214,7 @@ impl PolicyStore {
     /// `staging/` left alone: a fine-tune may be writing there). For a running
     /// controller, which reads `current` and records the live watch's verdicts.
     pub fn attach(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
-        if !cfg!(unix) {
-            return Err(StoreError::Unsupported);
-        }
-        let dir = dir.into();
-        let versions = dir.join(VERSIONS);
+        let (dir, versions) = unix_store_dir(dir)?;
         fs::read_dir(&versions).map_err(io("opening the policy store's", &versions))?;
         Ok(PolicyStore { dir })
     }
