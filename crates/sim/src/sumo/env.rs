@@ -347,7 +347,7 @@ impl SumoEnv {
     pub fn new(cfg: SumoConfig) -> Result<Self, SumoError> {
         cfg.validate()?;
         let binary = find_sumo_binary(cfg.sumo_binary.as_deref())?;
-        let net = NetFile::read(&cfg.net)?;
+        let net = cfg.read_net()?;
         let NetModels { models, on_program } = build_models(
             &net,
             ModelOptions {
@@ -688,7 +688,7 @@ impl SumoEnv {
                     tls: model.id.clone(),
                     message: format!(
                         "SUMO reports {n} links, the net file {} (was the program replaced \
-                         by an additional file?)",
+                         by a file greenwave did not read?)",
                         model.n_links()
                     ),
                 });

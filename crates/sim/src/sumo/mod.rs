@@ -171,7 +171,9 @@ pub struct SumoConfig {
     pub net: PathBuf,
     /// Route or trip files (`.rou.xml`).
     pub routes: Vec<PathBuf>,
-    /// Further SUMO additional files (detectors, vehicle types, ...).
+    /// Further SUMO additional files (vehicle types, signal programs, detectors, ...),
+    /// loaded after the net; the `<tlLogic>` programs in them count as the net's own (see
+    /// [`SumoConfig::read_net`]).
     pub additional: Vec<PathBuf>,
     /// Simulation time the episode starts at (SUMO `--begin`), in seconds.
     pub begin_s: f64,
@@ -336,10 +338,20 @@ impl SumoConfig {
         (self.step_length_s * 1000.0).round().max(1.0) as u32
     }
 
+    /// Reads the net with the traffic-light programs of the additional files, in the order
+    /// SUMO loads them (a program an additional file gives a light becomes its active one).
+    pub fn read_net(&self) -> Result<NetFile, SumoError> {
+        let mut net = NetFile::read(&self.net)?;
+        for file in &self.additional {
+            net.add_programs(file)?;
+        }
+        Ok(net)
+    }
+
     /// Reads the net and derives every light's model under this configuration's program
     /// choice and timing: what [`SumoEnv::new`] controls and what it leaves on its program.
     pub fn models(&self) -> Result<NetModels, SumoError> {
-        let net = NetFile::read(&self.net)?;
+        let net = self.read_net()?;
         build_models(
             &net,
             ModelOptions {

@@ -2,8 +2,8 @@
 //! lights generically.
 //!
 //! Read: every lane's length and shape end (for storage and approach bearings), edge
-//! functions (normal, internal, crossing), the first program (`<tlLogic>`) of each traffic
-//! light, every `<connection>` (which traffic light and link index controls it, its
+//! functions (normal, internal, crossing), every program (`<tlLogic>`) of each traffic
+//! light (also from additional files, [`NetFile::add_programs`]), every `<connection>` (which traffic light and link index controls it, its
 //! direction, its internal lane), and each junction's `<request foes=...>` conflict rows
 //! with the internal lanes (`intLanes`) they are indexed by.
 
@@ -36,6 +36,8 @@ pub struct NetEdge {
     pub function: String,
     /// For a pedestrian crossing: the road edges it crosses.
     pub crossing_edges: Vec<String>,
+    /// The junction it starts at, if given.
+    pub from: Option<String>,
     /// The junction it ends at, if given.
     pub to: Option<String>,
 }
@@ -134,24 +136,22 @@ impl NetFile {
     /// Reads `path`, plain or gzip-compressed (`.net.xml.gz`, recognised by its magic
     /// bytes as SUMO does). Errors name the file and the element at fault.
     pub fn read(path: &Path) -> Result<Self, SumoError> {
-        let err = |message: String| SumoError::Net {
-            path: path.to_path_buf(),
-            message,
-        };
-        let mut file =
-            BufReader::new(File::open(path).map_err(|e| err(format!("cannot open: {e}")))?);
-        let gzip = file
-            .fill_buf()
-            .map_err(|e| err(format!("cannot read: {e}")))?
-            .starts_with(&[0x1f, 0x8b]);
-        let parsed = if gzip {
-            NetFile::parse(BufReader::new(flate2::bufread::MultiGzDecoder::new(file)))
-        } else {
-            NetFile::parse(file)
-        };
-        let mut net = parsed.map_err(err)?;
+        let mut net = read_xml(path, |input| NetFile::parse(input))?;
         net.path = path.to_path_buf();
         Ok(net)
+    }
+
+    /// Adds the traffic-light programs (`<tlLogic>`) of the additional file `path` (plain
+    /// or gzip-compressed; other elements are skipped), after the net's own, as SUMO loads
+    /// them: a program of a new id for a light becomes its active one, and one with the id
+    /// of a program already read replaces it. Errors name the file.
+    pub fn add_programs(&mut self, path: &Path) -> Result<(), SumoError> {
+        for logic in read_xml(path, parse_programs)? {
+            let same = |t: &TlLogic| t.id == logic.id && t.program_id == logic.program_id;
+            self.tl_logics.retain(|t| !same(t));
+            self.tl_logics.push(logic);
+        }
+        Ok(())
     }
 
     /// Ids of the traffic lights, each once, in the order their first program appears.
@@ -221,13 +221,7 @@ impl NetParser {
                 }
             }
             "tlLogic" => {
-                net.tl_logics.push(TlLogic {
-                    id: attrs.need(name, "id")?.to_string(),
-                    program_id: attrs.get("programID").unwrap_or("").to_string(),
-                    kind: attrs.get("type").unwrap_or("static").to_string(),
-                    phases: Vec::new(),
-                    offset_s: attrs.num("tlLogic", "offset")?.unwrap_or(0.0),
-                });
+                net.tl_logics.push(read_tl_logic(attrs)?);
                 self.tl = (!empty).then_some(net.tl_logics.len() - 1);
             }
             "phase" => {
@@ -263,6 +257,73 @@ impl NetParser {
     }
 }
 
+/// Opens `path`, plain or gzip-compressed (recognised by its magic bytes, as SUMO does),
+/// and parses it with `parse`; errors name the file.
+fn read_xml<T>(
+    path: &Path,
+    parse: impl Fn(&mut dyn BufRead) -> Result<T, String>,
+) -> Result<T, SumoError> {
+    let err = |message: String| SumoError::Net {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut file = BufReader::new(File::open(path).map_err(|e| err(format!("cannot open: {e}")))?);
+    let gzip = file
+        .fill_buf()
+        .map_err(|e| err(format!("cannot read: {e}")))?
+        .starts_with(&[0x1f, 0x8b]);
+    let parsed = if gzip {
+        parse(&mut BufReader::new(flate2::bufread::MultiGzDecoder::new(
+            file,
+        )))
+    } else {
+        parse(&mut file)
+    };
+    parsed.map_err(err)
+}
+
+/// The `<tlLogic>` programs of an additional file, in file order (SUMO accepts them under
+/// `<additional>` or as bare top-level elements).
+fn parse_programs(input: &mut dyn BufRead) -> Result<Vec<TlLogic>, String> {
+    let mut programs: Vec<TlLogic> = Vec::new();
+    let mut open = false;
+    scan(input, |node| {
+        match node {
+            Node::Open {
+                name: "tlLogic",
+                attrs,
+                empty,
+            } => {
+                programs.push(read_tl_logic(attrs)?);
+                open = !empty;
+            }
+            Node::Open {
+                name: "phase",
+                attrs,
+                ..
+            } if open => {
+                let phase = read_phase(attrs)?;
+                programs.last_mut().expect("open").phases.push(phase);
+            }
+            Node::Close { name: "tlLogic" } => open = false,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(programs)
+}
+
+/// One `<tlLogic>`'s own attributes (its phases follow).
+fn read_tl_logic(attrs: &Attrs) -> Result<TlLogic, String> {
+    Ok(TlLogic {
+        id: attrs.need("tlLogic", "id")?.to_string(),
+        program_id: attrs.get("programID").unwrap_or("").to_string(),
+        kind: attrs.get("type").unwrap_or("static").to_string(),
+        phases: Vec::new(),
+        offset_s: attrs.num("tlLogic", "offset")?.unwrap_or(0.0),
+    })
+}
+
 /// One `<edge>` (its id is the caller's).
 fn read_edge(attrs: &Attrs) -> NetEdge {
     NetEdge {
@@ -273,6 +334,7 @@ fn read_edge(attrs: &Attrs) -> NetEdge {
             .split_whitespace()
             .map(str::to_string)
             .collect(),
+        from: attrs.get("from").map(str::to_string),
         to: attrs.get("to").map(str::to_string),
     }
 }
@@ -467,6 +529,67 @@ mod tests {
         let net = NetFile::read(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(net.tls_ids(), ["J"]);
+    }
+
+    #[test]
+    fn additional_programs_load_after_the_nets_as_in_sumo() {
+        let xml = r#"<net><tlLogic id="J" programID="0"><phase duration="30" state="Gr"/>
+            <phase duration="30" state="rG"/></tlLogic></net>"#;
+        let mut net = NetFile::parse(xml.as_bytes()).unwrap();
+        let dir = std::env::temp_dir().join(format!("gw-add-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        // A bare <tlLogic> (no <additional> root), as SUMO's game net fokr_bs_demo ships.
+        let bare = write(
+            "bare.add.xml",
+            r#"<tlLogic id="J" programID="city" offset="7" type="static">
+                <phase duration="20" state="Gr"/><phase duration="3" state="yr"/>
+                <phase duration="40" state="rG"/></tlLogic>"#,
+        );
+        net.add_programs(&bare).unwrap();
+        let active = net.active_program("J", None).unwrap();
+        assert_eq!((active.program_id.as_str(), active.offset_s), ("city", 7.0));
+        assert_eq!(active.phases.len(), 3);
+        assert_eq!(net.active_program("J", Some("0")).unwrap().phases.len(), 2);
+        // Under <additional>, among other elements; the same id and program id replaces.
+        let wrapped = write(
+            "wrapped.add.xml",
+            r#"<additional><vType id="car"/><e1Detector id="d" lane="a_0" pos="5" file="x"/>
+                <tlLogic id="J" programID="0"><phase duration="9" state="GG"/></tlLogic>
+                <phase duration="1" state="rr"/></additional>"#,
+        );
+        net.add_programs(&wrapped).unwrap();
+        let ids: Vec<_> = net
+            .tl_logics
+            .iter()
+            .map(|t| t.program_id.as_str())
+            .collect();
+        assert_eq!(
+            ids,
+            ["city", "0"],
+            "program 0 replaced, and now loaded last"
+        );
+        assert_eq!(net.active_program("J", None).unwrap().phases.len(), 1);
+        // Errors name the file and what is wrong.
+        let bad = write(
+            "bad.add.xml",
+            r#"<tlLogic id="J" programID="x"><phase duration="-1" state="G"/></tlLogic>"#,
+        );
+        let msg = net.add_programs(&bad).unwrap_err().to_string();
+        assert!(
+            msg.contains("bad.add.xml") && msg.contains("negative"),
+            "{msg}"
+        );
+        let msg = net
+            .add_programs(&dir.join("none.add.xml"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("none.add.xml"), "{msg}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
