@@ -139,6 +139,62 @@ fn timing_comes_from_the_net_and_flags_override_it() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
+/// SUMO's game net `fokr_bs_demo`, a real Braunschweig junction from 15:00: its signal plan
+/// comes in an additional file (a bare `<tlLogic>` of 46 phases of 1–9 s, replacing the
+/// net's own), its vehicle types in another, and it has eight pedestrian crossings. The
+/// plan's phases are the additional program's, each crossing is a pedestrian movement of
+/// the arm it crosses (two per arm), and the junction runs audited with pedestrians.
+#[test]
+fn a_program_from_an_additional_file_runs_with_pedestrians_on_their_crossings() {
+    if !have_sumo() {
+        return;
+    }
+    let dir = sumo_home().unwrap().join("tools/game/fokr_bs_demo");
+    let mut cfg = greenwave_sim::sumo::SumoConfig::new(
+        dir.join("fokr_bs.net.xml.gz"),
+        dir.join("15_16_veh.trips.xml.gz"),
+    );
+    cfg.routes.push(dir.join("15_16_ped.trips.xml"));
+    cfg.additional = vec![
+        dir.join("vtypes_default.add.xml"),
+        dir.join("signalPlan.add.xml"),
+    ];
+    // Its pedestrian flows carry attributes SUMO 1.28's schema no longer declares.
+    cfg.extra_args = vec!["--xml-validation".into(), "never".into()];
+    cfg.begin_s = 54_000.0;
+    cfg.seconds = seconds();
+    let program = |cfg: &greenwave_sim::sumo::SumoConfig| {
+        let net = cfg.read_net().unwrap();
+        net.active_program("38", None).unwrap().program_id.clone()
+    };
+    assert_eq!(program(&cfg), "DLR_UT_v1-0-0");
+    let models = cfg.models().unwrap();
+    let [model] = &models.models[..] else {
+        panic!("one light: {:?}", models.on_program);
+    };
+    assert_eq!(model.program_id, "DLR_UT_v1-0-0");
+    let mut crossings: Vec<u8> = model
+        .plan
+        .movements()
+        .iter()
+        .filter(|m| m.turn == greenwave_core::Turn::Pedestrian)
+        .map(|m| m.approach)
+        .collect();
+    crossings.sort();
+    assert_eq!(crossings, [0, 0, 1, 1, 2, 2, 3, 3]);
+    for c in ["static", "max-pressure"] {
+        let m = real_nets::run_config_checked(cfg.clone(), c, 1)
+            .unwrap_or_else(|e| panic!("fokr_bs_demo under {c}: {e}"));
+        assert!(m.throughput_veh > 100, "under {c}: {m:?}");
+    }
+    cfg.additional.pop();
+    assert_eq!(
+        program(&cfg),
+        "0",
+        "without the plan file, the net's own program"
+    );
+}
+
 #[test]
 fn a_light_with_one_green_stays_on_its_program_and_the_net_still_runs() {
     if !have_sumo() {

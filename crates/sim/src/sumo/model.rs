@@ -39,7 +39,7 @@ use greenwave_core::{
     SignalFrame, Turn,
 };
 
-use super::net::{NetConnection, NetFile, TlLogic};
+use super::net::{NetConnection, NetEdge, NetFile, TlLogic};
 use super::timing::{net_phase_timing, resolve, secs_to_ms, TimingSpec, DEFAULT_MIN_GREEN_S};
 use super::SumoError;
 
@@ -397,6 +397,27 @@ fn is_road(net: &NetFile, edge: &str) -> bool {
         .unwrap_or(!edge.starts_with(':'))
 }
 
+/// The travel direction at the end of `edge` (its first lane's last shape segment).
+fn edge_end_direction(net: &NetFile, edge: &str) -> Option<Heading> {
+    let (dx, dy) = net.lanes.get(&format!("{edge}_0"))?.end_direction?;
+    Some(Heading(dx, dy))
+}
+
+/// A direction in the net's plane (x east, y north), not normalised.
+#[derive(Clone, Copy)]
+struct Heading(f64, f64);
+
+impl Heading {
+    fn neg(self) -> Self {
+        Heading(-self.0, -self.1)
+    }
+}
+
+/// Bearing of a direction, clockwise from north, in [0, 360).
+fn bearing_deg(d: Heading) -> f64 {
+    d.0.atan2(d.1).to_degrees().rem_euclid(360.0)
+}
+
 /// Incoming road edges, sorted clockwise by the bearing their traffic comes from.
 fn approach_edges<'a>(net: &NetFile, conns: &LinkConns<'a>, pattern: &[u16]) -> Vec<&'a str> {
     let mut edges: Vec<&str> = conns
@@ -409,24 +430,25 @@ fn approach_edges<'a>(net: &NetFile, conns: &LinkConns<'a>, pattern: &[u16]) -> 
         .into_iter()
         .collect();
     let bearing = |edge: &str| -> f64 {
-        net.lanes
-            .get(&format!("{edge}_0"))
-            .and_then(|l| l.end_direction)
-            // Traffic arrives heading `d`, so it comes from `-d`; bearing clockwise from
-            // north, in [0, 360).
-            .map(|(dx, dy)| (-dx).atan2(-dy).to_degrees().rem_euclid(360.0))
+        // Traffic arrives heading `d`, so it comes from `-d`.
+        edge_end_direction(net, edge)
+            .map(|d| bearing_deg(d.neg()))
             .unwrap_or(f64::INFINITY)
     };
     edges.sort_by(|a, b| bearing(a).total_cmp(&bearing(b)).then(a.cmp(b)));
     edges
 }
 
+/// The pedestrian crossing a link leads onto or comes from: SUMO controls a crossing by
+/// its link from the walking area onto it (older nets: from the crossing itself).
+fn crossing_of<'n>(net: &'n NetFile, c: &NetConnection) -> Option<&'n NetEdge> {
+    [&c.to, &c.from]
+        .into_iter()
+        .find_map(|e| net.edges.get(e).filter(|e| e.function == "crossing"))
+}
+
 fn turn_of(net: &NetFile, c: &NetConnection) -> Turn {
-    if net
-        .edges
-        .get(&c.from)
-        .is_some_and(|e| e.function == "crossing")
-    {
+    if crossing_of(net, c).is_some() {
         return Turn::Pedestrian;
     }
     match c.dir.as_str() {
@@ -464,14 +486,37 @@ fn group_links(
     grouping: Grouping,
 ) -> (SignalGroups, Vec<LinkRole>) {
     let approach_of = |c: &NetConnection| -> u8 {
-        let crossed = net
-            .edges
-            .get(&c.from)
+        let crossed = crossing_of(net, c)
             .map(|e| e.crossing_edges.as_slice())
             .unwrap_or(&[]);
+        // A crossing over an exit only lies on the arm of the approach that comes from
+        // where the exit goes, else from the exit's bearing (within 45°).
+        let arm_of_exit = |exit: &String| {
+            let towards = net.edges.get(exit).and_then(|e| e.to.as_ref());
+            let from = |a: &&str| net.edges.get(*a).and_then(|e| e.from.as_ref());
+            let same_node = approaches
+                .iter()
+                .position(|a| towards.is_some() && from(a) == towards);
+            same_node.or_else(|| {
+                let heading = edge_end_direction(net, exit)?;
+                let exit_bearing = bearing_deg(heading);
+                let gap = |a: &&str| {
+                    let from = bearing_deg(edge_end_direction(net, a)?.neg());
+                    let d = (from - exit_bearing).rem_euclid(360.0);
+                    Some(d.min(360.0 - d))
+                };
+                let (i, d) = approaches
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, a)| Some((i, gap(a)?)))
+                    .min_by(|x, y| x.1.total_cmp(&y.1))?;
+                (d <= 45.0).then_some(i)
+            })
+        };
         std::iter::once(&c.from)
             .chain(crossed)
             .find_map(|e| approaches.iter().position(|a| a == e))
+            .or_else(|| crossed.iter().find_map(arm_of_exit))
             .unwrap_or(0) as u8
     };
     let mut groups: SignalGroups = BTreeMap::new();

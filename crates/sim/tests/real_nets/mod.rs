@@ -271,11 +271,19 @@ pub fn run_checked(
     seconds: f64,
     seed: u64,
 ) -> Result<greenwave_sim::EpisodeMetrics, String> {
+    run_config_checked(config(net, seconds, seed), controller, seed)
+}
+
+/// [`run_checked`] on a configuration of one's own.
+pub fn run_config_checked(
+    cfg: greenwave_sim::sumo::SumoConfig,
+    controller: &str,
+    seed: u64,
+) -> Result<greenwave_sim::EpisodeMetrics, String> {
     use greenwave_core::Millis;
     use greenwave_sim::controllers::{Actuated, MaxPressure};
     use greenwave_sim::sumo::SumoEnv;
     use greenwave_sim::{Controller, Env};
-    let cfg = config(net, seconds, seed);
     if controller == "static" {
         return greenwave_sim::sumo::run_static_program(cfg).map_err(|e| e.to_string());
     }
