@@ -10,12 +10,14 @@ use crate::spec::{parse_reward, Backend, EnvSpec};
 use crate::value_err;
 
 /// Every keyword the environments take.
-const KNOWN: [&str; 17] = [
+const KNOWN: [&str; 19] = [
     "backend",
     "scenario",
     "demand",
     "net",
     "routes",
+    "additional",
+    "sumo_args",
     "begin_s",
     "episode_s",
     "decision_interval_s",
@@ -124,11 +126,17 @@ pub fn spec_from_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(EnvSpec
 fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
     let (scenario, demand) = (kw.string("scenario")?, kw.string("demand")?);
     let (net, routes) = (kw.path("net")?, kw.paths("routes")?);
+    let additional = kw.paths("additional")?;
+    let sumo_args = kw
+        .typed::<Vec<String>>("sumo_args", "a list of strings")?
+        .unwrap_or_default();
     match kw.string("backend")?.as_deref().unwrap_or("embedded") {
         "embedded" => {
-            if net.is_some() || !routes.is_empty() {
+            if net.is_some() || !routes.is_empty() || !additional.is_empty() || !sumo_args.is_empty()
+            {
                 return Err(value_err(
-                    "net= and routes= are for backend=\"sumo\"; the embedded simulator takes scenario=",
+                    "net=, routes=, additional= and sumo_args= are for backend=\"sumo\"; the \
+                     embedded simulator takes scenario=",
                 ));
             }
             if kw.flag("program_clock")? == Some(true) {
@@ -150,6 +158,8 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
             Ok(Backend::Sumo {
                 net: net.ok_or_else(|| value_err("backend=\"sumo\" needs net="))?,
                 routes,
+                additional,
+                sumo_args,
                 begin_s: kw.number("begin_s")?.unwrap_or(0.0),
                 timing_file: kw.path("timing")?,
                 overrides: TimingOverrides {

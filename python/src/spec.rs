@@ -26,6 +26,10 @@ pub enum Backend {
         net: PathBuf,
         /// Route files.
         routes: Vec<PathBuf>,
+        /// Additional files (vehicle types, signal programs, ...).
+        additional: Vec<PathBuf>,
+        /// Further SUMO options.
+        sumo_args: Vec<String>,
         /// Simulation time of the episode's start (s).
         begin_s: f64,
         /// TOML timing file.
@@ -80,6 +84,8 @@ impl EnvSpec {
             Backend::Sumo {
                 net,
                 routes,
+                additional,
+                sumo_args,
                 begin_s,
                 timing_file,
                 overrides,
@@ -88,6 +94,8 @@ impl EnvSpec {
             } => {
                 let cfg = self.sumo_config(net, routes, *begin_s, timing_file, overrides)?;
                 let cfg = SumoConfig {
+                    additional: additional.clone(),
+                    extra_args: sumo_args.clone(),
                     program: program.clone(),
                     program_clock: *program_clock,
                     seed,

@@ -52,10 +52,24 @@ pub struct BackendArgs {
     #[arg(long, required_if_eq("backend", "sumo"))]
     #[serde(default)]
     pub net: Option<PathBuf>,
-    /// SUMO routes (`.rou.xml`), with `--backend sumo`.
-    #[arg(long, required_if_eq("backend", "sumo"))]
+    /// SUMO routes or trips (`.rou.xml[.gz]`; several comma-separated, as SUMO's
+    /// `--route-files`), with `--backend sumo`.
+    #[arg(long, required_if_eq("backend", "sumo"), value_delimiter = ',')]
+    #[serde(default, deserialize_with = "paths_or_path")]
+    pub routes: Vec<PathBuf>,
+    /// SUMO additional files (comma-separated, as SUMO's `--additional-files`), with
+    /// `--backend sumo`: vehicle types the routes use, signal programs (a `<tlLogic>` in
+    /// one becomes that light's program, as in SUMO), detectors, ...
+    #[arg(long, value_delimiter = ',')]
     #[serde(default)]
-    pub routes: Option<PathBuf>,
+    pub additional: Vec<PathBuf>,
+    /// Further SUMO options, as one shell-quoted string, with `--backend sumo`: e.g.
+    /// `--sumo-args "--xml-validation never"` for route files an older SUMO wrote. Options
+    /// greenwave sets itself (net, routes, additional files, begin, end, step length,
+    /// seed, TraCI port, outputs) are refused by SUMO when given twice.
+    #[arg(long, allow_hyphen_values = true, value_name = "OPTIONS")]
+    #[serde(default)]
+    pub sumo_args: Option<String>,
     /// SUMO time the episode starts at (s), with `--backend sumo`.
     #[arg(long, default_value_t = 0.0)]
     #[serde(default)]
@@ -78,6 +92,21 @@ pub struct BackendArgs {
     #[arg(long, value_enum)]
     #[serde(default = "OnOff::before_program_clock")]
     pub program_clock: Option<OnOff>,
+}
+
+/// `routes` as `run.json` holds it: a list, or (runs from before several were taken) one
+/// path or none.
+fn paths_or_path<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Recorded {
+        Many(Vec<PathBuf>),
+        One(Option<PathBuf>),
+    }
+    Ok(match Recorded::deserialize(d)? {
+        Recorded::Many(paths) => paths,
+        Recorded::One(path) => path.into_iter().collect(),
+    })
 }
 
 /// `on` or `off`.
@@ -248,7 +277,9 @@ impl BackendArgs {
         BackendArgs {
             backend: Backend::Sumo,
             net: Some(net.into()),
-            routes: Some(routes.into()),
+            routes: vec![routes.into()],
+            additional: Vec::new(),
+            sumo_args: None,
             begin: 0.0,
             timing: SumoTimingArgs::default(),
             reward: None,
@@ -262,14 +293,17 @@ impl BackendArgs {
         match self.backend {
             Backend::Embedded => {
                 if self.net.is_some()
-                    || self.routes.is_some()
+                    || !self.routes.is_empty()
+                    || !self.additional.is_empty()
+                    || self.sumo_args.is_some()
                     || self.begin != 0.0
                     || self.timing.is_set()
                     || self.reward.is_some()
                     || self.program_clock.is_some()
                 {
                     bail!(
-                        "--net, --routes, --begin, --reward, --program-clock and the timing \
+                        "--net, --routes, --additional, --sumo-args, --begin, --reward, \
+                         --program-clock and the timing \
                          options (--timing, \
                          --program, --yellow, --all-red, --min-green, --max-green, \
                          --decision-interval) are SUMO options: add `--backend sumo` (an \
@@ -278,7 +312,7 @@ impl BackendArgs {
                 }
             }
             Backend::Sumo => {
-                if self.net.is_none() || self.routes.is_none() {
+                if self.net.is_none() || self.routes.is_empty() {
                     bail!("--backend sumo needs --net FILE.net.xml and --routes FILE.rou.xml");
                 }
                 if !self.begin.is_finite() || self.begin < 0.0 {
@@ -314,6 +348,15 @@ impl BackendArgs {
         }
     }
 
+    /// `--sumo-args` split as a shell would.
+    pub fn sumo_extra_args(&self) -> Result<Vec<String>> {
+        let Some(options) = &self.sumo_args else {
+            return Ok(Vec::new());
+        };
+        shlex::split(options)
+            .with_context(|| format!("--sumo-args {options:?}: unbalanced quotes or a bad escape"))
+    }
+
     /// The SUMO backend's configuration: episode length `seconds` (default the backend's,
     /// 3600 s), first episode seeded `seed`.
     #[cfg(feature = "sumo")]
@@ -323,10 +366,13 @@ impl BackendArgs {
         seed: u64,
     ) -> Result<greenwave_sim::sumo::SumoConfig> {
         self.check()?;
-        let (Some(net), Some(routes)) = (&self.net, &self.routes) else {
+        let (Some(net), [first, ..]) = (&self.net, &self.routes[..]) else {
             bail!("--backend sumo needs --net and --routes");
         };
-        let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, routes);
+        let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, first);
+        cfg.routes = self.routes.clone();
+        cfg.additional = self.additional.clone();
+        cfg.extra_args = self.sumo_extra_args()?;
         cfg.begin_s = self.begin;
         cfg.seed = seed;
         cfg.reward = self.reward.unwrap_or_default().into();
@@ -695,6 +741,69 @@ mod tests {
         v.as_object_mut().unwrap().remove("reward");
         let old: BackendArgs = serde_json::from_value(v).unwrap();
         assert_eq!(old.reward, Some(RewardArg::WaitDelta));
+    }
+
+    #[test]
+    fn routes_and_additional_files_are_lists_and_old_runs_still_read() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sim: BackendArgs,
+        }
+        let cli = Cli::parse_from([
+            "x",
+            "--backend",
+            "sumo",
+            "--net",
+            "n.net.xml",
+            "--routes",
+            "cars.rou.xml,bikes.rou.xml",
+            "--routes",
+            "walk.rou.xml",
+            "--additional",
+            "types.add.xml,plan.add.xml",
+            "--sumo-args",
+            "--xml-validation never",
+        ]);
+        assert_eq!(cli.sim.sumo_args.as_deref(), Some("--xml-validation never"));
+        let routes = ["cars.rou.xml", "bikes.rou.xml", "walk.rou.xml"].map(PathBuf::from);
+        assert_eq!(cli.sim.routes, routes);
+        let additional = ["types.add.xml", "plan.add.xml"].map(PathBuf::from);
+        assert_eq!(cli.sim.additional, additional);
+        let back: BackendArgs =
+            serde_json::from_value(serde_json::to_value(&cli.sim).unwrap()).unwrap();
+        assert_eq!(back, cli.sim);
+        assert!(!back.resumes_as(&BackendArgs {
+            additional: Vec::new(),
+            ..back.clone()
+        }));
+        // run.json from before: one route path (or none), no additional files.
+        let mut v = serde_json::to_value(BackendArgs::sumo("n.net.xml", "r.rou.xml")).unwrap();
+        v["routes"] = "r.rou.xml".into();
+        v.as_object_mut().unwrap().remove("additional");
+        let old: BackendArgs = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(old, BackendArgs::sumo("n.net.xml", "r.rou.xml"));
+        v["routes"] = serde_json::Value::Null;
+        let embedded: BackendArgs = serde_json::from_value(v).unwrap();
+        assert!(embedded.routes.is_empty());
+        let mut quoted = cli.sim.clone();
+        quoted.sumo_args = Some("--log 'a b.log' --xml-validation never".into());
+        let split = quoted.sumo_extra_args().unwrap();
+        assert_eq!(split, ["--log", "a b.log", "--xml-validation", "never"]);
+        quoted.sumo_args = Some("--log 'a b.log".into());
+        let err = quoted.sumo_extra_args().unwrap_err().to_string();
+        assert!(err.contains("unbalanced quotes"), "{err}");
+        // On the embedded simulator they are refused, named.
+        let err = BackendArgs {
+            additional: additional.to_vec(),
+            ..BackendArgs::embedded()
+        };
+        assert!(err
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("--additional"));
     }
 }
 

@@ -37,6 +37,10 @@ fn provenance(info: &RunInfo, pinfo: &PolicyInfo, plans: &[PhasePlan]) -> Proven
                 serde_json::json!(info.config.sim.routes),
             );
             details.insert(
+                "sumo_additional".into(),
+                serde_json::json!(info.config.sim.additional),
+            );
+            details.insert(
                 "sumo_begin_s".into(),
                 serde_json::json!(info.config.sim.begin),
             );

@@ -183,12 +183,14 @@ fn run_sumo(args: &SimArgs) -> Result<()> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let show = |p: &Option<std::path::PathBuf>| {
-        p.as_deref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default()
+    let show = |paths: &mut dyn Iterator<Item = &std::path::PathBuf>| {
+        let shown: Vec<_> = paths.map(|p| p.display().to_string()).collect();
+        shown.join(",")
     };
-    let (net, routes) = (show(&args.sim.net), show(&args.sim.routes));
+    let (net, routes) = (
+        show(&mut args.sim.net.iter()),
+        show(&mut args.sim.routes.iter()),
+    );
     let title = format!("SUMO net {net} (routes {routes})");
     print_runs(&net, &routes, &title, args, &runs)
 }

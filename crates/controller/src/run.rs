@@ -102,10 +102,15 @@ pub struct RunArgs {
     #[cfg(feature = "sumo")]
     #[arg(long, conflicts_with_all = ["scenario", "replay", "site"], requires = "sumo_routes")]
     sumo_net: Option<PathBuf>,
-    /// SUMO route files (with --sumo-net).
+    /// SUMO route files (with --sumo-net; repeated or comma-separated).
     #[cfg(feature = "sumo")]
-    #[arg(long)]
+    #[arg(long, value_delimiter = ',')]
     sumo_routes: Vec<PathBuf>,
+    /// SUMO additional files (with --sumo-net; repeated or comma-separated): vehicle types,
+    /// signal programs (a `<tlLogic>` in one becomes that light's program), ...
+    #[cfg(feature = "sumo")]
+    #[arg(long, value_delimiter = ',', requires = "sumo_net")]
+    sumo_additional: Vec<PathBuf>,
     /// SUMO signal timing (with --sumo-net): as `greenwave sim --backend sumo`, each light's
     /// own program unless overridden; the bundle's plan hash must match the result.
     #[cfg(feature = "sumo")]
@@ -376,6 +381,7 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
     if let Some(net) = args.sumo_net.clone() {
         let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, args.sumo_routes[0].clone());
         cfg.routes = args.sumo_routes.clone();
+        cfg.additional = args.sumo_additional.clone();
         // The simulated field decides at the bundle's interval unless the timing file or
         // flag names one. A bundle that does not verify is reported by `load_policy`.
         // So do its program-clock lanes.
