@@ -132,7 +132,10 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
         .unwrap_or_default();
     match kw.string("backend")?.as_deref().unwrap_or("embedded") {
         "embedded" => {
-            if net.is_some() || !routes.is_empty() || !additional.is_empty() || !sumo_args.is_empty()
+            if net.is_some()
+                || !routes.is_empty()
+                || !additional.is_empty()
+                || !sumo_args.is_empty()
             {
                 return Err(value_err(
                     "net=, routes=, additional= and sumo_args= are for backend=\"sumo\"; the \

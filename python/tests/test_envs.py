@@ -148,6 +148,28 @@ def test_sumo_errors_name_the_problem(tmp_path):
         SignalEnv(**sumo_single(yellow_s=1.0))
 
 
+@needs_sumo
+def test_sumo_takes_additional_files_and_options(tmp_path):
+    # A program of three green phases in an additional file replaces the net's two.
+    plan = tmp_path / "plan.add.xml"
+    plan.write_text(
+        '<additional><tlLogic id="A0" programID="three" offset="0" type="static">'
+        '<phase duration="30" state="GGGgrrrrGGGgrrrr"/><phase duration="3" state="yyyyrrrryyyyrrrr"/>'
+        '<phase duration="20" state="rrrrGGGgrrrrrrrr"/><phase duration="3" state="rrrryyyyrrrrrrrr"/>'
+        '<phase duration="20" state="rrrrrrrrrrrrGGGg"/><phase duration="3" state="rrrrrrrrrrrryyyy"/>'
+        "</tlLogic></additional>"
+    )
+    assert SignalEnv(**sumo_single()).action_space.n == 2
+    env = SignalEnv(**sumo_single(additional=str(plan), sumo_args=["--xml-validation", "never"]))
+    assert env.action_space.n == 3
+    env.reset(seed=1)
+    env.step(2)
+    with pytest.raises(ValueError, match="additional="):
+        SignalEnv(scenario="single-4way", additional=str(plan))
+    with pytest.raises(ValueError, match="sumo_args= must be a list of strings"):
+        SignalEnv(**sumo_single(sumo_args="--xml-validation never"))
+
+
 def test_vectorised_step_stacks_and_resets_each_copy():
     vec = VecSignalEnv(4, scenario="single-4way", episode_s=100)
     obs = vec.reset(seed=5)
