@@ -477,6 +477,31 @@ enum Grouping {
     Approaches,
 }
 
+/// The approach on whose arm the exit `exit` lies (a crossing over an exit only): the one
+/// that comes from where the exit goes, else the one whose bearing is nearest the exit's,
+/// within 45°.
+fn arm_of_exit(net: &NetFile, approaches: &[&str], exit: &str) -> Option<usize> {
+    let towards = net.edges.get(exit).and_then(|e| e.to.as_ref());
+    let from = |a: &str| net.edges.get(a).and_then(|e| e.from.as_ref());
+    let same_node = approaches
+        .iter()
+        .position(|a| towards.is_some() && from(a) == towards);
+    same_node.or_else(|| {
+        let exit_bearing = bearing_deg(edge_end_direction(net, exit)?);
+        let gap = |a: &str| {
+            let from = bearing_deg(edge_end_direction(net, a)?.neg());
+            let d = (from - exit_bearing).rem_euclid(360.0);
+            Some(d.min(360.0 - d))
+        };
+        let (i, d) = approaches
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| Some((i, gap(a)?)))
+            .min_by(|x, y| x.1.total_cmp(&y.1))?;
+        (d <= 45.0).then_some(i)
+    })
+}
+
 /// Groups links into movements; returns the groups and each link's role.
 fn group_links(
     net: &NetFile,
@@ -489,34 +514,10 @@ fn group_links(
         let crossed = crossing_of(net, c)
             .map(|e| e.crossing_edges.as_slice())
             .unwrap_or(&[]);
-        // A crossing over an exit only lies on the arm of the approach that comes from
-        // where the exit goes, else from the exit's bearing (within 45°).
-        let arm_of_exit = |exit: &String| {
-            let towards = net.edges.get(exit).and_then(|e| e.to.as_ref());
-            let from = |a: &&str| net.edges.get(*a).and_then(|e| e.from.as_ref());
-            let same_node = approaches
-                .iter()
-                .position(|a| towards.is_some() && from(a) == towards);
-            same_node.or_else(|| {
-                let heading = edge_end_direction(net, exit)?;
-                let exit_bearing = bearing_deg(heading);
-                let gap = |a: &&str| {
-                    let from = bearing_deg(edge_end_direction(net, a)?.neg());
-                    let d = (from - exit_bearing).rem_euclid(360.0);
-                    Some(d.min(360.0 - d))
-                };
-                let (i, d) = approaches
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, a)| Some((i, gap(a)?)))
-                    .min_by(|x, y| x.1.total_cmp(&y.1))?;
-                (d <= 45.0).then_some(i)
-            })
-        };
         std::iter::once(&c.from)
             .chain(crossed)
             .find_map(|e| approaches.iter().position(|a| a == e))
-            .or_else(|| crossed.iter().find_map(arm_of_exit))
+            .or_else(|| crossed.iter().find_map(|e| arm_of_exit(net, approaches, e)))
             .unwrap_or(0) as u8
     };
     let mut groups: SignalGroups = BTreeMap::new();

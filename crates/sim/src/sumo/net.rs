@@ -3,9 +3,10 @@
 //!
 //! Read: every lane's length and shape end (for storage and approach bearings), edge
 //! functions (normal, internal, crossing), every program (`<tlLogic>`) of each traffic
-//! light (also from additional files, [`NetFile::add_programs`]), every `<connection>` (which traffic light and link index controls it, its
-//! direction, its internal lane), and each junction's `<request foes=...>` conflict rows
-//! with the internal lanes (`intLanes`) they are indexed by.
+//! light (also from additional files, [`NetFile::add_programs`]), every `<connection>`
+//! (which traffic light and link index controls it, its direction, its internal lane),
+//! and each junction's `<request foes=...>` conflict rows with the internal lanes
+//! (`intLanes`) they are indexed by.
 
 use std::collections::HashMap;
 use std::fs::File;
