@@ -100,6 +100,8 @@ fn average(runs: &[EpisodeMetrics]) -> EpisodeMetrics {
         mean_travel_time_s: f(|m| m.mean_travel_time_s),
         throughput_veh: (f(|m| m.throughput_veh as f64)).round() as u64,
         backlog_veh: (f(|m| m.backlog_veh as f64)).round() as u64,
+        pedestrians: (f(|m| m.pedestrians as f64)).round() as u64,
+        mean_pedestrian_wait_s: f(|m| m.mean_pedestrian_wait_s),
         mean_queue_veh: f(|m| m.mean_queue_veh),
         sim_seconds: f(|m| m.sim_seconds),
         wall_seconds: f(|m| m.wall_seconds),
@@ -304,13 +306,20 @@ fn secs(t: Millis) -> f64 {
     f64::from(t.0) / 1000.0
 }
 
-/// Renders rows as a Markdown table.
+/// Renders rows as a Markdown table; with two more columns, pedestrians and their mean wait,
+/// where any run had pedestrians.
 pub fn table(rows: &[EvalRow]) -> String {
-    let mut s = String::from("| controller | mean delay (s) | mean wait (s) | mean travel time (s) | throughput (veh) | backlog (veh) | mean queue (veh) |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    let walkers = rows.iter().any(|r| r.metrics.pedestrians > 0);
+    let mut s = String::from("| controller | mean delay (s) | mean wait (s) | mean travel time (s) | throughput (veh) | backlog (veh) | mean queue (veh) |");
+    s.push_str(if walkers {
+        " pedestrians | mean pedestrian wait (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    } else {
+        "\n|---|---:|---:|---:|---:|---:|---:|\n"
+    });
     for r in rows {
         let m = &r.metrics;
         s.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {:.2} |\n",
+            "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {:.2} |",
             r.controller,
             m.mean_delay_s,
             m.mean_wait_s,
@@ -319,6 +328,13 @@ pub fn table(rows: &[EvalRow]) -> String {
             m.backlog_veh,
             m.mean_queue_veh
         ));
+        if walkers {
+            s.push_str(&format!(
+                " {} | {:.2} |",
+                m.pedestrians, m.mean_pedestrian_wait_s
+            ));
+        }
+        s.push('\n');
     }
     s
 }

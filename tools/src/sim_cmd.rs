@@ -209,10 +209,16 @@ fn resolve_scenario(args: &SimArgs) -> Result<Scenario> {
 /// The side-by-side table.
 fn table(title: &str, seed: u64, runs: &[ControllerRun]) -> String {
     let mut s = format!("{title}, seed {seed}\n\n");
+    let walkers = runs.iter().any(|r| r.metrics.pedestrians > 0);
     s.push_str(
         "controller    delay s  wait s  travel s  throughput veh  backlog veh  queue veh  \
-         sim s   sim-s/wall-s\n",
+         sim s   sim-s/wall-s",
     );
+    s.push_str(if walkers {
+        "  pedestrians  ped wait s\n"
+    } else {
+        "\n"
+    });
     for r in runs {
         let m = &r.metrics;
         let speed = if m.wall_seconds > 0.0 {
@@ -221,7 +227,7 @@ fn table(title: &str, seed: u64, runs: &[ControllerRun]) -> String {
             f64::INFINITY
         };
         s.push_str(&format!(
-            "{:<12} {:>8.1} {:>7.1} {:>9.1} {:>15} {:>12} {:>10.1} {:>6.0} {:>14.0}\n",
+            "{:<12} {:>8.1} {:>7.1} {:>9.1} {:>15} {:>12} {:>10.1} {:>6.0} {:>14.0}",
             r.controller,
             m.mean_delay_s,
             m.mean_wait_s,
@@ -232,6 +238,13 @@ fn table(title: &str, seed: u64, runs: &[ControllerRun]) -> String {
             m.sim_seconds,
             speed
         ));
+        if walkers {
+            s.push_str(&format!(
+                " {:>12} {:>11.1}",
+                m.pedestrians, m.mean_pedestrian_wait_s
+            ));
+        }
+        s.push('\n');
     }
     s
 }

@@ -763,6 +763,7 @@ impl Env for EmbeddedEnv {
             mean_queue_veh: per(s.stats.queue_sum_veh, s.stats.decisions),
             sim_seconds: now,
             wall_seconds: self.wall.as_secs_f64(),
+            ..EpisodeMetrics::default()
         }
     }
 }

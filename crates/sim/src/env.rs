@@ -58,6 +58,14 @@ pub struct EpisodeMetrics {
     pub throughput_veh: u64,
     /// Vehicles that arrived but could not enter the network yet (at episode end).
     pub backlog_veh: u64,
+    /// Pedestrians that set off (SUMO nets with persons; 0 on the embedded simulator,
+    /// which has none).
+    #[serde(default)]
+    pub pedestrians: u64,
+    /// Mean time a pedestrian stood still on foot (s), at red crossings mostly; 0 without
+    /// pedestrians. Apart from the vehicle figures, which count vehicles only.
+    #[serde(default)]
+    pub mean_pedestrian_wait_s: f64,
     /// Mean over decision points of the total queue (halted vehicles), all signals.
     pub mean_queue_veh: f64,
     /// Simulated seconds.

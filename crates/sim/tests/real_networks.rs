@@ -186,6 +186,9 @@ fn a_program_from_an_additional_file_runs_with_pedestrians_on_their_crossings() 
         let m = real_nets::run_config_checked(cfg.clone(), c, 1)
             .unwrap_or_else(|e| panic!("fokr_bs_demo under {c}: {e}"));
         assert!(m.throughput_veh > 100, "under {c}: {m:?}");
+        // Twenty flows of one pedestrian every 15 s, counted apart from the vehicles.
+        assert!(m.pedestrians > 100, "under {c}: {m:?}");
+        assert!(m.mean_pedestrian_wait_s > 0.0, "under {c}: {m:?}");
     }
     cfg.additional.pop();
     assert_eq!(

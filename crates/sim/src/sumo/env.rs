@@ -950,6 +950,8 @@ impl SumoEnv {
             mean_travel_time_s: trips.mean_travel_time_s,
             throughput_veh: trips.throughput_veh,
             backlog_veh: trips.backlog_veh,
+            pedestrians: trips.pedestrians,
+            mean_pedestrian_wait_s: trips.mean_pedestrian_wait_s,
             mean_queue_veh: self.mean_queue(),
             sim_seconds: self.now_ms as f64 / 1000.0,
             wall_seconds: self.wall.as_secs_f64(),

@@ -12,6 +12,14 @@
 //!   not stopped in the network yet and counts with 0, as in the embedded simulator;
 //! * travel time = `duration` of finished trips; throughput = finished trips; backlog =
 //!   vehicles never inserted.
+//!
+//! Pedestrians (`<personinfo>` with at least one `<walk>` stage) are counted apart from
+//! vehicles: a pedestrian's wait is the `waitingTime` of its walks, the time it stood still
+//! on foot (at a red crossing, mostly). Finished or still walking, every pedestrian that has
+//! set off counts; one SUMO has loaded but not yet started (`depart="-1"`, as every person
+//! of a `personFlow` is) does not. Waiting for a ride (`<ride>`) is not a walk and not
+//! counted. SUMO writes no time loss for a walk still under way, so the wait, not the time
+//! loss, is the figure that covers them all.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -35,6 +43,18 @@ pub struct TripSummary {
     pub throughput_veh: u64,
     /// Vehicles never inserted.
     pub backlog_veh: u64,
+    /// Pedestrians that set off (finished or still walking).
+    pub pedestrians: u64,
+    /// Mean time a pedestrian stood still while walking (s).
+    pub mean_pedestrian_wait_s: f64,
+}
+
+/// The pedestrian being read: its walks' wait so far, and whether it has walked.
+#[derive(Default)]
+struct Person {
+    departed: bool,
+    walked: bool,
+    wait_s: f64,
 }
 
 /// Reads the tripinfo file at `path` and combines it with `pending_wait_s`, the time each
@@ -55,12 +75,43 @@ pub fn summarize_from(
 ) -> Result<TripSummary, String> {
     let (mut n, mut delay, mut wait) = (0u64, 0.0f64, 0.0f64);
     let (mut finished, mut travel) = (0u64, 0.0f64);
+    let (mut pedestrians, mut ped_wait) = (0u64, 0.0f64);
+    let mut person: Option<Person> = None;
     let mut saw_root = false;
+    let mut end_person = |p: Option<Person>| {
+        if let Some(p) = p.filter(|p| p.departed && p.walked) {
+            pedestrians += 1;
+            ped_wait += p.wait_s;
+        }
+    };
     scan(input, |node| {
-        let Node::Open { name, attrs, .. } = node else {
-            return Ok(());
+        let (name, attrs, empty) = match node {
+            Node::Open { name, attrs, empty } => (name, attrs, empty),
+            Node::Close { name } => {
+                if name == "personinfo" {
+                    end_person(person.take());
+                }
+                return Ok(());
+            }
         };
         match name {
+            "personinfo" => {
+                // A person not yet started is written with depart -1.
+                let departed = attrs.num(name, "depart")?.is_some_and(|d| d >= 0.0);
+                person = Some(Person {
+                    departed,
+                    ..Person::default()
+                });
+                if empty {
+                    end_person(person.take());
+                }
+            }
+            "walk" => {
+                if let Some(p) = person.as_mut() {
+                    p.walked = true;
+                    p.wait_s += attrs.num(name, "waitingTime")?.unwrap_or(0.0).max(0.0);
+                }
+            }
             "tripinfos" => saw_root = true,
             "tripinfo" => {
                 let num = |k: &str| -> Result<f64, String> {
@@ -98,6 +149,8 @@ pub fn summarize_from(
         mean_travel_time_s: mean(travel, finished),
         throughput_veh: finished,
         backlog_veh: pending_wait_s.len() as u64,
+        pedestrians,
+        mean_pedestrian_wait_s: mean(ped_wait, pedestrians),
     })
 }
 
@@ -122,6 +175,48 @@ mod tests {
         assert!((s.mean_delay_s - (10.0 + 30.0 + 12.0) / 3.0).abs() < 1e-12);
         assert!((s.mean_wait_s - (5.0 + 20.0) / 3.0).abs() < 1e-12);
         assert!((s.mean_travel_time_s - 37.0).abs() < 1e-12);
+    }
+
+    /// As SUMO 1.28 writes them with `--tripinfo-output.write-unfinished`.
+    const PERSONS: &str = r#"<tripinfos>
+  <personinfo id="p.0" depart="10.00" type="ped" waitingTime="5.00" timeLoss="6.27">
+    <walk depart="10.00" arrival="62.00" duration="52.00" timeLoss="6.27" waitingTime="1.00"/>
+    <ride depart="62.00" arrival="90.00" waitingTime="40.00"/>
+    <walk depart="90.00" arrival="99.00" duration="9.00" timeLoss="2.00" waitingTime="4.00"/>
+  </personinfo>
+  <personinfo id="p.1" depart="80.00" type="ped" waitingTime="48.00" timeLoss="0.00">
+    <walk depart="80.00" arrival="-1" duration="55.00" timeLoss="0.00" waitingTime="48.00"/>
+  </personinfo>
+  <personinfo id="p.2" depart="-1" type="ped" waitingTime="0.00" timeLoss="0.00"/>
+  <personinfo id="p.3" depart="-1" type="ped" waitingTime="7.00">
+    <walk depart="-1" arrival="-1" waitingTime="7.00"/>
+  </personinfo>
+  <personinfo id="r.0" depart="20.00" type="ped" waitingTime="30.00">
+    <ride depart="20.00" arrival="50.00" waitingTime="30.00"/>
+  </personinfo>
+  <tripinfo id="a" depart="3.00" departDelay="1.00" arrival="40.00" duration="37.00"
+            waitingTime="5.00" timeLoss="9.00" vaporized=""/>
+</tripinfos>"#;
+
+    #[test]
+    fn pedestrians_count_apart_with_the_wait_of_their_walks() {
+        let s = summarize_from(PERSONS.as_bytes(), &[]).unwrap();
+        // p.0 waited 1 + 4 s on foot (not its 40 s for the ride), p.1 48 s so far; p.2
+        // and p.3 have not set off and r.0 never walked.
+        assert_eq!(s.pedestrians, 2);
+        assert!(
+            (s.mean_pedestrian_wait_s - (5.0 + 48.0) / 2.0).abs() < 1e-12,
+            "{s:?}"
+        );
+        // Vehicles are as without them.
+        assert_eq!((s.vehicles, s.throughput_veh), (1, 1));
+        assert!((s.mean_delay_s - 10.0).abs() < 1e-12);
+        let bad = PERSONS.replace("waitingTime=\"48.00\"/>", "waitingTime=\"x\"/>");
+        let err = summarize_from(bad.as_bytes(), &[]).unwrap_err();
+        assert!(
+            err.contains("<walk waitingTime=\"x\">: not a number"),
+            "{err}"
+        );
     }
 
     #[test]
