@@ -100,6 +100,28 @@ with tempfile.TemporaryDirectory() as d:
                     "--tripinfo-output", f"{d}/tripinfo.xml", "--no-step-log", "true"],
                    check=True, capture_output=True)
     put("sumo_xml", "tripinfo.xml", b"\x01" + read(f"{d}/tripinfo.xml"))
+if os.environ.get("SUMO_HOME"):
+    # Pedestrians: SUMO's game junction fokr_bs_demo, its pedestrian flows, 300 s.
+    g = os.path.join(os.environ["SUMO_HOME"], "tools/game/fokr_bs_demo")
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run(["sumo", "-n", f"{g}/fokr_bs.net.xml.gz", "-r",
+                        f"{g}/15_16_ped.trips.xml", "-a", f"{g}/vtypes_default.add.xml",
+                        "-b", "54000", "-e", "54300", "--xml-validation", "never",
+                        "--tripinfo-output", f"{d}/t.xml",
+                        "--tripinfo-output.write-unfinished", "--no-step-log", "true"],
+                       check=True, capture_output=True)
+        text = read(f"{d}/t.xml")
+        # Keep it small: the first 60 elements and the closing tag.
+        lines = text.split(b"\n")
+        put("sumo_xml", "tripinfo-persons.xml",
+            b"\x01" + b"\n".join(lines[:60]) + b"\n</tripinfos>\n")
+
+# --- sumo_config: the fixture's configuration and the game configurations SUMO ships.
+put("sumo_config", "single.sumocfg", read("crates/sim/fixtures/sumo/single.sumocfg"))
+if os.environ.get("SUMO_HOME"):
+    game = os.path.join(os.environ["SUMO_HOME"], "tools/game")
+    for name in ["fokr_bs_demo.sumocfg", "DRT.sumocfg", "rail.sumocfg", "square.sumocfg"]:
+        put("sumo_config", name, read(os.path.join(game, name)))
 
 # --- traci_reply: first byte picks the request (see targets.rs REQUESTS), then the body.
 def s(x):

@@ -36,6 +36,7 @@ pub fn all_targets() -> Vec<Target> {
         ("sumo_xml", sumo_xml as fn(&[u8])),
         ("traci_reply", traci_reply),
         ("sumo_timing", sumo_timing),
+        ("sumo_config", sumo_config),
     ]);
     v
 }

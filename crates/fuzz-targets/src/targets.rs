@@ -176,6 +176,27 @@ pub fn sumo_xml(data: &[u8]) {
     }
 }
 
+/// A SUMO configuration file (`.sumocfg`): parsed; what it gives SUMO is well formed
+/// (`--name=value` options, finite times), and merging it with user options keeps every
+/// user option, last.
+#[cfg(feature = "sumo")]
+pub fn sumo_config(data: &[u8]) {
+    use greenwave_sim::sumo::sumocfg::merge_options;
+    use greenwave_sim::sumo::SumoCfgFile;
+    let Ok(cfg) = SumoCfgFile::parse(data, std::path::Path::new("/fuzz")) else {
+        return;
+    };
+    for o in &cfg.passed {
+        assert!(o.starts_with("--") && o.contains('='), "{o:?}");
+    }
+    for t in [cfg.begin_s, cfg.end_s].into_iter().flatten() {
+        assert!(t.is_finite(), "{t}");
+    }
+    let user = ["--scale".to_string(), "1".to_string()];
+    let merged = merge_options(&cfg.passed, &user);
+    assert!(merged.ends_with(&user), "{merged:?}");
+}
+
 /// A SUMO timing file (TOML): parsed, then applied to every phase of a fixed net timing,
 /// so the bounds checks see whatever values the file holds.
 #[cfg(feature = "sumo")]

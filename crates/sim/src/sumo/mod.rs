@@ -8,6 +8,7 @@
 //! * [`model`]: turns each traffic light into a greenwave [`PhasePlan`](greenwave_core::PhasePlan)
 //!   and maps sequencer displays back to SUMO state strings.
 //! * [`tripinfo`]: episode metrics from SUMO's own tripinfo output.
+//! * [`sumocfg`]: a scenario's `.sumocfg`, read as greenwave runs it.
 //! * [`SumoEnv`]: the environment, and [`run_static_program`] for the network's own program.
 //!
 //! SUMO is found through [`SumoConfig::sumo_binary`], then `$SUMO_HOME/bin/sumo`, then
@@ -25,6 +26,7 @@ pub mod model;
 pub mod net;
 mod process;
 mod readings;
+pub mod sumocfg;
 pub mod timing;
 pub mod traci;
 pub mod tripinfo;
@@ -35,6 +37,7 @@ pub use env::{observed_layout, run_static_program, SumoEnv, STOP_BAR_ZONE_M, ZON
 pub use model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
 pub use net::NetFile;
 pub use readings::ReadMode;
+pub use sumocfg::SumoCfgFile;
 pub use timing::{TimingOverrides, TimingSpec};
 
 /// Oldest TraCI API level accepted (SUMO 1.28 speaks 22; every command used here is older).
@@ -107,6 +110,14 @@ pub enum SumoError {
     /// A network file that cannot be read or used.
     #[error("{path}: {message}")]
     Net {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A SUMO configuration file (`.sumocfg`) that cannot be read or used.
+    #[error("{path}: {message}")]
+    ConfigFile {
         /// The file.
         path: PathBuf,
         /// What is wrong.

@@ -1,0 +1,360 @@
+//! SUMO configuration files (`.sumocfg`), read as greenwave runs them.
+//!
+//! A real scenario usually comes as a `.sumocfg`: the net, its route and additional files,
+//! the start time, and the options its authors simulated it with (a pedestrian model's
+//! stripe width, insertion checks, teleporting). [`SumoCfgFile::read`] reads one as SUMO
+//! does: every element with a `value` attribute is an option, whatever section it sits in,
+//! named by its long name or a synonym (`net`, `n`, …); file names are relative to the
+//! configuration's folder; times are seconds or `h:m:s` / `d:h:m:s`.
+//!
+//! greenwave takes the net, routes, additional files and begin from it, and passes SUMO the
+//! options that shape the traffic, `--name=value`, with relative file names made absolute.
+//! It leaves out, by name in [`SumoCfgFile::left_out`], what it sets itself or what would
+//! go wrong when eight SUMO processes run the same file at once: `end` and `step-length`
+//! (the episode and SUMO's step are greenwave's own), seeds, outputs (every process would
+//! write the same file), the TraCI server, logging, sumo-gui's settings, and
+//! `tls.all-off` (greenwave drives the lights).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use super::xml::{scan, Node};
+use super::SumoError;
+
+/// A `.sumocfg` as greenwave uses it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SumoCfgFile {
+    /// The network (`net-file`).
+    pub net: Option<PathBuf>,
+    /// Route files (`route-files`).
+    pub routes: Vec<PathBuf>,
+    /// Additional files (`additional-files`).
+    pub additional: Vec<PathBuf>,
+    /// `begin`, in seconds.
+    pub begin_s: Option<f64>,
+    /// `end`, in seconds (not used: greenwave's episode has its own length).
+    pub end_s: Option<f64>,
+    /// Options passed to SUMO as they are, `--name=value`, in file order.
+    pub passed: Vec<String>,
+    /// Options of the file not used, by name, in file order.
+    pub left_out: Vec<String>,
+}
+
+/// Sections whose options greenwave never passes: outputs (written once per process, to the
+/// same files), the TraCI server, seeds, and sumo-gui's settings.
+const LEFT_OUT_SECTIONS: [&str; 4] = ["output", "traci_server", "random_number", "gui_only"];
+
+/// Options greenwave sets itself, or that would change what it measures or controls.
+const LEFT_OUT_OPTIONS: [&str; 19] = [
+    "end",
+    "step-length",
+    "seed",
+    "random",
+    "remote-port",
+    "num-clients",
+    "tls.all-off",
+    "verbose",
+    "print-options",
+    "no-step-log",
+    "step-log.period",
+    "duration-log.disable",
+    "duration-log.statistics",
+    "log",
+    "message-log",
+    "error-log",
+    "save-configuration",
+    "configuration-file",
+    "tripinfo-output",
+];
+
+impl SumoCfgFile {
+    /// Reads the configuration at `path`; errors name the file and what is wrong.
+    pub fn read(path: &Path) -> Result<Self, SumoError> {
+        let err = |message: String| SumoError::ConfigFile {
+            path: path.to_path_buf(),
+            message,
+        };
+        let file = File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        Self::parse(BufReader::new(file), dir).map_err(err)
+    }
+
+    /// Reads configuration text, resolving relative file names against `dir`.
+    pub fn parse(input: impl BufRead, dir: &Path) -> Result<Self, String> {
+        let mut cfg = SumoCfgFile::default();
+        let mut stack: Vec<String> = Vec::new();
+        let mut saw_root = false;
+        scan(input, |node| {
+            let (name, attrs, empty) = match node {
+                Node::Open { name, attrs, empty } => (name, attrs, empty),
+                Node::Close { .. } => {
+                    stack.pop();
+                    return Ok(());
+                }
+            };
+            if stack.is_empty() {
+                if !matches!(name, "configuration" | "sumoConfiguration") {
+                    return Err(format!(
+                        "not a SUMO configuration: the root element is <{name}>, not \
+                         <configuration> or <sumoConfiguration>"
+                    ));
+                }
+                saw_root = true;
+            } else if let Some(value) = attrs.get("value") {
+                let section = stack.last().map_or("", String::as_str);
+                cfg.take(section, name, value, dir)?;
+            }
+            if !empty {
+                stack.push(name.to_string());
+            }
+            Ok(())
+        })?;
+        if !saw_root {
+            return Err("not a SUMO configuration: no <configuration> element".into());
+        }
+        Ok(cfg)
+    }
+
+    /// Takes option `name` = `value` found in `section`.
+    fn take(&mut self, section: &str, name: &str, value: &str, dir: &Path) -> Result<(), String> {
+        let name = long_name(name);
+        let bad = |what: &str| format!("<{name} value=\"{value}\">: {what}");
+        match name {
+            "net-file" => self.net = files(value, dir).into_iter().next(),
+            "route-files" => self.routes = files(value, dir),
+            "additional-files" => self.additional = files(value, dir),
+            "begin" => self.begin_s = Some(time_s(value).ok_or_else(|| bad("not a time"))?),
+            "end" => {
+                self.end_s = Some(time_s(value).ok_or_else(|| bad("not a time"))?);
+                self.left_out.push(name.into());
+            }
+            _ if LEFT_OUT_SECTIONS.contains(&section)
+                || LEFT_OUT_OPTIONS.contains(&name)
+                || name.starts_with("tripinfo-output") =>
+            {
+                self.left_out.push(name.into())
+            }
+            _ if takes_files(name) => {
+                let joined: Vec<String> = files(value, dir)
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect();
+                self.passed.push(format!("--{name}={}", joined.join(",")));
+            }
+            _ => self.passed.push(format!("--{name}={value}")),
+        }
+        Ok(())
+    }
+}
+
+/// The options to pass SUMO for a configuration's `config` options and the user's `extra`
+/// ones: `config`'s, less those `extra` also names (`--name` or `--name=value`), then
+/// `extra`. SUMO refuses an option given twice, and the user's choice wins.
+pub fn merge_options(config: &[String], extra: &[String]) -> Vec<String> {
+    let name = |arg: &str| arg.split('=').next().unwrap_or_default().to_string();
+    let given: Vec<String> = extra
+        .iter()
+        .filter(|a| a.starts_with("--"))
+        .map(|a| name(a))
+        .collect();
+    config
+        .iter()
+        .filter(|o| !given.contains(&name(o)))
+        .chain(extra)
+        .cloned()
+        .collect()
+}
+
+/// SUMO's long name for `name`, where `name` is one of the synonyms of the options greenwave
+/// reads.
+fn long_name(name: &str) -> &str {
+    match name {
+        "n" | "net" => "net-file",
+        "r" | "routes" => "route-files",
+        "a" | "additional" => "additional-files",
+        "b" => "begin",
+        "e" => "end",
+        "c" => "configuration-file",
+        other => other,
+    }
+}
+
+/// Whether option `name` names files (SUMO's `-file`, `-files` options, and `load-state`).
+fn takes_files(name: &str) -> bool {
+    name.ends_with("-file") || name.ends_with("-files") || name == "load-state"
+}
+
+/// A comma-separated list of file names, each relative to `dir` unless absolute.
+fn files(value: &str, dir: &Path) -> Vec<PathBuf> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| dir.join(s))
+        .collect()
+}
+
+/// A SUMO time: seconds, `h:m:s` or `d:h:m:s` (each part a number); `None` if not one, or
+/// not finite.
+pub fn time_s(value: &str) -> Option<f64> {
+    let parts: Vec<f64> = value
+        .trim()
+        .split(':')
+        .map(|p| p.trim().parse::<f64>().ok().filter(|x| x.is_finite()))
+        .collect::<Option<_>>()?;
+    let scale: &[f64] = match parts.len() {
+        1 => &[1.0],
+        3 => &[3600.0, 60.0, 1.0],
+        4 => &[86400.0, 3600.0, 60.0, 1.0],
+        _ => return None,
+    };
+    let s: f64 = parts.iter().zip(scale).map(|(p, k)| p * k).sum();
+    s.is_finite().then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As SUMO's game `fokr_bs_demo.sumocfg` has it, with an output and a TraCI port added.
+    const GAME: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<sumoConfiguration xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+    <input>
+        <net-file value="fokr_bs_demo/fokr_bs.net.xml.gz"/>
+        <route-files value="fokr_bs_demo/15_16_ped.trips.xml, fokr_bs_demo/15_16_veh.trips.xml.gz"/>
+        <additional-files value="fokr_bs_demo/vtypes_default.add.xml,/abs/signalPlan.add.xml"/>
+    </input>
+    <time>
+        <begin value="15:0:0"/>
+        <end value="16:0:0"/>
+        <step-length value="0.05"/>
+    </time>
+    <processing>
+        <insertion-checks value="collision leaderGap pedestrian"/>
+        <pedestrian.striping.stripe-width value="0.55"/>
+        <time-to-teleport value="-1"/>
+        <tls.all-off value="true"/>
+    </processing>
+    <routing><weight-files value="w.xml"/></routing>
+    <output><summary-output value="s.xml"/></output>
+    <report>
+        <xml-validation value="never"/>
+        <no-step-log value="true"/>
+    </report>
+    <traci_server><remote-port value="8813"/></traci_server>
+    <gui_only>
+        <gui-settings-file value="fokr_bs_demo/setting.add.xml"/>
+        <demo value="true"/>
+    </gui_only>
+</sumoConfiguration>"#;
+
+    #[test]
+    fn a_game_configuration_gives_its_files_begin_and_traffic_options() {
+        let c = SumoCfgFile::parse(GAME.as_bytes(), Path::new("/g")).unwrap();
+        assert_eq!(
+            c.net,
+            Some(PathBuf::from("/g/fokr_bs_demo/fokr_bs.net.xml.gz"))
+        );
+        assert_eq!(
+            c.routes,
+            [
+                "/g/fokr_bs_demo/15_16_ped.trips.xml",
+                "/g/fokr_bs_demo/15_16_veh.trips.xml.gz"
+            ]
+            .map(PathBuf::from)
+        );
+        assert_eq!(
+            c.additional,
+            [
+                "/g/fokr_bs_demo/vtypes_default.add.xml",
+                "/abs/signalPlan.add.xml"
+            ]
+            .map(PathBuf::from)
+        );
+        assert_eq!((c.begin_s, c.end_s), (Some(54_000.0), Some(57_600.0)));
+        assert_eq!(
+            c.passed,
+            [
+                "--insertion-checks=collision leaderGap pedestrian",
+                "--pedestrian.striping.stripe-width=0.55",
+                "--time-to-teleport=-1",
+                "--weight-files=/g/w.xml",
+                "--xml-validation=never",
+            ]
+        );
+        assert_eq!(
+            c.left_out,
+            [
+                "end",
+                "step-length",
+                "tls.all-off",
+                "summary-output",
+                "no-step-log",
+                "remote-port",
+                "gui-settings-file",
+                "demo"
+            ]
+        );
+    }
+
+    #[test]
+    fn synonyms_and_a_flat_layout_read_as_sumo_reads_them() {
+        let flat = r#"<configuration><n value="a.net.xml"/><r value="r.xml"/>
+            <additional value="x.add.xml"/><b value="100"/><e value="1:0:0:0"/>
+            <time-to-teleport value="300"/></configuration>"#;
+        let c = SumoCfgFile::parse(flat.as_bytes(), Path::new("d")).unwrap();
+        assert_eq!(c.net, Some(PathBuf::from("d/a.net.xml")));
+        assert_eq!(c.routes, [PathBuf::from("d/r.xml")]);
+        assert_eq!(c.additional, [PathBuf::from("d/x.add.xml")]);
+        assert_eq!((c.begin_s, c.end_s), (Some(100.0), Some(86_400.0)));
+        assert_eq!(c.passed, ["--time-to-teleport=300"]);
+    }
+
+    #[test]
+    fn the_users_options_replace_the_configurations_of_the_same_name() {
+        let config = [
+            "--scale=0.5",
+            "--time-to-teleport=-1",
+            "--xml-validation=never",
+        ]
+        .map(String::from);
+        let extra = ["--scale", "1", "--step-log.period=9"].map(String::from);
+        assert_eq!(
+            merge_options(&config, &extra),
+            [
+                "--time-to-teleport=-1",
+                "--xml-validation=never",
+                "--scale",
+                "1",
+                "--step-log.period=9"
+            ]
+        );
+        assert_eq!(merge_options(&config, &[]), config);
+        assert_eq!(merge_options(&[], &extra), extra);
+    }
+
+    #[test]
+    fn times_are_seconds_or_clock_times() {
+        assert_eq!(time_s("54000"), Some(54_000.0));
+        assert_eq!(time_s(" 15:0:0 "), Some(54_000.0));
+        assert_eq!(time_s("0:01:30.5"), Some(90.5));
+        assert_eq!(time_s("1:2:3:4"), Some(93_784.0));
+        for bad in ["", "15:00", "x", "1:2:3:4:5", "inf", "NaN", "1e400"] {
+            assert_eq!(time_s(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_configuration_is_refused_by_name() {
+        let err = SumoCfgFile::parse("<routes/>".as_bytes(), Path::new("")).unwrap_err();
+        assert!(err.contains("root element is <routes>"), "{err}");
+        let err = SumoCfgFile::parse("".as_bytes(), Path::new("")).unwrap_err();
+        assert!(err.contains("no <configuration>"), "{err}");
+        let bad_time = r#"<configuration><begin value="soon"/></configuration>"#;
+        let err = SumoCfgFile::parse(bad_time.as_bytes(), Path::new("")).unwrap_err();
+        assert!(err.contains("<begin value=\"soon\">: not a time"), "{err}");
+        let err = SumoCfgFile::read(Path::new("/no/such.sumocfg")).unwrap_err();
+        assert!(err.to_string().contains("/no/such.sumocfg"), "{err}");
+    }
+}
