@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use greenwave_sim::sumo::TimingOverrides;
+use greenwave_sim::sumo::sumocfg::merge_options;
+use greenwave_sim::sumo::{SumoCfgFile, TimingOverrides};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -10,10 +11,11 @@ use crate::spec::{parse_reward, Backend, EnvSpec};
 use crate::value_err;
 
 /// Every keyword the environments take.
-const KNOWN: [&str; 19] = [
+const KNOWN: [&str; 20] = [
     "backend",
     "scenario",
     "demand",
+    "sumocfg",
     "net",
     "routes",
     "additional",
@@ -130,16 +132,18 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
     let sumo_args = kw
         .typed::<Vec<String>>("sumo_args", "a list of strings")?
         .unwrap_or_default();
+    let sumocfg = kw.path("sumocfg")?;
     match kw.string("backend")?.as_deref().unwrap_or("embedded") {
         "embedded" => {
             if net.is_some()
+                || sumocfg.is_some()
                 || !routes.is_empty()
                 || !additional.is_empty()
                 || !sumo_args.is_empty()
             {
                 return Err(value_err(
-                    "net=, routes=, additional= and sumo_args= are for backend=\"sumo\"; the \
-                     embedded simulator takes scenario=",
+                    "net=, routes=, additional=, sumocfg= and sumo_args= are for \
+                     backend=\"sumo\"; the embedded simulator takes scenario=",
                 ));
             }
             if kw.flag("program_clock")? == Some(true) {
@@ -158,12 +162,22 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                     "scenario= and demand= are for the embedded simulator; SUMO takes net= and routes=",
                 ));
             }
+            let cfg = match &sumocfg {
+                Some(path) => SumoCfgFile::read(path).map_err(|e| value_err(e.to_string()))?,
+                None => SumoCfgFile::default(),
+            };
+            let or_cfg = |given: Vec<PathBuf>, from: Vec<PathBuf>| match given.is_empty() {
+                true => from,
+                false => given,
+            };
             Ok(Backend::Sumo {
-                net: net.ok_or_else(|| value_err("backend=\"sumo\" needs net="))?,
-                routes,
-                additional,
-                sumo_args,
-                begin_s: kw.number("begin_s")?.unwrap_or(0.0),
+                net: net.or(cfg.net).ok_or_else(|| {
+                    value_err("backend=\"sumo\" needs net= (or a sumocfg= that names one)")
+                })?,
+                routes: or_cfg(routes, cfg.routes),
+                additional: or_cfg(additional, cfg.additional),
+                sumo_args: merge_options(&cfg.passed, &sumo_args),
+                begin_s: kw.number("begin_s")?.or(cfg.begin_s).unwrap_or(0.0),
                 timing_file: kw.path("timing")?,
                 overrides: TimingOverrides {
                     yellow_s: kw.number("yellow_s")?,

@@ -170,6 +170,38 @@ def test_sumo_takes_additional_files_and_options(tmp_path):
         SignalEnv(**sumo_single(sumo_args="--xml-validation never"))
 
 
+@needs_sumo
+def test_sumo_reads_a_configuration_file(tmp_path):
+    # The fixture's own single.sumocfg (relative file names) gives the net and routes.
+    def delay(**kw):
+        env = SignalEnv(backend="sumo", episode_s=300, **kw)
+        env.reset(seed=3)
+        done = False
+        while not done:
+            _, _, done, truncated, _ = env.step(0)
+            done = done or truncated
+        return env.metrics()
+
+    own = delay(sumocfg=str(FIXTURES / "single.sumocfg"))
+    assert own == delay(net=str(FIXTURES / "single.net.xml"), routes=str(FIXTURES / "single.rou.xml")) | {
+        "wall_seconds": own["wall_seconds"]
+    }
+    # Its options reach SUMO (scale 0.3 thins the demand) unless sumo_args gives them too.
+    cfg = tmp_path / "thin.sumocfg"
+    cfg.write_text(
+        f'<configuration><net-file value="{FIXTURES / "single.net.xml"}"/>'
+        f'<route-files value="{FIXTURES / "single.rou.xml"}"/><scale value="0.3"/></configuration>'
+    )
+    thin = delay(sumocfg=str(cfg))
+    assert thin["throughput_veh"] < 0.6 * own["throughput_veh"]
+    assert delay(sumocfg=str(cfg), sumo_args=["--scale", "1"])["throughput_veh"] == own["throughput_veh"]
+    with pytest.raises(ValueError, match="sumocfg="):
+        SignalEnv(scenario="single-4way", sumocfg=str(cfg))
+    cfg.write_text("<routes/>")
+    with pytest.raises(ValueError, match="root element is <routes>"):
+        SignalEnv(backend="sumo", sumocfg=str(cfg))
+
+
 def test_vectorised_step_stacks_and_resets_each_copy():
     vec = VecSignalEnv(4, scenario="single-4way", episode_s=100)
     obs = vec.reset(seed=5)

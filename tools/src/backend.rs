@@ -48,13 +48,28 @@ pub struct BackendArgs {
     #[arg(long, value_enum, default_value_t = Backend::Embedded)]
     #[serde(default)]
     pub backend: Backend,
+    /// A SUMO configuration (`.sumocfg`), with `--backend sumo`: the net, route and
+    /// additional files and begin it names, where `--net`, `--routes`, `--additional` and
+    /// `--begin` do not give them, and its traffic options (a pedestrian model's stripe
+    /// width, insertion checks, teleporting, …) passed to SUMO before `--sumo-args` (an
+    /// option in both is taken from `--sumo-args`). Its end, step length, seeds, outputs,
+    /// TraCI port, logging, GUI settings and `tls.all-off` are not used: greenwave sets
+    /// them itself (see "SUMO configuration files" in tools/README.md).
+    #[arg(long, value_name = "FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sumocfg: Option<PathBuf>,
+    /// The options `--sumocfg` passes to SUMO, `--name=value` (filled from the file when a
+    /// command starts, and kept in `run.json`).
+    #[arg(skip)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sumocfg_options: Vec<String>,
     /// SUMO network (`.net.xml`), with `--backend sumo`; its traffic lights are the signals.
-    #[arg(long, required_if_eq("backend", "sumo"))]
+    #[arg(long)]
     #[serde(default)]
     pub net: Option<PathBuf>,
     /// SUMO routes or trips (`.rou.xml[.gz]`; several comma-separated, as SUMO's
     /// `--route-files`), with `--backend sumo`.
-    #[arg(long, required_if_eq("backend", "sumo"), value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',')]
     #[serde(default, deserialize_with = "paths_or_path")]
     pub routes: Vec<PathBuf>,
     /// SUMO additional files (comma-separated, as SUMO's `--additional-files`), with
@@ -70,10 +85,11 @@ pub struct BackendArgs {
     #[arg(long, allow_hyphen_values = true, value_name = "OPTIONS")]
     #[serde(default)]
     pub sumo_args: Option<String>,
-    /// SUMO time the episode starts at (s), with `--backend sumo`.
-    #[arg(long, default_value_t = 0.0)]
+    /// SUMO time the episode starts at (s), with `--backend sumo`: 0 unless given here or
+    /// by `--sumocfg`.
+    #[arg(long)]
     #[serde(default)]
-    pub begin: f64,
+    pub begin: Option<f64>,
     /// The signals' timing on SUMO: taken from each light's own program unless overridden
     /// here (see "Timing on SUMO networks" in tools/README.md).
     #[command(flatten)]
@@ -276,11 +292,13 @@ impl BackendArgs {
     pub fn sumo(net: impl Into<PathBuf>, routes: impl Into<PathBuf>) -> Self {
         BackendArgs {
             backend: Backend::Sumo,
+            sumocfg: None,
+            sumocfg_options: Vec::new(),
             net: Some(net.into()),
             routes: vec![routes.into()],
             additional: Vec::new(),
             sumo_args: None,
-            begin: 0.0,
+            begin: None,
             timing: SumoTimingArgs::default(),
             reward: None,
             program_clock: None,
@@ -293,17 +311,18 @@ impl BackendArgs {
         match self.backend {
             Backend::Embedded => {
                 if self.net.is_some()
+                    || self.sumocfg.is_some()
                     || !self.routes.is_empty()
                     || !self.additional.is_empty()
                     || self.sumo_args.is_some()
-                    || self.begin != 0.0
+                    || self.begin.is_some()
                     || self.timing.is_set()
                     || self.reward.is_some()
                     || self.program_clock.is_some()
                 {
                     bail!(
-                        "--net, --routes, --additional, --sumo-args, --begin, --reward, \
-                         --program-clock and the timing \
+                        "--net, --routes, --additional, --sumocfg, --sumo-args, --begin, \
+                         --reward, --program-clock and the timing \
                          options (--timing, \
                          --program, --yellow, --all-red, --min-green, --max-green, \
                          --decision-interval) are SUMO options: add `--backend sumo` (an \
@@ -313,13 +332,18 @@ impl BackendArgs {
             }
             Backend::Sumo => {
                 if self.net.is_none() || self.routes.is_empty() {
-                    bail!("--backend sumo needs --net FILE.net.xml and --routes FILE.rou.xml");
-                }
-                if !self.begin.is_finite() || self.begin < 0.0 {
                     bail!(
-                        "--begin {} must be a non-negative number of seconds",
-                        self.begin
+                        "--backend sumo needs --net FILE.net.xml and --routes FILE.rou.xml, \
+                         or a --sumocfg FILE.sumocfg that names them{}",
+                        match (&self.sumocfg, self.net.is_none()) {
+                            (Some(c), true) => format!(" ({} names no net-file)", c.display()),
+                            (Some(c), false) => format!(" ({} names no route-files)", c.display()),
+                            (None, _) => String::new(),
+                        }
                     );
+                }
+                if let Some(b) = self.begin.filter(|b| !b.is_finite() || *b < 0.0) {
+                    bail!("--begin {b} must be a non-negative number of seconds");
                 }
             }
         }
@@ -335,6 +359,7 @@ impl BackendArgs {
         let keyed = |b: &Self| BackendArgs {
             reward: sumo(b).then_some(b.reward).flatten(),
             program_clock: sumo(b).then_some(b.program_clock).flatten(),
+            begin: Some(b.begin.unwrap_or(0.0)),
             ..b.clone()
         };
         keyed(self) == keyed(other)
@@ -348,13 +373,63 @@ impl BackendArgs {
         }
     }
 
-    /// `--sumo-args` split as a shell would.
+    /// The options greenwave passes to SUMO beyond its own: `--sumocfg`'s, less any that
+    /// `--sumo-args` also gives, then `--sumo-args` split as a shell would.
     pub fn sumo_extra_args(&self) -> Result<Vec<String>> {
-        let Some(options) = &self.sumo_args else {
-            return Ok(Vec::new());
+        let user = match &self.sumo_args {
+            None => Vec::new(),
+            Some(options) => shlex::split(options).with_context(|| {
+                format!("--sumo-args {options:?}: unbalanced quotes or a bad escape")
+            })?,
         };
-        shlex::split(options)
-            .with_context(|| format!("--sumo-args {options:?}: unbalanced quotes or a bad escape"))
+        #[cfg(feature = "sumo")]
+        let user = greenwave_sim::sumo::sumocfg::merge_options(&self.sumocfg_options, &user);
+        Ok(user)
+    }
+
+    /// Fills the net, routes, additional files and begin from `--sumocfg` where the flags
+    /// do not give them, and keeps the file's options for SUMO; notes on stderr which of
+    /// its options are not used. Does nothing without `--sumocfg`; call it once, as a
+    /// command starts.
+    pub fn resolve_sumocfg(&mut self) -> Result<()> {
+        let Some(path) = self.sumocfg.clone() else {
+            return Ok(());
+        };
+        if self.backend != Backend::Sumo {
+            return self.check();
+        }
+        self.take_sumocfg(&path)
+    }
+
+    #[cfg(feature = "sumo")]
+    fn take_sumocfg(&mut self, path: &std::path::Path) -> Result<()> {
+        let file = greenwave_sim::sumo::SumoCfgFile::read(path)?;
+        if self.net.is_none() {
+            self.net = file.net;
+        }
+        if self.routes.is_empty() {
+            self.routes = file.routes;
+        }
+        if self.additional.is_empty() {
+            self.additional = file.additional;
+        }
+        if self.begin.is_none() {
+            self.begin = file.begin_s;
+        }
+        self.sumocfg_options = file.passed;
+        if !file.left_out.is_empty() {
+            eprintln!(
+                "note: {}: not used (greenwave sets these itself): {}",
+                path.display(),
+                file.left_out.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    #[cfg(not(feature = "sumo"))]
+    fn take_sumocfg(&mut self, _path: &std::path::Path) -> Result<()> {
+        Err(sumo_not_built())
     }
 
     /// The SUMO backend's configuration: episode length `seconds` (default the backend's,
@@ -373,7 +448,7 @@ impl BackendArgs {
         cfg.routes = self.routes.clone();
         cfg.additional = self.additional.clone();
         cfg.extra_args = self.sumo_extra_args()?;
-        cfg.begin_s = self.begin;
+        cfg.begin_s = self.begin.unwrap_or(0.0);
         cfg.seed = seed;
         cfg.reward = self.reward.unwrap_or_default().into();
         cfg.program_clock = self.program_clock.unwrap_or_default().is_on();
@@ -741,6 +816,55 @@ mod tests {
         v.as_object_mut().unwrap().remove("reward");
         let old: BackendArgs = serde_json::from_value(v).unwrap();
         assert_eq!(old.reward, Some(RewardArg::WaitDelta));
+    }
+
+    #[test]
+    #[cfg(feature = "sumo")]
+    fn a_run_from_before_begin_was_optional_resumes_and_sumocfg_options_come_first() {
+        // run.json from before: `"begin": 0.0` always written.
+        let mut v = serde_json::to_value(BackendArgs::sumo("n.net.xml", "r.rou.xml")).unwrap();
+        v["begin"] = 0.0.into();
+        let old: BackendArgs = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(old.begin, Some(0.0));
+        let now = BackendArgs::sumo("n.net.xml", "r.rou.xml");
+        assert!(old.resumes_as(&now) && now.resumes_as(&old));
+        v["begin"] = 54_000.0.into();
+        let later: BackendArgs = serde_json::from_value(v).unwrap();
+        assert!(!later.resumes_as(&now));
+        // A configuration's options, then the user's; the user's win by name.
+        let mut both = now.clone();
+        both.sumocfg = Some(PathBuf::from("s.sumocfg"));
+        both.sumocfg_options = vec!["--scale=0.5".into(), "--xml-validation=never".into()];
+        both.sumo_args = Some("--scale 1".into());
+        assert_eq!(
+            both.sumo_extra_args().unwrap(),
+            ["--xml-validation=never", "--scale", "1"]
+        );
+        assert!(
+            !both.resumes_as(&now),
+            "another configuration is another run"
+        );
+        let back: BackendArgs =
+            serde_json::from_value(serde_json::to_value(&both).unwrap()).unwrap();
+        assert_eq!(back, both);
+        let mut embedded = BackendArgs::embedded();
+        embedded.sumocfg = both.sumocfg.clone();
+        let err = embedded.resolve_sumocfg().unwrap_err().to_string();
+        assert!(
+            err.contains("--sumocfg") && err.contains("--backend sumo"),
+            "{err}"
+        );
+        let mut missing = BackendArgs {
+            net: None,
+            routes: Vec::new(),
+            sumocfg: Some(PathBuf::from("/no/such.sumocfg")),
+            ..now
+        };
+        let err = format!("{:#}", missing.resolve_sumocfg().unwrap_err());
+        assert!(
+            err.contains("/no/such.sumocfg") && err.contains("cannot open"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -47,8 +47,36 @@ fn main() -> ExitCode {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
-    let cli = Cli::parse();
-    let result = match &cli.command {
+    let mut cli = Cli::parse();
+    let result = resolve_sumocfg(&mut cli.command).and_then(|()| run(&cli.command));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the whole context chain: what we were doing, then why it failed.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads `--sumocfg` into the simulator options of the commands that take it, once, before
+/// they run.
+fn resolve_sumocfg(command: &mut Command) -> anyhow::Result<()> {
+    let sim = match command {
+        Command::Sim(args) => &mut args.sim,
+        Command::Train(args) => &mut args.sim,
+        Command::Export(args) => &mut args.sim,
+        Command::Eval(args) => &mut args.sim,
+        Command::Site(args) => &mut args.sim,
+        Command::Demo(_) | Command::Plot(_) | Command::Keygen(_) | Command::Bundle(_) => {
+            return Ok(())
+        }
+    };
+    sim.resolve_sumocfg()
+}
+
+fn run(command: &Command) -> anyhow::Result<()> {
+    match command {
         Command::Demo(args) => greenwave_tools::demo::run(args),
         Command::Sim(args) => sim_cmd::run(args),
         Command::Train(args) => greenwave_tools::train::cli::run(args),
@@ -58,13 +86,5 @@ fn main() -> ExitCode {
         Command::Keygen(args) => greenwave_tools::bundle_cmd::run_keygen(args),
         Command::Bundle(args) => greenwave_tools::bundle_cmd::run_bundle(args),
         Command::Site(args) => greenwave_tools::site_cmd::run(args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // `{:#}` prints the whole context chain: what we were doing, then why it failed.
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
     }
 }

@@ -793,3 +793,100 @@ fn the_controller_writes_a_sumo_fields_program_clock_itself() {
     // The detector zones are SUMO's, not zero.
     assert!(seen.iter().any(|o| o[..detected].iter().any(|&x| x > 0.0)));
 }
+
+/// A scenario given as a `.sumocfg` runs as with its files given one by one (the fixture's
+/// own `single.sumocfg`, relative names); a configuration's traffic options reach SUMO
+/// (`<scale value="0.4"/>` cuts the demand) unless `--sumo-args` gives them too (`--scale
+/// 1` puts it back); what greenwave sets itself (an output, the end, the TraCI port) is
+/// left out, by name, and never written.
+#[test]
+fn a_sumocfg_gives_the_files_and_the_traffic_options() {
+    if !sumo_available() {
+        return;
+    }
+    let d = tmp("sumocfg");
+    std::fs::create_dir_all(&d).unwrap();
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let scaled = d.join("scaled.sumocfg");
+    std::fs::write(
+        &scaled,
+        format!(
+            r#"<sumoConfiguration>
+    <input><net-file value="{}"/><route-files value="{}"/></input>
+    <time><begin value="0:0:0"/><end value="99999"/></time>
+    <processing><scale value="0.4"/></processing>
+    <output><tripinfo-output value="{}"/></output>
+    <traci_server><remote-port value="8813"/></traci_server>
+</sumoConfiguration>"#,
+            net.display(),
+            routes.display(),
+            d.join("mine.xml").display()
+        ),
+    )
+    .unwrap();
+    let sim = |extra: &[&str]| -> (u64, f64, String) {
+        let mut args = vec![
+            "sim",
+            "--backend",
+            "sumo",
+            "--controller",
+            "fixed-time",
+            "--seconds",
+            "600",
+            "--json",
+        ];
+        args.extend(extra);
+        let o = greenwave(&args);
+        let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        (
+            v["throughput_veh"].as_u64().unwrap(),
+            v["mean_delay_s"].as_f64().unwrap(),
+            stderr,
+        )
+    };
+    let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
+    let base = sim(&["--net", net_s, "--routes", routes_s]);
+    let own = sim(&["--sumocfg", fixture("single.sumocfg").to_str().unwrap()]);
+    assert_eq!((own.0, own.1), (base.0, base.1), "{}", own.2);
+    let cut = sim(&["--sumocfg", scaled.to_str().unwrap()]);
+    assert!(
+        (cut.0 as f64) < 0.6 * base.0 as f64,
+        "scale 0.4: {} of {} vehicles through",
+        cut.0,
+        base.0
+    );
+    assert!(
+        cut.2
+            .contains("not used (greenwave sets these itself): end, tripinfo-output, remote-port"),
+        "{}",
+        cut.2
+    );
+    assert!(
+        !d.join("mine.xml").exists(),
+        "the config's output was written"
+    );
+    let back = sim(&[
+        "--sumocfg",
+        scaled.to_str().unwrap(),
+        "--sumo-args",
+        "--scale 1",
+    ]);
+    assert_eq!((back.0, back.1), (base.0, base.1));
+    let o = greenwave(&["sim", "--sumocfg", scaled.to_str().unwrap()]);
+    assert!(failed(&o).contains("add `--backend sumo`"));
+    std::fs::write(&scaled, "<routes/>").unwrap();
+    let o = greenwave(&[
+        "sim",
+        "--backend",
+        "sumo",
+        "--sumocfg",
+        scaled.to_str().unwrap(),
+    ]);
+    let err = failed(&o);
+    assert!(
+        err.contains("scaled.sumocfg") && err.contains("<routes>"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
