@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use greenwave_sim::sumo::sumocfg::merge_options;
-use greenwave_sim::sumo::{SumoCfgFile, TimingOverrides};
+use greenwave_sim::sumo::{SumoCfgFile, SumoFiles, TimingOverrides};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -166,18 +166,20 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 Some(path) => SumoCfgFile::read(path).map_err(|e| value_err(e.to_string()))?,
                 None => SumoCfgFile::default(),
             };
-            let or_cfg = |given: Vec<PathBuf>, from: Vec<PathBuf>| match given.is_empty() {
-                true => from,
-                false => given,
-            };
+            let files = cfg.under(SumoFiles {
+                net,
+                routes,
+                additional,
+                begin_s: kw.number("begin_s")?,
+            });
             Ok(Backend::Sumo {
-                net: net.or(cfg.net).ok_or_else(|| {
+                net: files.net.ok_or_else(|| {
                     value_err("backend=\"sumo\" needs net= (or a sumocfg= that names one)")
                 })?,
-                routes: or_cfg(routes, cfg.routes),
-                additional: or_cfg(additional, cfg.additional),
+                routes: files.routes,
+                additional: files.additional,
                 sumo_args: merge_options(&cfg.passed, &sumo_args),
-                begin_s: kw.number("begin_s")?.or(cfg.begin_s).unwrap_or(0.0),
+                begin_s: files.begin_s.unwrap_or(0.0),
                 timing_file: kw.path("timing")?,
                 overrides: TimingOverrides {
                     yellow_s: kw.number("yellow_s")?,

@@ -404,18 +404,14 @@ impl BackendArgs {
     #[cfg(feature = "sumo")]
     fn take_sumocfg(&mut self, path: &std::path::Path) -> Result<()> {
         let file = greenwave_sim::sumo::SumoCfgFile::read(path)?;
-        if self.net.is_none() {
-            self.net = file.net;
-        }
-        if self.routes.is_empty() {
-            self.routes = file.routes;
-        }
-        if self.additional.is_empty() {
-            self.additional = file.additional;
-        }
-        if self.begin.is_none() {
-            self.begin = file.begin_s;
-        }
+        let files = file.under(greenwave_sim::sumo::SumoFiles {
+            net: self.net.take(),
+            routes: std::mem::take(&mut self.routes),
+            additional: std::mem::take(&mut self.additional),
+            begin_s: self.begin,
+        });
+        (self.net, self.routes, self.additional) = (files.net, files.routes, files.additional);
+        self.begin = files.begin_s;
         self.sumocfg_options = file.passed;
         if !file.left_out.is_empty() {
             eprintln!(

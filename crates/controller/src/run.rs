@@ -36,25 +36,25 @@ use crate::keys::trusted_keys;
 #[derive(Args)]
 struct SumoTiming {
     /// Timing file (TOML: decision_interval_s, [defaults], [signals."ID"]).
-    #[arg(long, requires = "sumo_net")]
+    #[arg(long, requires = "sumo_field")]
     timing: Option<PathBuf>,
     /// Program id to run on lights that have it.
-    #[arg(long, requires = "sumo_net")]
+    #[arg(long, requires = "sumo_field")]
     program: Option<String>,
     /// Yellow of every signal (s, 3-6).
-    #[arg(long, requires = "sumo_net")]
+    #[arg(long, requires = "sumo_field")]
     yellow: Option<f64>,
     /// All-red of every signal (s, 0-6).
-    #[arg(long, requires = "sumo_net")]
+    #[arg(long, requires = "sumo_field")]
     all_red: Option<f64>,
     /// Min green of every signal (s).
-    #[arg(long, requires = "sumo_net")]
+    #[arg(long, requires = "sumo_field")]
     min_green: Option<f64>,
     /// Max green of every signal (s).
-    #[arg(long, requires = "sumo_net")]
+    #[arg(long, requires = "sumo_field")]
     max_green: Option<f64>,
     /// Seconds between decisions (default: the timing file's, else the bundle's).
-    #[arg(long, requires = "sumo_net")]
+    #[arg(long, requires = "sumo_field")]
     decision_interval: Option<f64>,
 }
 
@@ -79,6 +79,10 @@ impl SumoTiming {
 
 /// Arguments of `greenwave-controller run`.
 #[derive(Args)]
+#[cfg_attr(
+    feature = "sumo",
+    command(group(clap::ArgGroup::new("sumo_field").args(["sumo_net", "sumocfg"]).multiple(true)))
+)]
 pub struct RunArgs {
     /// The signed policy bundle (directory); or --store.
     #[arg(long, required_unless_present = "store")]
@@ -100,16 +104,29 @@ pub struct RunArgs {
     scenario: Option<String>,
     /// SUMO network (.net.xml) to run against instead of the embedded simulator.
     #[cfg(feature = "sumo")]
-    #[arg(long, conflicts_with_all = ["scenario", "replay", "site"], requires = "sumo_routes")]
+    #[arg(long, conflicts_with_all = ["scenario", "replay", "site"])]
     sumo_net: Option<PathBuf>,
+    /// A SUMO configuration (.sumocfg) to run against, as `greenwave --sumocfg`: its net,
+    /// routes, additional files and begin where --sumo-net, --sumo-routes,
+    /// --sumo-additional and --sumo-begin do not give them, and the options that shape its
+    /// traffic (end, step length, seeds, outputs, TraCI port, logging, GUI settings and
+    /// tls.all-off are not used).
+    #[cfg(feature = "sumo")]
+    #[arg(long, conflicts_with_all = ["scenario", "replay", "site"])]
+    sumocfg: Option<PathBuf>,
+    /// SUMO time the run starts at (s), with --sumo-net or --sumocfg (default the
+    /// configuration's, else 0).
+    #[cfg(feature = "sumo")]
+    #[arg(long, requires = "sumo_field")]
+    sumo_begin: Option<f64>,
     /// SUMO route files (with --sumo-net; repeated or comma-separated).
     #[cfg(feature = "sumo")]
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', requires = "sumo_field")]
     sumo_routes: Vec<PathBuf>,
     /// SUMO additional files (with --sumo-net; repeated or comma-separated): vehicle types,
     /// signal programs (a `<tlLogic>` in one becomes that light's program), ...
     #[cfg(feature = "sumo")]
-    #[arg(long, value_delimiter = ',', requires = "sumo_net")]
+    #[arg(long, value_delimiter = ',', requires = "sumo_field")]
     sumo_additional: Vec<PathBuf>,
     /// SUMO signal timing (with --sumo-net): as `greenwave sim --backend sumo`, each light's
     /// own program unless overridden; the bundle's plan hash must match the result.
@@ -222,7 +239,7 @@ fn load_policy(
     // lanes); a site configuration supplies one where it gives every signal its program;
     // embedded scenarios have none.
     #[cfg(feature = "sumo")]
-    let simulated_sumo = args.sumo_net.is_some();
+    let simulated_sumo = args.sumo_net.is_some() || args.sumocfg.is_some();
     #[cfg(not(feature = "sumo"))]
     let simulated_sumo = false;
     let supplied = match simulated_sumo {
@@ -374,14 +391,48 @@ fn check_site_matches(site: &[SignalSpec], sim: &[SignalSpec], name: &str) -> Re
     Ok(())
 }
 
+/// The SUMO field's files, begin and options: the flags', else `--sumocfg`'s.
+#[cfg(feature = "sumo")]
+fn sumo_config(args: &RunArgs, quiet: bool) -> Result<greenwave_sim::sumo::SumoConfig> {
+    use greenwave_sim::sumo::{SumoCfgFile, SumoFiles};
+    let file = match &args.sumocfg {
+        Some(path) => SumoCfgFile::read(path)?,
+        None => SumoCfgFile::default(),
+    };
+    if !quiet && !file.left_out.is_empty() {
+        eprintln!(
+            "note: --sumocfg: not used (set by the controller, or not for a field): {}",
+            file.left_out.join(", ")
+        );
+    }
+    let files = file.under(SumoFiles {
+        net: args.sumo_net.clone(),
+        routes: args.sumo_routes.clone(),
+        additional: args.sumo_additional.clone(),
+        begin_s: args.sumo_begin,
+    });
+    let net = files
+        .net
+        .context("no SUMO network: give --sumo-net, or a --sumocfg that names a net-file")?;
+    let first = files
+        .routes
+        .first()
+        .cloned()
+        .context("no SUMO routes: give --sumo-routes, or a --sumocfg that names route-files")?;
+    let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, first);
+    cfg.routes = files.routes;
+    cfg.additional = files.additional;
+    cfg.begin_s = files.begin_s.unwrap_or(0.0);
+    cfg.extra_args = file.passed;
+    Ok(cfg)
+}
+
 /// `--scenario` (with `--replay`) or `--sumo-net` (feature `sim`).
 #[cfg(feature = "sim")]
 fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
     #[cfg(feature = "sumo")]
-    if let Some(net) = args.sumo_net.clone() {
-        let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, args.sumo_routes[0].clone());
-        cfg.routes = args.sumo_routes.clone();
-        cfg.additional = args.sumo_additional.clone();
+    if args.sumo_net.is_some() || args.sumocfg.is_some() {
+        let mut cfg = sumo_config(args, quiet)?;
         // The simulated field decides at the bundle's interval unless the timing file or
         // flag names one. A bundle that does not verify is reported by `load_policy`.
         // So do its program-clock lanes.
@@ -866,6 +917,65 @@ fn print_store(s: &StoreReport) {
 mod tests {
     use super::*;
     use greenwave_core::{ClockStage, ProgramClock};
+
+    /// `--sumocfg` gives the field's files, begin and traffic options; the `--sumo-*` flags
+    /// replace what it names; without either, no SUMO options are accepted.
+    #[cfg(feature = "sumo")]
+    #[test]
+    fn a_sumocfg_gives_the_sumo_field_and_the_flags_replace_what_it_names() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let dir = std::env::temp_dir().join(format!("gw-ctl-sumocfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg_path = dir.join("s.sumocfg");
+        std::fs::write(
+            &cfg_path,
+            r#"<configuration><input><net-file value="n.net.xml"/>
+            <route-files value="a.rou.xml,b.rou.xml"/></input>
+            <time><begin value="1:0:0"/><step-length value="0.1"/></time>
+            <processing><scale value="2"/></processing></configuration>"#,
+        )
+        .unwrap();
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["x", "--bundle", "b", "--trust", "k", "--log-dir", "l"];
+            argv.push("--sumocfg");
+            argv.push(cfg_path.to_str().unwrap());
+            argv.extend(extra);
+            <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.run)
+        };
+        let cfg = sumo_config(&parse(&[]).unwrap(), true).unwrap();
+        assert_eq!(cfg.net, dir.join("n.net.xml"));
+        assert_eq!(cfg.routes, [dir.join("a.rou.xml"), dir.join("b.rou.xml")]);
+        assert_eq!(cfg.begin_s, 3600.0);
+        assert_eq!(cfg.extra_args, ["--scale=2"]);
+        assert_eq!(
+            cfg.step_length_s, 1.0,
+            "the controller's step, not the file's"
+        );
+        let args = parse(&["--sumo-routes", "c.rou.xml", "--sumo-begin", "0"]).unwrap();
+        let cfg = sumo_config(&args, true).unwrap();
+        assert_eq!(cfg.routes, [PathBuf::from("c.rou.xml")]);
+        assert_eq!(cfg.begin_s, 0.0);
+        std::fs::write(&cfg_path, "<configuration/>").unwrap();
+        let err = format!("{:#}", sumo_config(&parse(&[]).unwrap(), true).unwrap_err());
+        assert!(err.contains("no SUMO network"), "{err}");
+        let orphan = [
+            "x",
+            "--bundle",
+            "b",
+            "--trust",
+            "k",
+            "--log-dir",
+            "l",
+            "--sumo-begin",
+            "5",
+        ];
+        assert!(<Cli as clap::Parser>::try_parse_from(orphan).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     /// A site whose signal has a program clock matches the simulator it runs on by its
     /// detector lanes (the controller writes the clock's); a site with other detector

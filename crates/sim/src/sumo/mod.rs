@@ -37,7 +37,7 @@ pub use env::{observed_layout, run_static_program, SumoEnv, STOP_BAR_ZONE_M, ZON
 pub use model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
 pub use net::NetFile;
 pub use readings::ReadMode;
-pub use sumocfg::SumoCfgFile;
+pub use sumocfg::{SumoCfgFile, SumoFiles};
 pub use timing::{TimingOverrides, TimingSpec};
 
 /// Oldest TraCI API level accepted (SUMO 1.28 speaks 22; every command used here is older).

@@ -41,6 +41,20 @@ pub struct SumoCfgFile {
     pub left_out: Vec<String>,
 }
 
+/// The files and start a run is given: by its own options, then filled from a
+/// configuration file ([`SumoCfgFile::under`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SumoFiles {
+    /// The network.
+    pub net: Option<PathBuf>,
+    /// Route files.
+    pub routes: Vec<PathBuf>,
+    /// Additional files.
+    pub additional: Vec<PathBuf>,
+    /// Begin, in seconds.
+    pub begin_s: Option<f64>,
+}
+
 /// Sections whose options greenwave never passes: outputs (written once per process, to the
 /// same files), the TraCI server, seeds, and sumo-gui's settings.
 const LEFT_OUT_SECTIONS: [&str; 4] = ["output", "traci_server", "random_number", "gui_only"];
@@ -114,6 +128,18 @@ impl SumoCfgFile {
             return Err("not a SUMO configuration: no <configuration> element".into());
         }
         Ok(cfg)
+    }
+
+    /// `given`, each of its files and its begin taken from this configuration where `given`
+    /// has none: the command line replaces what the file names, as in SUMO.
+    pub fn under(&self, given: SumoFiles) -> SumoFiles {
+        let or = |g: Vec<PathBuf>, f: &[PathBuf]| if g.is_empty() { f.to_vec() } else { g };
+        SumoFiles {
+            net: given.net.or_else(|| self.net.clone()),
+            routes: or(given.routes, &self.routes),
+            additional: or(given.additional, &self.additional),
+            begin_s: given.begin_s.or(self.begin_s),
+        }
     }
 
     /// Takes option `name` = `value` found in `section`.
@@ -296,6 +322,26 @@ mod tests {
                 "demo"
             ]
         );
+    }
+
+    #[test]
+    fn what_the_command_line_gives_replaces_what_the_file_names() {
+        let c = SumoCfgFile::parse(GAME.as_bytes(), Path::new("/g")).unwrap();
+        let none = c.under(SumoFiles::default());
+        assert_eq!(none.net, c.net);
+        assert_eq!((none.routes.len(), none.additional.len()), (2, 2));
+        assert_eq!(none.begin_s, Some(54_000.0));
+        let given = SumoFiles {
+            net: Some("n.net.xml".into()),
+            routes: vec!["r.rou.xml".into()],
+            additional: Vec::new(),
+            begin_s: Some(0.0),
+        };
+        let mixed = c.under(given.clone());
+        assert_eq!(mixed.net, given.net);
+        assert_eq!(mixed.routes, given.routes);
+        assert_eq!(mixed.additional, c.additional, "not given: the file's");
+        assert_eq!(mixed.begin_s, Some(0.0), "an explicit 0 is kept");
     }
 
     #[test]
