@@ -5,8 +5,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::reward::RewardKind;
 
-/// Largest observation a [`Transition`] holds by default.
-pub const MAX_OBS_DIM: usize = 96;
+/// Largest observation a [`Transition`] holds by default (the host's controller, logs and
+/// fine-tuning): 256 floats, 118 lanes at 16 phases. Real junctions need more than the 96
+/// this once was: SUMO's `fokr_bs_demo` observes 115 (52 lanes, 44 of them detector lanes
+/// and 8 clock lanes, and 8 phases), and the controller refused its policy. The firmware
+/// keeps its own smaller capacity; the wire format does not depend on it.
+pub const MAX_OBS_DIM: usize = 256;
 
 /// Who chose the phase that was actually served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -448,25 +448,25 @@ mod tests {
             "{e}"
         );
         // Detector lanes that leave no room in a transition record for the clock's are
-        // refused too: 2 × (40 + 4) + 4 + 3 = 95 floats fit the 96, 41 lanes do not.
+        // refused too: 2 × (120 + 4) + 4 + 3 = 255 floats fit the 256, 121 lanes do not.
         let mut wide = s.clone();
-        wide.signals[0].n_lanes = 41;
+        wide.signals[0].n_lanes = 121;
         let e = SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).unwrap_err();
         assert!(
             e.to_string().contains(
-                "signal 0 (`c`): n_lanes 41 and the program clock's 4 lanes make an \
-                 observation of more than the 96 floats"
+                "signal 0 (`c`): n_lanes 121 and the program clock's 4 lanes make an \
+                 observation of more than the 256 floats"
             ),
             "{e}"
         );
-        wide.signals[0].n_lanes = 40;
+        wide.signals[0].n_lanes = 120;
         let ok = SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).unwrap();
-        assert_eq!(ok.signal_specs()[0].layout.dim(), 95);
-        // Without the clock, 44 lanes fit (95 floats).
+        assert_eq!(ok.signal_specs()[0].layout.dim(), 255);
+        // Without the clock, 124 lanes fit (255 floats).
         wide.signals[0].program_clock = None;
-        wide.signals[0].n_lanes = 44;
+        wide.signals[0].n_lanes = 124;
         assert!(SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).is_ok());
-        wide.signals[0].n_lanes = 45;
+        wide.signals[0].n_lanes = 125;
         assert!(SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).is_err());
         wide.signals[0].n_lanes = u16::MAX;
         assert!(SiteConfig::parse(&wide.to_toml().unwrap(), Path::new("site.toml")).is_err());
