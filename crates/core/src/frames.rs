@@ -16,11 +16,21 @@ use crate::transition::Transition;
 
 /// Longest postcard encoding of a [`Transition`] whose observations hold at most
 /// `obs_capacity` floats: timestamp (varint u64, ≤ 10), signal (varint u16, ≤ 3), two
-/// observations (1 length byte + 4 per float each), requested and served phase (1 each),
-/// log-prob and reward (4 each), done (1), policy version (varint u32, ≤ 5), source (1),
-/// reward kind (option tag and variant, 2).
+/// observations (a varint length, 1 byte below 128 floats and 2 below 16,384, + 4 per float
+/// each), requested and served phase (1 each), log-prob and reward (4 each), done (1),
+/// policy version (varint u32, ≤ 5), source (1), reward kind (option tag and variant, 2).
 pub const fn max_record_bytes(obs_capacity: usize) -> usize {
-    10 + 3 + 2 * (1 + 4 * obs_capacity) + 2 + 8 + 1 + 5 + 1 + 2
+    10 + 3 + 2 * (varint_bytes(obs_capacity) + 4 * obs_capacity) + 2 + 8 + 1 + 5 + 1 + 2
+}
+
+/// Bytes of `n` as a postcard varint (7 bits a byte).
+const fn varint_bytes(mut n: usize) -> usize {
+    let mut bytes = 1;
+    while n >= 0x80 {
+        n >>= 7;
+        bytes += 1;
+    }
+    bytes
 }
 
 /// Longest frame on the wire for records of `obs_capacity` floats: record, CRC, COBS
@@ -219,6 +229,43 @@ mod tests {
     fn crc32_is_the_ieee_check_value() {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
         assert_eq!(crc32(b""), 0);
+    }
+
+    /// The longest record of a capacity fits its bound, on either side of the capacity
+    /// where an observation's length takes a second byte (128 floats), and at the host's.
+    #[test]
+    fn the_longest_record_of_each_capacity_fits_its_frame() {
+        fn longest<const N: usize>() {
+            // 0x80-filled floats: no zero bytes, so COBS adds only its block overhead.
+            let obs =
+                heapless::Vec::<f32, N>::from_slice(&[f32::from_bits(0x8080_8080); N]).unwrap();
+            let t: Transition<N> = Transition {
+                timestamp_ms: u64::MAX,
+                signal: u16::MAX,
+                obs: obs.clone(),
+                requested: u8::MAX,
+                action: u8::MAX,
+                log_prob: f32::MIN,
+                reward: f32::MIN,
+                next_obs: obs,
+                done: true,
+                policy_version: u32::MAX,
+                source: crate::ActionSource::Fallback,
+                reward_kind: Some(crate::RewardKind::Queue),
+            };
+            let record = postcard::to_allocvec(&t).unwrap();
+            assert!(record.len() <= max_record_bytes(N), "{N}: {}", record.len());
+            let mut buf = std::vec![0u8; max_frame_bytes(N)];
+            let frame = encode_frame(&t, &mut buf).unwrap();
+            assert!(frame.len() <= max_frame_bytes(N), "{N}");
+        }
+        longest::<127>();
+        longest::<128>();
+        longest::<{ crate::transition::MAX_OBS_DIM }>();
+        assert_eq!(varint_bytes(127), 1);
+        assert_eq!(varint_bytes(128), 2);
+        assert_eq!(varint_bytes(16_383), 2);
+        assert_eq!(varint_bytes(16_384), 3);
     }
 
     #[test]

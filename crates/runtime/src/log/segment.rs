@@ -27,8 +27,8 @@ pub const FRAME_MAGIC: [u8; 4] = [0x9e, b'G', b'W', b'R'];
 pub const FRAME_OVERHEAD: usize = 16;
 /// Bytes of a version-1 frame before its payload (`len`, `crc32(payload)`).
 pub const FRAME_OVERHEAD_V1: usize = 8;
-/// Largest payload accepted. A `Transition` with the default 96-float observations encodes
-/// to under 1 kB; anything far larger can only be a corrupt length field.
+/// Largest payload accepted. A `Transition` with the default 256-float observations encodes
+/// to under 2.1 kB; anything far larger can only be a corrupt length field.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 
 const PREFIX: &str = "seg-";
