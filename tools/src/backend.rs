@@ -88,7 +88,7 @@ pub struct BackendArgs {
     /// SUMO time the episode starts at (s), with `--backend sumo`: 0 unless given here or
     /// by `--sumocfg`.
     #[arg(long)]
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begin: Option<f64>,
     /// The signals' timing on SUMO: taken from each light's own program unless overridden
     /// here (see "Timing on SUMO networks" in tools/README.md).
@@ -315,7 +315,7 @@ impl BackendArgs {
                     || !self.routes.is_empty()
                     || !self.additional.is_empty()
                     || self.sumo_args.is_some()
-                    || self.begin.is_some()
+                    || self.begin.is_some_and(|b| b != 0.0)
                     || self.timing.is_set()
                     || self.reward.is_some()
                     || self.program_clock.is_some()
@@ -343,7 +343,10 @@ impl BackendArgs {
                     );
                 }
                 if let Some(b) = self.begin.filter(|b| !b.is_finite() || *b < 0.0) {
-                    bail!("--begin {b} must be a non-negative number of seconds");
+                    bail!(
+                        "begin {b} s (--begin, or the --sumocfg's) must be a non-negative \
+                         number of seconds"
+                    );
                 }
             }
         }
@@ -836,9 +839,13 @@ mod tests {
             both.sumo_extra_args().unwrap(),
             ["--xml-validation=never", "--scale", "1"]
         );
+        let other_options = BackendArgs {
+            sumocfg_options: vec!["--scale=0.5".into()],
+            ..both.clone()
+        };
         assert!(
-            !both.resumes_as(&now),
-            "another configuration is another run"
+            !both.resumes_as(&other_options),
+            "other options from the configuration are another run"
         );
         let back: BackendArgs =
             serde_json::from_value(serde_json::to_value(&both).unwrap()).unwrap();

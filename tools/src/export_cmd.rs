@@ -42,8 +42,18 @@ fn provenance(info: &RunInfo, pinfo: &PolicyInfo, plans: &[PhasePlan]) -> Proven
             );
             details.insert(
                 "sumo_begin_s".into(),
-                serde_json::json!(info.config.sim.begin),
+                serde_json::json!(info.config.sim.begin.unwrap_or(0.0)),
             );
+            if let Some(cfg) = &info.config.sim.sumocfg {
+                details.insert("sumocfg".into(), serde_json::json!(cfg));
+                details.insert(
+                    "sumocfg_options".into(),
+                    serde_json::json!(info.config.sim.sumocfg_options),
+                );
+            }
+            if let Some(args) = &info.config.sim.sumo_args {
+                details.insert("sumo_args".into(), serde_json::json!(args));
+            }
             label
         }
         None => info.config.scenario.clone(),

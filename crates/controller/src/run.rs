@@ -973,7 +973,9 @@ mod tests {
             "--sumo-begin",
             "5",
         ];
-        assert!(<Cli as clap::Parser>::try_parse_from(orphan).is_err());
+        let err = <Cli as clap::Parser>::try_parse_from(orphan).err().unwrap();
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        assert!(err.to_string().contains("--sumo-net"), "{err}");
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -100,7 +100,7 @@ pub fn scenario_toml(data: &[u8]) {
     }
 }
 
-/// Longest frame of a host record (96-float observations): what `collect` reads.
+/// Longest frame of a host record (`MAX_OBS_DIM`-float observations): what `collect` reads.
 const MAX_FRAME_BYTES: usize = max_frame_bytes(MAX_OBS_DIM);
 
 /// Firmware serial frames (what `greenwave-controller collect` reads from a cabinet): the
@@ -176,25 +176,36 @@ pub fn sumo_xml(data: &[u8]) {
     }
 }
 
-/// A SUMO configuration file (`.sumocfg`): parsed; what it gives SUMO is well formed
-/// (`--name=value` options, finite times), and merging it with user options keeps every
-/// user option, last.
+/// A SUMO configuration file (`.sumocfg`): parsed; no option greenwave leaves out by name
+/// is passed to SUMO, times are finite, and merged with a user option of the same name as
+/// one it passes, only the user's is left.
 #[cfg(feature = "sumo")]
 pub fn sumo_config(data: &[u8]) {
-    use greenwave_sim::sumo::sumocfg::merge_options;
+    use greenwave_sim::sumo::sumocfg::{left_out_by_name, merge_options};
     use greenwave_sim::sumo::SumoCfgFile;
     let Ok(cfg) = SumoCfgFile::parse(data, std::path::Path::new("/fuzz")) else {
         return;
     };
+    let name = |o: &str| {
+        o.trim_start_matches("--")
+            .split('=')
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
     for o in &cfg.passed {
-        assert!(o.starts_with("--") && o.contains('='), "{o:?}");
+        assert!(!left_out_by_name(&name(o)), "{o:?} passed");
     }
     for t in [cfg.begin_s, cfg.end_s].into_iter().flatten() {
         assert!(t.is_finite(), "{t}");
     }
-    let user = ["--scale".to_string(), "1".to_string()];
-    let merged = merge_options(&cfg.passed, &user);
-    assert!(merged.ends_with(&user), "{merged:?}");
+    if let Some(first) = cfg.passed.first() {
+        let user = [format!("--{}", name(first)), "1".to_string()];
+        let merged = merge_options(&cfg.passed, &user);
+        let kept = merged.iter().filter(|o| name(o) == name(first)).count();
+        assert_eq!(kept, 1, "{merged:?}");
+        assert!(merged.ends_with(&user), "{merged:?}");
+    }
 }
 
 /// A SUMO timing file (TOML): parsed, then applied to every phase of a fixed net timing,

@@ -59,8 +59,10 @@ pub struct SumoFiles {
 /// same files), the TraCI server, seeds, and sumo-gui's settings.
 const LEFT_OUT_SECTIONS: [&str; 4] = ["output", "traci_server", "random_number", "gui_only"];
 
-/// Options greenwave sets itself, or that would change what it measures or controls.
-const LEFT_OUT_OPTIONS: [&str; 19] = [
+/// Options greenwave sets itself, that would change what it measures or controls, or that
+/// only sumo-gui uses (for configurations without sections, where `gui_only` is not there
+/// to say so). Every output (`…-output`, `…-output.…`) is left out too.
+const LEFT_OUT_OPTIONS: [&str; 36] = [
     "end",
     "step-length",
     "seed",
@@ -68,7 +70,13 @@ const LEFT_OUT_OPTIONS: [&str; 19] = [
     "remote-port",
     "num-clients",
     "tls.all-off",
+    // Its tripinfo read: other times (h:m:s), another file name, a shorter wait memory.
+    "human-readable-time",
+    "output-prefix",
+    "waiting-time-memory",
     "verbose",
+    "version",
+    "help",
     "print-options",
     "no-step-log",
     "step-log.period",
@@ -79,7 +87,19 @@ const LEFT_OUT_OPTIONS: [&str; 19] = [
     "error-log",
     "save-configuration",
     "configuration-file",
-    "tripinfo-output",
+    "gui-settings-file",
+    "quit-on-end",
+    "game",
+    "game.mode",
+    "start",
+    "delay",
+    "breakpoints",
+    "demo",
+    "disable-textures",
+    "osg-view",
+    "window-size",
+    "window-pos",
+    "edgedata-files",
 ];
 
 impl SumoCfgFile {
@@ -155,10 +175,7 @@ impl SumoCfgFile {
                 self.end_s = Some(time_s(value).ok_or_else(|| bad("not a time"))?);
                 self.left_out.push(name.into());
             }
-            _ if LEFT_OUT_SECTIONS.contains(&section)
-                || LEFT_OUT_OPTIONS.contains(&name)
-                || name.starts_with("tripinfo-output") =>
-            {
+            _ if LEFT_OUT_SECTIONS.contains(&section) || left_out_by_name(name) => {
                 self.left_out.push(name.into())
             }
             _ if takes_files(name) => {
@@ -192,8 +209,13 @@ pub fn merge_options(config: &[String], extra: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// SUMO's long name for `name`, where `name` is one of the synonyms of the options greenwave
-/// reads.
+/// Whether greenwave leaves out option `name` (a long name) wherever it stands: one it sets
+/// itself, one that would change what it reads or controls, sumo-gui's, or an output.
+pub fn left_out_by_name(name: &str) -> bool {
+    LEFT_OUT_OPTIONS.contains(&name) || name.ends_with("-output") || name.contains("-output.")
+}
+
+/// SUMO 1.28's long name for `name`, where `name` is one of its short or long synonyms.
 fn long_name(name: &str) -> &str {
     match name {
         "n" | "net" => "net-file",
@@ -201,7 +223,28 @@ fn long_name(name: &str) -> &str {
         "a" | "additional" => "additional-files",
         "b" => "begin",
         "e" => "end",
-        "c" => "configuration-file",
+        "c" | "configuration" => "configuration-file",
+        "C" => "save-configuration",
+        "w" => "weight-files",
+        "x" => "weight-attribute",
+        "H" => "human-readable-time",
+        "s" => "route-steps",
+        "v" => "verbose",
+        "V" => "version",
+        "X" => "xml-validation",
+        "W" => "no-warnings",
+        "l" | "log-file" => "log",
+        "t" => "duration-log.statistics",
+        "g" => "gui-settings-file",
+        "Q" => "quit-on-end",
+        "G" => "game",
+        "S" => "start",
+        "d" => "delay",
+        "B" => "breakpoints",
+        "m" => "edgedata-files",
+        "N" => "alternative-net-file",
+        "D" => "demo",
+        "T" => "disable-textures",
         other => other,
     }
 }
@@ -243,7 +286,9 @@ pub fn time_s(value: &str) -> Option<f64> {
 mod tests {
     use super::*;
 
-    /// As SUMO's game `fokr_bs_demo.sumocfg` has it, with an output and a TraCI port added.
+    /// SUMO's game `fokr_bs_demo.sumocfg` in shape (its files, times, stripe width and
+    /// `gui_only` section), with options of other configurations added: teleporting,
+    /// `tls.all-off`, a weight file, an output, a step-log option and a TraCI port.
     const GAME: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <sumoConfiguration xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
     <input>
@@ -348,13 +393,31 @@ mod tests {
     fn synonyms_and_a_flat_layout_read_as_sumo_reads_them() {
         let flat = r#"<configuration><n value="a.net.xml"/><r value="r.xml"/>
             <additional value="x.add.xml"/><b value="100"/><e value="1:0:0:0"/>
-            <time-to-teleport value="300"/></configuration>"#;
+            <time-to-teleport value="300"/><summary-output value="s.xml"/>
+            <tripinfo-output.write-unfinished value="true"/><H value="true"/>
+            <output-prefix value="run-"/><l value="sumo.log"/>
+            <waiting-time-memory value="100"/><G value="true"/></configuration>"#;
         let c = SumoCfgFile::parse(flat.as_bytes(), Path::new("d")).unwrap();
         assert_eq!(c.net, Some(PathBuf::from("d/a.net.xml")));
         assert_eq!(c.routes, [PathBuf::from("d/r.xml")]);
         assert_eq!(c.additional, [PathBuf::from("d/x.add.xml")]);
         assert_eq!((c.begin_s, c.end_s), (Some(100.0), Some(86_400.0)));
         assert_eq!(c.passed, ["--time-to-teleport=300"]);
+        // Without sections, outputs and what changes greenwave's own tripinfo read are
+        // left out by name.
+        assert_eq!(
+            c.left_out,
+            [
+                "end",
+                "summary-output",
+                "tripinfo-output.write-unfinished",
+                "human-readable-time",
+                "output-prefix",
+                "log",
+                "waiting-time-memory",
+                "game"
+            ]
+        );
     }
 
     #[test]

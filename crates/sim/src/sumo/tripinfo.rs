@@ -107,7 +107,9 @@ pub fn summarize_from(
                 }
             }
             "walk" => {
-                if let Some(p) = person.as_mut() {
+                // A walk not yet begun (after a ride, say) is written with depart -1.
+                let begun = attrs.num(name, "depart")?.is_none_or(|d| d >= 0.0);
+                if let Some(p) = person.as_mut().filter(|_| begun) {
                     p.walked = true;
                     p.wait_s += attrs.num(name, "waitingTime")?.unwrap_or(0.0).max(0.0);
                 }
@@ -179,7 +181,7 @@ mod tests {
 
     /// As SUMO 1.28 writes them with `--tripinfo-output.write-unfinished`.
     const PERSONS: &str = r#"<tripinfos>
-  <personinfo id="p.0" depart="10.00" type="ped" waitingTime="5.00" timeLoss="6.27">
+  <personinfo id="p.0" depart="10.00" type="ped" waitingTime="45.00" timeLoss="6.27">
     <walk depart="10.00" arrival="62.00" duration="52.00" timeLoss="6.27" waitingTime="1.00"/>
     <ride depart="62.00" arrival="90.00" waitingTime="40.00"/>
     <walk depart="90.00" arrival="99.00" duration="9.00" timeLoss="2.00" waitingTime="4.00"/>
@@ -192,7 +194,8 @@ mod tests {
     <walk depart="-1" arrival="-1" waitingTime="7.00"/>
   </personinfo>
   <personinfo id="r.0" depart="20.00" type="ped" waitingTime="30.00">
-    <ride depart="20.00" arrival="50.00" waitingTime="30.00"/>
+    <ride depart="20.00" arrival="-1" waitingTime="30.00"/>
+    <walk depart="-1" arrival="-1" waitingTime="0.00"/>
   </personinfo>
   <tripinfo id="a" depart="3.00" departDelay="1.00" arrival="40.00" duration="37.00"
             waitingTime="5.00" timeLoss="9.00" vaporized=""/>
@@ -201,8 +204,8 @@ mod tests {
     #[test]
     fn pedestrians_count_apart_with_the_wait_of_their_walks() {
         let s = summarize_from(PERSONS.as_bytes(), &[]).unwrap();
-        // p.0 waited 1 + 4 s on foot (not its 40 s for the ride), p.1 48 s so far; p.2
-        // and p.3 have not set off and r.0 never walked.
+        // p.0 waited 1 + 4 s on foot (not its 40 s for the ride, in its own 45 s), p.1
+        // 48 s so far; p.2 and p.3 have not set off, and r.0 is still riding to its walk.
         assert_eq!(s.pedestrians, 2);
         assert!(
             (s.mean_pedestrian_wait_s - (5.0 + 48.0) / 2.0).abs() < 1e-12,
