@@ -12,11 +12,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use greenwave_core::{ActuatedSignal, CycleStage, FixedCycle, Millis, PhasePlan};
-use greenwave_runtime::controller::{env_signal_specs, Fallback, FallbackKind, SignalSpec};
+use greenwave_core::PhasePlan;
+use greenwave_runtime::controller::{env_signal_specs, Fallback, FallbackKind};
 use greenwave_runtime::site::SiteConfig;
-use greenwave_sim::controllers::max_green_over;
-use greenwave_sim::Env;
 
 use crate::backend::{BackendArgs, EnvSource};
 
@@ -52,7 +50,10 @@ pub fn run(args: &SiteArgs) -> Result<()> {
     let interval = env.decision_interval();
     let fallback = match source.scenario() {
         Some(sc) => Fallback::for_scenario(sc, FallbackKind::Actuated),
-        None => program_fallback(env.as_ref(), &specs),
+        None => {
+            let plans: Vec<&PhasePlan> = specs.iter().map(|s| &s.plan).collect();
+            Fallback::from_programs(env.as_ref(), &plans)
+        }
     };
     let name = args.name.clone().unwrap_or_else(|| source.name());
     let mut site = SiteConfig::from_specs(&name, interval, &specs, &fallback);
@@ -72,40 +73,4 @@ pub fn run(args: &SiteArgs) -> Result<()> {
         source.describe()
     );
     Ok(())
-}
-
-/// Each light's own program as its fixed cycle, and 1.5 × its greens as actuated max greens.
-fn program_fallback(env: &dyn Env, specs: &[SignalSpec]) -> Fallback {
-    let (cycles, rules) = specs
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let greens = env.program_greens(i).unwrap_or_default();
-            (program_cycle(&s.plan, &greens), program_actuated(&greens))
-        })
-        .unzip();
-    Fallback::fixed_time(cycles).with_actuated_rules(rules)
-}
-
-fn program_cycle(plan: &PhasePlan, greens: &[Millis]) -> FixedCycle {
-    let stages: Vec<CycleStage> = plan
-        .phases()
-        .iter()
-        .zip(greens)
-        .enumerate()
-        .filter(|(_, (_, &g))| g > Millis::ZERO)
-        .map(|(p, (phase, &g))| CycleStage {
-            phase: p as u8,
-            green: g.max(phase.timing.min_green).min(phase.timing.max_green),
-        })
-        .collect();
-    match FixedCycle::new(&stages) {
-        Ok(c) if !stages.is_empty() => c,
-        _ => FixedCycle::midpoint(plan),
-    }
-}
-
-fn program_actuated(greens: &[Millis]) -> ActuatedSignal {
-    let max: Vec<Millis> = greens.iter().copied().map(max_green_over).collect();
-    ActuatedSignal::new(ActuatedSignal::default().passage_s, &max)
 }

@@ -594,6 +594,19 @@ fn site_from_the_net_gives_the_program_clock(d: &Path, sumo: [&str; 6]) {
         cfg.signals[0].n_lanes, 16,
         "n_lanes counts the detector zones"
     );
+    // The fallback is the light's own program (42 s + 42 s; `Fallback::from_programs`,
+    // what the controller's SUMO field falls back to as well), and 1.5 × it as max greens.
+    let stages: Vec<(u8, u32)> = cfg.signals[0]
+        .fixed_cycle
+        .iter()
+        .map(|s| (s.phase, s.green.0))
+        .collect();
+    assert_eq!(stages, [(0, 42_000), (1, 42_000)]);
+    let actuated = cfg.signals[0].actuated.as_ref().unwrap();
+    assert_eq!(
+        actuated.max_green.as_slice(),
+        [greenwave_core::Millis(63_000); 2]
+    );
     let spec = cfg.signal_specs().remove(0);
     assert!(spec.program_clock.is_some());
     b.check_signal(&spec.plan, spec.layout).unwrap();

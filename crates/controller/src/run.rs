@@ -449,9 +449,11 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
         let specs = field.signal_specs();
         let interval = field.decision_interval();
         let plans: Vec<_> = specs.iter().map(|s| &s.plan).collect();
-        let mut fallback = Fallback::equal_split(&plans, interval);
-        if args.fallback == FallbackKind::Actuated {
-            fallback = fallback.with_actuated(&plans);
+        // Each light's own program, as a cabinet's site configuration from `greenwave
+        // site` has it (fixed time), or actuated control with max greens from it.
+        let mut fallback = Fallback::from_programs(field.env(), &plans);
+        if args.fallback == FallbackKind::FixedTime {
+            fallback = Fallback::fixed_time(fallback.cycles().to_vec());
         }
         let seconds = args.seconds.unwrap_or(3600.0);
         let setup = Setup {

@@ -101,6 +101,24 @@ impl Fallback {
         f.with_actuated_rules(rules)
     }
 
+    /// Each signal's own program (`env`'s [`program_greens`](greenwave_sim::Env::program_greens),
+    /// one entry per signal of `plans`) as its fixed cycle, each green within its phase's
+    /// min and max green, and 1.5 × those greens as actuated max greens: what a cabinet on
+    /// a SUMO net falls back to (`greenwave site` writes the same into a site
+    /// configuration). A signal without a program gets its plan's midpoint cycle.
+    #[cfg(feature = "sim")]
+    pub fn from_programs(env: &dyn greenwave_sim::Env, plans: &[&PhasePlan]) -> Self {
+        let (cycles, rules) = plans
+            .iter()
+            .enumerate()
+            .map(|(i, plan)| {
+                let greens = env.program_greens(i).unwrap_or_default();
+                (program_cycle(plan, &greens), program_actuated(&greens))
+            })
+            .unzip();
+        Fallback::fixed_time(cycles).with_actuated_rules(rules)
+    }
+
     /// Switches to actuated control (passage 1 s, max greens from the plans) for every
     /// signal, where the field gives per-movement detector readings.
     pub fn with_actuated(self, plans: &[&PhasePlan]) -> Self {
@@ -158,4 +176,32 @@ impl Fallback {
             None => seq.interval().target().0,
         }
     }
+}
+
+/// A program's greens (per plan phase, 0 where it does not serve one) as a fixed cycle.
+#[cfg(feature = "sim")]
+fn program_cycle(plan: &PhasePlan, greens: &[Millis]) -> FixedCycle {
+    let stages: Vec<CycleStage> = plan
+        .phases()
+        .iter()
+        .zip(greens)
+        .enumerate()
+        .filter(|(_, (_, &g))| g > Millis::ZERO)
+        .map(|(p, (phase, &g))| CycleStage {
+            phase: p as u8,
+            green: g.max(phase.timing.min_green).min(phase.timing.max_green),
+        })
+        .collect();
+    match FixedCycle::new(&stages) {
+        Ok(c) if !stages.is_empty() => c,
+        _ => FixedCycle::midpoint(plan),
+    }
+}
+
+/// Actuated control with 1.5 × a program's greens as max greens.
+#[cfg(feature = "sim")]
+fn program_actuated(greens: &[Millis]) -> ActuatedSignal {
+    use greenwave_sim::controllers::max_green_over;
+    let max: Vec<Millis> = greens.iter().copied().map(max_green_over).collect();
+    ActuatedSignal::new(ActuatedSignal::default().passage_s, &max)
 }
