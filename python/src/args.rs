@@ -172,6 +172,12 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 additional,
                 begin_s: kw.number("begin_s")?,
             });
+            // A configuration may bring its demand in additional files only.
+            if files.routes.is_empty() && sumocfg.is_none() {
+                return Err(value_err(
+                    "the SUMO backend needs at least one route file (routes=[...])",
+                ));
+            }
             Ok(Backend::Sumo {
                 net: files.net.ok_or_else(|| {
                     value_err("backend=\"sumo\" needs net= (or a sumocfg= that names one)")

@@ -137,10 +137,7 @@ impl EnvSpec {
         timing_file: &Option<PathBuf>,
         overrides: &TimingOverrides,
     ) -> Result<SumoConfig, String> {
-        let first = routes
-            .first()
-            .ok_or("the SUMO backend needs at least one route file (routes=[...])")?;
-        let mut cfg = SumoConfig::new(net, first);
+        let mut cfg = SumoConfig::new(net, PathBuf::new());
         cfg.routes = routes.to_vec();
         cfg.begin_s = begin_s;
         cfg.seconds = self.episode_s.unwrap_or(3600.0);

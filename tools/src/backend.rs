@@ -331,7 +331,9 @@ impl BackendArgs {
                 }
             }
             Backend::Sumo => {
-                if self.net.is_none() || self.routes.is_empty() {
+                // A configuration may bring its demand in additional files only (SUMO's
+                // game `square`); without one, --routes is needed.
+                if self.net.is_none() || (self.routes.is_empty() && self.sumocfg.is_none()) {
                     bail!(
                         "--backend sumo needs --net FILE.net.xml and --routes FILE.rou.xml, \
                          or a --sumocfg FILE.sumocfg that names them{}",
@@ -440,10 +442,10 @@ impl BackendArgs {
         seed: u64,
     ) -> Result<greenwave_sim::sumo::SumoConfig> {
         self.check()?;
-        let (Some(net), [first, ..]) = (&self.net, &self.routes[..]) else {
+        let Some(net) = &self.net else {
             bail!("--backend sumo needs --net and --routes");
         };
-        let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, first);
+        let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, PathBuf::new());
         cfg.routes = self.routes.clone();
         cfg.additional = self.additional.clone();
         cfg.extra_args = self.sumo_extra_args()?;

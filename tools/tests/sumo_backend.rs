@@ -886,6 +886,27 @@ fn a_sumocfg_gives_the_files_and_the_traffic_options() {
         "--scale 1",
     ]);
     assert_eq!((back.0, back.1), (base.0, base.1));
+    // Demand in additional files only, as SUMO's game `square` has it: it runs. Without a
+    // configuration, --routes is still required.
+    let in_additional = d.join("in-additional.sumocfg");
+    std::fs::write(
+        &in_additional,
+        format!(
+            r#"<configuration><net-file value="{}"/><additional-files value="{}"/></configuration>"#,
+            net.display(),
+            routes.display()
+        ),
+    )
+    .unwrap();
+    let extra = sim(&["--sumocfg", in_additional.to_str().unwrap()]);
+    assert!(
+        extra.0 as f64 > 0.8 * base.0 as f64,
+        "{} of {}",
+        extra.0,
+        base.0
+    );
+    let o = greenwave(&["sim", "--backend", "sumo", "--net", net_s]);
+    assert!(failed(&o).contains("--routes FILE.rou.xml"));
     let o = greenwave(&["sim", "--sumocfg", scaled.to_str().unwrap()]);
     assert!(failed(&o).contains("add `--backend sumo`"));
     std::fs::write(&scaled, "<routes/>").unwrap();

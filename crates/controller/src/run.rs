@@ -414,12 +414,10 @@ fn sumo_config(args: &RunArgs, quiet: bool) -> Result<greenwave_sim::sumo::SumoC
     let net = files
         .net
         .context("no SUMO network: give --sumo-net, or a --sumocfg that names a net-file")?;
-    let first = files
-        .routes
-        .first()
-        .cloned()
-        .context("no SUMO routes: give --sumo-routes, or a --sumocfg that names route-files")?;
-    let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, first);
+    if files.routes.is_empty() && args.sumocfg.is_none() {
+        bail!("no SUMO routes: give --sumo-routes, or a --sumocfg");
+    }
+    let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, PathBuf::new());
     cfg.routes = files.routes;
     cfg.additional = files.additional;
     cfg.begin_s = files.begin_s.unwrap_or(0.0);

@@ -545,11 +545,12 @@ impl SumoEnv {
         let end_s = self.cfg.begin_s
             + self.episode_steps() as f64 * self.interval_ms as f64 / 1000.0
             + self.cfg.step_length_s;
-        let mut args: Vec<OsString> = vec![
-            "--net-file".into(),
-            self.cfg.net.clone().into(),
-            "--route-files".into(),
-            join(&mut self.cfg.routes.iter()),
+        let mut args: Vec<OsString> = vec!["--net-file".into(), self.cfg.net.clone().into()];
+        // A scenario may bring its demand in additional files only (SUMO's game `square`).
+        if !self.cfg.routes.is_empty() {
+            args.extend(["--route-files".into(), join(&mut self.cfg.routes.iter())]);
+        }
+        args.extend([
             "--additional-files".into(),
             join(&mut self.cfg.additional.iter().chain(std::iter::once(&loops))),
             "--begin".into(),
@@ -566,7 +567,7 @@ impl SumoEnv {
             "--tripinfo-output.write-unfinished".into(),
             "--no-step-log".into(),
             "--duration-log.disable".into(),
-        ];
+        ]);
         // A vehicle's accumulated waiting time (the wait-delta reward, see `super::waits`)
         // counts only the last `--waiting-time-memory` seconds, 100 by default: a vehicle
         // starved for longer would stop costing more. Remember the whole episode instead,

@@ -305,8 +305,10 @@ impl SumoConfig {
                 return bad(format!("{what} {} does not exist", p.display()));
             }
         }
-        if self.routes.is_empty() {
-            return bad("no route file given".into());
+        if self.routes.is_empty() && self.additional.is_empty() {
+            return bad(
+                "no route file given (nor an additional file the demand could be in)".into(),
+            );
         }
         Ok(())
     }
