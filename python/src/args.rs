@@ -172,6 +172,9 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 additional,
                 begin_s: kw.number("begin_s")?,
             });
+            let net = files.net.ok_or_else(|| {
+                value_err("backend=\"sumo\" needs net= (or a sumocfg= that names one)")
+            })?;
             // A configuration may bring its demand in additional files only.
             if files.routes.is_empty() && sumocfg.is_none() {
                 return Err(value_err(
@@ -179,9 +182,7 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 ));
             }
             Ok(Backend::Sumo {
-                net: files.net.ok_or_else(|| {
-                    value_err("backend=\"sumo\" needs net= (or a sumocfg= that names one)")
-                })?,
+                net,
                 routes: files.routes,
                 additional: files.additional,
                 sumo_args: merge_options(&cfg.passed, &sumo_args),
