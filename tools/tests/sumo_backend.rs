@@ -35,20 +35,6 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Whether SUMO can be run here; outside CI a missing SUMO skips the test.
-fn sumo_available() -> bool {
-    match greenwave_sim::sumo::find_sumo_binary(None) {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var_os("CI").is_some() {
-                panic!("SUMO is required under CI (.ci/run installs it): {e}");
-            }
-            eprintln!("SKIPPED: {e}");
-            false
-        }
-    }
-}
-
 /// The plan hash greenwave derives from the fixture net (no SUMO needed to read it).
 fn single_net_plan_hash() -> String {
     let net = NetFile::read(&fixture("single.net.xml")).unwrap();
@@ -87,7 +73,7 @@ impl SingleRun {
 
 #[test]
 fn train_export_eval_on_the_sumo_single_intersection() {
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let s = SingleRun::new("tee", "models/sumo-tiny.onnx");
@@ -262,7 +248,7 @@ const TINY_TRAINING: [&str; 10] = [
 /// classic controllers at the command's (5 s by default).
 #[test]
 fn eval_runs_a_policy_at_its_own_decision_interval() {
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let s = SingleRun::new("interval", "di2.onnx");
@@ -327,7 +313,7 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
 /// with another.
 #[test]
 fn a_resumed_run_keeps_its_reward() {
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let s = SingleRun::new("reward-resume", "unused.onnx");
@@ -385,7 +371,7 @@ fn trained_ppo(run: &Path) -> (f64, u64, f64) {
 /// the command gives wins, and a resumed run keeps the recipe it recorded.
 #[test]
 fn the_shared_policy_trains_with_its_own_sumo_recipe() {
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let s = SingleRun::new("shared-recipe", "unused.onnx");
@@ -439,7 +425,7 @@ fn the_shared_policy_trains_with_its_own_sumo_recipe() {
 /// what it measured. The fixture's own light demand (the test above) trains at 2 s.
 #[test]
 fn a_saturated_net_trains_at_five_second_decisions() {
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let s = SingleRun::new("saturated", "sat.onnx");
@@ -649,7 +635,7 @@ fn site_from_the_net_gives_the_program_clock(d: &Path, sumo: [&str; 6]) {
 /// bound to that signal's plan, and evaluated there.
 #[test]
 fn a_shared_policy_exports_zero_shot_onto_a_sumo_net_and_runs_there() {
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let d = tmp("zero-shot");
@@ -750,7 +736,7 @@ fn the_controller_writes_a_sumo_fields_program_clock_itself() {
         }
     }
 
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let mut cfg =
@@ -814,7 +800,7 @@ fn the_controller_writes_a_sumo_fields_program_clock_itself() {
 /// left out, by name, and never written.
 #[test]
 fn a_sumocfg_gives_the_files_and_the_traffic_options() {
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let d = tmp("sumocfg");

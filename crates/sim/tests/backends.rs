@@ -25,20 +25,6 @@ fn sumo_fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Whether SUMO can be run here; outside CI a missing SUMO skips the test.
-fn sumo_available() -> bool {
-    match greenwave_sim::sumo::find_sumo_binary(None) {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var_os("CI").is_some() {
-                panic!("SUMO is required under CI (.ci/run installs it): {e}");
-            }
-            eprintln!("SKIPPED: {e}");
-            false
-        }
-    }
-}
-
 /// The controllers that need nothing but the `Env` (no scenario demand), fresh.
 fn controllers() -> Vec<Box<dyn Controller>> {
     vec![
@@ -210,7 +196,7 @@ fn check_sent_states(model: &TlsModel, phases: &[(u64, String)]) -> Vec<String> 
 
 #[test]
 fn the_same_controllers_run_one_episode_on_each_backend() {
-    if !sumo_available() {
+    if !greenwave_sim::sumo::available_for_tests() {
         return;
     }
     let twin = Scenario::from_file(

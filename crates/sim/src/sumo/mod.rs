@@ -386,6 +386,23 @@ pub fn find_sumo_binary(explicit: Option<&Path>) -> Result<PathBuf, SumoError> {
     )
 }
 
+/// For test suites that run SUMO: whether a `sumo` binary is found ([`find_sumo_binary`]).
+/// Without one the caller skips, and this says why on stderr, except under CI (`CI` set),
+/// where SUMO is required and this panics: a SUMO test is never skipped where it is meant
+/// to run.
+pub fn available_for_tests() -> bool {
+    match find_sumo_binary(None) {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var_os("CI").is_some() {
+                panic!("SUMO is required under CI (.ci/run installs it): {e}");
+            }
+            eprintln!("SKIPPED: {e}");
+            false
+        }
+    }
+}
+
 /// [`find_sumo_binary`] with the environment given explicitly (testable without touching
 /// the process environment).
 pub fn find_sumo_binary_in(
