@@ -92,9 +92,9 @@ impl EnvSpec {
                 program,
                 program_clock,
             } => {
-                let cfg = self.sumo_config(net, routes, *begin_s, timing_file, overrides)?;
+                let files = [routes.as_slice(), additional.as_slice()];
+                let cfg = self.sumo_config(net, files, *begin_s, timing_file, overrides)?;
                 let cfg = SumoConfig {
-                    additional: additional.clone(),
                     extra_args: sumo_args.clone(),
                     program: program.clone(),
                     program_clock: *program_clock,
@@ -129,16 +129,18 @@ impl EnvSpec {
         Ok(Box::new(EmbeddedEnv::from_scenario(&s, seed)))
     }
 
+    /// The SUMO configuration for `net` with `[routes, additional]` files, validated.
     fn sumo_config(
         &self,
         net: &PathBuf,
-        routes: &[PathBuf],
+        [routes, additional]: [&[PathBuf]; 2],
         begin_s: f64,
         timing_file: &Option<PathBuf>,
         overrides: &TimingOverrides,
     ) -> Result<SumoConfig, String> {
         let mut cfg = SumoConfig::new(net, PathBuf::new());
         cfg.routes = routes.to_vec();
+        cfg.additional = additional.to_vec();
         cfg.begin_s = begin_s;
         cfg.seconds = self.episode_s.unwrap_or(3600.0);
         cfg.reward = self.reward.unwrap_or(RewardKind::SUMO_DEFAULT);

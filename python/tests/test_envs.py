@@ -193,6 +193,15 @@ def test_sumo_reads_a_configuration_file(tmp_path):
         f'<route-files value="{FIXTURES / "single.rou.xml"}"/><scale value="0.3"/></configuration>'
     )
     thin = delay(sumocfg=str(cfg))
+    # Its demand in additional files only, as SUMO's game `square` has it: it runs.
+    extra = tmp_path / "in-additional.sumocfg"
+    extra.write_text(
+        f'<configuration><net-file value="{FIXTURES / "single.net.xml"}"/>'
+        f'<additional-files value="{FIXTURES / "single.rou.xml"}"/></configuration>'
+    )
+    assert delay(sumocfg=str(extra))["throughput_veh"] > 0.8 * own["throughput_veh"]
+    with pytest.raises(ValueError, match="at least one route file"):
+        SignalEnv(backend="sumo", net=str(FIXTURES / "single.net.xml"))
     assert thin["throughput_veh"] < 0.6 * own["throughput_veh"]
     assert delay(sumocfg=str(cfg), sumo_args=["--scale", "1"])["throughput_veh"] == own["throughput_veh"]
     with pytest.raises(ValueError, match="sumocfg="):

@@ -337,10 +337,9 @@ impl BackendArgs {
                     bail!(
                         "--backend sumo needs --net FILE.net.xml and --routes FILE.rou.xml, \
                          or a --sumocfg FILE.sumocfg that names them{}",
-                        match (&self.sumocfg, self.net.is_none()) {
-                            (Some(c), true) => format!(" ({} names no net-file)", c.display()),
-                            (Some(c), false) => format!(" ({} names no route-files)", c.display()),
-                            (None, _) => String::new(),
+                        match &self.sumocfg {
+                            Some(c) => format!(" ({} names no net-file)", c.display()),
+                            None => String::new(),
                         }
                     );
                 }
@@ -443,7 +442,7 @@ impl BackendArgs {
     ) -> Result<greenwave_sim::sumo::SumoConfig> {
         self.check()?;
         let Some(net) = &self.net else {
-            bail!("--backend sumo needs --net and --routes");
+            bail!("--backend sumo needs --net (or a --sumocfg that names a net-file)");
         };
         let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, PathBuf::new());
         cfg.routes = self.routes.clone();

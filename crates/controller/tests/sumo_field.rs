@@ -70,6 +70,10 @@ fn a_sumocfg_field_runs_the_lights_own_program_when_no_policy_is_loaded() {
         "fallback {delay} s, the program in SUMO {} s",
         own.mean_delay_s
     );
+    // Actuated on the program's greens (1.5 × as max greens) also runs every decision.
+    let actuated = run("log-actuated", &["--fallback", "actuated"]);
+    assert_eq!(actuated["fallback_decisions"], actuated["decisions"]);
+    assert_ne!(actuated["mean_delay_s"], v["mean_delay_s"], "another rule");
     // Starting later shifts the demand the field sees.
     let later = run("log-later", &["--sumo-begin", "300"]);
     assert_ne!(later["throughput_veh"], v["throughput_veh"]);

@@ -1,8 +1,9 @@
 //! The fallback controllers a signal runs whenever the policy may not act.
 //!
 //! * Fixed time (greenwave-core's [`FixedCycle`]): always available, needs no detector. Its
-//!   stage greens come from Webster's method on the scenario's demand (feature `sim`), or
-//!   are equal splits when no demand is known. A detector fault always uses it: actuated
+//!   stage greens come from Webster's method on the scenario's demand (feature `sim`), from
+//!   each light's own program on a SUMO net ([`Fallback::from_programs`]), or are equal
+//!   splits when neither is known. A detector fault always uses it: actuated
 //!   control with a dead detector would rest on one phase (traffic engineers call this
 //!   "max recall" on detector failure).
 //! * Actuated (greenwave-core's [`ActuatedSignal`], the gap-out / max-out rule greenwave-sim

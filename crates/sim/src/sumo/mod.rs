@@ -489,6 +489,13 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("/no/such.rou.xml"));
+        // No route files: the demand may be in additional files (SUMO's game `square`),
+        // but with neither there is none.
+        cfg.routes.clear();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("no route file given"), "{err}");
+        cfg.additional = vec![format!("{dir}/fixtures/sumo/single.rou.xml").into()];
+        cfg.validate().unwrap();
     }
 
     #[test]
