@@ -138,8 +138,7 @@ impl EnvSpec {
         timing_file: &Option<PathBuf>,
         overrides: &TimingOverrides,
     ) -> Result<SumoConfig, String> {
-        let mut cfg = SumoConfig::new(net, PathBuf::new());
-        cfg.routes = routes.to_vec();
+        let mut cfg = SumoConfig::with_routes(net, routes.to_vec());
         cfg.additional = additional.to_vec();
         cfg.begin_s = begin_s;
         cfg.seconds = self.episode_s.unwrap_or(3600.0);

@@ -444,8 +444,7 @@ impl BackendArgs {
         let Some(net) = &self.net else {
             bail!("--backend sumo needs --net (or a --sumocfg that names a net-file)");
         };
-        let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, PathBuf::new());
-        cfg.routes = self.routes.clone();
+        let mut cfg = greenwave_sim::sumo::SumoConfig::with_routes(net, self.routes.clone());
         cfg.additional = self.additional.clone();
         cfg.extra_args = self.sumo_extra_args()?;
         cfg.begin_s = self.begin.unwrap_or(0.0);
@@ -685,7 +684,7 @@ impl EnvSource {
             EnvSource::Embedded(_) => None,
             #[cfg(feature = "sumo")]
             EnvSource::Sumo(cfg) => {
-                let net = greenwave_sim::sumo::NetFile::read(&cfg.net).ok()?;
+                let net = cfg.read_net().ok()?;
                 adaptive_programs_note(&net.tl_logics)
             }
         }

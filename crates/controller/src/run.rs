@@ -417,8 +417,7 @@ fn sumo_config(args: &RunArgs, quiet: bool) -> Result<greenwave_sim::sumo::SumoC
     if files.routes.is_empty() && args.sumocfg.is_none() {
         bail!("no SUMO routes: give --sumo-routes, or a --sumocfg");
     }
-    let mut cfg = greenwave_sim::sumo::SumoConfig::new(net, PathBuf::new());
-    cfg.routes = files.routes;
+    let mut cfg = greenwave_sim::sumo::SumoConfig::with_routes(net, files.routes);
     cfg.additional = files.additional;
     cfg.begin_s = files.begin_s.unwrap_or(0.0);
     cfg.extra_args = file.passed;

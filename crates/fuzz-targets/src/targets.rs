@@ -196,7 +196,7 @@ pub fn sumo_config(data: &[u8]) {
     for o in &cfg.passed {
         assert!(!left_out_by_name(&name(o)), "{o:?} passed");
     }
-    for t in [cfg.begin_s, cfg.end_s].into_iter().flatten() {
+    for t in [cfg.files.begin_s, cfg.end_s].into_iter().flatten() {
         assert!(t.is_finite(), "{t}");
     }
     if let Some(first) = cfg.passed.first() {

@@ -228,9 +228,15 @@ impl SumoConfig {
     /// SUMO steps, each light's timing from its own program (min green 5 s), seed 0, the
     /// reward [`RewardKind::SUMO_DEFAULT`], program-clock lanes in the observation.
     pub fn new(net: impl Into<PathBuf>, routes: impl Into<PathBuf>) -> Self {
+        Self::with_routes(net, vec![routes.into()])
+    }
+
+    /// [`SumoConfig::new`] with any number of route files, none included (the demand may
+    /// be in additional files, as a `.sumocfg` can have it).
+    pub fn with_routes(net: impl Into<PathBuf>, routes: Vec<PathBuf>) -> Self {
         SumoConfig {
             net: net.into(),
-            routes: vec![routes.into()],
+            routes,
             additional: Vec::new(),
             begin_s: 0.0,
             seconds: 3600.0,

@@ -25,14 +25,8 @@ use super::SumoError;
 /// A `.sumocfg` as greenwave uses it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SumoCfgFile {
-    /// The network (`net-file`).
-    pub net: Option<PathBuf>,
-    /// Route files (`route-files`).
-    pub routes: Vec<PathBuf>,
-    /// Additional files (`additional-files`).
-    pub additional: Vec<PathBuf>,
-    /// `begin`, in seconds.
-    pub begin_s: Option<f64>,
+    /// Its `net-file`, `route-files`, `additional-files` and `begin`.
+    pub files: SumoFiles,
     /// `end`, in seconds (not used: greenwave's episode has its own length).
     pub end_s: Option<f64>,
     /// Options passed to SUMO as they are, `--name=value`, in file order.
@@ -154,11 +148,12 @@ impl SumoCfgFile {
     /// has none: the command line replaces what the file names, as in SUMO.
     pub fn under(&self, given: SumoFiles) -> SumoFiles {
         let or = |g: Vec<PathBuf>, f: &[PathBuf]| if g.is_empty() { f.to_vec() } else { g };
+        let own = &self.files;
         SumoFiles {
-            net: given.net.or_else(|| self.net.clone()),
-            routes: or(given.routes, &self.routes),
-            additional: or(given.additional, &self.additional),
-            begin_s: given.begin_s.or(self.begin_s),
+            net: given.net.or_else(|| own.net.clone()),
+            routes: or(given.routes, &own.routes),
+            additional: or(given.additional, &own.additional),
+            begin_s: given.begin_s.or(own.begin_s),
         }
     }
 
@@ -167,10 +162,10 @@ impl SumoCfgFile {
         let name = long_name(name);
         let bad = |what: &str| format!("<{name} value=\"{value}\">: {what}");
         match name {
-            "net-file" => self.net = files(value, dir).into_iter().next(),
-            "route-files" => self.routes = files(value, dir),
-            "additional-files" => self.additional = files(value, dir),
-            "begin" => self.begin_s = Some(time_s(value).ok_or_else(|| bad("not a time"))?),
+            "net-file" => self.files.net = files(value, dir).into_iter().next(),
+            "route-files" => self.files.routes = files(value, dir),
+            "additional-files" => self.files.additional = files(value, dir),
+            "begin" => self.files.begin_s = Some(time_s(value).ok_or_else(|| bad("not a time"))?),
             "end" => {
                 self.end_s = Some(time_s(value).ok_or_else(|| bad("not a time"))?);
                 self.left_out.push(name.into());
@@ -324,11 +319,11 @@ mod tests {
     fn a_game_configuration_gives_its_files_begin_and_traffic_options() {
         let c = SumoCfgFile::parse(GAME.as_bytes(), Path::new("/g")).unwrap();
         assert_eq!(
-            c.net,
+            c.files.net,
             Some(PathBuf::from("/g/fokr_bs_demo/fokr_bs.net.xml.gz"))
         );
         assert_eq!(
-            c.routes,
+            c.files.routes,
             [
                 "/g/fokr_bs_demo/15_16_ped.trips.xml",
                 "/g/fokr_bs_demo/15_16_veh.trips.xml.gz"
@@ -336,14 +331,14 @@ mod tests {
             .map(PathBuf::from)
         );
         assert_eq!(
-            c.additional,
+            c.files.additional,
             [
                 "/g/fokr_bs_demo/vtypes_default.add.xml",
                 "/abs/signalPlan.add.xml"
             ]
             .map(PathBuf::from)
         );
-        assert_eq!((c.begin_s, c.end_s), (Some(54_000.0), Some(57_600.0)));
+        assert_eq!((c.files.begin_s, c.end_s), (Some(54_000.0), Some(57_600.0)));
         assert_eq!(
             c.passed,
             [
@@ -373,7 +368,7 @@ mod tests {
     fn what_the_command_line_gives_replaces_what_the_file_names() {
         let c = SumoCfgFile::parse(GAME.as_bytes(), Path::new("/g")).unwrap();
         let none = c.under(SumoFiles::default());
-        assert_eq!(none.net, c.net);
+        assert_eq!(none.net, c.files.net);
         assert_eq!((none.routes.len(), none.additional.len()), (2, 2));
         assert_eq!(none.begin_s, Some(54_000.0));
         let given = SumoFiles {
@@ -385,7 +380,10 @@ mod tests {
         let mixed = c.under(given.clone());
         assert_eq!(mixed.net, given.net);
         assert_eq!(mixed.routes, given.routes);
-        assert_eq!(mixed.additional, c.additional, "not given: the file's");
+        assert_eq!(
+            mixed.additional, c.files.additional,
+            "not given: the file's"
+        );
         assert_eq!(mixed.begin_s, Some(0.0), "an explicit 0 is kept");
     }
 
@@ -398,10 +396,10 @@ mod tests {
             <output-prefix value="run-"/><l value="sumo.log"/>
             <waiting-time-memory value="100"/><G value="true"/></configuration>"#;
         let c = SumoCfgFile::parse(flat.as_bytes(), Path::new("d")).unwrap();
-        assert_eq!(c.net, Some(PathBuf::from("d/a.net.xml")));
-        assert_eq!(c.routes, [PathBuf::from("d/r.xml")]);
-        assert_eq!(c.additional, [PathBuf::from("d/x.add.xml")]);
-        assert_eq!((c.begin_s, c.end_s), (Some(100.0), Some(86_400.0)));
+        assert_eq!(c.files.net, Some(PathBuf::from("d/a.net.xml")));
+        assert_eq!(c.files.routes, [PathBuf::from("d/r.xml")]);
+        assert_eq!(c.files.additional, [PathBuf::from("d/x.add.xml")]);
+        assert_eq!((c.files.begin_s, c.end_s), (Some(100.0), Some(86_400.0)));
         assert_eq!(c.passed, ["--time-to-teleport=300"]);
         // Without sections, outputs and what changes greenwave's own tripinfo read are
         // left out by name.
