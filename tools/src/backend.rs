@@ -90,6 +90,11 @@ pub struct BackendArgs {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begin: Option<f64>,
+    /// SUMO's step length (s), with `--backend sumo`: 1 s unless given. Signal changes,
+    /// the decision interval and `--begin` fall on whole steps.
+    #[arg(long, value_name = "SECONDS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_length: Option<f64>,
     /// The signals' timing on SUMO: taken from each light's own program unless overridden
     /// here (see "Timing on SUMO networks" in tools/README.md).
     #[command(flatten)]
@@ -299,6 +304,7 @@ impl BackendArgs {
             additional: Vec::new(),
             sumo_args: None,
             begin: None,
+            step_length: None,
             timing: SumoTimingArgs::default(),
             reward: None,
             program_clock: None,
@@ -316,13 +322,14 @@ impl BackendArgs {
                     || !self.additional.is_empty()
                     || self.sumo_args.is_some()
                     || self.begin.is_some_and(|b| b != 0.0)
+                    || self.step_length.is_some()
                     || self.timing.is_set()
                     || self.reward.is_some()
                     || self.program_clock.is_some()
                 {
                     bail!(
                         "--net, --routes, --additional, --sumocfg, --sumo-args, --begin, \
-                         --reward, --program-clock and the timing \
+                         --step-length, --reward, --program-clock and the timing \
                          options (--timing, \
                          --program, --yellow, --all-red, --min-green, --max-green, \
                          --decision-interval) are SUMO options: add `--backend sumo` (an \
@@ -448,6 +455,9 @@ impl BackendArgs {
         cfg.additional = self.additional.clone();
         cfg.extra_args = self.sumo_extra_args()?;
         cfg.begin_s = self.begin.unwrap_or(0.0);
+        if let Some(step) = self.step_length {
+            cfg.step_length_s = step;
+        }
         cfg.seed = seed;
         cfg.reward = self.reward.unwrap_or_default().into();
         cfg.program_clock = self.program_clock.unwrap_or_default().is_on();

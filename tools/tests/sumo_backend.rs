@@ -910,3 +910,50 @@ fn a_sumocfg_gives_the_files_and_the_traffic_options() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// `--step-length` reaches SUMO: the same traffic under the net's program at half-second
+/// steps moves differently (SUMO's car-following and insertion run per step), a step the
+/// decision interval is no whole number of is refused, naming both, and the embedded
+/// simulator refuses the option.
+#[test]
+fn the_step_length_reaches_sumo_and_must_divide_the_decision_interval() {
+    if !greenwave_sim::sumo::available_for_tests() {
+        return;
+    }
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
+    let sim = |extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "--backend",
+            "sumo",
+            "--net",
+            net_s,
+            "--routes",
+            routes_s,
+            "--controller",
+            "max-pressure",
+            "--seconds",
+            "600",
+            "--json",
+        ];
+        args.extend(extra);
+        greenwave(&args)
+    };
+    let delay = |o: &std::process::Output| -> f64 {
+        let v: serde_json::Value = serde_json::from_str(&ok(o)).unwrap();
+        v["mean_delay_s"].as_f64().unwrap()
+    };
+    let whole = delay(&sim(&[]));
+    assert_eq!(whole, delay(&sim(&["--step-length", "1"])));
+    let half = delay(&sim(&["--step-length", "0.5"]));
+    assert!(half.is_finite() && half > 0.0, "{half}");
+    assert_ne!(half, whole, "--step-length 0.5 changed nothing");
+    let err = failed(&sim(&["--step-length", "0.3"]));
+    assert!(
+        err.contains("decision_interval_s = 5 s is not a multiple of the SUMO step length 0.3 s"),
+        "{err}"
+    );
+    let o = greenwave(&["sim", "--step-length", "0.5"]);
+    assert!(failed(&o).contains("add `--backend sumo`"));
+}
