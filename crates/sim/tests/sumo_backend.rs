@@ -508,3 +508,61 @@ fn the_program_clock_follows_the_nets_program_from_its_offset() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A program that times its links apart (here the east-west right turns start 4 s before
+/// the throughs, which wait 7 s after the north-south greens end) gets a note: greenwave's
+/// switch gives that pair only the 3 s yellow. The net's own program, whose stages hand
+/// over straight after the yellow, gets none, and neither does the staggered one once
+/// `--all-red 4` makes every switch as long as the program's intergreen.
+#[test]
+fn a_program_that_keeps_longer_intergreens_than_the_plan_is_noted() {
+    let mut net = NetFile::read(&fixture("single.net.xml")).unwrap();
+    let intergreen_notes = |net: &NetFile, all_red_s: Option<f64>| -> Vec<String> {
+        let mut timing = TimingSpec::default();
+        timing.command_line.all_red_s = all_red_s;
+        let opts = ModelOptions {
+            program: None,
+            timing: &timing,
+            step_ms: 1000,
+        };
+        let models = build_models(net, opts).unwrap().models;
+        assert_eq!(
+            models[0].plan.n_phases(),
+            2,
+            "the staggered start is no stage"
+        );
+        models[0]
+            .timing_notes
+            .iter()
+            .filter(|n| n.contains("finding 28"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(intergreen_notes(&net, None), Vec::<String>::new());
+    let mut staggered = net.tl_logics[0].clone();
+    staggered.program_id = "staggered".into();
+    for (phase, (duration_s, state)) in staggered.phases.iter_mut().zip([
+        (42.0, "GGGgrrrrGGGgrrrr"),
+        (3.0, "yyyyrrrryyyyrrrr"),
+        (4.0, "rrrrGrrrrrrrGrrr"),
+        (38.0, "rrrrGGGgrrrrGGGg"),
+    ]) {
+        phase.duration_s = duration_s;
+        phase.state = state.into();
+    }
+    staggered.phases.push(greenwave_sim::sumo::net::TlPhase {
+        duration_s: 3.0,
+        state: "rrrryyyyrrrryyyy".into(),
+        min_dur_s: None,
+        max_dur_s: None,
+    });
+    net.tl_logics.push(staggered);
+    let notes = intergreen_notes(&net, None);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("keeps 7.000 s between the end of link")
+            && notes[0].contains("gives 3.000 s (yellow and all-red)"),
+        "{notes:?}"
+    );
+    assert_eq!(intergreen_notes(&net, Some(4.0)), Vec::<String>::new());
+}

@@ -33,14 +33,16 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use greenwave_core::plan::{MAX_MOVEMENTS, MAX_PHASES};
+use greenwave_core::plan::{ALL_RED_RANGE, MAX_MOVEMENTS, MAX_PHASES, YELLOW_RANGE};
 use greenwave_core::{
     ConflictMatrix, Interval, Millis, Movement, MovementId, MovementSet, Phase, PhasePlan, Signal,
     SignalFrame, Turn,
 };
 
 use super::net::{NetConnection, NetEdge, NetFile, TlLogic};
-use super::timing::{net_phase_timing, resolve, secs_to_ms, TimingSpec, DEFAULT_MIN_GREEN_S};
+use super::timing::{
+    net_phase_timing, program_intergreen_s, resolve, secs_to_ms, TimingSpec, DEFAULT_MIN_GREEN_S,
+};
 use super::SumoError;
 
 /// How one position of the state string is driven.
@@ -638,7 +640,19 @@ fn build_one(
     let table = movement_table(net, &conns, &groups, &mut links)?;
     let (conflicts, conflicts_from_junction) =
         conflicts_of(foes, &conns, &table.links, &table.pattern);
-    let (plan, timing_notes) = derive_plan(id, &greens, &table, conflicts, opts)?;
+    let (plan, mut timing_notes) = derive_plan(id, &greens, &table, conflicts, opts)?;
+    let stages: Vec<usize> = greens
+        .iter()
+        .filter(|g| std::ptr::eq(g.program, program))
+        .map(|g| g.index)
+        .collect();
+    timing_notes.extend(intergreen_note(
+        program,
+        &stages,
+        &plan,
+        &table.links,
+        opts.step_ms,
+    ));
     let (in_lanes, out_lanes) = observed_lanes(&groups, &table);
     Ok(TlsModel {
         id: id.to_string(),
@@ -832,6 +846,121 @@ fn derive_plan(
         ))
     })?;
     Ok((plan, timing_notes))
+}
+
+/// A link pair whose program intergreen the plan's switches cut short.
+struct ShortIntergreen {
+    from_link: usize,
+    to_link: usize,
+    program: Millis,
+    plan: Millis,
+    phase: usize,
+}
+
+/// A note when the plan hands green between conflicting links sooner than the light's
+/// own program does: the pair cut most, and how many more are cut. The plan's switch from
+/// a phase serving movement `a` to one serving `b` gives them that phase's yellow and
+/// all-red; a program that times its links apart may keep far longer between them, and
+/// vehicles still crossing then meet the next ones (tools/README.md, finding 28). Gaps
+/// longer than the longest clearance greenwave allows (yellow and all-red at their
+/// ceilings, 12 s) are not counted, nor gaps with one of the plan's `stages` (the
+/// program's phase indices it serves) or a conflicting green between: those are the
+/// program's stage order, not a clearance.
+fn intergreen_note(
+    program: &TlLogic,
+    stages: &[usize],
+    plan: &PhasePlan,
+    movement_links: &[&[usize]],
+    step_ms: u32,
+) -> Option<String> {
+    let short = short_intergreens(program, stages, plan, movement_links, step_ms);
+    let worst = short.iter().max_by_key(|s| {
+        (
+            s.program.0 - s.plan.0,
+            std::cmp::Reverse((s.from_link, s.to_link)),
+        )
+    })?;
+    let more = match short.len() - 1 {
+        0 => String::new(),
+        k => format!(", and {k} more pairs of conflicting links get less than it keeps"),
+    };
+    Some(format!(
+        "its program keeps {} between the end of link {}'s green and the start of link {}'s, \
+         which conflict; greenwave's switch from its phase {} gives {} (yellow and all-red){more}. \
+         Vehicles still crossing can then meet the next ones and lock up (finding 28 in \
+         tools/README.md); --all-red lengthens every switch",
+        worst.program, worst.from_link, worst.to_link, worst.phase, worst.plan
+    ))
+}
+
+/// Every pair of conflicting links the plan's quickest switch between them gives less
+/// time than the program keeps (see [`intergreen_note`]).
+fn short_intergreens(
+    program: &TlLogic,
+    stages: &[usize],
+    plan: &PhasePlan,
+    movement_links: &[&[usize]],
+    step_ms: u32,
+) -> Vec<ShortIntergreen> {
+    // A longer gap in a fixed cycle is its order (other stages between), not a clearance.
+    let longest_clearance = YELLOW_RANGE.1.saturating_add(ALL_RED_RANGE.1);
+    let n_links = movement_links
+        .iter()
+        .flat_map(|ls| ls.iter())
+        .max()
+        .map_or(0, |&l| l + 1);
+    let mut link_movement: Vec<Option<usize>> = vec![None; n_links];
+    for (m, ls) in movement_links.iter().enumerate() {
+        for &l in ls.iter() {
+            link_movement[l] = Some(m);
+        }
+    }
+    let mut short: Vec<ShortIntergreen> = Vec::new();
+    for (a, a_links) in movement_links.iter().enumerate() {
+        for (b, b_links) in movement_links.iter().enumerate() {
+            let (ma, mb) = (MovementId(a as u8), MovementId(b as u8));
+            if a == b || !plan.conflicts().conflicts(ma, mb) {
+                continue;
+            }
+            // The quickest switch the plan has from a phase serving `a` but not `b`.
+            let Some((phase, gap)) = plan
+                .phases()
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.movements.contains(ma) && !p.movements.contains(mb))
+                .map(|(k, p)| (k, p.timing.yellow.saturating_add(p.timing.all_red)))
+                .min_by_key(|&(_, gap)| gap)
+            else {
+                continue;
+            };
+            for (&i, &j) in a_links
+                .iter()
+                .flat_map(|i| b_links.iter().map(move |j| (i, j)))
+            {
+                let holds_j = |l: usize| {
+                    link_movement
+                        .get(l)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|m| plan.conflicts().conflicts(MovementId(m as u8), mb))
+                };
+                let Some(kept_s) = program_intergreen_s(program, (i, j), stages, holds_j) else {
+                    continue;
+                };
+                let kept = super::timing::secs_to_step(kept_s, step_ms);
+                if kept > gap && kept <= longest_clearance {
+                    short.push(ShortIntergreen {
+                        from_link: i,
+                        to_link: j,
+                        program: kept,
+                        plan: gap,
+                        phase,
+                    });
+                }
+            }
+        }
+    }
+    short
 }
 
 /// The observed incoming lanes (by approach, then lane id; a shared lane once) and the

@@ -172,7 +172,7 @@ pub(crate) fn secs_to_ms(s: f64) -> Millis {
     Millis((s * 1000.0).round().clamp(0.0, u32::MAX as f64) as u32)
 }
 
-fn secs_to_step(s: f64, step_ms: u32) -> Millis {
+pub(crate) fn secs_to_step(s: f64, step_ms: u32) -> Millis {
     let step = step_ms.max(1) as f64;
     Millis(((s * 1000.0 / step).ceil() * step).min(u32::MAX as f64) as u32)
 }
@@ -194,6 +194,54 @@ pub fn clearance_after(program: &TlLogic, k: usize) -> (f64, f64) {
         }
     }
     (yellow_s, all_red_s)
+}
+
+fn link_green(state: &str, link: usize) -> bool {
+    matches!(state.as_bytes().get(link), Some(b'G' | b'g'))
+}
+
+/// The shortest time `program` keeps between the end of link `from`'s green and the start
+/// of link `to`'s (s): the intergreen it gives that pair. Counted from each phase change
+/// where `from` stops showing green while `to` does not show it, to the next phase where
+/// `to` does, unless in between `from` is green again, one of `stages` comes (a program
+/// phase that a controller holds as a stage of its own), or a link that `holds_to` (one
+/// that conflicts with `to`) turns green: then `to` waited for the program's stage order,
+/// not for a clearance. `None` when the program never hands green from one straight to
+/// the other. Programs that time their links apart (German ones, with their
+/// *Zwischenzeiten*) keep different intergreens for different pairs; greenwave's phase
+/// plans keep one yellow and all-red per phase (tools/README.md, finding 28).
+pub fn program_intergreen_s(
+    program: &TlLogic,
+    (from, to): (usize, usize),
+    stages: &[usize],
+    holds_to: impl Fn(usize) -> bool,
+) -> Option<f64> {
+    let phases = &program.phases;
+    let n = phases.len();
+    let green = |k: usize, link: usize| link_green(&phases[k % n].state, link);
+    // A link that conflicts with `to` turning green at phase `q` (it was not at `k`).
+    let new_foe = |k: usize, q: usize| {
+        (0..phases[q % n].state.len())
+            .any(|l| l != from && l != to && green(q, l) && !green(k, l) && holds_to(l))
+    };
+    let mut shortest: Option<f64> = None;
+    for k in 0..n {
+        if !green(k, from) || green(k + 1, from) || green(k + 1, to) {
+            continue;
+        }
+        let mut gap_s = 0.0;
+        for q in k + 1..k + 1 + n {
+            if green(q, to) {
+                shortest = Some(shortest.map_or(gap_s, |s: f64| s.min(gap_s)));
+                break;
+            }
+            if green(q, from) || stages.contains(&(q % n)) || new_foe(k, q) {
+                break;
+            }
+            gap_s += phases[q % n].duration_s;
+        }
+    }
+    shortest
 }
 
 /// Net timing of the green phase at index `k` of `program`, rounded up to the SUMO step.
@@ -358,6 +406,89 @@ mod tests {
             Millis(61_000),
             "maxDur"
         );
+    }
+
+    #[test]
+    fn intergreens_are_read_pair_by_pair() {
+        let none = |_: usize| false;
+        // Link 0 ends with 3 s yellow and 2 s red; link 1 starts 1 s after link 0's
+        // yellow; link 2 waits for the all-red; link 3 overlaps link 0 and keeps going.
+        let p = program(
+            "static",
+            &[
+                (30.0, "GrrG"),
+                (3.0, "yrrG"),
+                (1.0, "rrrG"),
+                (1.0, "rGrG"),
+                (20.0, "rGGr"),
+                (4.0, "ryyr"),
+                (2.0, "rrrr"),
+            ],
+        );
+        assert_eq!(program_intergreen_s(&p, (0, 1), &[], none), Some(4.0));
+        assert_eq!(program_intergreen_s(&p, (0, 2), &[], none), Some(5.0));
+        assert_eq!(
+            program_intergreen_s(&p, (1, 0), &[], none),
+            Some(6.0),
+            "wraps around"
+        );
+        assert_eq!(program_intergreen_s(&p, (2, 3), &[], none), Some(6.0));
+        assert_eq!(
+            program_intergreen_s(&p, (0, 3), &[], none),
+            None,
+            "link 3 is green when link 0's ends"
+        );
+        assert_eq!(
+            program_intergreen_s(&p, (3, 0), &[], none),
+            Some(26.0),
+            "20 s of link 1 between"
+        );
+        // The shortest of several hand-overs counts.
+        let q = program(
+            "static",
+            &[
+                (10.0, "Gr"),
+                (5.0, "yr"),
+                (10.0, "rG"),
+                (3.0, "ry"),
+                (10.0, "Gr"),
+                (3.0, "yr"),
+                (10.0, "rG"),
+                (3.0, "ry"),
+            ],
+        );
+        assert_eq!(program_intergreen_s(&q, (0, 1), &[], none), Some(3.0));
+        assert_eq!(program_intergreen_s(&q, (1, 0), &[], none), Some(3.0));
+        // A stage between (link 1, 6 s, phase 2) holds link 2 red: the gap from link 0 to
+        // link 2 is the order of the stages, not a clearance.
+        let r = program(
+            "static",
+            &[
+                (30.0, "Grr"),
+                (3.0, "yrr"),
+                (6.0, "rGr"),
+                (3.0, "ryr"),
+                (20.0, "rrG"),
+                (3.0, "rry"),
+            ],
+        );
+        assert_eq!(program_intergreen_s(&r, (0, 2), &[], none), Some(12.0));
+        assert_eq!(program_intergreen_s(&r, (0, 2), &[2], none), None);
+        assert_eq!(program_intergreen_s(&r, (1, 2), &[2], none), Some(3.0));
+        // So is a link that conflicts with link 2 turning green between, but not one that
+        // was green with link 0 and goes on.
+        assert_eq!(program_intergreen_s(&r, (0, 2), &[], |l| l == 1), None);
+        let s = program(
+            "static",
+            &[
+                (30.0, "GGr"),
+                (5.0, "rGr"),
+                (3.0, "ryr"),
+                (20.0, "rrG"),
+                (3.0, "rry"),
+            ],
+        );
+        assert_eq!(program_intergreen_s(&s, (0, 2), &[], |l| l == 1), Some(8.0));
     }
 
     #[test]
