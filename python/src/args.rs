@@ -11,7 +11,7 @@ use crate::spec::{parse_reward, Backend, EnvSpec};
 use crate::value_err;
 
 /// Every keyword the environments take.
-const KNOWN: [&str; 20] = [
+const KNOWN: [&str; 21] = [
     "backend",
     "scenario",
     "demand",
@@ -21,6 +21,7 @@ const KNOWN: [&str; 20] = [
     "additional",
     "sumo_args",
     "begin_s",
+    "step_length_s",
     "episode_s",
     "decision_interval_s",
     "reward",
@@ -140,10 +141,11 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 || !routes.is_empty()
                 || !additional.is_empty()
                 || !sumo_args.is_empty()
+                || kw.number("step_length_s")?.is_some()
             {
                 return Err(value_err(
-                    "net=, routes=, additional=, sumocfg= and sumo_args= are for \
-                     backend=\"sumo\"; the embedded simulator takes scenario=",
+                    "net=, routes=, additional=, sumocfg=, sumo_args= and step_length_s= are \
+                     for backend=\"sumo\"; the embedded simulator takes scenario=",
                 ));
             }
             if kw.flag("program_clock")? == Some(true) {
@@ -187,6 +189,7 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 additional: files.additional,
                 sumo_args: merge_options(&cfg.passed, &sumo_args),
                 begin_s: files.begin_s.unwrap_or(0.0),
+                step_length_s: kw.number("step_length_s")?,
                 timing_file: kw.path("timing")?,
                 overrides: TimingOverrides {
                     yellow_s: kw.number("yellow_s")?,

@@ -102,7 +102,8 @@ fn mask(env: &dyn greenwave_sim::Env, masks: &PolicyMasks, i: usize) -> Vec<bool
 #[pymethods]
 impl NativeEnv {
     /// Keyword arguments: see the Python package's README (`backend`, `scenario`,
-    /// `demand`, `net`, `routes`, `begin_s`, `episode_s`, `decision_interval_s`, `reward`,
+    /// `demand`, `net`, `routes`, `begin_s`, `step_length_s`, `episode_s`,
+    /// `decision_interval_s`, `reward`,
     /// `timing`, `yellow_s`, `all_red_s`, `min_green_s`, `max_green_s`, `program`,
     /// `program_clock`, `seed`).
     #[new]

@@ -32,6 +32,8 @@ pub enum Backend {
         sumo_args: Vec<String>,
         /// Simulation time of the episode's start (s).
         begin_s: f64,
+        /// SUMO's step (s); 1 s unless given (`greenwave train --step-length`).
+        step_length_s: Option<f64>,
         /// TOML timing file.
         timing_file: Option<PathBuf>,
         /// Timing overrides, beating the file.
@@ -87,13 +89,15 @@ impl EnvSpec {
                 additional,
                 sumo_args,
                 begin_s,
+                step_length_s,
                 timing_file,
                 overrides,
                 program,
                 program_clock,
             } => {
                 let files = [routes.as_slice(), additional.as_slice()];
-                let cfg = self.sumo_config(net, files, *begin_s, timing_file, overrides)?;
+                let times = (*begin_s, *step_length_s);
+                let cfg = self.sumo_config(net, files, times, timing_file, overrides)?;
                 let cfg = SumoConfig {
                     extra_args: sumo_args.clone(),
                     program: program.clone(),
@@ -129,18 +133,22 @@ impl EnvSpec {
         Ok(Box::new(EmbeddedEnv::from_scenario(&s, seed)))
     }
 
-    /// The SUMO configuration for `net` with `[routes, additional]` files, validated.
+    /// The SUMO configuration for `net` with `[routes, additional]` files, beginning at
+    /// `begin_s` with SUMO steps of `step_length_s` (1 s when `None`), validated.
     fn sumo_config(
         &self,
         net: &PathBuf,
         [routes, additional]: [&[PathBuf]; 2],
-        begin_s: f64,
+        (begin_s, step_length_s): (f64, Option<f64>),
         timing_file: &Option<PathBuf>,
         overrides: &TimingOverrides,
     ) -> Result<SumoConfig, String> {
         let mut cfg = SumoConfig::with_routes(net, routes.to_vec());
         cfg.additional = additional.to_vec();
         cfg.begin_s = begin_s;
+        if let Some(step) = step_length_s {
+            cfg.step_length_s = step;
+        }
         cfg.seconds = self.episode_s.unwrap_or(3600.0);
         cfg.reward = self.reward.unwrap_or(RewardKind::SUMO_DEFAULT);
         let mut timing = match timing_file {

@@ -146,6 +146,28 @@ def test_sumo_errors_name_the_problem(tmp_path):
         SignalEnv(backend="sumo", net=str(tmp_path / "missing.net.xml"), routes="r.rou.xml")
     with pytest.raises(ValueError, match="yellow"):
         SignalEnv(**sumo_single(yellow_s=1.0))
+    with pytest.raises(ValueError, match="not a multiple of the SUMO step length 0.3 s"):
+        SignalEnv(**sumo_single(step_length_s=0.3))
+    with pytest.raises(ValueError, match="step_length_s= are for backend"):
+        SignalEnv(scenario="single-4way", step_length_s=0.5)
+
+
+@needs_sumo
+def test_sumo_step_length_reaches_sumo():
+    # Half-second steps move the same traffic differently from whole ones; one step
+    # (1 s, the default) gives exactly the default's episode.
+    def delay(**kw):
+        env = NativeEnv(**sumo_single(episode_s=120, **kw), seed=3)
+        env.reset(3)
+        done, t = False, 0
+        while not done:
+            _, _, done = env.step([t // 6 % 2])
+            t += 1
+        return json.loads(env.metrics_json())["mean_delay_s"]
+
+    whole = delay()
+    assert delay(step_length_s=1.0) == whole
+    assert delay(step_length_s=0.5) != whole
 
 
 @needs_sumo
