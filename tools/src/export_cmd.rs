@@ -44,6 +44,9 @@ fn provenance(info: &RunInfo, pinfo: &PolicyInfo, plans: &[PhasePlan]) -> Proven
                 "sumo_begin_s".into(),
                 serde_json::json!(info.config.sim.begin.unwrap_or(0.0)),
             );
+            if let Some(step) = info.config.sim.step_length {
+                details.insert("sumo_step_length_s".into(), serde_json::json!(step));
+            }
             if let Some(cfg) = &info.config.sim.sumocfg {
                 details.insert("sumocfg".into(), serde_json::json!(cfg));
                 details.insert(

@@ -291,6 +291,13 @@ impl SumoConfig {
                 self.step_length_s
             ));
         }
+        if self.step_length_s > self.decision_interval_s {
+            return bad(format!(
+                "step_length_s = {} s is longer than the decision interval ({} s): the \
+                 signals change at most once a SUMO step",
+                self.step_length_s, self.decision_interval_s
+            ));
+        }
         let multiple = |name: &str, ms: f64| -> Result<(), SumoError> {
             if (ms / step_ms - (ms / step_ms).round()).abs() > 1e-9 {
                 return bad(format!(
@@ -480,6 +487,12 @@ mod tests {
         cfg.decision_interval_s = 2.5;
         assert!(cfg.validate().unwrap_err().to_string().contains("multiple"));
         cfg.decision_interval_s = 5.0;
+        cfg.step_length_s = 6e9; // passed the multiple check: 5000 / 6e12 rounds to 0
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("longer than the decision interval"), "{err}");
+        cfg.step_length_s = 0.5;
+        cfg.validate().unwrap();
+        cfg.step_length_s = 1.0;
         cfg.seconds = f64::NAN;
         assert!(cfg.validate().is_err());
         cfg.seconds = 5e6;

@@ -947,7 +947,11 @@ fn short_intergreens(
                 let Some(kept_s) = program_intergreen_s(program, (i, j), stages, holds_j) else {
                     continue;
                 };
-                let kept = super::timing::secs_to_step(kept_s, step_ms);
+                // Whole milliseconds first: a sum such as 3.3000000000000003 s must not
+                // round up to the next step.
+                let kept_ms = secs_to_ms(kept_s).0;
+                let step = step_ms.max(1);
+                let kept = Millis(kept_ms.div_ceil(step).saturating_mul(step));
                 if kept > gap && kept <= longest_clearance {
                     short.push(ShortIntergreen {
                         from_link: i,
