@@ -90,8 +90,8 @@ pub struct BackendArgs {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begin: Option<f64>,
-    /// SUMO's step length (s), with `--backend sumo`: 1 s unless given. Signal changes,
-    /// the decision interval and `--begin` fall on whole steps.
+    /// SUMO's step length (s), with `--backend sumo`: 1 s unless given. The decision
+    /// interval must be a whole number of steps; the net's timing is rounded up to them.
     #[arg(long, value_name = "SECONDS")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_length: Option<f64>,

@@ -41,7 +41,8 @@ use greenwave_core::{
 
 use super::net::{NetConnection, NetEdge, NetFile, TlLogic};
 use super::timing::{
-    net_phase_timing, program_intergreen_s, resolve, secs_to_ms, TimingSpec, DEFAULT_MIN_GREEN_S,
+    is_green, net_phase_timing, program_intergreen_s, resolve, secs_to_ms, TimingSpec,
+    DEFAULT_MIN_GREEN_S,
 };
 use super::SumoError;
 
@@ -92,10 +93,6 @@ pub struct TlsModel {
     /// Where the net's timing was brought into greenwave's safe range (e.g. a 2 s yellow
     /// raised to 3 s).
     pub timing_notes: Vec<String>,
-}
-
-fn is_green(c: u8) -> bool {
-    c == b'G' || c == b'g'
 }
 
 fn is_transition(c: u8) -> bool {
@@ -650,7 +647,7 @@ fn build_one(
         program,
         &stages,
         &plan,
-        &table.links,
+        (&table.links, &links),
         opts.step_ms,
     ));
     let (in_lanes, out_lanes) = observed_lanes(&groups, &table);
@@ -870,10 +867,10 @@ fn intergreen_note(
     program: &TlLogic,
     stages: &[usize],
     plan: &PhasePlan,
-    movement_links: &[&[usize]],
+    (movement_links, links): (&[&[usize]], &[LinkRole]),
     step_ms: u32,
 ) -> Option<String> {
-    let short = short_intergreens(program, stages, plan, movement_links, step_ms);
+    let short = short_intergreens(program, stages, plan, (movement_links, links), step_ms);
     let worst = short.iter().max_by_key(|s| {
         (
             s.program.0 - s.plan.0,
@@ -899,22 +896,11 @@ fn short_intergreens(
     program: &TlLogic,
     stages: &[usize],
     plan: &PhasePlan,
-    movement_links: &[&[usize]],
+    (movement_links, links): (&[&[usize]], &[LinkRole]),
     step_ms: u32,
 ) -> Vec<ShortIntergreen> {
     // A longer gap in a fixed cycle is its order (other stages between), not a clearance.
     let longest_clearance = YELLOW_RANGE.1.saturating_add(ALL_RED_RANGE.1);
-    let n_links = movement_links
-        .iter()
-        .flat_map(|ls| ls.iter())
-        .max()
-        .map_or(0, |&l| l + 1);
-    let mut link_movement: Vec<Option<usize>> = vec![None; n_links];
-    for (m, ls) in movement_links.iter().enumerate() {
-        for &l in ls.iter() {
-            link_movement[l] = Some(m);
-        }
-    }
     let mut short: Vec<ShortIntergreen> = Vec::new();
     for (a, a_links) in movement_links.iter().enumerate() {
         for (b, b_links) in movement_links.iter().enumerate() {
@@ -937,12 +923,9 @@ fn short_intergreens(
                 .iter()
                 .flat_map(|i| b_links.iter().map(move |j| (i, j)))
             {
-                let holds_j = |l: usize| {
-                    link_movement
-                        .get(l)
-                        .copied()
-                        .flatten()
-                        .is_some_and(|m| plan.conflicts().conflicts(MovementId(m as u8), mb))
+                let holds_j = |l: usize| match links.get(l) {
+                    Some(&LinkRole::Movement(m)) => plan.conflicts().conflicts(MovementId(m), mb),
+                    _ => false,
                 };
                 let Some(kept_s) = program_intergreen_s(program, (i, j), stages, holds_j) else {
                     continue;

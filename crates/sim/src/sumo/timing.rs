@@ -158,8 +158,13 @@ pub struct NetPhaseTiming {
     pub max_green: Millis,
 }
 
+/// Whether a state-string character is a green (`G` priority, `g` permissive).
+pub(crate) fn is_green(c: u8) -> bool {
+    c == b'G' || c == b'g'
+}
+
 fn has_green(state: &str) -> bool {
-    state.bytes().any(|c| c == b'G' || c == b'g')
+    state.bytes().any(is_green)
 }
 
 fn has_yellow(state: &str) -> bool {
@@ -197,7 +202,7 @@ pub fn clearance_after(program: &TlLogic, k: usize) -> (f64, f64) {
 }
 
 fn link_green(state: &str, link: usize) -> bool {
-    matches!(state.as_bytes().get(link), Some(b'G' | b'g'))
+    state.as_bytes().get(link).copied().is_some_and(is_green)
 }
 
 /// The shortest time `program` keeps between the end of link `from`'s green and the start
