@@ -3,9 +3,11 @@
 //! The part of greenwave every other part stands on, the controller firmware included:
 //! `#![no_std]`, and no allocator needed for anything a controller runs.
 //!
-//! * [`plan`]: movements, phases, the conflict matrix and per-phase timing, validated once.
+//! * [`plan`]: movements, phases, the conflict matrix, per-phase timing and per-pair
+//!   intergreens, validated once.
 //! * [`sequencer`]: the safety sequencer. The policy proposes, the sequencer disposes: min
-//!   green, max green, full yellow and all-red on every change, never conflicting greens.
+//!   green, max green, full yellow and all-red (and every intergreen) on every change, never
+//!   conflicting greens.
 //! * [`observation`]: the observation layout shared by the simulators, runtime and firmware.
 //! * [`reward`]: reward definitions.
 //! * [`transition`]: the `(s, a, r, s', log π)` record logged in the field.
@@ -36,8 +38,8 @@ pub use control::{
 };
 pub use observation::{LaneReading, ObsError, ObsLayout};
 pub use plan::{
-    ConflictMatrix, Movement, MovementId, MovementSet, Phase, PhaseId, PhasePlan, PhaseTiming,
-    PlanError, Turn,
+    ConflictMatrix, Intergreen, Movement, MovementId, MovementSet, Phase, PhaseId, PhasePlan,
+    PhaseTiming, PlanError, Turn,
 };
 pub use reward::{RewardInputs, RewardKind};
 pub use sequencer::{

@@ -1,4 +1,5 @@
-//! Phase plans: movements, phases, the conflict matrix and per-phase timing.
+//! Phase plans: movements, phases, the conflict matrix, per-phase timing and per-pair
+//! intergreens.
 //!
 //! A [`PhasePlan`] is validated once, at construction; everything downstream (the
 //! [`Sequencer`](crate::sequencer::Sequencer), the simulators, the firmware) relies on it
@@ -20,6 +21,11 @@ pub const YELLOW_RANGE: (Millis, Millis) = (Millis(3000), Millis(6000));
 pub const ALL_RED_RANGE: (Millis, Millis) = (Millis(0), Millis(6000));
 /// Shortest min green accepted: a green must at least let the queue react.
 pub const MIN_GREEN_FLOOR: Millis = Millis(1000);
+/// Most intergreen entries a plan may hold (pairs whose clearance is longer than the
+/// ending phase's yellow and all-red; pairs without an entry need none).
+pub const MAX_INTERGREENS: usize = 64;
+/// Longest intergreen accepted: the longest yellow and the longest all-red together.
+pub const INTERGREEN_CEILING: Millis = Millis(YELLOW_RANGE.1 .0 + ALL_RED_RANGE.1 .0);
 
 /// What a movement does when it crosses the junction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -280,6 +286,23 @@ pub struct Phase {
     pub timing: PhaseTiming,
 }
 
+/// The least time from the end of movement `from`'s green (the start of its yellow) to the
+/// start of the conflicting movement `to`'s green: an intergreen (German *Zwischenzeit*)
+/// kept for one ordered pair, as programs that time their links apart do.
+///
+/// An entry only ever lengthens a switch: a movement turns green once the ending phase's
+/// yellow and all-red have run *and* every entry into it is served. A pair without an entry
+/// gets the ending phase's yellow and all-red, as every pair did before entries existed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Intergreen {
+    /// The movement whose green ends.
+    pub from: MovementId,
+    /// The conflicting movement whose green starts.
+    pub to: MovementId,
+    /// The least time between the two.
+    pub time: Millis,
+}
+
 /// Why a plan was refused. Every variant names the phase or movement at fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
@@ -381,6 +404,56 @@ pub enum PlanError {
         /// The min green given.
         min_green: Millis,
     },
+    /// More intergreen entries than [`MAX_INTERGREENS`].
+    #[error("plan has {count} intergreen entries; at most {max} are supported")]
+    TooManyIntergreens {
+        /// Entries given.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An intergreen entry for movements that do not conflict, or do not exist.
+    #[error("intergreen {from} -> {to}: the movements do not conflict (or do not exist)")]
+    IntergreenNotConflicting {
+        /// The ending movement.
+        from: u8,
+        /// The starting movement.
+        to: u8,
+    },
+    /// Two intergreen entries for one ordered pair.
+    #[error("intergreen {from} -> {to}: given twice")]
+    DuplicateIntergreen {
+        /// The ending movement.
+        from: u8,
+        /// The starting movement.
+        to: u8,
+    },
+    /// An intergreen of zero or longer than [`INTERGREEN_CEILING`].
+    #[error("intergreen {from} -> {to}: {time} is outside 0-12 s")]
+    IntergreenOutOfRange {
+        /// The ending movement.
+        from: u8,
+        /// The starting movement.
+        to: u8,
+        /// The time given.
+        time: Millis,
+    },
+    /// Intergreens into a phase that stagger its movements' starts so much that the first
+    /// to start would pass max green before the last has had min green.
+    #[error(
+        "phase {phase}: intergreens stagger its starts by up to {stagger}, and min green \
+         {min_green} plus that is not below max green {max_green}"
+    )]
+    IntergreensCrowdMaxGreen {
+        /// The phase.
+        phase: u8,
+        /// The longest possible head start of one of its movements over another.
+        stagger: Millis,
+        /// Its min green.
+        min_green: Millis,
+        /// Its max green.
+        max_green: Millis,
+    },
 }
 
 /// A validated phase plan for one intersection.
@@ -394,22 +467,27 @@ pub struct PhasePlan {
     movements: Vec<Movement, MAX_MOVEMENTS>,
     conflicts: ConflictMatrix,
     phases: Vec<Phase, MAX_PHASES>,
+    /// Sorted by (from, to); empty for plans that time every pair by yellow and all-red.
+    intergreens: Vec<Intergreen, MAX_INTERGREENS>,
 }
 
 /// A plan's serialized fields, before validation (the same names and order as
-/// [`PhasePlan`], so the format is unchanged).
+/// [`PhasePlan`]). `intergreens` may be left out of self-describing formats (a site
+/// configuration written before entries existed still reads).
 #[derive(Serialize, Deserialize)]
 struct PlanParts {
     movements: Vec<Movement, MAX_MOVEMENTS>,
     conflicts: ConflictMatrix,
     phases: Vec<Phase, MAX_PHASES>,
+    #[serde(default)]
+    intergreens: Vec<Intergreen, MAX_INTERGREENS>,
 }
 
 impl TryFrom<PlanParts> for PhasePlan {
     type Error = PlanError;
 
     fn try_from(p: PlanParts) -> Result<Self, PlanError> {
-        PhasePlan::new(&p.movements, p.conflicts, &p.phases)
+        PhasePlan::new(&p.movements, p.conflicts, &p.phases)?.with_intergreens(&p.intergreens)
     }
 }
 
@@ -541,7 +619,124 @@ impl PhasePlan {
             movements: Vec::from_slice(movements).expect("length checked above"),
             conflicts,
             phases: Vec::from_slice(phases).expect("length checked above"),
+            intergreens: Vec::new(),
         })
+    }
+
+    /// This plan with `entries` as its intergreens (replacing any it had), validated: each
+    /// names two conflicting movements, once, with a time above zero and at most
+    /// [`INTERGREEN_CEILING`]; and no phase's starts are staggered so far that min green and
+    /// max green can no longer both hold (see [`PlanError::IntergreensCrowdMaxGreen`]).
+    pub fn with_intergreens(mut self, entries: &[Intergreen]) -> Result<Self, PlanError> {
+        if entries.len() > MAX_INTERGREENS {
+            return Err(PlanError::TooManyIntergreens {
+                count: entries.len(),
+                max: MAX_INTERGREENS,
+            });
+        }
+        let mut sorted: Vec<Intergreen, MAX_INTERGREENS> =
+            Vec::from_slice(entries).expect("length checked above");
+        sorted.sort_unstable_by_key(|e| (e.from, e.to));
+        for (k, e) in sorted.iter().enumerate() {
+            let (from, to) = (e.from.0, e.to.0);
+            if !self.conflicts.conflicts(e.from, e.to) {
+                return Err(PlanError::IntergreenNotConflicting { from, to });
+            }
+            if k > 0 && (sorted[k - 1].from, sorted[k - 1].to) == (e.from, e.to) {
+                return Err(PlanError::DuplicateIntergreen { from, to });
+            }
+            if e.time == Millis::ZERO || e.time > INTERGREEN_CEILING {
+                return Err(PlanError::IntergreenOutOfRange {
+                    from,
+                    to,
+                    time: e.time,
+                });
+            }
+        }
+        self.intergreens = sorted;
+        for (p, phase) in self.phases.iter().enumerate() {
+            let stagger = self.stagger_bound(phase.movements);
+            let t = phase.timing;
+            if t.min_green.saturating_add(stagger) >= t.max_green {
+                return Err(PlanError::IntergreensCrowdMaxGreen {
+                    phase: p as u8,
+                    stagger,
+                    min_green: t.min_green,
+                    max_green: t.max_green,
+                });
+            }
+        }
+        Ok(self)
+    }
+
+    /// The most one movement of `set` can start before another in a switch into it: every
+    /// start comes at least a yellow (3 s at the least) after the switch began and at most
+    /// its longest intergreen.
+    fn stagger_bound(&self, set: MovementSet) -> Millis {
+        self.intergreens
+            .iter()
+            .filter(|e| set.contains(e.to))
+            .map(|e| e.time.saturating_sub(YELLOW_RANGE.0))
+            .max()
+            .unwrap_or(Millis::ZERO)
+    }
+
+    /// The intergreen entries, sorted by (from, to).
+    pub fn intergreens(&self) -> &[Intergreen] {
+        &self.intergreens
+    }
+
+    /// The intergreen entry for `from` ending and `to` starting, if there is one.
+    pub fn intergreen(&self, from: MovementId, to: MovementId) -> Option<Millis> {
+        self.intergreens
+            .binary_search_by_key(&(from, to), |e| (e.from, e.to))
+            .ok()
+            .map(|k| self.intergreens[k].time)
+    }
+
+    /// How long after a switch from `from` to `to` begins (the start of `from`'s yellow)
+    /// movement `n` of `to` may turn green, counting only the movements `from` ends: the
+    /// ending phase's yellow and all-red, or longer where an entry from one of them into
+    /// `n` asks for it. `None` for unknown phases.
+    pub fn start_after(&self, from: PhaseId, to: PhaseId, n: MovementId) -> Option<Millis> {
+        let (a, b) = (self.phase(from)?, self.phase(to)?);
+        let base = a.timing.yellow.saturating_add(a.timing.all_red);
+        let ending = a.movements.minus(b.movements);
+        Some(
+            self.intergreens
+                .iter()
+                .filter(|e| e.to == n && ending.contains(e.from))
+                .map(|e| e.time)
+                .fold(base, Millis::max),
+        )
+    }
+
+    /// How long a switch from `from` to `to` takes, from the start of `from`'s yellow to the
+    /// moment every movement of `to` is green, when the movements `from` ends are the last
+    /// to have left green (the usual case; the sequencer also keeps entries from movements
+    /// that ended earlier, so a switch straight after a short green can take longer). The
+    /// ending phase's yellow and all-red for a plan without entries. The one place every
+    /// consumer of a switch's length (cycle lengths, max-red bounds, switch costs) reads it.
+    /// Zero for unknown phases.
+    pub fn switch_time(&self, from: PhaseId, to: PhaseId) -> Millis {
+        let (Some(a), Some(b)) = (self.phase(from), self.phase(to)) else {
+            return Millis::ZERO;
+        };
+        let base = a.timing.yellow.saturating_add(a.timing.all_red);
+        b.movements
+            .minus(a.movements)
+            .iter()
+            .filter_map(|n| self.start_after(from, to, n))
+            .fold(base, Millis::max)
+    }
+
+    /// The longest switch out of phase `from`, to any other phase.
+    pub fn longest_switch_from(&self, from: PhaseId) -> Millis {
+        (0..self.n_phases() as u8)
+            .filter(|&k| k != from.0)
+            .map(|k| self.switch_time(from, PhaseId(k)))
+            .max()
+            .unwrap_or(Millis::ZERO)
     }
 
     /// Movements, indexed by [`MovementId`].
@@ -596,6 +791,16 @@ impl PhasePlan {
                     h.u32(ped.clearance.0);
                 }
                 None => h.u32(0),
+            }
+        }
+        // Only when there are entries, so every plan without them keeps its hash (and every
+        // bundle signed for it keeps verifying).
+        if !self.intergreens.is_empty() {
+            h.u32(self.intergreens.len() as u32);
+            for e in &self.intergreens {
+                h.u32(e.from.0 as u32);
+                h.u32(e.to.0 as u32);
+                h.u32(e.time.0);
             }
         }
         h.finish()
@@ -862,6 +1067,138 @@ mod tests {
             movements: plan.movements.clone(),
             conflicts: plan.conflicts,
             phases,
+            intergreens: Vec::new(),
+        };
+        let bytes = postcard::to_allocvec(&parts).unwrap();
+        assert!(postcard::from_bytes::<PhasePlan>(&bytes).is_err());
+    }
+
+    fn entry(from: u8, to: u8, ms: u32) -> Intergreen {
+        Intergreen {
+            from: MovementId(from),
+            to: MovementId(to),
+            time: Millis(ms),
+        }
+    }
+
+    #[test]
+    fn intergreens_are_validated_naming_the_pair() {
+        let plan = PhasePlan::four_arm_protected_left(t()).unwrap();
+        // Movement 1 (north through) and 7 (south through) do not conflict.
+        let err = plan
+            .clone()
+            .with_intergreens(&[entry(1, 7, 5000)])
+            .unwrap_err();
+        assert_eq!(err, PlanError::IntergreenNotConflicting { from: 1, to: 7 });
+        assert_eq!(
+            format!("{err}"),
+            "intergreen 1 -> 7: the movements do not conflict (or do not exist)"
+        );
+        let err = plan
+            .clone()
+            .with_intergreens(&[entry(1, 40, 5000)])
+            .unwrap_err();
+        assert_eq!(err, PlanError::IntergreenNotConflicting { from: 1, to: 40 });
+        let err = plan
+            .clone()
+            .with_intergreens(&[entry(1, 4, 5000), entry(1, 4, 6000)])
+            .unwrap_err();
+        assert_eq!(err, PlanError::DuplicateIntergreen { from: 1, to: 4 });
+        for ms in [0, 12_001] {
+            let err = plan
+                .clone()
+                .with_intergreens(&[entry(1, 4, ms)])
+                .unwrap_err();
+            assert!(matches!(
+                err,
+                PlanError::IntergreenOutOfRange { from: 1, to: 4, .. }
+            ));
+        }
+        // min green 5 s + a stagger of 12 - 3 = 9 s is not below max green 14 s.
+        let tight =
+            PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 14, 3, 2)).unwrap();
+        let err = tight.with_intergreens(&[entry(1, 4, 12_000)]).unwrap_err();
+        assert_eq!(
+            err,
+            PlanError::IntergreensCrowdMaxGreen {
+                phase: 2,
+                stagger: Millis(9000),
+                min_green: Millis(5000),
+                max_green: Millis(14_000),
+            }
+        );
+        let many: std::vec::Vec<Intergreen> = (0..=MAX_INTERGREENS as u32)
+            .map(|k| entry(1, 4, 3000 + k))
+            .collect();
+        assert!(matches!(
+            plan.with_intergreens(&many),
+            Err(PlanError::TooManyIntergreens { count: 65, max: 64 })
+        ));
+    }
+
+    #[test]
+    fn switch_time_is_yellow_and_all_red_or_the_longest_entry() {
+        let plan = PhasePlan::four_arm_protected_left(t()).unwrap();
+        for (a, b) in [(0, 1), (0, 2), (2, 0), (3, 1)] {
+            assert_eq!(plan.switch_time(PhaseId(a), PhaseId(b)), Millis(5000));
+        }
+        let plan = plan
+            .with_intergreens(&[entry(4, 1, 7000), entry(1, 4, 9000), entry(1, 3, 4000)])
+            .unwrap();
+        assert_eq!(
+            plan.intergreen(MovementId(1), MovementId(4)),
+            Some(Millis(9000))
+        );
+        assert_eq!(
+            plan.intergreen(MovementId(4), MovementId(1)),
+            Some(Millis(7000))
+        );
+        assert_eq!(plan.intergreen(MovementId(1), MovementId(5)), None);
+        // 0 -> 2 ends movement 1 and starts 4: 9 s. Movement 3 starts in phase 3 only.
+        assert_eq!(plan.switch_time(PhaseId(0), PhaseId(2)), Millis(9000));
+        assert_eq!(plan.switch_time(PhaseId(2), PhaseId(0)), Millis(7000));
+        // An entry shorter than yellow and all-red changes nothing.
+        assert_eq!(plan.switch_time(PhaseId(0), PhaseId(3)), Millis(5000));
+        // Phase 1 does not end movement 1's green (it is not in it).
+        assert_eq!(plan.switch_time(PhaseId(1), PhaseId(2)), Millis(5000));
+        assert_eq!(plan.longest_switch_from(PhaseId(0)), Millis(9000));
+        assert_eq!(plan.switch_time(PhaseId(0), PhaseId(9)), Millis::ZERO);
+    }
+
+    #[test]
+    fn intergreens_change_the_hash_and_survive_a_round_trip() {
+        let plain = PhasePlan::four_arm_protected_left(t()).unwrap();
+        // (That a plan without entries keeps the hash it had before entries existed is
+        // pinned by greenwave-policy's manifest tests, which hold a fixed hash.)
+        let with = plain
+            .clone()
+            .with_intergreens(&[entry(1, 4, 9000)])
+            .unwrap();
+        let longer = plain
+            .clone()
+            .with_intergreens(&[entry(1, 4, 9100)])
+            .unwrap();
+        assert_ne!(plain.hash(), with.hash());
+        assert_ne!(with.hash(), longer.hash());
+        // Order given does not matter: entries are kept sorted.
+        let a = plain
+            .clone()
+            .with_intergreens(&[entry(4, 1, 7000), entry(1, 4, 9000)])
+            .unwrap();
+        let b = plain
+            .clone()
+            .with_intergreens(&[entry(1, 4, 9000), entry(4, 1, 7000)])
+            .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.hash(), b.hash());
+        let bytes = postcard::to_allocvec(&a).unwrap();
+        assert_eq!(postcard::from_bytes::<PhasePlan>(&bytes).unwrap(), a);
+        // A stored plan with a bad entry is refused as it is read.
+        let parts = PlanParts {
+            movements: plain.movements.clone(),
+            conflicts: plain.conflicts,
+            phases: plain.phases.clone(),
+            intergreens: Vec::from_slice(&[entry(1, 7, 9000)]).unwrap(),
         };
         let bytes = postcard::to_allocvec(&parts).unwrap();
         assert!(postcard::from_bytes::<PhasePlan>(&bytes).is_err());

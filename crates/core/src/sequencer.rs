@@ -7,14 +7,23 @@
 //! * a green lasts at least its phase's min green (early switch requests are held and served
 //!   the moment min green is reached) and at most its max green (a change is then forced);
 //! * every change runs the ending phase's full yellow, then its full all-red;
+//! * a movement turns green only once every intergreen entry into it (the plan's
+//!   [`Intergreen`](crate::plan::Intergreen)s) has passed since the conflicting movement
+//!   left green;
 //! * no two conflicting movements are ever non-red together.
 //!
 //! Movements green in both the ending and the next phase stay green through the change
 //! (overlaps): they need no clearance, and they conflict with nothing in either phase.
+//!
+//! With intergreen entries the next phase's movements may start one by one: the
+//! [`Interval::AllRed`] stretch then lasts until the last of them is green, and shows each
+//! one green from its own start on. Min green counts from the last start, max green from
+//! the first, so no movement is green longer than max green; a plan without entries
+//! switches exactly as it always did.
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{MovementId, MovementSet, PhaseId, PhasePlan, MAX_PHASES};
+use crate::plan::{MovementId, MovementSet, PhaseId, PhasePlan, MAX_MOVEMENTS, MAX_PHASES};
 use crate::units::Millis;
 
 /// What one movement shows.
@@ -70,7 +79,9 @@ pub enum Interval {
         /// The next green phase.
         to: PhaseId,
     },
-    /// All-red clearance from `from` towards `to`.
+    /// All-red clearance from `from` towards `to`: every movement `from` ends is red. With
+    /// intergreen entries, movements of `to` may already show green one by one, each from
+    /// its own start, until the last has started.
     AllRed {
         /// The ending phase.
         from: PhaseId,
@@ -175,6 +186,17 @@ pub struct Sequencer {
     /// Set when the last change was forced by max green, cleared by the next request.
     forced: bool,
     now_ms: u64,
+    /// When each movement last left green (its yellow began), for movements in
+    /// `ever_green`; what the plan's intergreen entries are counted from.
+    green_end_ms: [u64; MAX_MOVEMENTS],
+    ever_green: MovementSet,
+    /// During a change: when each starting movement turns green, counted from the start of
+    /// the all-red stretch; and when the change ends (the last of them green).
+    start_in_all_red: [Millis; MAX_MOVEMENTS],
+    all_red_for: Millis,
+    /// During a green: how much earlier than the last its first movement started, so that
+    /// max green (counted from the first start) forces the change that much sooner.
+    head_start: Millis,
 }
 
 impl Sequencer {
@@ -193,6 +215,11 @@ impl Sequencer {
             pending: None,
             forced: false,
             now_ms: 0,
+            green_end_ms: [0; MAX_MOVEMENTS],
+            ever_green: MovementSet::EMPTY,
+            start_in_all_red: [Millis::ZERO; MAX_MOVEMENTS],
+            all_red_for: Millis::ZERO,
+            head_start: Millis::ZERO,
         })
     }
 
@@ -315,6 +342,50 @@ impl Sequencer {
         self.pending = None;
         self.interval = Interval::Yellow { from, to };
         self.in_interval = Millis::ZERO;
+        let (f, t) = (self.movements(from), self.movements(to));
+        for m in f.minus(t).iter() {
+            self.green_end_ms[m.0 as usize] = self.now_ms;
+        }
+        self.ever_green = self.ever_green.or(f);
+        self.schedule_starts(from, to);
+    }
+
+    /// When each movement `to` starts turns green, counted from the all-red's start (the
+    /// end of `from`'s yellow): after `from`'s all-red, and after every intergreen entry into
+    /// it has passed since its conflicting movement left green.
+    fn schedule_starts(&mut self, from: PhaseId, to: PhaseId) {
+        let t = self.timing(from);
+        let all_red_start_ms = self.now_ms + t.yellow.0 as u64;
+        let mut last = t.all_red;
+        for n in self.movements(to).minus(self.movements(from)).iter() {
+            let mut start = t.all_red;
+            for e in self.plan.intergreens().iter().filter(|e| e.to == n) {
+                if self.ever_green.contains(e.from) {
+                    let ready_ms = self.green_end_ms[e.from.0 as usize] + e.time.0 as u64;
+                    let after = ready_ms.saturating_sub(all_red_start_ms);
+                    start = start.max(Millis(after.min(u32::MAX as u64) as u32));
+                }
+            }
+            self.start_in_all_red[n.0 as usize] = start;
+            last = last.max(start);
+        }
+        self.all_red_for = last;
+    }
+
+    /// Movements of `to` not in `from` whose start has come, `in_all_red` into the all-red.
+    fn started(&self, from: PhaseId, to: PhaseId, in_all_red: Millis) -> MovementSet {
+        let mut set = MovementSet::EMPTY;
+        for n in self.movements(to).minus(self.movements(from)).iter() {
+            if in_all_red >= self.start_in_all_red[n.0 as usize] {
+                set.insert(n);
+            }
+        }
+        set
+    }
+
+    /// The longest green phase `p` may still show once its last movement has started.
+    fn max_green_left(&self, p: PhaseId) -> Millis {
+        self.timing(p).max_green.saturating_sub(self.head_start)
     }
 
     /// The display right now.
@@ -332,7 +403,10 @@ impl Sequencer {
                 }
             }
             Interval::AllRed { from, to } => SignalFrame {
-                green: self.movements(from).and(self.movements(to)),
+                green: self
+                    .movements(from)
+                    .and(self.movements(to))
+                    .or(self.started(from, to, self.in_interval)),
                 yellow: MovementSet::EMPTY,
             },
         }
@@ -350,7 +424,7 @@ impl Sequencer {
                             continue;
                         }
                     }
-                    if self.in_interval >= t.max_green {
+                    if self.in_interval >= self.max_green_left(phase) {
                         let next = PhaseId(((phase.0 as usize + 1) % self.plan.n_phases()) as u8);
                         self.begin_change(phase, next);
                         self.forced = true;
@@ -365,7 +439,15 @@ impl Sequencer {
                     }
                 }
                 Interval::AllRed { from, to } => {
-                    if self.in_interval >= self.timing(from).all_red {
+                    if self.in_interval >= self.all_red_for {
+                        let first = self
+                            .movements(to)
+                            .minus(self.movements(from))
+                            .iter()
+                            .map(|n| self.start_in_all_red[n.0 as usize])
+                            .min()
+                            .unwrap_or(self.all_red_for);
+                        self.head_start = self.all_red_for.saturating_sub(first);
                         self.interval = Interval::Green { phase: to };
                         self.in_interval = Millis::ZERO;
                         continue;
@@ -382,15 +464,24 @@ impl Sequencer {
     pub fn time_to_boundary(&self) -> Millis {
         let end = match self.interval {
             Interval::Green { phase } => {
-                let t = self.timing(phase);
                 if self.pending.is_some() {
-                    t.min_green
+                    self.timing(phase).min_green
                 } else {
-                    t.max_green
+                    self.max_green_left(phase)
                 }
             }
             Interval::Yellow { from, .. } => self.timing(from).yellow,
-            Interval::AllRed { from, .. } => self.timing(from).all_red,
+            Interval::AllRed { from, to } => {
+                // The next start still to come, or the end of the change.
+                let mut next = self.all_red_for;
+                for n in self.movements(to).minus(self.movements(from)).iter() {
+                    let start = self.start_in_all_red[n.0 as usize];
+                    if start > self.in_interval {
+                        next = next.min(start);
+                    }
+                }
+                next
+            }
         };
         end.saturating_sub(self.in_interval)
     }
@@ -424,7 +515,7 @@ impl Sequencer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::PhaseTiming;
+    use crate::plan::{Intergreen, PhaseTiming};
 
     fn seq() -> Sequencer {
         let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 30, 3, 2)).unwrap();
@@ -504,6 +595,85 @@ mod tests {
         assert_eq!(r.next_green, PhaseId(3));
         assert_eq!(s.request(9).overridden, Some(OverrideReason::UnknownPhase));
         assert_eq!(s.action_mask(), PhaseMask(1 << 3));
+    }
+
+    /// The standard plan with one intergreen: 9 s from the end of the north through's green
+    /// (movement 1) to the start of the east through's (movement 4).
+    fn staggered(timing: PhaseTiming) -> Sequencer {
+        let plan = PhasePlan::four_arm_protected_left(timing)
+            .unwrap()
+            .with_intergreens(&[Intergreen {
+                from: MovementId(1),
+                to: MovementId(4),
+                time: Millis::from_secs(9),
+            }])
+            .unwrap();
+        Sequencer::new(plan, PhaseId(0)).unwrap()
+    }
+
+    #[test]
+    fn an_intergreen_holds_only_its_own_movement() {
+        let mut s = staggered(PhaseTiming::from_secs(5, 30, 3, 2));
+        s.tick(Millis::from_secs(6));
+        s.request(2);
+        let mut segs = std::vec::Vec::new();
+        s.advance(Millis::from_secs(10), |seg| segs.push(*seg));
+        let east_rest = MovementSet::from_ids(&[5, 10, 11]);
+        let shown: std::vec::Vec<_> = segs
+            .iter()
+            .map(|g| (g.duration, g.frame.green, g.frame.yellow))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    Millis::from_secs(3),
+                    MovementSet::EMPTY,
+                    MovementSet::from_ids(&[1, 2, 7, 8])
+                ),
+                // The phase's own all-red: nothing green.
+                (Millis::from_secs(2), MovementSet::EMPTY, MovementSet::EMPTY),
+                // The rest of the east-west phase starts; movement 4 waits out its 9 s.
+                (Millis::from_secs(4), east_rest, MovementSet::EMPTY),
+                (
+                    Millis::from_secs(1),
+                    east_rest.or(MovementSet::from_ids(&[4])),
+                    MovementSet::EMPTY
+                ),
+            ]
+        );
+        assert_eq!(s.interval(), Interval::Green { phase: PhaseId(2) });
+        assert_eq!(
+            s.plan().switch_time(PhaseId(0), PhaseId(2)),
+            Millis::from_secs(9)
+        );
+        // Max green counts from the first start, 4 s before the last: 30 s of green for
+        // movements 5, 10 and 11 means a change 26 s after movement 4 turned green.
+        s.request(2);
+        s.tick(Millis::from_secs(25) - Millis(1));
+        assert_eq!(s.interval(), Interval::Green { phase: PhaseId(2) });
+        s.tick(Millis(1));
+        assert!(matches!(s.interval(), Interval::Yellow { .. }));
+        assert!(s.max_green_forced());
+    }
+
+    #[test]
+    fn an_intergreen_counts_from_an_earlier_end_too() {
+        // Movement 1 leaves green at 1 s (into the north-south lefts); the switch to
+        // east-west begins at 5 s, so its yellow ends at 8 s, but movement 4 waits to 10 s.
+        let mut s = staggered(PhaseTiming::from_secs(1, 30, 3, 0));
+        s.tick(Millis::from_secs(1));
+        s.request(1);
+        s.tick(Millis::from_secs(4));
+        assert_eq!(s.interval(), Interval::Green { phase: PhaseId(1) });
+        s.request(2);
+        s.tick(Millis::from_secs(3));
+        assert!(!s.frame().green.contains(MovementId(4)));
+        assert!(s.frame().green.contains(MovementId(5)));
+        assert_eq!(s.time_to_boundary(), Millis::from_secs(2));
+        s.tick(Millis::from_secs(2));
+        assert_eq!(s.interval(), Interval::Green { phase: PhaseId(2) });
+        assert!(s.frame().green.contains(MovementId(4)));
     }
 
     #[test]

@@ -5,25 +5,30 @@
 //!
 //! 1. no two conflicting movements are ever non-red together;
 //! 2. a movement never goes from green straight to red, nor from yellow back to green;
-//! 3. every yellow lasts exactly the ending phase's yellow, every all-red exactly its all-red;
+//! 3. every yellow lasts exactly the ending phase's yellow, every all-red exactly its all-red
+//!    (or, with intergreen entries, until the last starting movement is due);
 //! 4. a movement turns green only after every conflicting movement has shown its full
-//!    yellow and then red for the full all-red of the phase it ended with (checked on the
-//!    display itself, movement by movement, not on the sequencer's interval labels, so a
-//!    frame that lights the next green early is caught even if the labels look right);
+//!    yellow and then red for the full all-red of the phase it ended with, and only once
+//!    every intergreen entry into it has passed since the conflicting movement left green;
+//!    and then at once, not later (checked on the display itself, movement by movement, not
+//!    on the sequencer's interval labels, so a frame that lights the next green early is
+//!    caught even if the labels look right);
 //! 5. intervals follow Green → Yellow → AllRed → Green (AllRed omitted only when it is 0 s);
-//! 6. every completed green lasts at least min green, and no green ever exceeds max green;
+//! 6. every completed green lasts at least min green (from its last movement's start), and
+//!    no green ever exceeds max green (from its first movement's start);
 //! 7. the segments of a tick add up to the tick, and the action mask is honest: a request
 //!    inside the mask is never overridden.
 //!
 //! Plans are random (random movements on four arms, conflicts from geometry, phases as
-//! random maximal conflict-free sets, random timing); requests are random, adversarial
+//! random maximal conflict-free sets, random timing, random intergreen entries on half of
+//! them); requests are random, adversarial
 //! (always switch, never switch, out-of-range phases, requests during clearance, bursts
 //! every millisecond) and tick sizes random from 1 ms to a minute.
 
-use greenwave_core::plan::{MAX_MOVEMENTS, MAX_PHASES};
+use greenwave_core::plan::{INTERGREEN_CEILING, MAX_MOVEMENTS, MAX_PHASES};
 use greenwave_core::sequencer::Segment;
 use greenwave_core::{
-    ActuatedSignal, ConflictMatrix, CycleStage, FixedCycle, Interval, Millis, Movement,
+    ActuatedSignal, ConflictMatrix, CycleStage, FixedCycle, Intergreen, Interval, Millis, Movement,
     MovementDetector, MovementId, MovementSet, OverrideReason, Phase, PhaseId, PhasePlan,
     PhaseTiming, Sequencer, Signal, Turn,
 };
@@ -46,6 +51,13 @@ struct Monitor {
     /// Greens that began under watch (counted from the segments, so a green that starts
     /// and ends inside one tick counts too).
     greens_started: u64,
+    /// Movements that have left green at least once (their `yellow_since_ms` is when).
+    ever_left_green: MovementSet,
+    /// For the change under way: when each starting movement is due green, when the change
+    /// ends, and how much sooner than the last the first starts (the next green's head start).
+    due_green_ms: [u64; MAX_MOVEMENTS],
+    change_end_ms: u64,
+    head_start_ms: u64,
 }
 
 impl Monitor {
@@ -71,7 +83,48 @@ impl Monitor {
             now_ms: 0,
             ticks: 0,
             greens_started: 0,
+            ever_left_green: MovementSet::EMPTY,
+            due_green_ms: [0; MAX_MOVEMENTS],
+            change_end_ms: 0,
+            head_start_ms: 0,
         }
+    }
+
+    /// At the start of a change from `from` to `to`, works out on its own when each
+    /// starting movement is due green: the ending phase's yellow and all-red, or later where
+    /// an intergreen entry from a movement that has left green (now, or earlier) asks for it.
+    fn schedule_change(&mut self, from: PhaseId, to: PhaseId) {
+        let (f, t) = (
+            self.plan.phases()[from.0 as usize].movements,
+            self.plan.phases()[to.0 as usize].movements,
+        );
+        let timing = self.timing(from);
+        let now = self.now_ms;
+        let base = now + (timing.yellow.0 + timing.all_red.0) as u64;
+        let (mut first, mut last) = (u64::MAX, base);
+        for n in t.minus(f).iter() {
+            let mut due = base;
+            for e in self.plan.intergreens() {
+                if e.to != n {
+                    continue;
+                }
+                let left = if f.minus(t).contains(e.from) {
+                    Some(now)
+                } else if self.ever_left_green.contains(e.from) {
+                    Some(self.yellow_since_ms[e.from.0 as usize])
+                } else {
+                    None
+                };
+                if let Some(left) = left {
+                    due = due.max(left + e.time.0 as u64);
+                }
+            }
+            self.due_green_ms[n.0 as usize] = due;
+            first = first.min(due);
+            last = last.max(due);
+        }
+        self.change_end_ms = last;
+        self.head_start_ms = if first == u64::MAX { 0 } else { last - first };
     }
 
     fn timing(&self, p: PhaseId) -> PhaseTiming {
@@ -101,13 +154,16 @@ impl Monitor {
                 if d != self.timing(from).yellow.0 as u64 {
                     return Err(format!("yellow after phase {} lasted {d} ms", from.0));
                 }
-                if self.timing(from).all_red.0 != 0 {
+                if self.change_end_ms != self.now_ms {
                     return Err(format!("all-red after phase {} skipped", from.0));
                 }
             }
             (Interval::AllRed { from, to }, Interval::Green { phase }) if phase == to => {
-                if d != self.timing(from).all_red.0 as u64 {
-                    return Err(format!("all-red after phase {} lasted {d} ms", from.0));
+                if self.now_ms != self.change_end_ms {
+                    return Err(format!(
+                        "all-red after phase {} lasted {d} ms and ended at {} ms, due at {} ms",
+                        from.0, self.now_ms, self.change_end_ms
+                    ));
                 }
             }
             (a, b) => return Err(format!("illegal interval order {a:?} -> {b:?}")),
@@ -127,6 +183,9 @@ impl Monitor {
             self.interval_ms = 0;
             if matches!(seg.interval, Interval::Green { .. }) {
                 self.greens_started += 1;
+            }
+            if let Interval::Yellow { from, to } = seg.interval {
+                self.schedule_change(from, to);
             }
         }
         // 1. No conflicting non-red pair.
@@ -160,6 +219,7 @@ impl Monitor {
                     };
                     let t = self.timing(from);
                     self.yellow_since_ms[i] = now;
+                    self.ever_left_green.insert(m);
                     self.owed_yellow_ms[i] = t.yellow.0 as u64;
                     self.owed_all_red_ms[i] = t.all_red.0 as u64;
                 }
@@ -179,6 +239,23 @@ impl Monitor {
         for i in 0..n {
             let m = MovementId(i as u8);
             if (self.prev_signal[i], frame.signal(m)) == (Signal::Red, Signal::Green) {
+                for e in self.plan.intergreens().iter().filter(|e| e.to == m) {
+                    let f = e.from.0 as usize;
+                    let since = now - self.yellow_since_ms[f];
+                    if self.ever_left_green.contains(e.from) && since < e.time.0 as u64 {
+                        return Err(format!(
+                            "movement {i} green {since} ms after foe {f} left green; \
+                             intergreen {} ms",
+                            e.time.0
+                        ));
+                    }
+                }
+                if now != self.due_green_ms[i] {
+                    return Err(format!(
+                        "movement {i} green at {now} ms, due at {} ms",
+                        self.due_green_ms[i]
+                    ));
+                }
                 for f in self.plan.conflicts().foes(m).iter() {
                     let f = f.0 as usize;
                     if self.prev_signal[f] == Signal::Green {
@@ -202,7 +279,7 @@ impl Monitor {
         self.interval_ms += seg.duration.0 as u64;
         self.now_ms += seg.duration.0 as u64;
         if let Interval::Green { phase } = seg.interval {
-            if self.interval_ms > self.timing(phase).max_green.0 as u64 {
+            if self.interval_ms + self.head_start_ms > self.timing(phase).max_green.0 as u64 {
                 return Err(format!("green of phase {} exceeded max green", phase.0));
             }
         }
@@ -270,8 +347,12 @@ fn arb_plan() -> impl Strategy<Value = PhasePlan> {
         proptest::collection::vec((0u8..4, turn), 2..=12),
         proptest::collection::vec(timing, MAX_PHASES),
         any::<u64>(),
+        proptest::option::of(proptest::collection::vec(
+            (any::<u16>(), 1u32..=12_000),
+            1..40,
+        )),
     )
-        .prop_filter_map("need two phases", |(raw, timings, order_seed)| {
+        .prop_filter_map("need two phases", |(raw, timings, order_seed, entries)| {
             let mut movements: Vec<Movement> = Vec::new();
             for (a, t) in raw {
                 let m = Movement::new(a, t);
@@ -303,10 +384,51 @@ fn arb_plan() -> impl Strategy<Value = PhasePlan> {
             let phases: Vec<Phase> = phases
                 .into_iter()
                 .zip(timings)
-                .map(|(movements, timing)| Phase { movements, timing })
+                .map(|(movements, mut timing)| {
+                    if entries.is_some() {
+                        // Room for the largest stagger intergreens can cause.
+                        let least = timing.min_green.0 + INTERGREEN_CEILING.0 + 1;
+                        timing.max_green = Millis(timing.max_green.0.max(least));
+                    }
+                    Phase { movements, timing }
+                })
                 .collect();
-            Some(PhasePlan::new(&movements, conflicts, &phases).expect("generated plan is valid"))
+            let plan =
+                PhasePlan::new(&movements, conflicts, &phases).expect("generated plan is valid");
+            Some(match entries {
+                None => plan,
+                Some(raw) => {
+                    let entries = intergreens_for(&plan, &raw);
+                    plan.with_intergreens(&entries)
+                        .expect("generated entries are valid")
+                }
+            })
         })
+}
+
+/// Intergreen entries on conflicting pairs picked by `raw` (pair index, time), each pair
+/// once.
+fn intergreens_for(plan: &PhasePlan, raw: &[(u16, u32)]) -> Vec<Intergreen> {
+    let n = plan.movements().len() as u8;
+    let pairs: Vec<(MovementId, MovementId)> = (0..n)
+        .flat_map(|a| (0..n).map(move |b| (MovementId(a), MovementId(b))))
+        .filter(|&(a, b)| plan.conflicts().conflicts(a, b))
+        .collect();
+    let mut entries: Vec<Intergreen> = Vec::new();
+    if pairs.is_empty() {
+        return entries;
+    }
+    for &(k, ms) in raw {
+        let (from, to) = pairs[k as usize % pairs.len()];
+        if !entries.iter().any(|e| (e.from, e.to) == (from, to)) {
+            entries.push(Intergreen {
+                from,
+                to,
+                time: Millis(ms),
+            });
+        }
+    }
+    entries
 }
 
 /// One step of a scenario: request (or not), then tick.
@@ -385,8 +507,9 @@ proptest! {
         // Counted from the displayed segments: sampling the interval once per tick would
         // miss a green shorter than a tick (max green 1001 ms under 1005-ms ticks).
         let greens = mon.greens_started;
+        // A change takes at most the longest intergreen (which is at least yellow + all-red).
         let longest = plan.phases().iter().map(|p| {
-            p.timing.max_green.0 + p.timing.yellow.0 + p.timing.all_red.0
+            p.timing.max_green.0 + INTERGREEN_CEILING.0
         }).max().unwrap() as u64;
         // 2000 ticks of dt: at least one change per longest cycle step.
         prop_assert!(greens >= ((2000 * dt as u64) / longest).saturating_sub(1));
@@ -502,14 +625,29 @@ impl SplitMix {
     }
 }
 
-/// 10^7 monitored ticks on the standard plan and a random plan, adversarial requests.
+/// 10^7 monitored ticks on the standard plan (with intergreens) and a short-timed plan,
+/// adversarial requests.
 /// Ignored by default (it takes seconds in release, minutes in debug); `.ci/run` runs it
 /// with `cargo test --release -p greenwave-core -- --ignored`.
 #[test]
 #[ignore]
 fn long_run_ten_million_ticks() {
+    let standard = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 4, 2)).unwrap();
+    // Every pair a through movement ends gets a 8.5 s intergreen, as a program keeping its
+    // crossings clear would.
+    let entries: Vec<Intergreen> = (0..12u8)
+        .filter(|m| m % 3 == 1)
+        .flat_map(|m| {
+            let foes = standard.conflicts().foes(MovementId(m));
+            foes.iter().map(move |n| Intergreen {
+                from: MovementId(m),
+                to: n,
+                time: Millis(8500),
+            })
+        })
+        .collect();
     let plans = [
-        PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 4, 2)).unwrap(),
+        standard.with_intergreens(&entries).unwrap(),
         PhasePlan::four_arm_protected_left(PhaseTiming {
             min_green: Millis(1500),
             max_green: Millis(7300),

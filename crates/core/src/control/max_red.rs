@@ -22,16 +22,15 @@ use crate::{Millis, PhaseId};
 pub const DEFAULT_MAX_RED: Millis = Millis::from_secs(120);
 
 /// A learned policy's default bound for `plan`: its max-out cycle, every phase at max green
-/// plus its yellow and all-red. No phase waits longer than that under the plan's own
+/// plus its longest switch to another phase (its yellow and all-red, or longer where
+/// intergreens hold the next phase's starts). No phase waits longer than that under the plan's own
 /// actuated control at max-out, so the rule binds only a policy that starves a phase
 /// outright, never one that merely runs long greens. (A fixed two minutes cut into a good
 /// policy's cycle on a busy junction: tools/README.md, finding 11.)
 pub fn max_out_cycle(plan: &PhasePlan) -> Millis {
-    let ms = plan.phases().iter().fold(0u32, |sum, p| {
-        let t = p.timing;
-        sum.saturating_add(t.max_green.0)
-            .saturating_add(t.yellow.0)
-            .saturating_add(t.all_red.0)
+    let ms = plan.phases().iter().enumerate().fold(0u32, |sum, (k, p)| {
+        sum.saturating_add(p.timing.max_green.0)
+            .saturating_add(plan.longest_switch_from(PhaseId(k as u8)).0)
     });
     Millis(ms)
 }

@@ -1,6 +1,6 @@
 //! Fixed-time control with Webster's optimal cycle and green splits.
 
-use greenwave_core::{CycleStage, FixedCycle, Millis, PhasePlan};
+use greenwave_core::{CycleStage, FixedCycle, Millis, PhaseId, PhasePlan};
 
 use super::Controller;
 use crate::env::Env;
@@ -65,8 +65,8 @@ impl FixedTime {
 /// Webster's optimal cycle `C0 = (1.5 L + 5) / (1 − Y)` and greens in proportion to each
 /// phase's critical flow ratio `y = flow / (lanes · saturation flow)`, for one signal.
 ///
-/// `L` adds up each phase's lost time (start-up lost time plus the unused part of yellow
-/// and all-red). Phases that carry no demand are left out of the cycle (all of them are
+/// `L` adds up each phase's lost time (start-up lost time plus the unused part of the switch
+/// that follows it: yellow and all-red, or the plan's intergreens where longer). Phases that carry no demand are left out of the cycle (all of them are
 /// kept when none carries any). Greens are rounded to whole decision intervals (taken as at
 /// least 1 s), since the controller can only switch at decision points, and kept within
 /// min/max green.
@@ -92,12 +92,17 @@ pub fn webster_plan(
     if served.is_empty() {
         served = (0..ratios.len()).collect();
     }
-    let lost_s = |p: usize| {
-        let t = plan.phases()[p].timing;
-        let clearance = (t.yellow.0 + t.all_red.0) as f64 / 1000.0;
+    // The switch from each served phase to the next in the cycle (its yellow and all-red,
+    // or longer where intergreens hold the next phase's starts).
+    let switch_after = |k: usize| {
+        let (p, q) = (served[k], served[(k + 1) % served.len()]);
+        plan.switch_time(PhaseId(p as u8), PhaseId(q as u8))
+    };
+    let lost_s = |k: usize| {
+        let clearance = switch_after(k).0 as f64 / 1000.0;
         flow.startup_lost_time_s + (clearance - flow.yellow_used_s).max(0.0)
     };
-    let total_lost_s: f64 = served.iter().map(|&p| lost_s(p)).sum();
+    let total_lost_s: f64 = (0..served.len()).map(lost_s).sum();
     let y_total: f64 = served.iter().map(|&p| ratios[p]).sum();
     let cycle_s = if y_total >= MAX_FLOW_RATIO {
         CYCLE_RANGE_S.1
@@ -126,13 +131,14 @@ pub fn webster_plan(
             }
         })
         .collect();
-    let cycle = stages.iter().fold(Millis::ZERO, |cycle, st| {
-        let t = plan.phases()[st.phase as usize].timing;
-        cycle
-            .saturating_add(st.green)
-            .saturating_add(t.yellow)
-            .saturating_add(t.all_red)
-    });
+    let cycle = stages
+        .iter()
+        .enumerate()
+        .fold(Millis::ZERO, |cycle, (k, st)| {
+            cycle
+                .saturating_add(st.green)
+                .saturating_add(switch_after(k))
+        });
     FixedTimePlan { stages, cycle }
 }
 

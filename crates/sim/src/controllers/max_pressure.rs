@@ -21,7 +21,8 @@ use crate::env::{Env, MovementDetector};
 /// A phase's pressure is the sum over its movements.
 ///
 /// Varaiya's rule serves the phase of largest pressure every slot. Switching is not free
-/// here: the ending phase's yellow and all-red (`L`) are lost, and the new phase then runs
+/// here: the switch's time (`L`: the ending phase's yellow and all-red, or longer where the
+/// plan's intergreens hold the new phase's starts) is lost, and the new phase then runs
 /// at least its min green `G` (rounded up to a decision interval). Over that horizon,
 /// staying serves the current phase for `G + L`, switching serves phase `j` for `G`; so
 /// each decision (once min green is served) the controller switches to the phase with the
@@ -115,13 +116,12 @@ impl Controller for MaxPressure {
             if let Some(q) = this.rules[i].starved(seq, mask, calls, now) {
                 return q.0;
             }
-            let current = plan.phases()[phase.0 as usize].timing;
-            let lost_s = (current.yellow.0 + current.all_red.0) as f32 / 1000.0;
             let mut best = (phase.0, phase_pressure(phase.0 as usize));
             for q in 0..plan.n_phases() {
                 if q == phase.0 as usize || !mask.allows(PhaseId(q as u8)) {
                     continue;
                 }
+                let lost_s = plan.switch_time(phase, PhaseId(q as u8)).0 as f32 / 1000.0;
                 let min_green_s = plan.phases()[q].timing.min_green.0 as f32 / 1000.0;
                 let green_s = (min_green_s / decision_s).ceil() * decision_s;
                 let score = phase_pressure(q) * green_s / (green_s + lost_s);
