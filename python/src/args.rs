@@ -32,6 +32,7 @@ const KNOWN: [&str; 21] = [
     "max_green_s",
     "program",
     "program_clock",
+    "program_intergreens",
     "seed",
 ];
 
@@ -142,10 +143,12 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 || !additional.is_empty()
                 || !sumo_args.is_empty()
                 || kw.number("step_length_s")?.is_some()
+                || kw.flag("program_intergreens")?.is_some()
             {
                 return Err(value_err(
-                    "net=, routes=, additional=, sumocfg=, sumo_args= and step_length_s= are \
-                     for backend=\"sumo\"; the embedded simulator takes scenario=",
+                    "net=, routes=, additional=, sumocfg=, sumo_args=, step_length_s= and \
+                     program_intergreens= are for backend=\"sumo\"; the embedded simulator \
+                     takes scenario=",
                 ));
             }
             if kw.flag("program_clock")? == Some(true) {
@@ -196,6 +199,7 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                     all_red_s: kw.number("all_red_s")?,
                     min_green_s: kw.number("min_green_s")?,
                     max_green_s: kw.number("max_green_s")?,
+                    program_intergreens: kw.flag("program_intergreens")?,
                 },
                 program: kw.string("program")?,
                 program_clock: kw.flag("program_clock")?.unwrap_or(false),

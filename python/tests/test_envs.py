@@ -148,8 +148,10 @@ def test_sumo_errors_name_the_problem(tmp_path):
         SignalEnv(**sumo_single(yellow_s=1.0))
     with pytest.raises(ValueError, match="not a multiple of the SUMO step length 0.3 s"):
         SignalEnv(**sumo_single(step_length_s=0.3))
-    with pytest.raises(ValueError, match="step_length_s= are for backend"):
+    with pytest.raises(ValueError, match="step_length_s= and program_intergreens= are for"):
         SignalEnv(scenario="single-4way", step_length_s=0.5)
+    with pytest.raises(ValueError, match="program_intergreens= are for backend"):
+        SignalEnv(scenario="single-4way", program_intergreens=False)
 
 
 @needs_sumo

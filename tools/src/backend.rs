@@ -113,6 +113,14 @@ pub struct BackendArgs {
     #[arg(long, value_enum)]
     #[serde(default = "OnOff::before_program_clock")]
     pub program_clock: Option<OnOff>,
+    /// Per-pair intergreens from each light's own program on SUMO: where the program keeps
+    /// two conflicting links further apart than a switch's yellow and all-red, the plan
+    /// starts that movement later, alone. `on` unless given (or the timing file's
+    /// `program_intergreens`; resuming, as the run started); see "Timing on SUMO networks"
+    /// in tools/README.md.
+    #[arg(long, value_enum)]
+    #[serde(default = "OnOff::before_program_intergreens")]
+    pub program_intergreens: Option<OnOff>,
 }
 
 /// `routes` as `run.json` holds it: a list, or (runs from before several were taken) one
@@ -144,6 +152,11 @@ pub enum OnOff {
 impl OnOff {
     /// The program clock of runs whose `run.json` names none (written before it).
     fn before_program_clock() -> Option<Self> {
+        Some(OnOff::Off)
+    }
+
+    /// The program intergreens of runs whose `run.json` names none (written before them).
+    fn before_program_intergreens() -> Option<Self> {
         Some(OnOff::Off)
     }
 
@@ -276,6 +289,7 @@ impl SumoTimingArgs {
             all_red_s: self.all_red,
             min_green_s: self.min_green,
             max_green_s: self.max_green,
+            program_intergreens: None,
         };
         cfg.set_timing(
             self.timing.as_deref(),
@@ -308,6 +322,7 @@ impl BackendArgs {
             timing: SumoTimingArgs::default(),
             reward: None,
             program_clock: None,
+            program_intergreens: None,
         }
     }
 
@@ -326,10 +341,12 @@ impl BackendArgs {
                     || self.timing.is_set()
                     || self.reward.is_some()
                     || self.program_clock.is_some()
+                    || self.program_intergreens.is_some()
                 {
                     bail!(
                         "--net, --routes, --additional, --sumocfg, --sumo-args, --begin, \
-                         --step-length, --reward, --program-clock and the timing \
+                         --step-length, --reward, --program-clock, --program-intergreens \
+                         and the timing \
                          options (--timing, \
                          --program, --yellow, --all-red, --min-green, --max-green, \
                          --decision-interval) are SUMO options: add `--backend sumo` (an \
@@ -370,6 +387,7 @@ impl BackendArgs {
         let keyed = |b: &Self| BackendArgs {
             reward: sumo(b).then_some(b.reward).flatten(),
             program_clock: sumo(b).then_some(b.program_clock).flatten(),
+            program_intergreens: sumo(b).then_some(b.program_intergreens).flatten(),
             begin: Some(b.begin.unwrap_or(0.0)),
             ..b.clone()
         };
@@ -465,6 +483,9 @@ impl BackendArgs {
             cfg.seconds = s;
         }
         self.timing.apply(&mut cfg)?;
+        if let Some(on) = self.program_intergreens {
+            cfg.timing.command_line.program_intergreens = Some(on.is_on());
+        }
         cfg.validate()
             .with_context(|| format!("SUMO options for {}", net.display()))?;
         Ok(cfg)

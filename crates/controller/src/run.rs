@@ -53,6 +53,10 @@ struct SumoTiming {
     /// Max green of every signal (s).
     #[arg(long, requires = "sumo_field")]
     max_green: Option<f64>,
+    /// Per-pair intergreens from each light's own program (`on` unless given, or the
+    /// timing file's `program_intergreens`): as `greenwave --program-intergreens`.
+    #[arg(long, requires = "sumo_field", value_parser = ["on", "off"])]
+    program_intergreens: Option<String>,
     /// Seconds between decisions (default: the timing file's, else the bundle's).
     #[arg(long, requires = "sumo_field")]
     decision_interval: Option<f64>,
@@ -66,6 +70,7 @@ impl SumoTiming {
             all_red_s: self.all_red,
             min_green_s: self.min_green,
             max_green_s: self.max_green,
+            program_intergreens: self.program_intergreens.as_deref().map(|v| v == "on"),
         };
         cfg.set_timing(
             self.timing.as_deref(),

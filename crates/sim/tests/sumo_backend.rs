@@ -565,4 +565,30 @@ fn a_program_that_keeps_longer_intergreens_than_the_plan_is_noted() {
         "{notes:?}"
     );
     assert_eq!(intergreen_notes(&net, Some(4.0)), Vec::<String>::new());
+    // Kept (`--program-intergreens on`): the plan holds the program's 7 s for the pairs it
+    // staggers, switches take that long, and the note says so instead of warning.
+    let mut timing = TimingSpec::default();
+    timing.command_line.program_intergreens = Some(true);
+    let opts = ModelOptions {
+        program: None,
+        timing: &timing,
+        step_ms: 1000,
+    };
+    let model = build_models(&net, opts).unwrap().models.remove(0);
+    let plan = &model.plan;
+    assert!(!plan.intergreens().is_empty());
+    assert!(
+        plan.intergreens().iter().all(|e| e.time.0 == 7000),
+        "{:?}",
+        plan.intergreens()
+    );
+    let (a, b) = (greenwave_core::PhaseId(0), greenwave_core::PhaseId(1));
+    assert_eq!(plan.switch_time(a, b).0, 7000);
+    let kept: Vec<&String> = model
+        .timing_notes
+        .iter()
+        .filter(|n| n.contains("keeps its intergreens"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{:?}", model.timing_notes);
+    assert!(!model.timing_notes.iter().any(|n| n.contains("finding 28")));
 }

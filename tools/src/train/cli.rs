@@ -252,6 +252,11 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             Some(run) => run.config.sim.program_clock,
             None => Some(OnOff::On),
         });
+        // A resumed run keeps the intergreens it started with; a new one records none given
+        // (the timing file's, else on).
+        cfg.sim.program_intergreens = args.sim.program_intergreens.or(resumed
+            .as_ref()
+            .and_then(|run| run.config.sim.program_intergreens));
         let (interval, probe) = sumo_decision_interval(args, resumed.as_ref())?;
         cfg.sim.timing.decision_interval = interval;
         cfg.demand_probe = probe;

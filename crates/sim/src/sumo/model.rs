@@ -35,8 +35,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use greenwave_core::plan::{ALL_RED_RANGE, MAX_MOVEMENTS, MAX_PHASES, YELLOW_RANGE};
 use greenwave_core::{
-    ConflictMatrix, Interval, Millis, Movement, MovementId, MovementSet, Phase, PhasePlan, Signal,
-    SignalFrame, Turn,
+    ConflictMatrix, Intergreen, Interval, Millis, Movement, MovementId, MovementSet, Phase,
+    PhasePlan, Signal, SignalFrame, Turn,
 };
 
 use super::net::{NetConnection, NetEdge, NetFile, TlLogic};
@@ -643,13 +643,21 @@ fn build_one(
         .filter(|g| std::ptr::eq(g.program, program))
         .map(|g| g.index)
         .collect();
-    timing_notes.extend(intergreen_note(
+    let short = short_intergreens(
         program,
         &stages,
         &plan,
         (&table.links, &links),
         opts.step_ms,
-    ));
+    );
+    // Off unless asked for (`--program-intergreens on`): the recorded figures and the
+    // policies trained before were measured without them.
+    let keep = opts.timing.overrides_for(id).program_intergreens == Some(true);
+    let plan = match keep {
+        true => with_program_intergreens(plan, &short)?,
+        false => plan,
+    };
+    timing_notes.extend(intergreen_note(&short, keep));
     let (in_lanes, out_lanes) = observed_lanes(&groups, &table);
     Ok(TlsModel {
         id: id.to_string(),
@@ -845,38 +853,80 @@ fn derive_plan(
     Ok((plan, timing_notes))
 }
 
-/// A link pair whose program intergreen the plan's switches cut short.
+/// A link pair whose program intergreen the plan's switches (on yellow and all-red alone)
+/// cut short.
 struct ShortIntergreen {
     from_link: usize,
     to_link: usize,
+    /// The movements of the two links.
+    from: MovementId,
+    to: MovementId,
     program: Millis,
     plan: Millis,
     phase: usize,
 }
 
-/// A note when the plan hands green between conflicting links sooner than the light's
-/// own program does: the pair cut most, and how many more are cut. The plan's switch from
-/// a phase serving movement `a` to one serving `b` gives them that phase's yellow and
-/// all-red; a program that times its links apart may keep far longer between them, and
-/// vehicles still crossing then meet the next ones (tools/README.md, finding 28). Gaps
-/// longer than the longest clearance greenwave allows (yellow and all-red at their
-/// ceilings, 12 s) are not counted, nor gaps with one of the plan's `stages` (the
-/// program's phase indices it serves) or a conflicting green between: those are the
-/// program's stage order, not a clearance.
-fn intergreen_note(
-    program: &TlLogic,
-    stages: &[usize],
-    plan: &PhasePlan,
-    (movement_links, links): (&[&[usize]], &[LinkRole]),
-    step_ms: u32,
-) -> Option<String> {
-    let short = short_intergreens(program, stages, plan, (movement_links, links), step_ms);
+/// `plan` with an intergreen entry for every movement pair the program keeps further apart
+/// than the plan's quickest switch between them: the longest over the pair's links.
+fn with_program_intergreens(
+    plan: PhasePlan,
+    short: &[ShortIntergreen],
+) -> Result<PhasePlan, Refusal> {
+    let mut entries: Vec<Intergreen> = Vec::new();
+    for s in short {
+        match entries
+            .iter_mut()
+            .find(|e| (e.from, e.to) == (s.from, s.to))
+        {
+            Some(e) => e.time = e.time.max(s.program),
+            None => entries.push(Intergreen {
+                from: s.from,
+                to: s.to,
+                time: s.program,
+            }),
+        }
+    }
+    if entries.is_empty() {
+        return Ok(plan);
+    }
+    plan.with_intergreens(&entries).map_err(|source| {
+        Refusal::Static(format!(
+            "its program's intergreens do not fit greenwave's plan ({source}); \
+             --program-intergreens off (or the timing file's program_intergreens = false) \
+             switches it on yellow and all-red alone"
+        ))
+    })
+}
+
+/// A note where the light's own program keeps conflicting links further apart than the
+/// plan's switches on yellow and all-red alone would (`short`, see [`short_intergreens`]).
+/// Kept (`kept`, the default), it says how many movement pairs the plan's intergreens hold
+/// and the longest; left out, it warns with the pair cut most and how many are cut, since
+/// vehicles still crossing then meet the next ones (tools/README.md, finding 28).
+fn intergreen_note(short: &[ShortIntergreen], kept: bool) -> Option<String> {
     let worst = short.iter().max_by_key(|s| {
         (
             s.program.0 - s.plan.0,
             std::cmp::Reverse((s.from_link, s.to_link)),
         )
     })?;
+    if kept {
+        let mut pairs: Vec<(MovementId, MovementId)> =
+            short.iter().map(|s| (s.from, s.to)).collect();
+        pairs.sort();
+        pairs.dedup();
+        return Some(format!(
+            "its program keeps conflicting links further apart than yellow and all-red: \
+             greenwave's plan keeps its intergreens for {} pairs of movements (the most cut \
+             otherwise: {} between the end of link {}'s green and the start of link {}'s, \
+             against {})",
+            pairs.len(),
+            worst.program,
+            worst.from_link,
+            worst.to_link,
+            worst.plan
+        ));
+    }
     let more = match short.len() - 1 {
         0 => String::new(),
         k => format!(", and {k} more pairs of conflicting links get less than it keeps"),
@@ -885,13 +935,17 @@ fn intergreen_note(
         "its program keeps {} between the end of link {}'s green and the start of link {}'s, \
          which conflict; greenwave's switch from its phase {} gives {} (yellow and all-red){more}. \
          Vehicles still crossing can then meet the next ones and lock up (finding 28 in \
-         tools/README.md); --all-red lengthens every switch",
+         tools/README.md); --program-intergreens on keeps the program's intergreens, pair \
+         by pair",
         worst.program, worst.from_link, worst.to_link, worst.phase, worst.plan
     ))
 }
 
-/// Every pair of conflicting links the plan's quickest switch between them gives less
-/// time than the program keeps (see [`intergreen_note`]).
+/// Every pair of conflicting links the plan's quickest switch between them (on yellow and
+/// all-red alone) gives less time than the program keeps. Gaps longer than the longest
+/// clearance greenwave allows (yellow and all-red at their ceilings, 12 s) are not counted,
+/// nor gaps with one of the plan's `stages` (the program's phase indices it serves) or a
+/// conflicting green between: those are the program's stage order, not a clearance.
 fn short_intergreens(
     program: &TlLogic,
     stages: &[usize],
@@ -939,6 +993,8 @@ fn short_intergreens(
                     short.push(ShortIntergreen {
                         from_link: i,
                         to_link: j,
+                        from: ma,
+                        to: mb,
                         program: kept,
                         plan: gap,
                         phase,
@@ -1065,7 +1121,8 @@ impl TlsModel {
     /// * a green is never followed directly by red: it shows yellow for at least the
     ///   shortest yellow of the plan;
     /// * no movement turns green before every conflicting movement has been red for at
-    ///   least the shortest all-red of the plan.
+    ///   least the shortest all-red of the plan, nor before each of the plan's intergreen
+    ///   entries into it has passed since the conflicting movement left green.
     pub fn audit_states(&self, history: &[(u64, String)]) -> Result<(), DisplayFault> {
         let mut audit = Audit::new(self);
         for (t, state) in history {
@@ -1088,6 +1145,8 @@ struct Audit<'a> {
     min_all_red: u64,
     prev: Option<Vec<Shown>>,
     since: Vec<u64>,
+    /// When each movement last went from green to yellow, once it has.
+    left_green: Vec<Option<u64>>,
 }
 
 impl<'a> Audit<'a> {
@@ -1109,6 +1168,7 @@ impl<'a> Audit<'a> {
             min_all_red,
             prev: None,
             since: vec![0u64; model.plan.movements().len()],
+            left_green: vec![None; model.plan.movements().len()],
         }
     }
 
@@ -1129,6 +1189,9 @@ impl<'a> Audit<'a> {
                 self.check_change(m, prev, &now, t)?;
                 if prev[m] != now[m] {
                     self.since[m] = t;
+                }
+                if (prev[m], now[m]) == (Shown::Green, Shown::Yellow) {
+                    self.left_green[m] = Some(t);
                 }
             }
         }
@@ -1178,19 +1241,38 @@ impl<'a> Audit<'a> {
                         0
                     }
                 };
-                match foes
+                if let Some(f) = foes
                     .iter()
                     .map(|f| f.0 as usize)
                     .find(|&f| now[f] == Shown::Red && red_for(f) < min_all_red)
                 {
-                    Some(f) => Err(format!(
+                    return Err(format!(
                         "movement {m} turned green {} ms after conflicting movement {f} turned red; all-red is {min_all_red} ms",
                         red_for(f)
-                    )),
-                    None => Ok(()),
+                    ));
                 }
+                self.check_intergreens(m, t)
             }
             _ => Ok(()),
         }
+    }
+
+    /// Movement `m` turning green at `t`: every intergreen entry into it has passed since
+    /// its conflicting movement last left green.
+    fn check_intergreens(&self, m: usize, t: u64) -> Result<(), String> {
+        let plan = &self.model.plan;
+        for e in plan.intergreens().iter().filter(|e| e.to.0 as usize == m) {
+            let f = e.from.0 as usize;
+            if let Some(left) = self.left_green[f] {
+                if t - left < e.time.0 as u64 {
+                    return Err(format!(
+                        "movement {m} turned green {} ms after conflicting movement {f} left green; its intergreen is {}",
+                        t - left,
+                        e.time
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }

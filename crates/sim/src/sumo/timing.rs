@@ -10,7 +10,12 @@
 //! * **max green**: the phase's `maxDur` in an actuated or delay-based program, else the
 //!   larger of [`DEFAULT_MAX_GREEN_S`] and the static green's own duration (so no
 //!   controller is held to a shorter green than the program it is compared with);
-//! * **min green**: [`DEFAULT_MIN_GREEN_S`].
+//! * **min green**: [`DEFAULT_MIN_GREEN_S`];
+//! * **intergreens**: for each pair of conflicting movements, the shortest time the program
+//!   keeps between the end of one's green and the start of the other's
+//!   ([`program_intergreen_s`], over the pair's links), where that is longer than the plan's
+//!   quickest switch between them; the sequencer then starts that movement later, alone
+//!   (`program_intergreens = false` leaves them out).
 //!
 //! Net values are rounded up to the SUMO step. A net yellow below the ITE floor of
 //! greenwave-core ([`YELLOW_RANGE`], 3 s) is raised to it, and a clearance above the ceiling
@@ -29,6 +34,7 @@
 //! [signals."cluster_25_26"]   # one signal, by its SUMO id
 //! yellow_s = 4
 //! max_green_s = 45
+//! program_intergreens = false  # switch on yellow and all-red alone
 //! ```
 
 use std::collections::BTreeMap;
@@ -60,6 +66,9 @@ pub struct TimingOverrides {
     pub min_green_s: Option<f64>,
     /// Max green (s), at most 300.
     pub max_green_s: Option<f64>,
+    /// Whether the plan keeps the program's per-pair intergreens where they are longer than
+    /// a switch's yellow and all-red (absent: yes; see [`program_intergreen_s`]).
+    pub program_intergreens: Option<bool>,
 }
 
 impl TimingOverrides {
@@ -75,6 +84,7 @@ impl TimingOverrides {
             all_red_s: over.all_red_s.or(self.all_red_s),
             min_green_s: over.min_green_s.or(self.min_green_s),
             max_green_s: over.max_green_s.or(self.max_green_s),
+            program_intergreens: over.program_intergreens.or(self.program_intergreens),
         }
     }
 }
