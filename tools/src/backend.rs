@@ -115,7 +115,7 @@ pub struct BackendArgs {
     pub program_clock: Option<OnOff>,
     /// Per-pair intergreens from each light's own program on SUMO: where the program keeps
     /// two conflicting links further apart than a switch's yellow and all-red, the plan
-    /// starts that movement later, alone. `on` unless given (or the timing file's
+    /// starts that movement later, alone. `off` unless given (or the timing file's
     /// `program_intergreens`; resuming, as the run started); see "Timing on SUMO networks"
     /// in tools/README.md.
     #[arg(long, value_enum)]
@@ -846,6 +846,31 @@ mod tests {
         v.as_object_mut().unwrap().remove("reward");
         let old: BackendArgs = serde_json::from_value(v).unwrap();
         assert_eq!(old.reward, Some(RewardArg::WaitDelta));
+    }
+
+    #[test]
+    fn program_intergreens_are_a_sumo_option_and_runs_from_before_had_none() {
+        let mut on = BackendArgs::sumo("n.net.xml", "r.rou.xml");
+        on.program_intergreens = Some(OnOff::On);
+        assert!(on.resumes_as(&on.clone()));
+        assert!(!on.resumes_as(&BackendArgs::sumo("n.net.xml", "r.rou.xml")));
+        let mut v = serde_json::to_value(&on).unwrap();
+        assert_eq!(v["program_intergreens"], "on");
+        // A run.json written before the option: its plans had no intergreens.
+        v.as_object_mut().unwrap().remove("program_intergreens");
+        let old: BackendArgs = serde_json::from_value(v).unwrap();
+        assert_eq!(old.program_intergreens, Some(OnOff::Off));
+        // A new run given none records none (the timing file's, else off).
+        let none = BackendArgs::sumo("n.net.xml", "r.rou.xml");
+        let back: BackendArgs =
+            serde_json::from_value(serde_json::to_value(&none).unwrap()).unwrap();
+        assert_eq!(back.program_intergreens, None);
+        let embedded = BackendArgs {
+            program_intergreens: Some(OnOff::On),
+            ..BackendArgs::embedded()
+        };
+        let err = embedded.check().unwrap_err().to_string();
+        assert!(err.contains("--program-intergreens"), "{err}");
     }
 
     #[test]

@@ -53,7 +53,7 @@ struct SumoTiming {
     /// Max green of every signal (s).
     #[arg(long, requires = "sumo_field")]
     max_green: Option<f64>,
-    /// Per-pair intergreens from each light's own program (`on` unless given, or the
+    /// Per-pair intergreens from each light's own program (`off` unless given, or the
     /// timing file's `program_intergreens`): as `greenwave --program-intergreens`.
     #[arg(long, requires = "sumo_field", value_parser = ["on", "off"])]
     program_intergreens: Option<String>,

@@ -892,8 +892,8 @@ fn with_program_intergreens(
     plan.with_intergreens(&entries).map_err(|source| {
         Refusal::Static(format!(
             "its program's intergreens do not fit greenwave's plan ({source}); \
-             --program-intergreens off (or the timing file's program_intergreens = false) \
-             switches it on yellow and all-red alone"
+             without --program-intergreens on (or the timing file's program_intergreens = \
+             true) it switches on yellow and all-red alone"
         ))
     })
 }

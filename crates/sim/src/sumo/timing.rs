@@ -14,8 +14,8 @@
 //! * **intergreens**: for each pair of conflicting movements, the shortest time the program
 //!   keeps between the end of one's green and the start of the other's
 //!   ([`program_intergreen_s`], over the pair's links), where that is longer than the plan's
-//!   quickest switch between them; the sequencer then starts that movement later, alone
-//!   (`program_intergreens = false` leaves them out).
+//!   quickest switch between them, with `program_intergreens = true` (off unless set); the
+//!   sequencer then starts that movement later, alone.
 //!
 //! Net values are rounded up to the SUMO step. A net yellow below the ITE floor of
 //! greenwave-core ([`YELLOW_RANGE`], 3 s) is raised to it, and a clearance above the ceiling
@@ -34,7 +34,7 @@
 //! [signals."cluster_25_26"]   # one signal, by its SUMO id
 //! yellow_s = 4
 //! max_green_s = 45
-//! program_intergreens = false  # switch on yellow and all-red alone
+//! program_intergreens = true   # keep the program's per-pair intergreens
 //! ```
 
 use std::collections::BTreeMap;
@@ -67,7 +67,7 @@ pub struct TimingOverrides {
     /// Max green (s), at most 300.
     pub max_green_s: Option<f64>,
     /// Whether the plan keeps the program's per-pair intergreens where they are longer than
-    /// a switch's yellow and all-red (absent: yes; see [`program_intergreen_s`]).
+    /// a switch's yellow and all-red (absent: no, for now; see [`program_intergreen_s`]).
     pub program_intergreens: Option<bool>,
 }
 
