@@ -11,7 +11,7 @@ use crate::spec::{parse_reward, Backend, EnvSpec};
 use crate::value_err;
 
 /// Every keyword the environments take.
-const KNOWN: [&str; 21] = [
+const KNOWN: [&str; 22] = [
     "backend",
     "scenario",
     "demand",
