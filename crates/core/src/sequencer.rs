@@ -194,8 +194,9 @@ pub struct Sequencer {
     /// the all-red stretch; and when the change ends (the last of them green).
     start_in_all_red: [Millis; MAX_MOVEMENTS],
     all_red_for: Millis,
-    /// During a green: how much earlier than the last its first movement started, so that
-    /// max green (counted from the first start) forces the change that much sooner.
+    /// How much earlier than the last the first movement of the green (under way, or being
+    /// switched to) started, so that max green (counted from the first start) forces the
+    /// change that much sooner.
     head_start: Millis,
 }
 
@@ -352,11 +353,12 @@ impl Sequencer {
 
     /// When each movement `to` starts turns green, counted from the all-red's start (the
     /// end of `from`'s yellow): after `from`'s all-red, and after every intergreen entry into
-    /// it has passed since its conflicting movement left green.
+    /// it has passed since its conflicting movement left green. Also the head start of
+    /// `to`'s green (the ending green no longer needs its own).
     fn schedule_starts(&mut self, from: PhaseId, to: PhaseId) {
         let t = self.timing(from);
         let all_red_start_ms = self.now_ms + t.yellow.0 as u64;
-        let mut last = t.all_red;
+        let (mut first, mut last) = (None::<Millis>, t.all_red);
         for n in self.movements(to).minus(self.movements(from)).iter() {
             let mut start = t.all_red;
             for e in self.plan.intergreens().iter().filter(|e| e.to == n) {
@@ -367,9 +369,11 @@ impl Sequencer {
                 }
             }
             self.start_in_all_red[n.0 as usize] = start;
+            first = Some(first.map_or(start, |f| f.min(start)));
             last = last.max(start);
         }
         self.all_red_for = last;
+        self.head_start = last.saturating_sub(first.unwrap_or(last));
     }
 
     /// Movements of `to` not in `from` whose start has come, `in_all_red` into the all-red.
@@ -438,16 +442,8 @@ impl Sequencer {
                         continue;
                     }
                 }
-                Interval::AllRed { from, to } => {
+                Interval::AllRed { to, .. } => {
                     if self.in_interval >= self.all_red_for {
-                        let first = self
-                            .movements(to)
-                            .minus(self.movements(from))
-                            .iter()
-                            .map(|n| self.start_in_all_red[n.0 as usize])
-                            .min()
-                            .unwrap_or(self.all_red_for);
-                        self.head_start = self.all_red_for.saturating_sub(first);
                         self.interval = Interval::Green { phase: to };
                         self.in_interval = Millis::ZERO;
                         continue;

@@ -891,17 +891,17 @@ fn with_program_intergreens(
     }
     plan.with_intergreens(&entries).map_err(|source| {
         Refusal::Static(format!(
-            "its program's intergreens do not fit greenwave's plan ({source}); \
-             without --program-intergreens on (or the timing file's program_intergreens = \
-             true) it switches on yellow and all-red alone"
+            "its program's intergreens do not fit greenwave's plan ({source}); without \
+             --program-intergreens on (and the timing file's program_intergreens = true) \
+             greenwave switches it on yellow and all-red alone"
         ))
     })
 }
 
 /// A note where the light's own program keeps conflicting links further apart than the
 /// plan's switches on yellow and all-red alone would (`short`, see [`short_intergreens`]).
-/// Kept (`kept`, the default), it says how many movement pairs the plan's intergreens hold
-/// and the longest; left out, it warns with the pair cut most and how many are cut, since
+/// Kept (`kept`, `--program-intergreens on`), it says how many movement pairs the plan's
+/// intergreens hold and the longest; left out (the default), it warns with the pair cut most and how many are cut, since
 /// vehicles still crossing then meet the next ones (tools/README.md, finding 28).
 fn intergreen_note(short: &[ShortIntergreen], kept: bool) -> Option<String> {
     let worst = short.iter().max_by_key(|s| {
