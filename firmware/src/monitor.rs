@@ -11,6 +11,10 @@
 //! * a yellow shorter than the channel's minimum yellow;
 //! * a channel turning green before every conflicting channel that just ended its yellow
 //!   has shown red for that channel's minimum red clearance (a cut all-red);
+//! * a channel turning green sooner after a conflicting channel's green ended (the start of
+//!   its yellow) than the card's intergreen for that pair (a cut intergreen: the clearance
+//!   a pair of conflicting streams needs, as German practice times it, RiLSA's
+//!   *Zwischenzeit*);
 //! * a channel going from yellow back to green.
 //!
 //! The first three must persist for the card's persistence (lamp-sense latency); the
@@ -19,15 +23,17 @@
 //! policy output. Rules act on *clean* readings (exactly one lamp lit); transient double or
 //! dark readings are judged by the persistence rule alone.
 
-use greenwave_core::plan::MAX_MOVEMENTS;
-use greenwave_core::{Millis, PhasePlan};
+use greenwave_core::plan::{MAX_INTERGREENS, MAX_MOVEMENTS};
+use greenwave_core::{Intergreen, Millis, MovementId, PhasePlan};
 use serde::{Deserialize, Serialize};
 
 use crate::heads::{Lamp, Lamps};
 
-/// The monitor's programming: which channels may never be non-red together, and each
+/// The monitor's programming: which channels may never be non-red together, each
 /// channel's minimum yellow and minimum red clearance (the all-red a conflicting channel
-/// must wait after this one's yellow ends).
+/// must wait after this one's yellow ends), and for some ordered pairs of conflicting
+/// channels a minimum intergreen (from the end of the first's green to the start of the
+/// second's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MonitorCard {
     channels: u8,
@@ -35,7 +41,16 @@ pub struct MonitorCard {
     min_yellow: [Millis; MAX_MOVEMENTS],
     min_red_clearance: [Millis; MAX_MOVEMENTS],
     persistence: Millis,
+    /// The first `n_intergreens` entries are the card's (channels as movement ids).
+    intergreens: [Intergreen; MAX_INTERGREENS],
+    n_intergreens: u8,
 }
+
+const NO_INTERGREEN: Intergreen = Intergreen {
+    from: MovementId(0),
+    to: MovementId(0),
+    time: Millis::ZERO,
+};
 
 /// Why a monitor card was refused, or refused a plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -93,6 +108,37 @@ pub enum CardError {
         /// The card's minimum.
         min_red_clearance: Millis,
     },
+    /// More intergreen entries than a card holds ([`MAX_INTERGREENS`]).
+    #[error("card lists {count} intergreens, at most {MAX_INTERGREENS} fit")]
+    TooManyIntergreens {
+        /// Entries given.
+        count: usize,
+    },
+    /// An intergreen entry naming a channel off the card, two channels the card does not
+    /// list as conflicting, a zero time, or a pair listed before.
+    #[error("intergreen from channel {from} to channel {to}: not two conflicting channels of the card with a time above zero, listed once")]
+    BadIntergreen {
+        /// The channel whose green ends.
+        from: u8,
+        /// The channel whose green starts.
+        to: u8,
+    },
+    /// A switch of the plan from a phase serving `from` to one serving `to` can give less
+    /// than the card's intergreen for the pair: the plan has no entry that long, and the
+    /// phase's yellow and all-red are shorter.
+    #[error("phase {phase} ends channel {from} at least {} ms before channel {to} may start, below the card's intergreen {} ms", .switch.0, .required.0)]
+    IntergreenBelowCard {
+        /// The phase serving `from` (and not `to`).
+        phase: u8,
+        /// The channel whose green ends.
+        from: u8,
+        /// The channel whose green starts.
+        to: u8,
+        /// What the plan keeps between them: its entry, or the phase's yellow and all-red.
+        switch: Millis,
+        /// The card's intergreen.
+        required: Millis,
+    },
     /// A phase's yellow is shorter than the card's minimum for one of its channels.
     #[error("phase {phase} yellow {} ms is below channel {channel}'s minimum {} ms", .yellow.0, .min_yellow.0)]
     YellowBelowCard {
@@ -137,6 +183,8 @@ impl MonitorCard {
             min_yellow: [Millis::ZERO; MAX_MOVEMENTS],
             min_red_clearance: [Millis::ZERO; MAX_MOVEMENTS],
             persistence,
+            intergreens: [NO_INTERGREEN; MAX_INTERGREENS],
+            n_intergreens: 0,
         };
         card.min_yellow[..channels].copy_from_slice(min_yellow);
         card.min_red_clearance[..channels].copy_from_slice(min_red_clearance);
@@ -158,9 +206,40 @@ impl MonitorCard {
         Ok(card)
     }
 
-    /// The card a plan implies: its conflict matrix, and for each channel the shortest yellow
-    /// and the shortest all-red of the phases that serve it; faults other than sequence
-    /// faults must persist for `persistence`.
+    /// This card with `entries` as its intergreens (replacing any it had): each names two
+    /// channels the card lists as conflicting, once, with a time above zero.
+    pub fn with_intergreens(mut self, entries: &[Intergreen]) -> Result<Self, CardError> {
+        if entries.len() > MAX_INTERGREENS {
+            return Err(CardError::TooManyIntergreens {
+                count: entries.len(),
+            });
+        }
+        for (k, e) in entries.iter().enumerate() {
+            let (from, to) = (e.from.0, e.to.0);
+            let foes = self.foes.get(from as usize).copied().unwrap_or(0);
+            let conflicting = from < self.channels && to < self.channels && foes & (1 << to) != 0;
+            let again = entries[..k]
+                .iter()
+                .any(|d| (d.from, d.to) == (e.from, e.to));
+            if !conflicting || again || e.time == Millis::ZERO {
+                return Err(CardError::BadIntergreen { from, to });
+            }
+        }
+        // Entries past the count stay blank, so equal cards compare and hash equal.
+        self.intergreens = [NO_INTERGREEN; MAX_INTERGREENS];
+        self.intergreens[..entries.len()].copy_from_slice(entries);
+        self.n_intergreens = entries.len() as u8;
+        Ok(self)
+    }
+
+    /// The card's intergreen entries.
+    pub fn intergreens(&self) -> &[Intergreen] {
+        &self.intergreens[..self.n_intergreens as usize]
+    }
+
+    /// The card a plan implies: its conflict matrix, its intergreen entries, and for each
+    /// channel the shortest yellow and the shortest all-red of the phases that serve it;
+    /// faults other than sequence faults must persist for `persistence`.
     pub fn from_plan(plan: &PhasePlan, persistence: Millis) -> Self {
         let n = plan.movements().len().min(MAX_MOVEMENTS);
         let shortest_yellow = plan
@@ -175,7 +254,12 @@ impl MonitorCard {
             min_yellow: [Millis::ZERO; MAX_MOVEMENTS],
             min_red_clearance: [Millis::ZERO; MAX_MOVEMENTS],
             persistence,
+            intergreens: [NO_INTERGREEN; MAX_INTERGREENS],
+            n_intergreens: 0,
         };
+        let entries = plan.intergreens();
+        card.intergreens[..entries.len()].copy_from_slice(entries);
+        card.n_intergreens = entries.len() as u8;
         for ch in 0..n {
             let m = greenwave_core::MovementId(ch as u8);
             card.foes[ch] = plan.conflicts().foes(m).0;
@@ -199,7 +283,8 @@ impl MonitorCard {
     }
 
     /// Checks that the plan can run under this card: same channel count, no phase showing
-    /// two conflicting channels, no phase yellow or all-red below a served channel's minimum.
+    /// two conflicting channels, no phase yellow or all-red below a served channel's minimum,
+    /// and no switch that can give a pair less than the card's intergreen for it.
     pub fn check_plan(&self, plan: &PhasePlan) -> Result<(), CardError> {
         if plan.movements().len() != self.channels as usize {
             return Err(CardError::ChannelCount {
@@ -237,6 +322,30 @@ impl MonitorCard {
                         channel: a,
                         all_red: phase.timing.all_red,
                         min_red_clearance: min,
+                    });
+                }
+            }
+        }
+        self.check_plan_intergreens(plan)
+    }
+
+    /// Every switch out of a phase serving an entry's `from` (and not its `to`) keeps at
+    /// least the entry: the plan's own entry for the pair, or the phase's yellow and all-red.
+    fn check_plan_intergreens(&self, plan: &PhasePlan) -> Result<(), CardError> {
+        for e in self.intergreens() {
+            let kept = plan.intergreen(e.from, e.to).unwrap_or(Millis::ZERO);
+            for (p, phase) in plan.phases().iter().enumerate() {
+                if !phase.movements.contains(e.from) || phase.movements.contains(e.to) {
+                    continue;
+                }
+                let switch = kept.max(phase.timing.yellow.saturating_add(phase.timing.all_red));
+                if switch < e.time {
+                    return Err(CardError::IntergreenBelowCard {
+                        phase: p as u8,
+                        from: e.from.0,
+                        to: e.to.0,
+                        switch,
+                        required: e.time,
                     });
                 }
             }
@@ -350,6 +459,19 @@ pub enum FaultKind {
         /// The lamp.
         lamp: Lamp,
     },
+    /// A channel turned green sooner after a conflicting channel's green ended than the
+    /// card's intergreen for the pair (a cut intergreen).
+    #[error("channel {to} green {} ms after conflicting channel {from}'s green ended, intergreen {} ms", .shown.0, .required.0)]
+    ShortIntergreen {
+        /// The channel whose green had ended.
+        from: u8,
+        /// The channel that turned green.
+        to: u8,
+        /// Time since `from`'s green ended (its yellow and red).
+        shown: Millis,
+        /// The card's intergreen for the pair.
+        required: Millis,
+    },
 }
 
 /// A latched fault and when it latched.
@@ -373,6 +495,9 @@ struct CleanIndication {
     /// card's red clearance. (A red seen first after power-up or reset owes nothing: the
     /// start-up all-red precedes any green.)
     after_yellow: bool,
+    /// How long that yellow was seen (zero unless `after_yellow`): with the red's own time,
+    /// how long ago the channel's green ended, for the card's intergreens.
+    yellow: Millis,
 }
 
 /// The monitor. See the module docs for its rules.
@@ -482,16 +607,46 @@ impl ConflictMonitor {
                     new_greens |= 1 << ch;
                 }
             }
-            let after_yellow = lamp == Lamp::Red
-                && matches!(self.last_clean[ch], Some(p) if p.lamp == Lamp::Yellow);
+            let yellow = match self.last_clean[ch] {
+                Some(p) if lamp == Lamp::Red && p.lamp == Lamp::Yellow => {
+                    Some(Millis((now_ms as u32).wrapping_sub(p.since_ms)))
+                }
+                _ => None,
+            };
             self.last_clean[ch] = Some(CleanIndication {
                 lamp,
                 since_ms: now_ms as u32,
-                after_yellow,
+                after_yellow: yellow.is_some(),
+                yellow: yellow.unwrap_or(Millis::ZERO),
             });
         }
-        let kind = self.short_red_clearance(now_ms, new_greens)?;
+        let kind = self
+            .short_red_clearance(now_ms, new_greens)
+            .or_else(|| self.short_intergreen(now_ms, new_greens))?;
         Some(self.trip(kind, now_ms))
+    }
+
+    /// The first card intergreen into a channel of `new_greens` that has not run since its
+    /// `from` channel's green ended (that channel red since a yellow: a channel red since
+    /// power-up or reset owes nothing, and one not red would be a conflict).
+    fn short_intergreen(&self, now_ms: u64, new_greens: u32) -> Option<FaultKind> {
+        self.card.intergreens().iter().find_map(|e| {
+            if new_greens & (1 << e.to.0) == 0 {
+                return None;
+            }
+            let ind = self.last_clean.get(e.from.0 as usize).copied().flatten()?;
+            if ind.lamp != Lamp::Red || !ind.after_yellow {
+                return None;
+            }
+            let red = Millis((now_ms as u32).wrapping_sub(ind.since_ms));
+            let shown = ind.yellow.saturating_add(red);
+            (shown < e.time).then_some(FaultKind::ShortIntergreen {
+                from: e.from.0,
+                to: e.to.0,
+                shown,
+                required: e.time,
+            })
+        })
     }
 
     /// The first channel in `new_greens` that turned green before a conflicting, clearing
@@ -634,6 +789,190 @@ mod tests {
         let mut m = monitor(0);
         m.check(0, &[R, R, R]);
         assert_eq!(m.check(10, &[G, R, R]), None);
+    }
+
+    fn entry(from: u8, to: u8, ms: u32) -> Intergreen {
+        Intergreen {
+            from: MovementId(from),
+            to: MovementId(to),
+            time: Millis(ms),
+        }
+    }
+
+    /// `monitor(0)`'s card with an 8 s intergreen from channel 0 to channel 1.
+    fn monitor_with_intergreen() -> ConflictMonitor {
+        let card = *monitor(0).card();
+        ConflictMonitor::new(card.with_intergreens(&[entry(0, 1, 8000)]).unwrap())
+    }
+
+    #[test]
+    fn cut_intergreen_latches() {
+        // Channel 0 green to 1 s, yellow to 4 s, then red: channel 1 may start at 9 s.
+        let clearing = || {
+            let mut m = monitor_with_intergreen();
+            m.check(0, &[G, R, R]);
+            m.check(1000, &[Y, R, R]);
+            m.check(4000, &[R, R, R]);
+            m
+        };
+        let mut m = clearing();
+        let f = m.check(8999, &[R, G, R]).unwrap();
+        assert_eq!(
+            f.kind,
+            FaultKind::ShortIntergreen {
+                from: 0,
+                to: 1,
+                shown: Millis(7999),
+                required: Millis(8000)
+            }
+        );
+        assert_eq!(
+            std::format!("{}", f.kind),
+            "channel 1 green 7999 ms after conflicting channel 0's green ended, intergreen 8000 ms"
+        );
+        // Latched until reset; the reset keeps the card's entries.
+        assert_eq!(m.check(20_000, &[R, R, R]), Some(f));
+        m.reset();
+        assert_eq!(m.card().intergreens(), &[entry(0, 1, 8000)]);
+        let mut m = clearing();
+        assert_eq!(m.check(9000, &[R, G, R]), None);
+        // The entry is for 0 → 1 only: 1 → 0 needs the red clearance alone, and channel 2
+        // (compatible) is not held.
+        let mut m = monitor_with_intergreen();
+        m.check(0, &[R, G, R]);
+        m.check(1000, &[R, Y, R]);
+        m.check(4000, &[R, R, R]);
+        assert_eq!(m.check(6000, &[G, R, R]), None);
+        let mut m = clearing();
+        assert_eq!(m.check(4000, &[R, R, G]), None);
+        // A channel red since power-up owes nothing.
+        let mut m = monitor_with_intergreen();
+        m.check(0, &[R, R, R]);
+        assert_eq!(m.check(10, &[R, G, R]), None);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Channels 0 and 1 conflict and take turns: each green, then a yellow of at least
+        /// the card's minimum, then a red gap before the other's green. With a random
+        /// intergreen entry each way, the monitor latches `ShortIntergreen` at exactly the
+        /// first green whose yellow and gap fall short of its entry (an oracle over the
+        /// generated timeline), and nothing else ever.
+        #[test]
+        fn short_intergreen_latches_exactly_at_the_first_cut(
+            entries in (3000u32..12_000, 3000u32..12_000),
+            turns in proptest::collection::vec((1000u32..20_000, 3000u32..6000, 0u32..9000), 1..12),
+        ) {
+            let base = MonitorCard::new(&[(0, 1)], &[Millis(3000); 3], &[Millis::ZERO; 3], Millis::ZERO)
+                .unwrap();
+            let card = base
+                .with_intergreens(&[entry(0, 1, entries.0), entry(1, 0, entries.1)])
+                .unwrap();
+            let mut m = ConflictMonitor::new(card);
+            let show = |ch: usize, lamp: Lamps| {
+                let mut d = [R, R, R];
+                d[ch] = lamp;
+                d
+            };
+            prop_assert_eq!(m.check(0, &[R, R, R]), None);
+            let mut t = 1000u64;
+            let mut expected = None;
+            for (k, &(green, yellow, gap)) in turns.iter().enumerate() {
+                let ch = k % 2;
+                // This green starts `gap` after the previous channel's yellow ended.
+                let fault = m.check(t, &show(ch, G));
+                if k > 0 && expected.is_none() {
+                    let required = if ch == 1 { entries.0 } else { entries.1 };
+                    let shown = turns[k - 1].1 + turns[k - 1].2;
+                    if shown < required {
+                        expected = Some(FaultKind::ShortIntergreen {
+                            from: (1 - ch) as u8,
+                            to: ch as u8,
+                            shown: Millis(shown),
+                            required: Millis(required),
+                        });
+                        prop_assert_eq!(fault.map(|f| (f.kind, f.at_ms)), Some((expected.unwrap(), t)));
+                        continue;
+                    }
+                }
+                if expected.is_none() {
+                    prop_assert_eq!(fault, None);
+                }
+                t += u64::from(green);
+                m.check(t, &show(ch, Y));
+                t += u64::from(yellow);
+                m.check(t, &[R, R, R]);
+                t += u64::from(gap);
+            }
+            prop_assert_eq!(m.latched().map(|f| f.kind), expected);
+        }
+    }
+
+    #[test]
+    fn card_intergreens_are_validated() {
+        let card = *monitor(0).card();
+        let bad = |from, to| Err(CardError::BadIntergreen { from, to });
+        // Not conflicting, off the card, zero time, twice.
+        assert_eq!(card.with_intergreens(&[entry(0, 2, 5000)]), bad(0, 2));
+        assert_eq!(card.with_intergreens(&[entry(0, 3, 5000)]), bad(0, 3));
+        assert_eq!(card.with_intergreens(&[entry(1, 0, 0)]), bad(1, 0));
+        assert_eq!(
+            card.with_intergreens(&[entry(0, 1, 5000), entry(1, 0, 5000), entry(0, 1, 6000)]),
+            bad(0, 1)
+        );
+        let many = [entry(0, 1, 5000); MAX_INTERGREENS + 1];
+        assert_eq!(
+            card.with_intergreens(&many),
+            Err(CardError::TooManyIntergreens {
+                count: MAX_INTERGREENS + 1
+            })
+        );
+        let ok = card.with_intergreens(&[entry(1, 0, 5000)]).unwrap();
+        assert_eq!(ok.intergreens(), &[entry(1, 0, 5000)]);
+        assert_eq!(ok.with_intergreens(&[]).unwrap(), card);
+    }
+
+    #[test]
+    fn card_intergreens_check_the_plan() {
+        use greenwave_core::{PhasePlan, PhaseTiming};
+        let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 30, 3, 2)).unwrap();
+        // Phase 0's movements against phase 2's: every switch between them gives 5 s.
+        let a = plan.phases()[0].movements.iter().next().unwrap();
+        let b = plan.phases()[2]
+            .movements
+            .iter()
+            .find(|&b| plan.conflicts().conflicts(a, b))
+            .unwrap();
+        let e = Intergreen {
+            from: a,
+            to: b,
+            time: Millis(7000),
+        };
+        let card = MonitorCard::from_plan(&plan, Millis::ZERO)
+            .with_intergreens(&[e])
+            .unwrap();
+        let err = card.check_plan(&plan).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CardError::IntergreenBelowCard {
+                    from,
+                    to,
+                    switch: Millis(5000),
+                    required: Millis(7000),
+                    ..
+                } if (from, to) == (a.0, b.0)
+            ),
+            "{err}"
+        );
+        // The plan keeping the pair 7 s passes, and the card it implies carries the entry.
+        let keeping = plan.clone().with_intergreens(&[e]).unwrap();
+        assert_eq!(card.check_plan(&keeping), Ok(()));
+        let implied = MonitorCard::from_plan(&keeping, Millis::ZERO);
+        assert_eq!(implied.intergreens(), &[e]);
+        assert_eq!(implied.check_plan(&keeping), Ok(()));
+        assert!(implied.check_plan(&plan).is_err());
     }
 
     #[test]

@@ -425,7 +425,16 @@ pub fn cabinet_with<'b, const L: usize>(
     blob: Option<&'b [u8]>,
     board: BoardConfig<L>,
 ) -> Controller<'b, LampOut, FieldIn, FieldIn, FieldClock, 12, L> {
-    let plan = plan();
+    cabinet_of(field, blob, board, plan())
+}
+
+/// A cabinet running `plan` (12 signal groups, the test splits) with its implied monitor card.
+pub fn cabinet_of<'b, const L: usize>(
+    field: &Shared,
+    blob: Option<&'b [u8]>,
+    board: BoardConfig<L>,
+    plan: PhasePlan,
+) -> Controller<'b, LampOut, FieldIn, FieldIn, FieldClock, 12, L> {
     let card = MonitorCard::from_plan(&plan, board.fault_persistence);
     let fixed = FixedCycle::from_splits(&plan, &SPLITS_MS).unwrap();
     Controller::new(
