@@ -65,6 +65,20 @@ fn load_checked(
     Ok((weights, manifest))
 }
 
+/// What to try when a policy's plan hash is not the signal's: the hash covers the plan's
+/// timing, so the timing options must be those it was trained with (its `run.json` says).
+fn plan_mismatch_hint(plan: &greenwave_core::PhasePlan) -> &'static str {
+    if plan.intergreens().is_empty() {
+        "; the plan hash covers its timing: on SUMO, give the timing options it was trained \
+         with (--timing, --program, --yellow, --all-red, --min-green, \
+         --max-green, --program-intergreens; its run.json has them)"
+    } else {
+        "; the plan hash covers its timing, and this plan keeps the program's per-pair \
+         intergreens (--program-intergreens on): a policy trained without them runs with \
+         --program-intergreens off"
+    }
+}
+
 /// Whether a policy with `manifest` may act on the signals `specs` of `what`.
 pub fn check_fits(manifest: &Manifest, specs: &[SignalSpec], what: &str) -> Result<()> {
     let first = specs
@@ -73,9 +87,10 @@ pub fn check_fits(manifest: &Manifest, specs: &[SignalSpec], what: &str) -> Resu
     let hash = plan_hash_hex(&first.plan);
     if manifest.plan_hash != hash {
         bail!(
-            "it was trained for phase plan {} but {what} runs plan {hash} (signal '{}')",
+            "it was trained for phase plan {} but {what} runs plan {hash} (signal '{}'){}",
             manifest.plan_hash,
-            first.id
+            first.id,
+            plan_mismatch_hint(&first.plan)
         );
     }
     for s in specs {

@@ -204,7 +204,10 @@ fn eval_and_resume_refuse_what_does_not_match(model_s: &str, sumo: [&str; 6], ru
         "--seeds",
         "1",
     ]));
-    assert!(err.contains("trained for phase plan"), "{err}");
+    assert!(
+        err.contains("trained for phase plan") && err.contains("--program-intergreens"),
+        "{err}"
+    );
 
     // Resuming the SUMO run on another backend is refused, naming both.
     let err = failed(&greenwave(&[
