@@ -10,7 +10,8 @@
 //! * a channel going from green straight to red (skipped yellow);
 //! * a yellow shorter than the channel's minimum yellow;
 //! * a channel turning green before every conflicting channel that just ended its yellow
-//!   has shown red for that channel's minimum red clearance (a cut all-red);
+//!   has shown red for that channel's minimum red clearance (a cut all-red; a foe last
+//!   read clean in yellow has shown none);
 //! * a channel turning green sooner after a conflicting channel's green ended (the start of
 //!   its yellow) than the card's intergreen for that pair (a cut intergreen: the clearance
 //!   a pair of conflicting streams needs, as German practice times it, RiLSA's
@@ -500,6 +501,9 @@ struct CleanIndication {
     yellow: Millis,
 }
 
+/// How long a red after a yellow still counts as clearing (see [`ConflictMonitor::check`]).
+const STALE_CLEARANCE_MS: u32 = 1 << 31;
+
 /// The monitor. See the module docs for its rules.
 #[derive(Clone, Debug)]
 pub struct ConflictMonitor {
@@ -601,6 +605,17 @@ impl ConflictMonitor {
                     return Some(self.trip(kind, now_ms));
                 }
                 if prev.lamp == lamp {
+                    // A red owed as a clearance for half the 32-bit clock's range (24.8 days)
+                    // is long paid; forgetting it keeps the wrapped difference from reading
+                    // as a fresh red after 49.7 days.
+                    let held = (now_ms as u32).wrapping_sub(prev.since_ms);
+                    if prev.after_yellow && held >= STALE_CLEARANCE_MS {
+                        self.last_clean[ch] = Some(CleanIndication {
+                            after_yellow: false,
+                            yellow: Millis::ZERO,
+                            ..prev
+                        });
+                    }
                     continue;
                 }
                 if (prev.lamp, lamp) == (Lamp::Red, Lamp::Green) {
@@ -627,19 +642,22 @@ impl ConflictMonitor {
     }
 
     /// The first card intergreen into a channel of `new_greens` that has not run since its
-    /// `from` channel's green ended (that channel red since a yellow: a channel red since
-    /// power-up or reset owes nothing, and one not red would be a conflict).
+    /// `from` channel's green ended (that channel last seen yellow, or red since a yellow: a
+    /// channel red since power-up or reset owes nothing).
     fn short_intergreen(&self, now_ms: u64, new_greens: u32) -> Option<FaultKind> {
         self.card.intergreens().iter().find_map(|e| {
             if new_greens & (1 << e.to.0) == 0 {
                 return None;
             }
             let ind = self.last_clean.get(e.from.0 as usize).copied().flatten()?;
-            if ind.lamp != Lamp::Red || !ind.after_yellow {
-                return None;
-            }
-            let red = Millis((now_ms as u32).wrapping_sub(ind.since_ms));
-            let shown = ind.yellow.saturating_add(red);
+            let since = Millis((now_ms as u32).wrapping_sub(ind.since_ms));
+            // Last seen yellow (its red not yet read clean): its green ended when the
+            // yellow began.
+            let shown = match ind.lamp {
+                Lamp::Yellow => since,
+                Lamp::Red if ind.after_yellow => ind.yellow.saturating_add(since),
+                _ => return None,
+            };
             (shown < e.time).then_some(FaultKind::ShortIntergreen {
                 from: e.from.0,
                 to: e.to.0,
@@ -659,10 +677,14 @@ impl ConflictMonitor {
                 let Some(ind) = self.last_clean[f] else {
                     continue;
                 };
-                if ind.lamp != Lamp::Red || !ind.after_yellow {
-                    continue;
-                }
-                let shown = Millis((now_ms as u32).wrapping_sub(ind.since_ms));
+                // Last seen yellow (its red not yet read clean): no red shown yet.
+                let shown = match ind.lamp {
+                    Lamp::Yellow => Millis::ZERO,
+                    Lamp::Red if ind.after_yellow => {
+                        Millis((now_ms as u32).wrapping_sub(ind.since_ms))
+                    }
+                    _ => continue,
+                };
                 let required = self.card.min_red_clearance[f];
                 if shown < required {
                     return Some(FaultKind::ShortRedClearance {
@@ -907,6 +929,86 @@ mod tests {
             }
             prop_assert_eq!(m.latched().map(|f| f.kind), expected);
         }
+    }
+
+    #[test]
+    fn an_intergreen_counts_from_an_earlier_end_and_through_dirty_readings() {
+        // Three channels all conflicting, no red clearance: 0 → 2 needs 8 s.
+        let card = MonitorCard::new(
+            &[(0, 1), (0, 2), (1, 2)],
+            &[Millis(3000); 3],
+            &[Millis::ZERO; 3],
+            Millis(1000),
+        )
+        .unwrap()
+        .with_intergreens(&[entry(0, 2, 8000)])
+        .unwrap();
+        // 0 ends at 1 s (yellow to 4 s), 1 is served 4–5 s (yellow to 8 s), 2 starts at
+        // 8.5 s: 7.5 s after 0's green ended, though 1 ended just now.
+        let mut m = ConflictMonitor::new(card);
+        m.check(0, &[G, R, R]);
+        m.check(1000, &[Y, R, R]);
+        m.check(4000, &[R, G, R]);
+        m.check(5000, &[R, Y, R]);
+        m.check(8000, &[R, R, R]);
+        let f = m.check(8500, &[R, R, G]).unwrap();
+        assert_eq!(
+            f.kind,
+            FaultKind::ShortIntergreen {
+                from: 0,
+                to: 2,
+                shown: Millis(7500),
+                required: Millis(8000)
+            }
+        );
+        // 0's yellow → red read dirty in the same reading as 2's green: its last clean
+        // reading is the yellow, from which the intergreen counts.
+        let both = Lamps {
+            red: true,
+            green: false,
+            yellow: true,
+        };
+        let mut m = ConflictMonitor::new(card);
+        m.check(0, &[G, R, R]);
+        m.check(1000, &[Y, R, R]);
+        let f = m.check(4000, &[both, R, G]).unwrap();
+        assert_eq!(
+            f.kind,
+            FaultKind::ShortIntergreen {
+                from: 0,
+                to: 2,
+                shown: Millis(3000),
+                required: Millis(8000)
+            }
+        );
+        // Same-reading yellow → red counts 0 ms of red: 3 s of yellow, short of 8 s.
+        let mut m = ConflictMonitor::new(card);
+        m.check(0, &[G, R, R]);
+        m.check(1000, &[Y, R, R]);
+        assert!(matches!(
+            m.check(4000, &[R, R, G]).unwrap().kind,
+            FaultKind::ShortIntergreen {
+                shown: Millis(3000),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_long_red_does_not_read_as_fresh_when_the_clock_wraps() {
+        let mut m = monitor_with_intergreen();
+        m.check(0, &[G, R, R]);
+        m.check(1000, &[Y, R, R]);
+        m.check(4000, &[R, R, R]);
+        // Channel 0 red for 2^32 ms and a little: the 32-bit difference reads 1 s, but the
+        // red, polled meanwhile, has been forgotten as a clearance.
+        let mut t = 4000u64;
+        while t < 4000 + (1u64 << 32) {
+            t += 1 << 26;
+            assert_eq!(m.check(t, &[R, R, R]), None);
+        }
+        let wrapped = 4000 + (1u64 << 32) + 1000;
+        assert_eq!(m.check(wrapped, &[R, G, R]), None);
     }
 
     #[test]
