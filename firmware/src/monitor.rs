@@ -226,11 +226,16 @@ impl MonitorCard {
                 return Err(CardError::BadIntergreen { from, to });
             }
         }
-        // Entries past the count stay blank, so equal cards compare and hash equal.
+        self.set_intergreens(entries);
+        Ok(self)
+    }
+
+    /// Stores `entries` (at most [`MAX_INTERGREENS`], already checked); those past the count
+    /// stay blank, so equal cards compare and hash equal.
+    fn set_intergreens(&mut self, entries: &[Intergreen]) {
         self.intergreens = [NO_INTERGREEN; MAX_INTERGREENS];
         self.intergreens[..entries.len()].copy_from_slice(entries);
         self.n_intergreens = entries.len() as u8;
-        Ok(self)
     }
 
     /// The card's intergreen entries.
@@ -258,9 +263,7 @@ impl MonitorCard {
             intergreens: [NO_INTERGREEN; MAX_INTERGREENS],
             n_intergreens: 0,
         };
-        let entries = plan.intergreens();
-        card.intergreens[..entries.len()].copy_from_slice(entries);
-        card.n_intergreens = entries.len() as u8;
+        card.set_intergreens(plan.intergreens());
         for ch in 0..n {
             let m = greenwave_core::MovementId(ch as u8);
             card.foes[ch] = plan.conflicts().foes(m).0;
@@ -501,6 +504,26 @@ struct CleanIndication {
     yellow: Millis,
 }
 
+impl CleanIndication {
+    /// How long this lamp has been seen, at `now_ms`.
+    fn held(&self, now_ms: u64) -> Millis {
+        Millis((now_ms as u32).wrapping_sub(self.since_ms))
+    }
+
+    /// A clearing channel's (time since its green ended, red shown so far), the one count
+    /// both clearance rules judge: last seen yellow (its red not yet read clean), its green
+    /// ended when the yellow began and no red is shown; red after a yellow, the yellow and
+    /// the red. `None` for a green, or a red not entered from a yellow (power-up, reset).
+    fn clearing(&self, now_ms: u64) -> Option<(Millis, Millis)> {
+        let held = self.held(now_ms);
+        match self.lamp {
+            Lamp::Yellow => Some((held, Millis::ZERO)),
+            Lamp::Red if self.after_yellow => Some((self.yellow.saturating_add(held), held)),
+            _ => None,
+        }
+    }
+}
+
 /// How long a red after a yellow still counts as clearing (see [`ConflictMonitor::check`]).
 const STALE_CLEARANCE_MS: u32 = 1 << 31;
 
@@ -586,13 +609,15 @@ impl ConflictMonitor {
                 Lamp::Green
             };
             let channel = ch as u8;
+            let mut yellow = None;
             if let Some(prev) = self.last_clean[ch] {
+                let held = prev.held(now_ms);
                 let fault = match (prev.lamp, lamp) {
                     (Lamp::Green, Lamp::Red) => Some(FaultKind::SkippedYellow { channel }),
                     (Lamp::Yellow, Lamp::Green) => Some(FaultKind::YellowToGreen { channel }),
                     (Lamp::Yellow, Lamp::Red) => {
-                        let shown = Millis((now_ms as u32).wrapping_sub(prev.since_ms));
-                        let required = self.card.min_yellow[ch];
+                        yellow = Some(held);
+                        let (shown, required) = (held, self.card.min_yellow[ch]);
                         (shown < required).then_some(FaultKind::ShortYellow {
                             channel,
                             shown,
@@ -608,8 +633,7 @@ impl ConflictMonitor {
                     // A red owed as a clearance for half the 32-bit clock's range (24.8 days)
                     // is long paid; forgetting it keeps the wrapped difference from reading
                     // as a fresh red after 49.7 days.
-                    let held = (now_ms as u32).wrapping_sub(prev.since_ms);
-                    if prev.after_yellow && held >= STALE_CLEARANCE_MS {
+                    if prev.after_yellow && held.0 >= STALE_CLEARANCE_MS {
                         self.last_clean[ch] = Some(CleanIndication {
                             after_yellow: false,
                             yellow: Millis::ZERO,
@@ -622,12 +646,6 @@ impl ConflictMonitor {
                     new_greens |= 1 << ch;
                 }
             }
-            let yellow = match self.last_clean[ch] {
-                Some(p) if lamp == Lamp::Red && p.lamp == Lamp::Yellow => {
-                    Some(Millis((now_ms as u32).wrapping_sub(p.since_ms)))
-                }
-                _ => None,
-            };
             self.last_clean[ch] = Some(CleanIndication {
                 lamp,
                 since_ms: now_ms as u32,
@@ -650,14 +668,7 @@ impl ConflictMonitor {
                 return None;
             }
             let ind = self.last_clean.get(e.from.0 as usize).copied().flatten()?;
-            let since = Millis((now_ms as u32).wrapping_sub(ind.since_ms));
-            // Last seen yellow (its red not yet read clean): its green ended when the
-            // yellow began.
-            let shown = match ind.lamp {
-                Lamp::Yellow => since,
-                Lamp::Red if ind.after_yellow => ind.yellow.saturating_add(since),
-                _ => return None,
-            };
+            let (shown, _red) = ind.clearing(now_ms)?;
             (shown < e.time).then_some(FaultKind::ShortIntergreen {
                 from: e.from.0,
                 to: e.to.0,
@@ -674,16 +685,10 @@ impl ConflictMonitor {
         for next in (0..n).filter(|&ch| new_greens & (1 << ch) != 0) {
             let foes = self.card.foes[next];
             for f in (0..n).filter(|&f| foes & (1 << f) != 0) {
-                let Some(ind) = self.last_clean[f] else {
+                let Some((_green_ended, shown)) =
+                    self.last_clean[f].and_then(|i| i.clearing(now_ms))
+                else {
                     continue;
-                };
-                // Last seen yellow (its red not yet read clean): no red shown yet.
-                let shown = match ind.lamp {
-                    Lamp::Yellow => Millis::ZERO,
-                    Lamp::Red if ind.after_yellow => {
-                        Millis((now_ms as u32).wrapping_sub(ind.since_ms))
-                    }
-                    _ => continue,
                 };
                 let required = self.card.min_red_clearance[f];
                 if shown < required {

@@ -341,7 +341,7 @@ fn bad_configuration_is_refused_with_the_field_named() {
     ));
     // A card asking an intergreen the plan does not keep (it switches on 3 s yellow and
     // 2 s all-red, and has no entries) is refused, naming the pair.
-    let (a, b) = conflicting_pair(&plan());
+    let (a, b) = intergreen_pairs(&plan())[0];
     let entry = greenwave_core::Intergreen {
         from: a,
         to: b,
@@ -362,13 +362,6 @@ fn bad_configuration_is_refused_with_the_field_named() {
         ),
         "{err}"
     );
-}
-
-/// The first ordered pair of conflicting movements that different phases of `plan` serve.
-fn conflicting_pair(
-    plan: &greenwave_core::PhasePlan,
-) -> (greenwave_core::MovementId, greenwave_core::MovementId) {
-    intergreen_pairs(plan)[0]
 }
 
 /// Every ordered pair of conflicting movements that some phase serves without the other.
