@@ -95,6 +95,17 @@ put("firmware_frames", "one-frame-96", frame(transition(5, 96)))
 # --- sumo_xml: even first byte = net, odd = tripinfo.
 put("sumo_xml", "single.net.xml", b"\x00" + read("crates/sim/fixtures/sumo/single.net.xml"))
 put("sumo_xml", "notls.net.xml", b"\x00" + read("crates/sim/fixtures/sumo/notls.net.xml"))
+# A net, a NUL, then an additional file with a second program and a WAUT binding the light.
+put("sumo_xml", "single-waut.net.xml", b"\x00" + read("crates/sim/fixtures/sumo/single.net.xml")
+    + b"\x00" + b"""<additional>
+<tlLogic id="A0" type="static" programID="late" offset="62">
+<phase duration="42" state="GGGgrrrrGGGgrrrr"/><phase duration="3" state="yyyyrrrryyyyrrrr"/>
+<phase duration="42" state="rrrrGGGgrrrrGGGg"/><phase duration="3" state="rrrryyyyrrrryyyy"/>
+</tlLogic>
+<WAUT id="w" refTime="0" startProg="0" period="86400"><wautSwitch time="7:00:00" to="late"/>
+<wautSwitch time="100" to="0"/></WAUT>
+<wautJunction wautID="w" junctionID="A0"/>
+</additional>""")
 with tempfile.TemporaryDirectory() as d:
     subprocess.run(["sumo", "-c", "crates/sim/fixtures/sumo/single.sumocfg", "--end", "240",
                     "--tripinfo-output", f"{d}/tripinfo.xml", "--no-step-log", "true"],

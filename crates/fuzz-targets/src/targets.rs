@@ -147,8 +147,9 @@ pub fn onnx_policy(data: &[u8]) {
     let _ = backend.infer(&obs, &mut logits);
 }
 
-/// SUMO XML: a network (even first byte; parsed, then every traffic light modelled) or a
-/// tripinfo output (odd first byte).
+/// SUMO XML: a network (even first byte; parsed, then every traffic light modelled; after
+/// a NUL byte, an additional file of programs and WAUTs loaded on top of it, with the begin
+/// time picked from its first byte) or a tripinfo output (odd first byte).
 #[cfg(feature = "sumo")]
 pub fn sumo_xml(data: &[u8]) {
     use greenwave_sim::sumo::{
@@ -158,7 +159,16 @@ pub fn sumo_xml(data: &[u8]) {
         return;
     };
     if net {
-        if let Ok(net) = NetFile::parse(rest) {
+        let (rest, additional) = match rest.iter().position(|&b| b == 0) {
+            Some(k) => (&rest[..k], Some(&rest[k + 1..])),
+            None => (rest, None),
+        };
+        if let Ok(mut net) = NetFile::parse(rest) {
+            if let Some(mut add) = additional {
+                net.begin_s = f64::from(add.first().copied().unwrap_or(0)) * 997.0;
+                let path = std::path::Path::new("fuzz.add.xml");
+                let _ = net.add_programs_from(&mut add, path);
+            }
             let opts = ModelOptions {
                 program: None,
                 timing: &TimingSpec::default(),

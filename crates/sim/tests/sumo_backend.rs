@@ -509,6 +509,66 @@ fn the_program_clock_follows_the_nets_program_from_its_offset() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A light bound to a `<WAUT>` starts on the WAUT's program at begin, not on the program
+/// loaded last (SUMO's rule, see `greenwave_sim::sumo::waut`): here an additional file
+/// loads a copy of the net's program 45 s out of phase (`offset="62"` against the net's
+/// 17), binds the light to a WAUT that starts it on the net's program and switches it to the
+/// copy at 60 s. So the program clock follows the net's program on an episode that begins
+/// at 0 s and the copy on one that begins at 60 s, and the model notes the switch.
+#[test]
+fn a_waut_decides_the_program_the_clock_follows() {
+    let dir = std::env::temp_dir().join(format!("greenwave-waut-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(fixture("single.net.xml")).unwrap();
+    let net = dir.join("single-offset.net.xml");
+    std::fs::write(&net, text.replace("offset=\"0\"", "offset=\"17\"")).unwrap();
+    let add = dir.join("waut.add.xml");
+    std::fs::write(
+        &add,
+        r#"<additional>
+    <tlLogic id="A0" type="static" programID="late" offset="62">
+        <phase duration="42" state="GGGgrrrrGGGgrrrr"/>
+        <phase duration="3"  state="yyyyrrrryyyyrrrr"/>
+        <phase duration="42" state="rrrrGGGgrrrrGGGg"/>
+        <phase duration="3"  state="rrrryyyyrrrryyyy"/>
+    </tlLogic>
+    <WAUT id="evening" refTime="0" startProg="0"><wautSwitch time="60" to="late"/></WAUT>
+    <wautJunction wautID="evening" junctionID="A0"/>
+</additional>"#,
+    )
+    .unwrap();
+    let phase_at = |offset_s: f64, t: f64| {
+        usize::from((42.0..87.0).contains(&(t - offset_s).rem_euclid(90.0)))
+    };
+    for (begin_s, offset_s, program) in [(0.0, 17.0, "0"), (60.0, 62.0, "late")] {
+        let mut cfg = config("single", 60.0);
+        cfg.net = net.clone();
+        cfg.additional = vec![add.clone()];
+        cfg.begin_s = begin_s;
+        let mut env = SumoEnv::new(cfg).unwrap();
+        assert_eq!(env.models()[0].program_id, program, "begin {begin_s} s");
+        let notes = &env.models()[0].timing_notes;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("WAUT evening") && n.contains("to late at 60 s")),
+            "{notes:?}"
+        );
+        for k in 0..12 {
+            let t = begin_s + 5.0 * f64::from(k);
+            let mut want = vec![0.0; 2];
+            want[phase_at(offset_s, t)] = 1.0;
+            assert_eq!(
+                clock_lanes(&env, 0),
+                want,
+                "begin {begin_s} s, SUMO time {t} s"
+            );
+            env.step(&[0]).unwrap();
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A program that times its links apart (here the east-west right turns start 4 s before
 /// the throughs, which wait 7 s after the north-south greens end) gets a note: greenwave's
 /// switch gives that pair only the 3 s yellow. The net's own program, whose stages hand

@@ -31,6 +31,7 @@ pub mod timing;
 pub mod traci;
 pub mod tripinfo;
 mod waits;
+pub mod waut;
 mod xml;
 
 pub use env::{observed_layout, run_static_program, SumoEnv, STOP_BAR_ZONE_M, ZONES_PER_LANE};
@@ -371,6 +372,7 @@ impl SumoConfig {
         for file in &self.additional {
             net.add_programs(file)?;
         }
+        net.begin_s = self.begin_s;
         Ok(net)
     }
 

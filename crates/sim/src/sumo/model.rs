@@ -658,6 +658,7 @@ fn build_one(
         false => plan,
     };
     timing_notes.extend(intergreen_note(&short, keep));
+    timing_notes.extend(net.waut_note(id, &program.program_id));
     let (in_lanes, out_lanes) = observed_lanes(&groups, &table);
     Ok(TlsModel {
         id: id.to_string(),

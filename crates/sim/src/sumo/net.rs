@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+use super::waut::{self, Waut};
 use super::xml::{scan, Attrs, Node};
 use super::SumoError;
 
@@ -131,6 +132,15 @@ pub struct NetFile {
     pub connections: Vec<NetConnection>,
     /// Junctions by id.
     pub junctions: HashMap<String, NetJunction>,
+    /// The `<WAUT>`s of the additional files, in file order.
+    pub wauts: Vec<Waut>,
+    /// `<wautJunction>` bindings: (WAUT id, light id).
+    pub waut_lights: Vec<(String, String)>,
+    /// The simulation time the programs start at (SUMO's begin, s), which picks the program
+    /// a light bound to a WAUT starts on. 0 unless set ([`SumoConfig::read_net`] sets it).
+    ///
+    /// [`SumoConfig::read_net`]: super::SumoConfig::read_net
+    pub begin_s: f64,
 }
 
 impl NetFile {
@@ -146,13 +156,34 @@ impl NetFile {
     /// or gzip-compressed; other elements are skipped), after the net's own, as SUMO loads
     /// them: a program of a new id for a light becomes its active one, and one with the id
     /// of a program already read replaces it. Errors name the file.
+    ///
+    /// Its `<WAUT>`s and `<wautJunction>`s are kept too ([`NetFile::waut_of`]).
     pub fn add_programs(&mut self, path: &Path) -> Result<(), SumoError> {
-        for logic in read_xml(path, parse_programs)? {
+        read_xml(path, |input| self.add_programs_from(input, path))
+    }
+
+    /// [`NetFile::add_programs`] from XML text already open (`path` names it in the WAUTs
+    /// read). Nothing is added where the text is refused.
+    pub fn add_programs_from(
+        &mut self,
+        input: &mut dyn BufRead,
+        path: &Path,
+    ) -> Result<(), String> {
+        let file = parse_programs(input, path)?;
+        for logic in file.programs {
             let same = |t: &TlLogic| t.id == logic.id && t.program_id == logic.program_id;
             self.tl_logics.retain(|t| !same(t));
             self.tl_logics.push(logic);
         }
+        self.wauts.extend(file.wauts);
+        self.waut_lights.extend(file.waut_lights);
         Ok(())
+    }
+
+    /// The WAUT light `id` is bound to, if any (the first binding, as SUMO refuses a second).
+    pub fn waut_of(&self, id: &str) -> Option<&Waut> {
+        let (waut, _) = self.waut_lights.iter().find(|(_, light)| light == id)?;
+        self.wauts.iter().find(|w| &w.id == waut)
     }
 
     /// Ids of the traffic lights, each once, in the order their first program appears.
@@ -167,11 +198,22 @@ impl NetFile {
     }
 
     /// The program of light `id` that runs: `wanted` if the light has a program of that
-    /// id, else the last one in the file (SUMO makes the last program loaded active).
+    /// id, else the one its WAUT gives at [`NetFile::begin_s`] (as SUMO starts it), else
+    /// the last one loaded (SUMO makes the last program loaded active).
     pub fn active_program(&self, id: &str, wanted: Option<&str>) -> Option<&TlLogic> {
         let mut of_light = self.tl_logics.iter().filter(|t| t.id == id);
-        let chosen = wanted.and_then(|w| of_light.clone().find(|t| t.program_id == w));
-        chosen.or_else(|| of_light.next_back())
+        let named = |w: &str| of_light.clone().find(|t| t.program_id == w);
+        let by_waut = || named(self.waut_of(id)?.program_at(self.begin_s));
+        wanted
+            .and_then(named)
+            .or_else(by_waut)
+            .or_else(|| of_light.next_back())
+    }
+
+    /// For a light bound to a WAUT, what greenwave does not follow of it (see
+    /// [`Waut::note`]), with `program` the program its plan comes from.
+    pub fn waut_note(&self, id: &str, program: &str) -> Option<String> {
+        Some(self.waut_of(id)?.note(program, self.begin_s))
     }
 
     /// Parses a network from XML text (for tests and in-memory nets).
@@ -262,7 +304,7 @@ impl NetParser {
 /// and parses it with `parse`; errors name the file.
 fn read_xml<T>(
     path: &Path,
-    parse: impl Fn(&mut dyn BufRead) -> Result<T, String>,
+    parse: impl FnOnce(&mut dyn BufRead) -> Result<T, String>,
 ) -> Result<T, SumoError> {
     let err = |message: String| SumoError::Net {
         path: path.to_path_buf(),
@@ -283,19 +325,50 @@ fn read_xml<T>(
     parsed.map_err(err)
 }
 
-/// The `<tlLogic>` programs of an additional file, in file order (SUMO accepts them under
-/// `<additional>` or as bare top-level elements).
-fn parse_programs(input: &mut dyn BufRead) -> Result<Vec<TlLogic>, String> {
-    let mut programs: Vec<TlLogic> = Vec::new();
+/// What an additional file holds for the traffic lights.
+#[derive(Default)]
+struct AdditionalPrograms {
+    programs: Vec<TlLogic>,
+    wauts: Vec<Waut>,
+    waut_lights: Vec<(String, String)>,
+}
+
+/// The `<tlLogic>` programs, `<WAUT>`s and `<wautJunction>`s of the additional file
+/// `path`, in file order (SUMO accepts them under `<additional>` or as bare top-level
+/// elements).
+fn parse_programs(input: &mut dyn BufRead, path: &Path) -> Result<AdditionalPrograms, String> {
+    let mut file = AdditionalPrograms::default();
     let mut open = false;
+    let mut waut_open = false;
     scan(input, |node| {
         match node {
+            Node::Open {
+                name: "WAUT",
+                attrs,
+                empty,
+            } => {
+                file.wauts.push(waut::read_waut(attrs, path)?);
+                waut_open = !empty;
+            }
+            Node::Open {
+                name: "wautSwitch",
+                attrs,
+                ..
+            } if waut_open => {
+                waut::add_switch(file.wauts.last_mut().expect("open"), attrs)?;
+            }
+            Node::Close { name: "WAUT" } => waut_open = false,
+            Node::Open {
+                name: "wautJunction",
+                attrs,
+                ..
+            } => file.waut_lights.push(waut::read_junction(attrs)?),
             Node::Open {
                 name: "tlLogic",
                 attrs,
                 empty,
             } => {
-                programs.push(read_tl_logic(attrs)?);
+                file.programs.push(read_tl_logic(attrs)?);
                 open = !empty;
             }
             Node::Open {
@@ -304,14 +377,14 @@ fn parse_programs(input: &mut dyn BufRead) -> Result<Vec<TlLogic>, String> {
                 ..
             } if open => {
                 let phase = read_phase(attrs)?;
-                programs.last_mut().expect("open").phases.push(phase);
+                file.programs.last_mut().expect("open").phases.push(phase);
             }
             Node::Close { name: "tlLogic" } => open = false,
             _ => {}
         }
         Ok(())
     })?;
-    Ok(programs)
+    Ok(file)
 }
 
 /// One `<tlLogic>`'s own attributes (its phases follow).
@@ -591,6 +664,57 @@ mod tests {
             .to_string();
         assert!(msg.contains("none.add.xml"), "{msg}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A WAUT picks the program a light starts on, as SUMO 1.28 does (checked with TraCI:
+    /// a WAUT's light starts on `startProg` though another program was loaded after it,
+    /// and on the last switch's program where the simulation begins after the switch).
+    #[test]
+    fn a_waut_picks_the_program_at_begin() {
+        let xml = r#"<net><tlLogic id="J" programID="0"><phase duration="30" state="Gr"/>
+            <phase duration="30" state="rG"/></tlLogic>
+            <tlLogic id="K" programID="0"><phase duration="30" state="Gr"/></tlLogic></net>"#;
+        let mut net = NetFile::parse(xml.as_bytes()).unwrap();
+        let path = std::env::temp_dir().join(format!("gw-waut-{}.add.xml", std::process::id()));
+        std::fs::write(
+            &path,
+            r#"<additional>
+                <tlLogic id="J" programID="day"><phase duration="50" state="Gr"/>
+                    <phase duration="10" state="rG"/></tlLogic>
+                <WAUT id="w" refTime="0" startProg="0">
+                    <wautSwitch time="7:00:00" to="day"/><wautSwitch time="100" to="0"/>
+                </WAUT>
+                <wautJunction wautID="w" junctionID="J"/>
+            </additional>"#,
+        )
+        .unwrap();
+        net.add_programs(&path).unwrap();
+        let program = |net: &NetFile| net.active_program("J", None).unwrap().program_id.clone();
+        assert_eq!(program(&net), "0", "startProg, not the program loaded last");
+        net.begin_s = 25_200.0;
+        assert_eq!(program(&net), "day", "the 7:00:00 switch is before begin");
+        assert_eq!(net.active_program("J", Some("0")).unwrap().program_id, "0");
+        let note = net.waut_note("J", "day").unwrap();
+        assert!(
+            note.contains("WAUT w") && note.contains("to day at 25200 s"),
+            "{note}"
+        );
+        assert!(net.waut_note("K", "0").is_none(), "K is bound to no WAUT");
+        // A WAUT without its start program is refused with the file named.
+        std::fs::write(&path, r#"<WAUT id="v" refTime="0"/>"#).unwrap();
+        let msg = net.add_programs(&path).unwrap_err().to_string();
+        assert!(
+            msg.contains("gw-waut-") && msg.contains("startProg"),
+            "{msg}"
+        );
+        std::fs::write(
+            &path,
+            r#"<WAUT id="v" startProg="0"><wautSwitch time="soon" to="0"/></WAUT>"#,
+        )
+        .unwrap();
+        let msg = net.add_programs(&path).unwrap_err().to_string();
+        assert!(msg.contains("not a time"), "{msg}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
