@@ -13,6 +13,10 @@
 //!   junction's own timing program serves at that moment), which a controller must
 //!   supply from the junction's timing plan. A build that reads only formats 1 and 2
 //!   refuses it, rather than feed detector readings where the policy reads its clock.
+//!   Optionally `intergreens`, the plan's per-pair intergreen entries (`from_movement`,
+//!   `to_movement`, `time_ms`), written only when the plan has any: for people reading,
+//!   as `phase_timing` is (the plan hash covers them). Format-3 readers that predate the
+//!   field ignore it, so it needs no new format.
 //! * **2**: durations are whole milliseconds ([`Millis`], a JSON integer):
 //!   `decision_interval_ms`, and per phase `min_green_ms`, `max_green_ms`, `yellow_ms`,
 //!   `all_red_ms`; no program clock.
@@ -27,7 +31,7 @@
 //! as the current format (its `format_version` is [`MANIFEST_FORMAT`]), so anything
 //! written from it (a re-export, a fine-tuned candidate) is format 3.
 
-use greenwave_core::{Millis, ObsLayout, PhasePlan, PhaseTiming};
+use greenwave_core::{Intergreen, Millis, ObsLayout, PhasePlan, PhaseTiming};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -57,6 +61,33 @@ pub struct PhaseTimingMs {
     /// All-red.
     #[serde(rename = "all_red_ms")]
     pub all_red: Millis,
+}
+
+/// One per-pair intergreen entry of the plan ([`greenwave_core::Intergreen`]), for people
+/// reading the manifest: the least time from the end of movement `from_movement`'s green
+/// to the start of `to_movement`'s (movement indices of the plan, as `run.json` lists its
+/// plans). JSON keys carry the unit, as [`PhaseTimingMs`]'s do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntergreenMs {
+    /// The movement whose green ends.
+    #[serde(rename = "from_movement")]
+    pub from: u8,
+    /// The conflicting movement whose green starts.
+    #[serde(rename = "to_movement")]
+    pub to: u8,
+    /// The least time between the two.
+    #[serde(rename = "time_ms")]
+    pub time: Millis,
+}
+
+impl From<&Intergreen> for IntergreenMs {
+    fn from(e: &Intergreen) -> Self {
+        IntergreenMs {
+            from: e.from.0,
+            to: e.to.0,
+            time: e.time,
+        }
+    }
 }
 
 impl From<&PhaseTiming> for PhaseTimingMs {
@@ -117,6 +148,10 @@ pub struct Manifest {
     pub decision_interval: Millis,
     /// Per-phase timing.
     pub phase_timing: Vec<PhaseTimingMs>,
+    /// The plan's per-pair intergreen entries, sorted by (from, to); left out of the JSON
+    /// when there are none (see the [module docs](self), format 3).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intergreens: Vec<IntergreenMs>,
     /// Hidden widths of the actor and critic.
     pub hidden: Vec<usize>,
     /// Hidden activation ("tanh" or "relu").
@@ -149,6 +184,7 @@ impl Manifest {
                 .iter()
                 .map(|p| PhaseTimingMs::from(&p.timing))
                 .collect(),
+            intergreens: plan.intergreens().iter().map(IntergreenMs::from).collect(),
             hidden,
             activation: "tanh".into(),
             provenance,
@@ -217,6 +253,8 @@ struct ManifestV3 {
     plan_hash: String,
     decision_interval_ms: Millis,
     phase_timing: Vec<PhaseTimingMs>,
+    #[serde(default)]
+    intergreens: Vec<IntergreenMs>,
     hidden: Vec<usize>,
     activation: String,
     provenance: Provenance,
@@ -234,6 +272,7 @@ impl From<ManifestV3> for Manifest {
             plan_hash: m.plan_hash,
             decision_interval: m.decision_interval_ms,
             phase_timing: m.phase_timing,
+            intergreens: m.intergreens,
             hidden: m.hidden,
             activation: m.activation,
             provenance: m.provenance,
@@ -302,6 +341,7 @@ impl ManifestV1 {
             plan_hash: self.plan_hash,
             decision_interval: secs_field("decision_interval_s", self.decision_interval_s)?,
             phase_timing,
+            intergreens: Vec::new(),
             hidden: self.hidden,
             activation: self.activation,
             provenance: self.provenance,
@@ -454,6 +494,53 @@ mod tests {
             e.contains("manifest format 3: missing field `program_clock`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_plans_intergreens_are_listed_only_when_it_has_some() {
+        use greenwave_core::MovementId;
+        // Without entries the JSON is as format 3 was first written: no `intergreens` key.
+        let v = serde_json::to_value(small()).unwrap();
+        assert!(v.get("intergreens").is_none(), "{v}");
+        // Movement 1 (north through) conflicts with 4 (east through), and 4 with 7.
+        let entry = |from, to, ms| Intergreen {
+            from: MovementId(from),
+            to: MovementId(to),
+            time: Millis(ms),
+        };
+        let with = plan()
+            .with_intergreens(&[entry(4, 7, 6500), entry(1, 4, 9000)])
+            .unwrap();
+        let m = Manifest::new(
+            &with,
+            layout(),
+            Millis(5000),
+            vec![8],
+            Provenance::default(),
+        );
+        // The hash covers the entries; the list is what a person reads.
+        assert_ne!(m.plan_hash, small().plan_hash);
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(
+            v["intergreens"],
+            serde_json::json!([
+                {"from_movement": 1, "to_movement": 4, "time_ms": 9000},
+                {"from_movement": 4, "to_movement": 7, "time_ms": 6500},
+            ])
+        );
+        let back: Manifest = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back, m);
+        // A reader of format 3 from before the field (no `intergreens` in its struct)
+        // still reads such a manifest: serde ignores the key it does not know.
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct EarlierV3 {
+            format_version: u32,
+            plan_hash: String,
+            phase_timing: Vec<PhaseTimingMs>,
+        }
+        let earlier: EarlierV3 = serde_json::from_value(v).unwrap();
+        assert_eq!(earlier.plan_hash, m.plan_hash);
     }
 
     #[test]
