@@ -45,7 +45,7 @@ use ed25519_dalek::{Signature, Signer};
 /// The key types of bundles (ed25519-dalek's), re-exported for callers.
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 use greenwave_core::mlp::MlpBlob;
-use greenwave_core::{ObsLayout, PhasePlan};
+use greenwave_core::{Millis, ObsLayout, PhasePlan};
 use sha2::{Digest, Sha256};
 
 /// The model file in a bundle.
@@ -83,7 +83,7 @@ pub enum BundleError {
         problem: String,
     },
     /// `keygen` or `pack_and_sign` would overwrite something.
-    #[error("{0} already exists (remove it first, or pass --force where offered)")]
+    #[error("{0} already exists (remove it or write elsewhere; `greenwave keygen --force` replaces a key pair)")]
     Exists(PathBuf),
     /// No trusted key was given.
     #[error(
@@ -188,6 +188,19 @@ pub enum BundleError {
         /// Whether the controller supplies them.
         controller: bool,
     },
+    /// The policy decides at another interval than the controller: its observations
+    /// (counts over the interval) and its switch timing assume the one it was trained at.
+    #[error(
+        "decision interval check failed: the policy decides every {bundle}, this controller \
+         every {controller} (a site's `decision_interval_ms`, or `--decision-interval`, \
+         must be the policy's)"
+    )]
+    DecisionIntervalMismatch {
+        /// The manifest's interval.
+        bundle: Millis,
+        /// The controller's.
+        controller: Millis,
+    },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BundleError + 'a {
@@ -267,28 +280,80 @@ pub fn keygen(prefix: &Path, force: bool) -> Result<(KeyPairPaths, VerifyingKey)
         opts.mode(0o600);
     }
     let secret_text = format!(
-        "# greenwave ed25519 secret key: keep it off controllers and out of version control\n{}\n",
+        "{SECRET_KEY_HEADER}: keep it off controllers and out of version control\n{}\n",
         hex(&seed)
     );
     opts.open(&paths.secret)
         .and_then(|mut f| f.write_all(secret_text.as_bytes()))
         .map_err(io_err("writing", &paths.secret))?;
     let public = key.verifying_key();
-    let public_text = format!("# greenwave ed25519 public key\n{}\n", key_hex(&public));
+    let public_text = format!("{PUBLIC_KEY_HEADER}\n{}\n", key_hex(&public));
     fs::write(&paths.public, public_text).map_err(io_err("writing", &paths.public))?;
     Ok((paths, public))
 }
 
-fn read_key_hex(path: &Path) -> Result<[u8; 32], BundleError> {
+/// The first line of a secret key file as [`keygen`] writes it (a remark follows it).
+const SECRET_KEY_HEADER: &str = "# greenwave ed25519 secret key";
+/// The first line of a public key file as [`keygen`] writes it.
+const PUBLIC_KEY_HEADER: &str = "# greenwave ed25519 public key";
+
+/// Which half of a key pair a file is meant to hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyKind {
+    Secret,
+    Public,
+}
+
+impl KeyKind {
+    fn header(self) -> &'static str {
+        match self {
+            KeyKind::Secret => SECRET_KEY_HEADER,
+            KeyKind::Public => PUBLIC_KEY_HEADER,
+        }
+    }
+
+    /// What reading the wrong half says: both halves are 64 hex digits, so only the
+    /// header tells a public key given to sign with (a key whose secret is public) from a
+    /// secret one.
+    fn wrong_half(self) -> &'static str {
+        match self {
+            KeyKind::Secret => {
+                "is a public key file (its header says so); signing needs the secret \
+                 key, the NAME.key that `greenwave keygen` wrote beside NAME.pub"
+            }
+            KeyKind::Public => {
+                "is a secret key file (its header says so); a trusted key is the \
+                 public NAME.pub that `greenwave keygen` wrote beside it, and the \
+                 secret key does not belong on a controller"
+            }
+        }
+    }
+}
+
+/// The key's 32 bytes: the one line of 64 hex digits. Comment lines (`#`) are skipped,
+/// but a file whose header is [`keygen`]'s for the other half is refused. A file without
+/// that header (a key written by hand) is read as the half asked for.
+fn read_key_hex(path: &Path, kind: KeyKind) -> Result<[u8; 32], BundleError> {
     let text = fs::read_to_string(path).map_err(io_err("reading", path))?;
-    let mut lines = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'));
     let bad = |problem: &str| BundleError::KeyFile {
         path: path.to_path_buf(),
         problem: problem.into(),
     };
+    let other = match kind {
+        KeyKind::Secret => KeyKind::Public,
+        KeyKind::Public => KeyKind::Secret,
+    };
+    if text
+        .lines()
+        .map(str::trim)
+        .any(|l| l.starts_with(other.header()))
+    {
+        return Err(bad(kind.wrong_half()));
+    }
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
     let line = lines
         .next()
         .ok_or_else(|| bad("no key line (expected 64 hex digits)"))?;
@@ -298,14 +363,20 @@ fn read_key_hex(path: &Path) -> Result<[u8; 32], BundleError> {
     unhex::<32>(line).ok_or_else(|| bad("key line is not 64 hex digits"))
 }
 
-/// Reads a secret key file (`NAME.key`).
+/// Reads a secret key file (`NAME.key`). A file with [`keygen`]'s public-key header is
+/// refused: its key would sign, but with a secret anyone holding the public file has.
 pub fn load_signing_key(path: &Path) -> Result<SigningKey, BundleError> {
-    Ok(SigningKey::from_bytes(&read_key_hex(path)?))
+    Ok(SigningKey::from_bytes(&read_key_hex(
+        path,
+        KeyKind::Secret,
+    )?))
 }
 
-/// Reads a public key file (`NAME.pub`).
+/// Reads a public key file (`NAME.pub`). A file with [`keygen`]'s secret-key header is
+/// refused (trusting it would trust a key that is not the pair's public half).
 pub fn load_public_key(path: &Path) -> Result<VerifyingKey, BundleError> {
-    VerifyingKey::from_bytes(&read_key_hex(path)?).map_err(|e| BundleError::KeyFile {
+    let bytes = read_key_hex(path, KeyKind::Public)?;
+    VerifyingKey::from_bytes(&bytes).map_err(|e| BundleError::KeyFile {
         path: path.to_path_buf(),
         problem: format!("not a valid ed25519 public key: {e}"),
     })
@@ -457,6 +528,9 @@ fn parse_signature(text: &str) -> Result<SignatureFile, BundleError> {
         line,
         problem: problem.into(),
     };
+    if text.is_empty() {
+        return Err(bad(1, "the file is empty (expected `greenwave-bundle v1`)"));
+    }
     if !text.ends_with('\n') {
         return Err(bad(
             text.lines().count(),
@@ -587,6 +661,19 @@ impl VerifiedBundle {
             return Err(BundleError::ProgramClockMismatch {
                 bundle: self.manifest.program_clock,
                 controller: supplied,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl VerifiedBundle {
+    /// Checks the policy decides every `interval`, as the controller will.
+    pub fn check_decision_interval(&self, interval: Millis) -> Result<(), BundleError> {
+        if self.manifest.decision_interval != interval {
+            return Err(BundleError::DecisionIntervalMismatch {
+                bundle: self.manifest.decision_interval,
+                controller: interval,
             });
         }
         Ok(())
@@ -762,6 +849,21 @@ mod tests {
             let mode = fs::metadata(&paths.secret).unwrap().permissions().mode();
             assert_eq!(mode & 0o077, 0, "secret key readable by others: {mode:o}");
         }
+        // Each half is refused where the other is wanted, naming the file and the half.
+        let err = load_signing_key(&paths.public).unwrap_err().to_string();
+        assert!(
+            err.contains("site.pub") && err.contains("is a public key file"),
+            "{err}"
+        );
+        let err = load_public_key(&paths.secret).unwrap_err().to_string();
+        assert!(
+            err.contains("site.key") && err.contains("is a secret key file"),
+            "{err}"
+        );
+        // A key written by hand, without keygen's header, reads as the half asked for.
+        let bare = dir.join("bare.pub");
+        fs::write(&bare, format!("{}\n", key_hex(&public))).unwrap();
+        assert_eq!(load_public_key(&bare).unwrap(), public);
         fs::write(dir.join("bad.pub"), "xyz\n").unwrap();
         let err = load_public_key(&dir.join("bad.pub")).unwrap_err();
         assert!(err.to_string().contains("bad.pub"), "{err}");
