@@ -19,7 +19,7 @@ use greenwave_runtime::controller::{
     Controller, ControllerConfig, ControllerStats, Fallback, FallbackKind, Field, NullSink, Policy,
     ReplayRecorder, ReplaySource, SignalSpec, Split,
 };
-use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
+use greenwave_runtime::inference::{load_backend, BackendKind, Explorer, MAX_EPSILON};
 use greenwave_runtime::log::{LogConfig, LogWriter, SyncPolicy};
 use greenwave_runtime::site::{ClockTime, SiteConfig};
 #[cfg(feature = "sim")]
@@ -170,7 +170,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "fixed-time")]
     fallback: FallbackKind,
     /// ε-greedy exploration for data collection (0 = greedy; at most 0.2).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = parse_epsilon)]
     epsilon: f32,
     /// Inference budget (ms, above 0, at most 60,000): slower inferences are faults.
     #[arg(long, default_value_t = 20.0, value_parser = parse_budget_ms)]
@@ -181,7 +181,7 @@ pub struct RunArgs {
     /// Longest (s) a phase whose detectors call is kept from green while the policy acts;
     /// then it is served next (the max-red rule, as in training and `greenwave eval`).
     /// Default: each signal's max-out cycle (every phase at max green, plus clearances).
-    #[arg(long, value_parser = value_parser!(u32).range(..=MAX_SECONDS))]
+    #[arg(long, value_parser = value_parser!(u32).range(1..=MAX_SECONDS))]
     max_red_s: Option<u32>,
     /// Log fsync policy: record, records:N or ms:T.
     #[arg(long, default_value = "ms:1000")]
@@ -214,6 +214,18 @@ fn parse_budget_ms(s: &str) -> Result<f64, String> {
     Ok(ms)
 }
 
+/// `--epsilon`: a number from 0 to [`MAX_EPSILON`] (not NaN), refused as the flags are
+/// parsed rather than when the bundle loads, where it read as a refused bundle.
+fn parse_epsilon(s: &str) -> Result<f32, String> {
+    let e: f32 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(0.0..=MAX_EPSILON).contains(&e) {
+        return Err(format!(
+            "{s} is not an exploration rate from 0 to {MAX_EPSILON}"
+        ));
+    }
+    Ok(e)
+}
+
 /// The bundle a simulated field takes its decision interval and program clock from: the
 /// one given, or the store's current version.
 #[cfg(feature = "sumo")]
@@ -234,7 +246,8 @@ fn load_policy(
 ) -> Result<(Policy, VerifiedBundle)> {
     let keys = trusted_keys(&args.trust)?;
     let first = &signals[0];
-    let b = bundle::verify_and_load(dir, &keys, &first.plan, first.layout)?;
+    let b = bundle::verify_and_load(dir, &keys, &first.plan, first.layout)
+        .with_context(|| format!("signal 0 ({})", first.id))?;
     for (i, s) in signals.iter().enumerate().skip(1) {
         b.check_signal(&s.plan, s.layout)
             .with_context(|| format!("signal {i} ({})", s.id))?;
@@ -252,10 +265,7 @@ fn load_policy(
         false => signals.iter().all(|s| s.program_clock.is_some()),
     };
     b.check_program_clock(supplied)?;
-    let trained = b.manifest.decision_interval;
-    if trained != interval {
-        bail!("decision interval check failed: the policy decides every {trained}, this controller every {interval}");
-    }
+    b.check_decision_interval(interval)?;
     let backend = load_backend(
         args.backend,
         &b.model,
@@ -693,7 +703,7 @@ fn attach_store(args: &RunArgs) -> Result<Attached> {
         Ok(f) => Ok((Some(f), None)),
         Err(e) if args.require_policy => Err(e.context("policy store refused (--require-policy)")),
         Err(e) => {
-            let why = format!("{e:#}");
+            let why = greenwave_runtime::error_chain(e.as_ref());
             eprintln!("policy store refused, running the fallback only: {why}");
             let report = StoreReport {
                 store: dir.clone(),
@@ -750,10 +760,12 @@ fn report_policy(
             };
             Ok((Ok(p), report))
         }
-        Err(e) if args.require_policy => Err(e.context("bundle refused (--require-policy)")),
+        Err(e) if args.require_policy => Err(e.context("no policy loaded (--require-policy)")),
         Err(e) => {
-            let why = format!("{e:#}");
-            eprintln!("bundle refused, running the fallback only: {why}");
+            // The bundle failed a check, or the inference backend did not load (an ONNX
+            // Runtime library that is not there): either way the policy may not act.
+            let why = greenwave_runtime::error_chain(e.as_ref());
+            eprintln!("no policy loaded, running the fallback only: {why}");
             let report = PolicyReport {
                 loaded: false,
                 backend: args.backend.name().into(),

@@ -42,7 +42,7 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         key_hex(&b.signer)
     );
     println!(
-        "policy v{} for plan {} ({} lanes × {} phases, decisions every {} s), trained by `{}` at {}",
+        "policy v{} for plan {} ({} lanes × {} phases, decisions every {} s), trained by `{}` (code revision {})",
         m.policy_version,
         m.plan_hash,
         m.obs_layout.n_lanes,
@@ -63,10 +63,14 @@ pub fn run(args: VerifyArgs) -> Result<()> {
     Ok(())
 }
 
-/// Checks the bundle against every signal of the site configuration at `path`.
+/// Checks the bundle against every signal of the site configuration at `path`, and its
+/// decision interval against the site's (what `run --site` checks).
 pub fn check_site(b: &VerifiedBundle, path: &std::path::Path) -> Result<()> {
     let site = SiteConfig::load(path)?;
-    check_signals(b, &site.signal_specs(), &path.display().to_string())
+    let what = path.display().to_string();
+    b.check_decision_interval(site.decision_interval())
+        .with_context(|| what.clone())?;
+    check_signals(b, &site.signal_specs(), &what)
 }
 
 /// Checks the bundle against every signal of `specs` (plan, layout, program clock), `what`
