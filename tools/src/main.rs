@@ -52,8 +52,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // `{:#}` prints the whole context chain: what we were doing, then why it failed.
-            eprintln!("error: {e:#}");
+            // The whole context chain: what we were doing, then why it failed.
+            eprintln!("error: {}", greenwave_runtime::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

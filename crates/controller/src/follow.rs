@@ -271,7 +271,7 @@ impl StoreFollower {
             return;
         }
         match load(&target) {
-            Err(e) => self.refuse(&target, &format!("{e:#}")),
+            Err(e) => self.refuse(&target, &greenwave_runtime::error_chain(e.as_ref())),
             Ok(policy) => {
                 if c.policy().is_err() && !self.store.is_judged(&target).unwrap_or(false) {
                     self.error(format!(
@@ -296,7 +296,7 @@ impl StoreFollower {
     ) {
         let policy = match load(&target) {
             Ok(p) => p,
-            Err(e) => return self.refuse(&target, &format!("{e:#}")),
+            Err(e) => return self.refuse(&target, &greenwave_runtime::error_chain(e.as_ref())),
         };
         let (to_version, from_version) = (policy.version, c.policy().ok().map(|p| p.version));
         tracing::warn!(
@@ -433,7 +433,7 @@ pub fn load_first<T>(
             Ok(p) => return (Ok(p), Some(dir.clone()), failed),
             Err(e) => {
                 // The refusal names the folder itself; the fallback's reason needs it here.
-                failed.push((dir.clone(), format!("{e:#}")));
+                failed.push((dir.clone(), greenwave_runtime::error_chain(e.as_ref())));
                 last = Some(e.context(format!("policy version {}", dir.display())));
             }
         }

@@ -100,7 +100,7 @@ fn main() {
         Ok(Exit::Ok) => {}
         Ok(Exit::Rejected) => std::process::exit(2),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", greenwave_runtime::error_chain(e.as_ref()));
             std::process::exit(1);
         }
     }

@@ -36,6 +36,25 @@ pub use controller::{
 };
 pub use inference::{BackendKind, InferenceError, PolicyBackend};
 
+/// An error and its causes on one line, `outer: inner: …`, as the binaries print them. A
+/// cause whose text its outer message already ends with (`reading F: … (os error 2)`
+/// over the I/O error itself) is not repeated.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut outer = line.clone();
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        let text = e.to_string();
+        if !outer.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        outer = text;
+        cause = e.source();
+    }
+    line
+}
+
 /// Peak resident set size of this process in KiB (`VmHWM` from `/proc/self/status`;
 /// `None` where that file does not exist).
 pub fn peak_rss_kib() -> Option<u64> {
@@ -44,4 +63,32 @@ pub fn peak_rss_kib() -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading x.pub: {source}")]
+    struct Reading {
+        source: std::io::Error,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("loading the key")]
+    struct Loading {
+        #[source]
+        inner: Reading,
+    }
+
+    #[test]
+    fn a_cause_already_in_its_outer_message_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = Loading {
+            inner: Reading { source: io },
+        };
+        assert_eq!(
+            super::error_chain(&e),
+            "loading the key: reading x.pub: no such file"
+        );
+    }
 }

@@ -65,6 +65,13 @@ pub trait DetectorSource {
     fn finish(&mut self) -> Result<(), DetectorError> {
         Ok(())
     }
+
+    /// Whether the readings now are the source's last (a replay at its last record): the
+    /// controller then takes no decision on them; they complete the last transition, as
+    /// the recorded run's final readings did. Sources that run on say `false`.
+    fn exhausted(&self) -> bool {
+        false
+    }
 }
 
 /// A signal output failure.
@@ -153,6 +160,10 @@ impl<D: DetectorSource, S> DetectorSource for Split<D, S> {
 
     fn finish(&mut self) -> Result<(), DetectorError> {
         self.detectors.finish()
+    }
+
+    fn exhausted(&self) -> bool {
+        self.detectors.exhausted()
     }
 }
 

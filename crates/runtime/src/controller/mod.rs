@@ -834,7 +834,7 @@ impl Controller {
     ) -> Result<ControllerStats, ControllerError> {
         self.started = Instant::now();
         let end_ms = (seconds * 1000.0).max(0.0) as u64;
-        while self.now_ms() < end_ms && self.step(field)? {
+        while self.now_ms() < end_ms && !field.exhausted() && self.step(field)? {
             between(self);
         }
         self.finish(field)

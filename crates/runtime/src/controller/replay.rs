@@ -75,8 +75,18 @@ fn no_movements(m: &[Option<Vec<MovementDetector>>]) -> bool {
 #[derive(Debug)]
 pub struct ReplaySource<R = BufReader<File>> {
     path: PathBuf,
-    lines: std::io::Lines<R>,
+    reader: R,
+    /// The last line read (the look-ahead's, once the records began).
     line_no: usize,
+    /// The line of the record being replayed, which errors about it name.
+    current_line: usize,
+    /// The record after the current one, read ahead so the controller knows the current
+    /// one is the last ([`DetectorSource::exhausted`]); or the error reading it, returned
+    /// when the replay moves on to it.
+    next: Result<Option<(Line, usize)>, DetectorError>,
+    /// The line number of a last line cut off mid-record (no newline, not JSON): a
+    /// recording whose controller was killed while writing. The replay ends before it.
+    torn_tail: Option<usize>,
     interval: Millis,
     current: Line,
     reward_kind: Option<RewardKind>,
@@ -101,8 +111,11 @@ impl<R: BufRead> ReplaySource<R> {
     ) -> Result<Self, DetectorError> {
         let mut src = ReplaySource {
             path: path.to_path_buf(),
-            lines: reader.lines(),
+            reader,
             line_no: 0,
+            current_line: 0,
+            next: Ok(None),
+            torn_tail: None,
             interval: Millis::ZERO,
             current: Line {
                 t_ms: 0,
@@ -114,7 +127,8 @@ impl<R: BufRead> ReplaySource<R> {
         };
         let header: Header = src
             .next_json()?
-            .ok_or_else(|| src.err("empty file, expected a header line"))?;
+            .ok_or_else(|| src.err_at(1, "empty file, expected a header line"))?;
+        src.current_line = src.line_no;
         if header.format != FORMAT || header.version != VERSION {
             return Err(src.err(&format!(
                 "format {} v{} is not {FORMAT} v{VERSION}",
@@ -136,7 +150,8 @@ impl<R: BufRead> ReplaySource<R> {
         src.reward_kind = header.reward_kind;
         src.current = src
             .next_json()?
-            .ok_or_else(|| src.err("no decision records after the header"))?;
+            .ok_or_else(|| src.err_at(src.line_no + 1, "no decision records after the header"))?;
+        src.current_line = src.line_no;
         src.check_line(signals.len())?;
         // A header with the layout's lanes: the lines must still hold the detector lanes
         // (in a SUMO recording with its program clock they hold the clock's too).
@@ -150,31 +165,70 @@ impl<R: BufRead> ReplaySource<R> {
                 )));
             }
         }
+        src.read_ahead();
         Ok(src)
     }
 
+    /// Reads the record after the current one into `next`.
+    fn read_ahead(&mut self) {
+        self.next = self
+            .next_json::<Line>()
+            .map(|l| l.map(|l| (l, self.line_no)));
+    }
+
+    /// An error about the current record, naming its line.
     fn err(&self, problem: &str) -> DetectorError {
+        self.err_at(self.current_line, problem)
+    }
+
+    fn err_at(&self, line: usize, problem: &str) -> DetectorError {
         DetectorError::Source(format!(
             "replay {} line {}: {problem}",
             self.path.display(),
-            self.line_no
+            line
         ))
     }
 
+    /// The next record, or `None` at the end of the file. A last line without its newline
+    /// that is not a record is where a recording was cut off (its controller killed while
+    /// writing it): the file ends before it, and [`ReplaySource::torn_tail`] says so. Any
+    /// other line that is not a record is an error naming it.
     fn next_json<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, DetectorError> {
+        let mut line = String::new();
         loop {
-            let Some(line) = self.lines.next() else {
+            line.clear();
+            let read = self
+                .reader
+                .read_line(&mut line)
+                .map_err(|e| self.err_at(self.line_no + 1, &e.to_string()))?;
+            if read == 0 {
                 return Ok(None);
-            };
+            }
             self.line_no += 1;
-            let line = line.map_err(|e| self.err(&e.to_string()))?;
             if line.trim().is_empty() {
                 continue;
             }
-            return serde_json::from_str(&line)
-                .map(Some)
-                .map_err(|e| self.err(&e.to_string()));
+            return match serde_json::from_str(&line) {
+                Ok(v) => Ok(Some(v)),
+                Err(_) if !line.ends_with('\n') && self.line_no > 1 => {
+                    self.torn_tail = Some(self.line_no);
+                    tracing::warn!(
+                        "replay {} line {}: the last line is cut off (no newline, not a \
+                         record: the recording stopped while writing it); the replay ends \
+                         before it",
+                        self.path.display(),
+                        self.line_no
+                    );
+                    Ok(None)
+                }
+                Err(e) => Err(self.err_at(self.line_no, &e.to_string())),
+            };
         }
+    }
+
+    /// The line number of a cut-off last line the replay ended before, if there was one.
+    pub fn torn_tail(&self) -> Option<usize> {
+        self.torn_tail
     }
 
     fn check_line(&self, n_signals: usize) -> Result<(), DetectorError> {
@@ -221,12 +275,20 @@ impl<R: BufRead> DetectorSource for ReplaySource<R> {
             )));
         }
         let n = self.current.lanes.len();
-        let Some(next) = self.next_json::<Line>()? else {
+        let next = std::mem::replace(&mut self.next, Ok(None));
+        let Some((next, line)) = next? else {
             return Ok(None);
         };
         self.current = next;
+        self.current_line = line;
         self.check_line(n)?;
+        self.read_ahead();
         Ok(Some(self.current.rewards.clone()))
+    }
+
+    /// At the last record: its readings end the last transition, and no decision follows.
+    fn exhausted(&self) -> bool {
+        matches!(self.next, Ok(None))
     }
 
     fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
@@ -333,6 +395,10 @@ impl<D: DetectorSource> DetectorSource for ReplayRecorder<D> {
 
     fn movement_detectors(&self, signal: usize) -> Option<Vec<MovementDetector>> {
         self.inner.movement_detectors(signal)
+    }
+
+    fn exhausted(&self) -> bool {
+        self.inner.exhausted()
     }
 
     fn reward_kind(&self) -> Option<RewardKind> {
@@ -445,5 +511,42 @@ mod tests {
         let text = file_with(16, 16);
         let e = ReplaySource::from_reader(text.as_bytes(), path, &[spec(true)]).unwrap_err();
         assert!(e.to_string().contains("16 lanes recorded"), "{e}");
+    }
+
+    /// A recording cut off while writing its last line (the controller killed) replays up
+    /// to that line, saying where it was cut; the same damage before the end, or a last
+    /// line whose newline was written, is an error naming the line. The source says when
+    /// its current record is the last (read one ahead), so no decision is taken on it.
+    #[test]
+    fn a_recording_cut_off_mid_line_replays_up_to_the_cut() {
+        fn open(text: &str) -> Result<ReplaySource<&[u8]>, DetectorError> {
+            ReplaySource::from_reader(text.as_bytes(), Path::new("r.jsonl"), &[spec(false)])
+        }
+        let whole = file(12);
+        let cut = format!("{whole}{{\"t_ms\":10000,\"rewards\":[0.0],\"lanes\":[[[0.2");
+        let mut src = open(&cut).unwrap();
+        assert!(!src.exhausted());
+        assert_eq!(src.advance(Millis(5000)).unwrap(), Some(vec![0.0]));
+        assert!(src.exhausted());
+        assert_eq!(src.torn_tail(), Some(4));
+        assert_eq!(src.advance(Millis(5000)).unwrap(), None);
+        // A whole file has no cut, and neither does one whose last record lacks only the
+        // newline (written by hand).
+        for text in [whole.as_str(), whole.trim_end()] {
+            let mut src = open(text).unwrap();
+            assert!(!src.exhausted());
+            assert_eq!(src.advance(Millis(5000)).unwrap(), Some(vec![0.0]));
+            assert!(src.exhausted());
+            assert_eq!(src.advance(Millis(5000)).unwrap(), None);
+            assert_eq!(src.torn_tail(), None);
+        }
+        let third = whole.lines().nth(2).unwrap();
+        for damaged in [format!("{cut}\n"), format!("{cut}\n{third}\n")] {
+            let mut src = open(&damaged).unwrap();
+            assert_eq!(src.advance(Millis(5000)).unwrap(), Some(vec![0.0]));
+            assert!(!src.exhausted(), "the damaged line is not the end");
+            let e = src.advance(Millis(5000)).unwrap_err().to_string();
+            assert!(e.contains("line 4"), "{e}");
+        }
     }
 }
