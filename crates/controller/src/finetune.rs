@@ -315,10 +315,10 @@ fn print_report(
         "update: critic loss {:.4}; {} policy epoch(s){}, KL {:.4}, objective {:+.5}{}",
         u.critic_loss,
         u.policy.epochs,
-        if u.policy.stopped_by_kl {
-            " (stopped by the KL limit)"
-        } else {
-            ""
+        match (u.policy.stopped_by_kl, u.policy.reverted_epoch) {
+            (true, true) => " (the epoch that crossed the KL limit was undone)",
+            (true, false) => " (stopped by the KL limit)",
+            _ => "",
         },
         u.policy.kl,
         u.policy.objective,

@@ -359,7 +359,8 @@ pub fn fit_critic_for(
 /// Statistics of one off-policy policy update.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OffPolicyStats {
-    /// Mean clipped objective (to be maximised) over the last epoch.
+    /// Mean clipped objective (to be maximised) over the last epoch kept (0 when none
+    /// was: an undone epoch's objective is not the returned policy's).
     pub objective: f32,
     /// KL(π_θt ‖ π_θ) over the batch at the end.
     pub kl: f32,
@@ -511,7 +512,7 @@ pub fn update_policy(
         } else {
             None
         };
-        let kl_before = st.kl;
+        let (kl_before, objective_before) = (st.kl, st.objective);
         states.shuffle(rng);
         st.objective = policy_epoch(actor, opt, &objective, &states, cfg)?;
         st.epochs += 1;
@@ -522,6 +523,7 @@ pub fn update_policy(
             if let Some(layers) = snapshot {
                 actor.set_dense(&layers)?;
                 st.kl = kl_before;
+                st.objective = objective_before;
                 st.epochs -= 1;
                 st.reverted_epoch = true;
             }
@@ -806,6 +808,20 @@ mod tests {
             "reported KL {} is the kept one's {kl}",
             st.kl
         );
+        // When the first epoch already crosses the limit, nothing is kept, and the stats
+        // say so: no epoch, no KL, and not the undone epoch's objective.
+        let (actor, q, data, mut rng, cfg, _) = with_fitted_critic();
+        let mut opt = Adam::new(actor.vars(), 1e-5).unwrap();
+        let cfg = OffPolicyConfig {
+            learning_rate: 3e-2,
+            epochs: 5,
+            max_kl: 1e-12,
+            kl_hard_limit: true,
+            ..cfg
+        };
+        let st = update_policy(&actor, &mut opt, &q, &data, &cfg, &mut rng).unwrap();
+        assert!(st.reverted_epoch, "{st:?}");
+        assert_eq!((st.epochs, st.kl, st.objective), (0, 0.0, 0.0), "{st:?}");
     }
 
     /// A small deterministic MDP with a masked action: states one-hot, action `a` moves to
