@@ -65,13 +65,15 @@ fn load_checked(
     Ok((weights, manifest))
 }
 
-/// What to try when a policy's plan hash is not the signal's: the hash covers the plan's
-/// timing, so the timing options must be those it was trained with (its `run.json` says).
+/// What to try when a policy's plan hash is not the signal's: another net or scenario
+/// has other plans, and the hash covers the plan's timing, so on the same net the timing
+/// options must be those it was trained with (its `run.json` says).
 fn plan_mismatch_hint(plan: &greenwave_core::PhasePlan) -> &'static str {
     if plan.intergreens().is_empty() {
-        "; the plan hash covers its timing: on SUMO, give the timing options it was trained \
-         with (--timing, --program, --yellow, --all-red, --min-green, \
-         --max-green, --program-intergreens; its run.json has them)"
+        "; a policy runs only on the plans it was trained (or, shared, exported) for: on \
+         another net or scenario export it for that one's signals, and on its own SUMO net \
+         give the timing options it was trained with (--timing, --program, --yellow, \
+         --all-red, --min-green, --max-green, --program-intergreens; its run.json has them)"
     } else {
         "; the plan hash covers its timing, and this plan keeps the program's per-pair \
          intergreens (--program-intergreens on): a policy trained without them runs with \
@@ -79,21 +81,30 @@ fn plan_mismatch_hint(plan: &greenwave_core::PhasePlan) -> &'static str {
     }
 }
 
-/// Whether a policy with `manifest` may act on the signals `specs` of `what`.
+/// Whether a policy with `manifest` may act on the signals `specs` of `what`: every
+/// signal must have the plan and layout it binds, as on a controller.
 pub fn check_fits(manifest: &Manifest, specs: &[SignalSpec], what: &str) -> Result<()> {
-    let first = specs
-        .first()
-        .with_context(|| format!("{what} has no signals"))?;
-    let hash = plan_hash_hex(&first.plan);
-    if manifest.plan_hash != hash {
-        bail!(
-            "it was trained for phase plan {} but {what} runs plan {hash} (signal '{}'){}",
-            manifest.plan_hash,
-            first.id,
-            plan_mismatch_hint(&first.plan)
-        );
+    if specs.is_empty() {
+        bail!("{what} has no signals");
     }
     for s in specs {
+        let hash = plan_hash_hex(&s.plan);
+        if manifest.plan_hash != hash {
+            let several = match specs.len() {
+                1 => "",
+                _ => {
+                    "; a policy for signals with different plans is exported once per \
+                     signal (`greenwave export` writes OUT.SIGNAL.onnx) and `eval --model \
+                     OUT.onnx` runs those when OUT.onnx does not exist"
+                }
+            };
+            bail!(
+                "it was trained for phase plan {} but {what} runs plan {hash} (signal '{}'){}{several}",
+                manifest.plan_hash,
+                s.id,
+                plan_mismatch_hint(&s.plan)
+            );
+        }
         if manifest.obs_layout != s.layout {
             bail!(
                 "it reads observations of layout {:?} but signal '{}' of {what} produces {:?}",
@@ -362,10 +373,10 @@ pub struct EvalArgs {
     #[arg(long)]
     pub model: std::path::PathBuf,
     /// Built-in scenario or TOML scenario file (embedded simulator).
-    #[arg(long, default_value = "single-4way", conflicts_with = "net")]
+    #[arg(long, default_value = "single-4way", conflicts_with_all = ["net", "sumocfg"])]
     pub scenario: String,
     /// Demand set of the scenario (e.g. `shifted`; embedded simulator).
-    #[arg(long, conflicts_with = "net")]
+    #[arg(long, conflicts_with_all = ["net", "sumocfg"])]
     pub demand: Option<String>,
     /// Simulator (`--backend sumo --net F.net.xml --routes F.rou.xml [--begin S]`), as for
     /// `greenwave sim`; the policy must have been trained for the same phase plan.
@@ -387,7 +398,7 @@ pub struct EvalArgs {
     /// has been kept from green this long is served next, as in training and on the
     /// controller (`greenwave-controller run --max-red-s`). Default: each signal's
     /// max-out cycle (every phase at max green, plus clearances).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_red_s: Option<u32>,
     /// Evaluate the policy without the max-red rule (to see what the rule changes).
     #[arg(long, conflicts_with = "max_red_s")]

@@ -155,6 +155,55 @@ fn export_at(run: &Path, out: &Path, selected: Option<&SelectedInfo>) -> Result<
     )
 }
 
+/// Whether the run's signals have more than one plan: then one file bound to one plan
+/// cannot run on all of them (a controller checks every signal's plan hash), and a
+/// per-signal MLP is exported once per signal, as a shared policy is.
+fn plans_differ(plans: &[PhasePlan]) -> bool {
+    plans.windows(2).any(|w| w[0].hash() != w[1].hash())
+}
+
+/// Exports a per-signal MLP run whose signals have different plans: the same weights once
+/// per signal, beside `out` and named by [`signal_path`], each manifest bound to its own
+/// signal's plan (`details.policy = "mlp"`, `details.signal_id`).
+fn export_mlp_per_signal(
+    run: &Path,
+    out: &Path,
+    selected: Option<&SelectedInfo>,
+) -> Result<Vec<SignalExport>> {
+    let (weights, info, pinfo) = load_policy_at(run, selected)
+        .with_context(|| format!("reading run folder {}", run.display()))?;
+    let plans = trained_plans(run, &info)?;
+    if info.signal_ids.len() != plans.len() {
+        bail!(
+            "{}: its signals have different plans, but run.json lacks their ids",
+            run.display()
+        );
+    }
+    let mut written = Vec::new();
+    for (id, plan) in info.signal_ids.iter().zip(&plans) {
+        let mut prov = provenance(&info, &pinfo, &plans);
+        note_selection(&mut prov, selected);
+        prov.details
+            .insert("policy".into(), serde_json::json!(PolicyKind::Mlp.name()));
+        prov.details
+            .insert("signal_id".into(), serde_json::json!(id));
+        let path = signal_path(out, id);
+        let files = write_policy(
+            &weights,
+            plan,
+            &info,
+            trained_with_clock(&info),
+            prov,
+            &path,
+        )?;
+        written.push(SignalExport {
+            signal_id: id.clone(),
+            files,
+        });
+    }
+    Ok(written)
+}
+
 /// One signal's compiled policy.
 #[derive(Clone, Debug)]
 pub struct SignalExport {
@@ -345,7 +394,18 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                      (--policy shared)"
                 );
             }
-            print_files(&export_at(&args.run, &args.out, selected.as_ref())?);
+            if plans_differ(&trained_plans(&args.run, &info)?) {
+                println!(
+                    "its signals have different phase plans: one export per signal, each \
+                     bound to its own plan"
+                );
+                for e in export_mlp_per_signal(&args.run, &args.out, selected.as_ref())? {
+                    println!("signal {}:", e.signal_id);
+                    print_files(&e.files);
+                }
+            } else {
+                print_files(&export_at(&args.run, &args.out, selected.as_ref())?);
+            }
         }
         PolicyKind::Shared => {
             // Zero-shot onto another scenario's or net's signals, else those trained on.

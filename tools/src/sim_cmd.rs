@@ -13,10 +13,10 @@ use serde::Serialize;
 #[derive(Debug, Args)]
 pub struct SimArgs {
     /// Built-in scenario (single-4way, arterial-3, grid-4x4) or path to a TOML scenario file.
-    #[arg(long, default_value = "single-4way")]
+    #[arg(long, default_value = "single-4way", conflicts_with_all = ["net", "sumocfg"])]
     pub scenario: String,
     /// Demand set of the scenario, e.g. `shifted` for single-4way (default: the scenario's).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["net", "sumocfg"])]
     pub demand: Option<String>,
     /// Controller to run; `all` runs each on the same arrivals and prints them side by side.
     #[arg(long, value_enum, default_value_t = ControllerChoice::All)]

@@ -22,7 +22,7 @@ use crate::backend::{BackendArgs, EnvSource};
 #[derive(Debug, Args)]
 pub struct SiteArgs {
     /// Built-in scenario or TOML scenario file (embedded backend).
-    #[arg(long, default_value = "single-4way")]
+    #[arg(long, default_value = "single-4way", conflicts_with_all = ["net", "sumocfg"])]
     pub scenario: String,
     /// Where the cabinet is (free text, kept in the file).
     #[arg(long)]

@@ -6,6 +6,11 @@ mod common;
 use common::{failed, greenwave, ok, tmp};
 use std::collections::HashMap;
 
+/// A scenario file of tools/tests/scenarios.
+fn test_scenario(name: &str) -> String {
+    format!("{}/tests/scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
 #[test]
 fn train_export_eval() {
     let d = tmp("tee");
@@ -117,6 +122,84 @@ fn train_export_eval() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// A per-signal MLP trained on signals of one layout but two plans (J3 keeps a shorter
+/// max green) is exported once per signal, each manifest bound to its own plan, and `eval`
+/// runs the exports together; a single file bound to one plan is refused on the signal
+/// whose plan it is not, naming that signal (as a controller refuses it).
+#[test]
+fn an_mlp_for_signals_of_two_plans_is_exported_per_signal() {
+    let d = tmp("two-plans");
+    let scenario = &test_scenario("arterial-two-timings");
+    let run = d.join("run");
+    let run_s = run.to_str().unwrap();
+    ok(&greenwave(&[
+        "train",
+        "--scenario",
+        scenario,
+        "--policy",
+        "mlp",
+        "--steps",
+        "1200",
+        "--seed",
+        "3",
+        "--out",
+        run_s,
+        "--envs",
+        "2",
+        "--rollout-steps",
+        "60",
+        "--hidden",
+        "8,8",
+        "--quiet",
+    ]));
+    let model = d.join("models/two.onnx");
+    let out = ok(&greenwave(&[
+        "export",
+        run_s,
+        "--out",
+        model.to_str().unwrap(),
+    ]));
+    assert!(out.contains("one export per signal"), "{out}");
+    assert!(!model.exists(), "no single file for signals of two plans");
+    let manifest = |id: &str| -> serde_json::Value {
+        let path = d.join(format!("models/two.{id}.manifest.json"));
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let (j1, j3) = (manifest("J1"), manifest("J3"));
+    assert_ne!(j1["plan_hash"], j3["plan_hash"]);
+    assert_eq!(manifest("J2")["plan_hash"], j1["plan_hash"]);
+    assert_eq!(j3["phase_timing"][0]["max_green_ms"], 50_000);
+    assert_eq!(j3["provenance"]["details"]["policy"], "mlp");
+    assert_eq!(j3["provenance"]["details"]["signal_id"], "J3");
+    let eval = |model: &std::path::Path| {
+        greenwave(&[
+            "eval",
+            "--model",
+            model.to_str().unwrap(),
+            "--scenario",
+            scenario,
+            "--seeds",
+            "1",
+            "--seconds",
+            "300",
+            "--json",
+        ])
+    };
+    let rows = ok(&eval(&model));
+    assert!(
+        rows.lines().next().unwrap().contains("\"policy\""),
+        "{rows}"
+    );
+    // J1's export alone, as one file for all three signals: refused on J3.
+    let single = d.join("models/two.J1.onnx");
+    let err = failed(&eval(&single));
+    assert!(
+        err.contains("signal 'J3'") && err.contains("exported once per signal"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn demo_quick_writes_a_report() {
     let d = tmp("demo");
@@ -218,10 +301,7 @@ fn eval_samples_the_policy_at_a_temperature_reproducibly() {
 #[test]
 fn mixed_layouts_train_a_shared_policy_and_export_per_signal() {
     let d = tmp("mixed");
-    let scenario = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/scenarios/arterial-mixed.toml"
-    );
+    let scenario = &test_scenario("arterial-mixed");
     let run = d.join("run");
     let run_s = run.to_str().unwrap();
     let common = [

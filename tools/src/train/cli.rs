@@ -18,10 +18,10 @@ use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource, OnOff, Re
 pub struct TrainArgs {
     /// Built-in scenario (single-4way, arterial-3, grid-4x4) or a TOML scenario file
     /// (embedded simulator).
-    #[arg(long, default_value = "single-4way", conflicts_with = "net")]
+    #[arg(long, default_value = "single-4way", conflicts_with_all = ["net", "sumocfg"])]
     pub scenario: String,
     /// Demand set of the scenario (e.g. `shifted`; embedded simulator).
-    #[arg(long, conflicts_with = "net")]
+    #[arg(long, conflicts_with_all = ["net", "sumocfg"])]
     pub demand: Option<String>,
     /// Simulator (`--backend sumo --net F.net.xml --routes F.rou.xml [--begin S]`), as for
     /// `greenwave sim`. On SUMO every environment runs its own `sumo` process, the signals
