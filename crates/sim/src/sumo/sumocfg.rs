@@ -139,7 +139,10 @@ impl SumoCfgFile {
             Ok(())
         })?;
         if !saw_root {
-            return Err("not a SUMO configuration: no <configuration> element".into());
+            return Err(
+                "not a SUMO configuration: no <configuration> or <sumoConfiguration> element"
+                    .into(),
+            );
         }
         Ok(cfg)
     }
