@@ -377,7 +377,10 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
     let info_path = out.join("checkpoint.json");
     if !info_path.exists() {
         bail!(
-            "{} has no checkpoint to resume from (checkpoint.json is missing)",
+            "{} has no checkpoint to resume from (checkpoint.json is missing): a run keeps \
+             one only where an iteration ends on every environment's episode end, and this \
+             one stopped before its first (its weights are still there for `greenwave \
+             export`; train again with more --steps to go further)",
             out.display()
         );
     }
