@@ -398,7 +398,7 @@ pub struct EvalArgs {
     /// has been kept from green this long is served next, as in training and on the
     /// controller (`greenwave-controller run --max-red-s`). Default: each signal's
     /// max-out cycle (every phase at max green, plus clearances).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(Millis::MAX_SECS)))]
     pub max_red_s: Option<u32>,
     /// Evaluate the policy without the max-red rule (to see what the rule changes).
     #[arg(long, conflicts_with = "max_red_s")]

@@ -113,6 +113,24 @@ fn write_policy(
         .with_context(|| format!("exporting to {}", out.display()))
 }
 
+/// The provenance of one signal's export of a policy of kind `kind`: the run's, the
+/// selection of its weights (`selected`; `None`: the last weights), and `details.policy`
+/// and `details.signal_id`.
+fn signal_provenance(
+    (info, pinfo, plans): (&RunInfo, &PolicyInfo, &[PhasePlan]),
+    selected: Option<&SelectedInfo>,
+    kind: PolicyKind,
+    id: &str,
+) -> Provenance {
+    let mut prov = provenance(info, pinfo, plans);
+    note_selection(&mut prov, selected);
+    prov.details
+        .insert("policy".into(), serde_json::json!(kind.name()));
+    prov.details
+        .insert("signal_id".into(), serde_json::json!(id));
+    prov
+}
+
 /// Adds to `prov` the validation that selected the exported weights (`None`: the last
 /// weights were exported).
 fn note_selection(prov: &mut Provenance, selected: Option<&SelectedInfo>) {
@@ -181,12 +199,8 @@ fn export_mlp_per_signal(
     }
     let mut written = Vec::new();
     for (id, plan) in info.signal_ids.iter().zip(&plans) {
-        let mut prov = provenance(&info, &pinfo, &plans);
-        note_selection(&mut prov, selected);
-        prov.details
-            .insert("policy".into(), serde_json::json!(PolicyKind::Mlp.name()));
-        prov.details
-            .insert("signal_id".into(), serde_json::json!(id));
+        let run_of = (&info, &pinfo, plans.as_slice());
+        let prov = signal_provenance(run_of, selected, PolicyKind::Mlp, id);
         let path = signal_path(out, id);
         let files = write_policy(
             &weights,
@@ -296,14 +310,8 @@ fn export_signals_at(
     for (id, plan, rows) in target_signals(&info, target.map(|t| t.0))? {
         let inc = Incidence::new(&rows).with_context(|| format!("signal '{id}'"))?;
         let weights = specialize(&shared, &inc).with_context(|| format!("signal '{id}'"))?;
-        let mut prov = provenance(&info, &pinfo, &plans);
-        note_selection(&mut prov, selected);
-        prov.details.insert(
-            "policy".into(),
-            serde_json::json!(PolicyKind::Shared.name()),
-        );
-        prov.details
-            .insert("signal_id".into(), serde_json::json!(id));
+        let run_of = (&info, &pinfo, plans.as_slice());
+        let mut prov = signal_provenance(run_of, selected, PolicyKind::Shared, &id);
         prov.details
             .insert("zero_shot".into(), serde_json::json!(target.is_some()));
         let path = signal_path(out, &id);

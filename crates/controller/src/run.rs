@@ -198,7 +198,7 @@ pub struct RunArgs {
 }
 
 /// Largest whole seconds a [`Millis`] holds.
-pub(crate) const MAX_SECONDS: i64 = (u32::MAX / 1000) as i64;
+pub(crate) const MAX_SECONDS: i64 = Millis::MAX_SECS as i64;
 /// Largest log size flag (1 TiB): MiB shifted to bytes stays far inside a `u64`, so a
 /// huge cap cannot wrap to a small one that deletes committed segments.
 const MAX_MIB: u64 = 1 << 20;

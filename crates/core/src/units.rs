@@ -16,7 +16,10 @@ impl Millis {
     /// Zero duration.
     pub const ZERO: Millis = Millis(0);
 
-    /// Whole seconds.
+    /// The most whole seconds a `Millis` holds ([`Millis::from_secs`] of more overflows).
+    pub const MAX_SECS: u32 = u32::MAX / 1000;
+
+    /// Whole seconds (at most [`Millis::MAX_SECS`]).
     pub const fn from_secs(s: u32) -> Millis {
         Millis(s * 1000)
     }
