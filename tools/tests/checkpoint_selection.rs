@@ -249,3 +249,42 @@ fn a_resumed_run_selects_as_the_uninterrupted_one() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+#[test]
+fn a_run_out_of_time_stops_at_a_checkpoint_validated_and_resumes_exactly() {
+    let (full, parts) = (tmp("time-full"), tmp("time-parts"));
+    train(&tiny(0), &full, false, false).unwrap();
+    // A spent budget: the run stops at its first resumable checkpoint (iteration 2 of 10),
+    // and those weights are validated and selected as at a run's end.
+    let mut late = tiny(2);
+    late.deadline = Some(std::time::Instant::now());
+    let s = train(&late, &parts, false, false).unwrap();
+    assert_eq!((s.iterations, s.stopped_short_of), (2, Some(10)));
+    assert_eq!(
+        log_rows(&parts).iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert_eq!(s.selected.map(|v| v.iteration), Some(2));
+    assert_eq!(
+        checkpoint::read_selected(&parts)
+            .unwrap()
+            .unwrap()
+            .policy
+            .iteration,
+        2
+    );
+    // Resumed without a limit it trains the weights the unlimited run trained.
+    let s = train(&tiny(2), &parts, true, false).unwrap();
+    assert_eq!((s.iterations, s.stopped_short_of), (10, None));
+    assert!(
+        actor(&parts, PolicyChoice::Last) == actor(&full, PolicyChoice::Last),
+        "the time limit changed the trained weights"
+    );
+    assert_eq!(
+        log_rows(&parts).iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![2, 6, 8, 10]
+    );
+    for d in [full, parts] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

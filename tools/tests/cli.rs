@@ -269,3 +269,43 @@ fn train_records_whether_it_anneals_the_entropy_bonus() {
         let _ = std::fs::remove_dir_all(&run);
     }
 }
+
+#[test]
+fn train_stops_at_its_time_limit_and_refuses_a_bad_one() {
+    let run = common::tmp("time-limit");
+    let out = run.to_str().unwrap();
+    let args = |limit: &'static str| {
+        vec![
+            "train",
+            "--steps",
+            "480",
+            "--rollout-steps",
+            "60",
+            "--envs",
+            "2",
+            "--hidden",
+            "8,8",
+            "--episode-seconds",
+            "600",
+            "--quiet",
+            "--time-limit-min",
+            limit,
+            "--out",
+            out,
+        ]
+    };
+    // 60 µs: spent before the first checkpoint (iteration 2 of 4: 600 s episodes of 5 s
+    // decisions end every 120 decisions).
+    let o = ok(&greenwave(&args("0.000001")));
+    assert!(
+        o.contains("stopped by the time limit at iteration 2 of 4"),
+        "{o}"
+    );
+    for bad in ["0", "1e9", "NaN", "inf", "soon"] {
+        let o = greenwave(&args(bad));
+        assert!(!o.status.success(), "{bad} was taken");
+        let err = stderr(&o);
+        assert!(err.contains("--time-limit-min"), "{bad}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&run);
+}

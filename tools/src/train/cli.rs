@@ -101,6 +101,13 @@ pub struct TrainArgs {
     /// Stop after this many iterations (resume later with `--resume`).
     #[arg(long)]
     pub stop_after_iterations: Option<u64>,
+    /// Be done within this many minutes of wall time from the command's start (the demand
+    /// probe included): the run stops at the last resumable checkpoint that leaves time
+    /// for another checkpoint interval and a validation, validates the weights there and
+    /// selects as at a run's end. The learning rate still anneals over `--steps`, so the
+    /// weights up to the stop are the unlimited run's; `--resume` continues it.
+    #[arg(long, value_parser = parse_time_limit_min)]
+    pub time_limit_min: Option<f64>,
     /// Where the learner's networks and updates run. `cuda` needs a build with
     /// `--features cuda` (never in CI); rollouts always run on the CPU.
     #[arg(long, value_enum, default_value_t = ComputeDevice::Cpu)]
@@ -205,8 +212,21 @@ fn validation(args: &TrainArgs) -> Result<ValidationConfig> {
     })
 }
 
+/// `--time-limit-min`: a positive, finite number of minutes (at most a year).
+fn parse_time_limit_min(s: &str) -> Result<f64, String> {
+    const YEAR_MIN: f64 = 365.0 * 24.0 * 60.0;
+    match s.trim().parse::<f64>() {
+        Ok(m) if m > 0.0 && m <= YEAR_MIN => Ok(m),
+        Ok(m) => Err(format!(
+            "{m} is not a time limit: give minutes above 0 and at most {YEAR_MIN} (a year)"
+        )),
+        Err(e) => Err(format!("'{s}' is not a number of minutes: {e}")),
+    }
+}
+
 /// Runs `greenwave train`.
 pub fn run(args: &TrainArgs) -> Result<()> {
+    let started = std::time::Instant::now();
     let scenario = match args.sim.backend {
         Backend::Embedded => args.scenario.clone(),
         // A label for run.json and provenance; the net and routes are in `cfg.sim`.
@@ -223,6 +243,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.policy = args.policy;
     cfg.episode_s = args.episode_seconds;
     cfg.stop_after_iterations = args.stop_after_iterations;
+    cfg.deadline = args
+        .time_limit_min
+        .map(|m| started + std::time::Duration::from_secs_f64(m * 60.0));
     cfg.device = args.device;
     cfg.validation = validation(args)?;
     // Before the demand probe, which can take a minute: bad settings fail at once.
@@ -290,6 +313,12 @@ fn print_summary(s: &TrainSummary, out: &Path) {
         "trained {} decisions in {} iterations, {:.1} s ({:.0} decisions/s); {recent}",
         s.env_steps, s.iterations, s.wall_s, s.steps_per_s
     );
+    if let Some(total) = s.stopped_short_of {
+        println!(
+            "stopped by the time limit at iteration {} of {}: `--resume` (with a new limit, or none) continues the run",
+            s.iterations, total
+        );
+    }
     if let Some(v) = &s.selected {
         println!(
             "selected the weights of iteration {} ({} decisions): greedy delay {:.2} s on validation seeds {:?}; `greenwave export` takes them (validation.csv has every validation)",

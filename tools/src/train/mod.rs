@@ -18,6 +18,7 @@ pub mod plots;
 pub mod policy;
 pub mod rollout;
 pub mod selection;
+pub mod time_limit;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,7 @@ use rollout::{
     collect_parallel, episode_seed, AgentTrajectory, EnvSlot, RolloutPolicy, RolloutSpec,
 };
 use selection::{Kept, Selector, Validation};
+use time_limit::Deadline;
 
 /// Normalised observations are clipped to ±this.
 pub const OBS_CLIP: f32 = 10.0;
@@ -136,6 +138,11 @@ pub struct TrainConfig {
     /// default and in older runs, on (3 seeds) in `greenwave train`.
     #[serde(default)]
     pub validation: selection::ValidationConfig,
+    /// When this invocation must be done by (`--time-limit-min`): it stops at the last
+    /// resumable checkpoint that leaves time for another interval and a validation
+    /// ([`time_limit`]). Not recorded: a resumed run has its own.
+    #[serde(skip)]
+    pub deadline: Option<Instant>,
 }
 
 impl TrainConfig {
@@ -169,6 +176,7 @@ impl TrainConfig {
             device: ComputeDevice::Cpu,
             demand_probe: None,
             validation: selection::ValidationConfig::default(),
+            deadline: None,
         }
     }
 }
@@ -225,6 +233,9 @@ pub struct TrainSummary {
     pub recent_episode_delay_s: f64,
     /// The validation of the selected weights (none with validation off).
     pub selected: Option<Validation>,
+    /// The iterations the run has in all, where the time limit stopped it before them.
+    #[serde(default)]
+    pub stopped_short_of: Option<u64>,
 }
 
 /// Loads the scenario a config names, with its episode-length override.
@@ -780,8 +791,10 @@ fn train_on<E: Env + Send>(
         layout,
     };
     let validation = (out, source.episode, &make, &bar);
+    let mut deadline = cfg.deadline.map(|at| Deadline::new(at, Instant::now()));
+    let mut stopped_short_of = None;
     // A run resumed at a validation point that was not validated yet.
-    select_if_due(&mut selector, &learner, &ctx, validation)?;
+    select_if_due(&mut selector, &learner, &ctx, validation, deadline.as_mut())?;
     while learner.iteration < schedule.stop_at {
         let row = iteration(
             &mut learner,
@@ -799,8 +812,24 @@ fn train_on<E: Env + Send>(
         if on_episode_ends || learner.iteration == schedule.stop_at {
             checkpoint::save(out, &learner, on_episode_ends)?;
         }
+        if on_episode_ends && learner.iteration < schedule.stop_at {
+            if let Some(d) = deadline.as_mut() {
+                if out_of_time(
+                    d,
+                    &mut selector,
+                    &learner,
+                    &ctx,
+                    &schedule,
+                    source,
+                    validation,
+                )? {
+                    stopped_short_of = Some(schedule.iterations_total);
+                    break;
+                }
+            }
+        }
         // After the checkpoint: a run stopped while validating validates again on resume.
-        select_if_due(&mut selector, &learner, &ctx, validation)?;
+        select_if_due(&mut selector, &learner, &ctx, validation, deadline.as_mut())?;
         if on_episode_ends && learner.iteration < schedule.stop_at {
             // Curves so far, so that a run stopped early (a timeout, Ctrl-C) has them too.
             csv.flush()?;
@@ -813,7 +842,59 @@ fn train_on<E: Env + Send>(
     plots::write_plots_or_warn(&csv_path, out, &bar);
     let mut summary = TrainSummary::of(&learner, start, start_steps, &recent_delay);
     summary.selected = selector.best().cloned();
+    summary.stopped_short_of = stopped_short_of;
     Ok(summary)
+}
+
+/// At a resumable checkpoint: whether the time limit `deadline` stops the run here (with
+/// the validation due here, if any, and the one that ends the run still to fit). If it
+/// does, it says so on stderr and validates these weights as the run's end.
+fn out_of_time<E: Env>(
+    deadline: &mut Deadline,
+    selector: &mut Selector,
+    learner: &Learner,
+    ctx: &UpdateCtx<'_>,
+    schedule: &Schedule,
+    source: &RunSource<'_>,
+    validation: (
+        &Path,
+        Millis,
+        &(impl Fn(u64) -> Result<E> + Sync),
+        &indicatif::ProgressBar,
+    ),
+) -> Result<bool> {
+    let validations = 1 + u32::from(selector.pending(learner.iteration));
+    let share = validation_share(ctx.cfg, schedule, source);
+    let Some(stop) = deadline.at_checkpoint(Instant::now(), share, validations) else {
+        return Ok(false);
+    };
+    let bar = validation.3;
+    bar.suspend(|| eprintln!("{}", time_limit_line(learner, schedule, &stop)));
+    selector.end_at(learner.iteration);
+    select_if_due(selector, learner, ctx, validation, None)?;
+    Ok(true)
+}
+
+/// What a validation costs against a checkpoint interval, before one has run: its greedy
+/// episodes over the training episodes an interval runs (0 with validation off).
+fn validation_share(cfg: &TrainConfig, schedule: &Schedule, source: &RunSource<'_>) -> f64 {
+    let interval_decisions = schedule.checkpoint_every * cfg.rollout_steps as u64;
+    let episodes =
+        cfg.n_envs as f64 * interval_decisions as f64 / source.episode_decisions.max(1) as f64;
+    f64::from(cfg.validation.seeds) / episodes.max(1.0)
+}
+
+/// The line that reports a stop at the time limit.
+fn time_limit_line(learner: &Learner, schedule: &Schedule, stop: &time_limit::Stop) -> String {
+    format!(
+        "time limit: stopping at iteration {} of {} ({} decisions): {:.0} s left, the next \
+         checkpoint interval and a validation need about {:.0} s; `--resume` continues the run",
+        learner.iteration,
+        schedule.iterations_total,
+        learner.env_steps,
+        stop.left.as_secs_f64(),
+        stop.needed.as_secs_f64(),
+    )
 }
 
 impl TrainSummary {
@@ -830,12 +911,14 @@ impl TrainSummary {
             steps_per_s: trained as f64 / wall_s.max(1e-9),
             recent_episode_delay_s: mean(recent_delay[recent_delay.len() - k..].iter().copied()),
             selected: None,
+            stopped_short_of: None,
         }
     }
 }
 
 /// Validates the learner's current weights ([`select`]) if they are due and not yet
-/// validated, reporting the result on stderr (above the progress bar `bar`).
+/// validated, reporting the result on stderr (above the progress bar `bar`) and how long it
+/// took to `deadline`.
 fn select_if_due<E: Env>(
     selector: &mut Selector,
     learner: &Learner,
@@ -846,11 +929,16 @@ fn select_if_due<E: Env>(
         &(impl Fn(u64) -> Result<E> + Sync),
         &indicatif::ProgressBar,
     ),
+    deadline: Option<&mut Deadline>,
 ) -> Result<()> {
     if !selector.pending(learner.iteration) {
         return Ok(());
     }
+    let start = Instant::now();
     let line = select(selector, learner, ctx, out, (episode, make))?;
+    if let Some(d) = deadline {
+        d.validated(start.elapsed());
+    }
     bar.suspend(|| eprintln!("{line}"));
     Ok(())
 }

@@ -301,6 +301,13 @@ impl Selector {
         self.cfg.due(iteration, self.total, self.checkpoint_every) && last < Some(iteration)
     }
 
+    /// Makes `iteration` the run's end for selection (a time limit stops the invocation
+    /// there): it is validated, and the end rule applies to it. A resumed run selects
+    /// against the whole run's end again.
+    pub(super) fn end_at(&mut self, iteration: u64) {
+        self.total = iteration;
+    }
+
     /// The validation seeds.
     pub(super) fn seeds(&self) -> Vec<u64> {
         self.cfg.seed_list()
