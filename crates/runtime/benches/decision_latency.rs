@@ -10,7 +10,8 @@
 //! policy is the single-4way shape (31 → 64 → 64 → 4 actor, same-shaped critic), random
 //! weights (latency depends on the shape only). Rows: tract, ONNX Runtime (feature `ort`
 //! and `ORT_DYLIB_PATH`), the plain-Rust matvec of the same MLP (actor and critic), and the
-//! firmware blob's forward pass (actor only). Each decision is timed on its own.
+//! firmware blob's forward pass (actor only). Each decision is timed on its own. Then the
+//! median time of loading the ONNX file into tract (once per bundle on a controller).
 //!
 //! First, before any latency run, the controller runs a simulated hour of single-4way
 //! with tract and logging, and the process's peak RSS is reported.
@@ -145,6 +146,20 @@ fn controller_hour_rss(bytes: &[u8], layout: ObsLayout) -> (Option<u64>, f64, u6
     )
 }
 
+/// The median time, in ms, of 50 loads of the ONNX `bytes` into tract (what a controller
+/// does once per bundle): the importers' share of the runtime's cost.
+fn load_ms(bytes: &[u8], layout: ObsLayout) -> f64 {
+    let mut ms: Vec<f64> = (0..50)
+        .map(|_| {
+            let t0 = Instant::now();
+            black_box(load_backend(BackendKind::Tract, bytes, layout, None).unwrap());
+            t0.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms[ms.len() / 2]
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is taken.
     let iters: usize = std::env::var("GW_BENCH_ITERS")
@@ -200,6 +215,10 @@ fn main() {
                 case.time(iters, backend_decider(b.as_mut(), &case.seq, n)),
             );
         }
+        println!(
+            "tract model load (parse, analyse, optimise): {:.2} ms, the median of 50",
+            load_ms(&bytes, layout)
+        );
         let blob_bytes = w.actor_mlp(plan.hash(), 1).to_blob(false).unwrap();
         let blob = MlpBlob::parse(&blob_bytes).unwrap();
         let mut scratch = vec![0.0f32; 2 * blob.max_width()];
