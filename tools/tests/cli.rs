@@ -239,24 +239,30 @@ fn site_writes_what_the_controller_reads() {
     assert!(stderr(&o).contains("no-such-place"), "{}", stderr(&o));
 }
 
+/// `greenwave train` for `steps` decisions of a tiny policy (2 environments × 60
+/// decisions an iteration, 8-wide layers) into `out`, quietly.
+fn tiny_train<'a>(steps: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "train",
+        "--steps",
+        steps,
+        "--rollout-steps",
+        "60",
+        "--envs",
+        "2",
+        "--hidden",
+        "8,8",
+        "--quiet",
+        "--out",
+        out,
+    ]
+}
+
 #[test]
 fn train_records_whether_it_anneals_the_entropy_bonus() {
     for (flag, annealed) in [(Some("--anneal-ent-coef"), true), (None, false)] {
         let run = common::tmp(&format!("anneal-ent-{annealed}"));
-        let mut args = vec![
-            "train",
-            "--steps",
-            "240",
-            "--rollout-steps",
-            "60",
-            "--envs",
-            "2",
-            "--hidden",
-            "8,8",
-            "--quiet",
-            "--out",
-            run.to_str().unwrap(),
-        ];
+        let mut args = tiny_train("240", run.to_str().unwrap());
         args.extend(flag);
         ok(&greenwave(&args));
         let info: serde_json::Value =
@@ -275,24 +281,9 @@ fn train_stops_at_its_time_limit_and_refuses_a_bad_one() {
     let run = common::tmp("time-limit");
     let out = run.to_str().unwrap();
     let args = |limit: &'static str| {
-        vec![
-            "train",
-            "--steps",
-            "480",
-            "--rollout-steps",
-            "60",
-            "--envs",
-            "2",
-            "--hidden",
-            "8,8",
-            "--episode-seconds",
-            "600",
-            "--quiet",
-            "--time-limit-min",
-            limit,
-            "--out",
-            out,
-        ]
+        let mut a = tiny_train("480", out);
+        a.extend(["--episode-seconds", "600", "--time-limit-min", limit]);
+        a
     };
     // 60 µs: spent before the first checkpoint (iteration 2 of 4: 600 s episodes of 5 s
     // decisions end every 120 decisions).

@@ -888,7 +888,7 @@ fn validation_share(cfg: &TrainConfig, schedule: &Schedule, source: &RunSource<'
 fn time_limit_line(learner: &Learner, schedule: &Schedule, stop: &time_limit::Stop) -> String {
     format!(
         "time limit: stopping at iteration {} of {} ({} decisions): {:.0} s left, the next \
-         checkpoint interval and a validation need about {:.0} s; `--resume` continues the run",
+         checkpoint interval and the validations still due need about {:.0} s; `--resume` continues the run",
         learner.iteration,
         schedule.iterations_total,
         learner.env_steps,

@@ -14,8 +14,6 @@ use std::time::{Duration, Instant};
 pub struct Deadline {
     at: Instant,
     last_checkpoint: Instant,
-    /// Wall time of the last checkpoint interval (none before the first one ends).
-    interval: Option<Duration>,
     /// Wall time of the last validation (none before the first one).
     validation: Option<Duration>,
 }
@@ -25,7 +23,8 @@ pub struct Deadline {
 pub struct Stop {
     /// The time left when it stopped.
     pub left: Duration,
-    /// What the next checkpoint interval and a validation were estimated to take.
+    /// What the next checkpoint interval and the validations still due were estimated
+    /// to take.
     pub needed: Duration,
 }
 
@@ -35,7 +34,6 @@ impl Deadline {
         Deadline {
             at,
             last_checkpoint: now,
-            interval: None,
             validation: None,
         }
     }
@@ -60,7 +58,6 @@ impl Deadline {
     ) -> Option<Stop> {
         let interval = now.saturating_duration_since(self.last_checkpoint);
         self.last_checkpoint = now;
-        self.interval = Some(interval);
         let validation = self
             .validation
             .unwrap_or_else(|| interval.mul_f64(validation_share.max(0.0)));
