@@ -3,7 +3,8 @@
 //! 10 lanes and 4 phases, a T-junction with 5 lanes and 3 phases), export one ONNX + blob +
 //! manifest per signal, check each against the shared network (tract, ONNX Runtime where
 //! installed, the firmware blob), sign each into a bundle, and run each in the controller
-//! on its own junction; a bundle for one junction is refused on the other. Then zero-shot:
+//! on its own junction, then both together in one controller on the whole arterial (each
+//! signal on its own bundle); a bundle for one junction is refused on the other. Then zero-shot:
 //! the same weights compiled for `single-4way`, a junction never trained on, run there.
 
 use std::path::{Path, PathBuf};
@@ -15,8 +16,10 @@ use greenwave_finetune::sim;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{Incidence, SharedWeights};
 use greenwave_runtime::bundle::{self, verify_and_load};
-use greenwave_runtime::controller::SimField;
-use greenwave_runtime::inference::{load_backend, BackendKind};
+use greenwave_runtime::controller::{
+    Controller, ControllerConfig, DetectorSource, Fallback, FallbackKind, Policy, SimField,
+};
+use greenwave_runtime::inference::{load_backend, BackendKind, Explorer, PerSignalBackend};
 use greenwave_sim::{EmbeddedEnv, Env, Scenario};
 use greenwave_tools::export_cmd::{export_signals, SignalExport};
 use greenwave_tools::train::checkpoint::{load_run_policy, RunPolicy};
@@ -117,6 +120,52 @@ fn sign_and_run(e: &SignalExport, key: &Path, trusted: &[bundle::VerifyingKey], 
     assert!(m.throughput_veh > 0, "{m:?}");
 }
 
+/// Runs one controller on the whole of `field` (embedded simulator, seed 3, 600 s), each
+/// signal on the signed bundle in `dirs` that was made for it (same order as the signals).
+fn run_whole_field(dirs: &[PathBuf], trusted: &[bundle::VerifyingKey], field: &Scenario) {
+    let field = field.with_episode(Millis::from_secs(600)).unwrap();
+    let mut sim = SimField::new(EmbeddedEnv::from_scenario(&field, 3));
+    let specs = sim.signal_specs();
+    assert_eq!(specs.len(), dirs.len());
+    let backends = specs
+        .iter()
+        .zip(dirs)
+        .map(|(s, d)| {
+            let b = verify_and_load(d, trusted, &s.plan, s.layout).unwrap();
+            load_backend(BackendKind::Tract, &b.model, s.layout, None).unwrap()
+        })
+        .collect();
+    let policy = Policy {
+        backend: Box::new(PerSignalBackend::new(backends, (0..specs.len()).collect()).unwrap()),
+        version: 1,
+        explorer: Explorer::greedy(),
+    };
+    let fallback = Fallback::for_scenario(&field, FallbackKind::FixedTime);
+    let interval = sim.decision_interval();
+    let mut c = Controller::new(
+        specs,
+        Ok(policy),
+        fallback,
+        ControllerConfig::new(interval),
+        None,
+    )
+    .unwrap();
+    c.run(&mut sim, 600.0, |_| {}).unwrap();
+    let m = sim.metrics().unwrap();
+    let stats = c.stats();
+    eprintln!(
+        "both signals in one controller on {}: delay {:.1} s, throughput {}, {} policy decisions, {} fallback",
+        field.name(),
+        m.mean_delay_s,
+        m.throughput_veh,
+        stats.policy_decisions,
+        stats.fallback_decisions
+    );
+    assert!(m.throughput_veh > 0, "{m:?}");
+    assert_eq!(stats.fallback_decisions, 0, "{stats:?}");
+    assert!(stats.policy_decisions > 0, "{stats:?}");
+}
+
 #[test]
 fn shared_policy_trains_on_mixed_layouts_and_runs_per_signal() {
     let dir = scratch("shared");
@@ -160,6 +209,13 @@ fn shared_policy_trains_on_mixed_layouts_and_runs_per_signal() {
         check_against_shared(e, &shared, &inc);
         sign_and_run(e, &site.secret, &trusted, &fields[k]);
     }
+
+    // One controller on the whole arterial, each signal on its own signed bundle.
+    let bundles: Vec<PathBuf> = exported
+        .iter()
+        .map(|e| e.files.onnx.with_extension("bundle"))
+        .collect();
+    run_whole_field(&bundles, &trusted, &scenario);
 
     // `eval` runs the per-signal exports together, each on its own junction.
     let out = dir.join("export/policy.onnx");

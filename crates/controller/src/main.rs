@@ -138,6 +138,7 @@ mod tests {
         use clap::error::ErrorKind::*;
         assert_eq!(parse(&[]), Err(MissingRequiredArgument));
         assert_eq!(parse(&["--bundle", "b"]), Ok(()));
+        assert_eq!(parse(&["--bundle", "b1", "--bundle", "b2"]), Ok(()));
         assert_eq!(parse(&["--store", "s"]), Ok(()));
         assert_eq!(
             parse(&["--bundle", "b", "--store", "s"]),

@@ -30,6 +30,8 @@ use serde::Serialize;
 use crate::follow::{load_first, FollowArgs, StoreFollower, StoreReport};
 use crate::keys::trusted_keys;
 
+mod per_signal;
+
 /// `--timing`, `--program` and per-value overrides of the SUMO signals' timing (the same
 /// options as `greenwave sim --backend sumo`).
 #[cfg(feature = "sumo")]
@@ -89,9 +91,11 @@ impl SumoTiming {
     command(group(clap::ArgGroup::new("sumo_field").args(["sumo_net", "sumocfg"]).multiple(true)))
 )]
 pub struct RunArgs {
-    /// The signed policy bundle (directory); or --store.
+    /// The signed policy bundle (directory); or --store. Repeat it for a field whose
+    /// signals have different plans or layouts: each signal runs the bundle exported for
+    /// it (its manifest's signal id), else the first that fits its plan and layout.
     #[arg(long, required_unless_present = "store")]
-    bundle: Option<PathBuf>,
+    bundle: Vec<PathBuf>,
     #[command(flatten)]
     follow: FollowArgs,
     /// A trusted public key file (repeat for several).
@@ -230,7 +234,7 @@ fn parse_epsilon(s: &str) -> Result<f32, String> {
 /// one given, or the store's current version.
 #[cfg(feature = "sumo")]
 fn any_bundle(args: &RunArgs) -> Option<PathBuf> {
-    match (&args.bundle, &args.follow.store) {
+    match (args.bundle.first(), &args.follow.store) {
         (Some(b), _) => Some(b.clone()),
         (None, Some(store)) => Some(store.join("current")),
         (None, None) => None,
@@ -252,6 +256,29 @@ fn load_policy(
         b.check_signal(&s.plan, s.layout)
             .with_context(|| format!("signal {i} ({})", s.id))?;
     }
+    check_run_timing(args, &b, signals, interval)?;
+    let backend = load_backend(
+        args.backend,
+        &b.model,
+        first.layout,
+        args.ort_lib.as_deref(),
+    )?;
+    let policy = Policy {
+        backend,
+        version: b.manifest.policy_version,
+        explorer: explorer(args)?,
+    };
+    Ok((policy, b))
+}
+
+/// Checks `b` reads the program clock exactly where this run supplies one and decides at
+/// `interval`, as the controller will.
+fn check_run_timing(
+    args: &RunArgs,
+    b: &VerifiedBundle,
+    signals: &[SignalSpec],
+    interval: Millis,
+) -> Result<()> {
     // A simulated SUMO field observes with the bundle's program clock (`run_simulated`
     // builds it so; a light whose program has nothing to follow keeps zeros in those
     // lanes); a site configuration supplies one where it gives every signal its program;
@@ -259,30 +286,26 @@ fn load_policy(
     #[cfg(feature = "sumo")]
     let simulated_sumo = args.sumo_net.is_some() || args.sumocfg.is_some();
     #[cfg(not(feature = "sumo"))]
-    let simulated_sumo = false;
+    let simulated_sumo = {
+        let _ = args;
+        false
+    };
     let supplied = match simulated_sumo {
         true => b.manifest.program_clock,
         false => signals.iter().all(|s| s.program_clock.is_some()),
     };
     b.check_program_clock(supplied)?;
     b.check_decision_interval(interval)?;
-    let backend = load_backend(
-        args.backend,
-        &b.model,
-        first.layout,
-        args.ort_lib.as_deref(),
-    )?;
-    let explorer = if args.epsilon > 0.0 {
+    Ok(())
+}
+
+/// Greedy, or ε-greedy with `--epsilon`.
+fn explorer(args: &RunArgs) -> Result<Explorer> {
+    Ok(if args.epsilon > 0.0 {
         Explorer::epsilon_greedy(args.epsilon, args.seed ^ 0x5eed)?
     } else {
         Explorer::greedy()
-    };
-    let policy = Policy {
-        backend,
-        version: b.manifest.policy_version,
-        explorer,
-    };
-    Ok((policy, b))
+    })
 }
 
 #[derive(Serialize)]
@@ -607,11 +630,11 @@ struct Start {
 
 fn start_policy(args: &RunArgs, specs: &[SignalSpec], interval: Millis) -> Result<Start> {
     let (follower, detached) = attach_store(args)?;
-    let start: Vec<PathBuf> = match (&follower, &args.bundle) {
-        (Some((_, dirs)), _) => dirs.clone(),
-        (None, Some(b)) => vec![b.clone()],
-        // A store that could not be attached: nothing to load, the fallback runs.
-        (None, None) => vec![],
+    let start: Vec<PathBuf> = match &follower {
+        Some((_, dirs)) => dirs.clone(),
+        // Without a store, the bundles given; a store that could not be attached gives
+        // none: nothing to load, the fallback runs.
+        None => args.bundle.clone(),
     };
     let (policy, policy_report, loaded, failed) =
         policy_or_fallback(args, &start, specs, interval)?;
@@ -736,6 +759,11 @@ fn policy_or_fallback(
         (false, [bundle]) => (
             load_policy(args, bundle, specs, interval),
             Some(bundle.clone()),
+            vec![],
+        ),
+        (false, [first, ..]) => (
+            per_signal::load(args, dirs, specs, interval),
+            Some(first.clone()),
             vec![],
         ),
         _ => load_first(dirs, |d| load_policy(args, d, specs, interval)),

@@ -527,7 +527,7 @@ impl Controller {
         };
         let logits = &mut self.logits[..n];
         let t0 = Instant::now();
-        let result = policy.backend.infer(&self.obs[i], logits);
+        let result = policy.backend.infer_signal(i, &self.obs[i], logits);
         let took = t0.elapsed();
         self.latency.record(took);
         let value = result.map_err(|e| fault(FaultKind::InferenceError, e.to_string()))?;

@@ -9,6 +9,9 @@
 //!   (`--ort-lib` or `ORT_DYLIB_PATH`); a missing or incompatible library is an error.
 //! * [`MatvecBackend`]: a plain-Rust matrix-vector pass over the same weights (read from
 //!   the ONNX initialisers): the latency reference, and a third opinion in tests.
+//! * [`PerSignalBackend`]: one of the above per signal, for a field whose junctions have
+//!   different plans or layouts (each signal's own bundle); the controller asks each
+//!   backend for a named signal ([`PolicyBackend::infer_signal`]).
 //!
 //! [`Explorer`] turns logits into a phase request: greedy masked argmax by default; with
 //! `epsilon > 0` (data collection only, capped at [`MAX_EPSILON`]), ε-greedy among the
@@ -18,6 +21,7 @@
 mod matvec;
 #[cfg(feature = "ort")]
 mod ort_backend;
+mod per_signal;
 mod tract;
 
 use std::fmt;
@@ -32,6 +36,7 @@ use rand_pcg::Pcg64Mcg;
 pub use matvec::MatvecBackend;
 #[cfg(feature = "ort")]
 pub use ort_backend::OrtBackend;
+pub use per_signal::{NoSuchBackend, PerSignalBackend};
 pub use tract::TractBackend;
 
 /// Why a policy could not be loaded or run.
@@ -81,6 +86,18 @@ pub trait PolicyBackend {
     /// Runs the policy on one raw observation: writes the logits (one per phase) and
     /// returns the value estimate. Output checks (finite values) are the caller's.
     fn infer(&mut self, obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError>;
+
+    /// [`infer`](Self::infer) for signal `signal` of the controller: one network serves
+    /// every signal unless the backend holds one per signal ([`PerSignalBackend`]).
+    fn infer_signal(
+        &mut self,
+        signal: usize,
+        obs: &[f32],
+        logits: &mut [f32],
+    ) -> Result<f32, InferenceError> {
+        let _ = signal;
+        self.infer(obs, logits)
+    }
 }
 
 /// Which backend to load.
