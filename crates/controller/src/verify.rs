@@ -1,11 +1,15 @@
 //! `greenwave-controller verify`: check a bundle's signature, integrity and manifest, and
 //! with `--site` (or `--scenario`, feature `sim`) also its plan against every signal.
+//! With `--bundle` repeated, each bundle, and then that the set runs the field as `run`
+//! would take it (greenwave-runtime's `bundle_set`: each signal its bundle).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use greenwave_core::Millis;
 use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
+use greenwave_runtime::bundle_set::BundleSet;
 use greenwave_runtime::controller::SignalSpec;
 #[cfg(feature = "sim")]
 use greenwave_runtime::controller::SimField;
@@ -16,9 +20,9 @@ use crate::keys::trusted_keys;
 /// Arguments of `greenwave-controller verify`.
 #[derive(Args)]
 pub struct VerifyArgs {
-    /// The bundle directory.
-    #[arg(long)]
-    bundle: PathBuf,
+    /// The bundle directory (repeat for a field whose signals run one bundle each).
+    #[arg(long, required = true)]
+    bundle: Vec<PathBuf>,
     /// A trusted public key file (repeat for several).
     #[arg(long = "trust", required = true)]
     trust: Vec<PathBuf>,
@@ -31,14 +35,40 @@ pub struct VerifyArgs {
     scenario: Option<String>,
 }
 
-/// `greenwave-controller verify`: verifies the bundle and prints its signer and manifest.
+/// `greenwave-controller verify`: verifies each bundle and prints its signer and manifest;
+/// with a site or scenario, checks the bundles against its signals.
 pub fn run(args: VerifyArgs) -> Result<()> {
     let keys = trusted_keys(&args.trust)?;
-    let b = bundle::verify(&args.bundle, &keys)?;
+    let mut bundles = Vec::with_capacity(args.bundle.len());
+    for dir in &args.bundle {
+        let b = bundle::verify(dir, &keys).with_context(|| format!("bundle {}", dir.display()))?;
+        describe(&b);
+        bundles.push(b);
+    }
+    if let Some(path) = &args.site {
+        let site = SiteConfig::load(path)?;
+        let what = path.display().to_string();
+        check_set(
+            &bundles,
+            &site.signal_specs(),
+            Some(site.decision_interval()),
+            &what,
+        )?;
+        println!("matches every signal of {what}");
+    }
+    #[cfg(feature = "sim")]
+    if let Some(name) = &args.scenario {
+        check_set(&bundles, &scenario_specs(name)?, None, name)?;
+        println!("matches every signal of {name}");
+    }
+    Ok(())
+}
+
+fn describe(b: &VerifiedBundle) {
     let m = &b.manifest;
     println!(
         "bundle {}: signature by {} verified",
-        args.bundle.display(),
+        b.dir.display(),
         key_hex(&b.signer)
     );
     println!(
@@ -51,14 +81,38 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         m.provenance.command,
         m.provenance.git_rev
     );
-    if let Some(path) = &args.site {
-        check_site(&b, path)?;
-        println!("matches every signal of {}", path.display());
+}
+
+/// Checks `bundles` against the signals `specs` (`what` naming them): one bundle against
+/// every signal, several as a set (each signal its bundle, which it then checks), each at
+/// the decision interval `interval` where the signals' configuration fixes one.
+fn check_set(
+    bundles: &[VerifiedBundle],
+    specs: &[SignalSpec],
+    interval: Option<Millis>,
+    what: &str,
+) -> Result<()> {
+    if let [b] = bundles {
+        if let Some(i) = interval {
+            b.check_decision_interval(i)
+                .with_context(|| what.to_string())?;
+        }
+        return check_signals(b, specs, what);
     }
-    #[cfg(feature = "sim")]
-    if let Some(name) = &args.scenario {
-        check_scenario(&b, name)?;
-        println!("matches every signal of {name}");
+    let set = BundleSet::assign(bundles.to_vec(), specs).with_context(|| what.to_string())?;
+    for (k, b) in set.bundles.iter().enumerate() {
+        let of_b: Vec<SignalSpec> = (0..specs.len())
+            .filter(|&i| set.of_signal[i] == k)
+            .map(|i| specs[i].clone())
+            .collect();
+        if let Some(i) = interval {
+            b.check_decision_interval(i)
+                .with_context(|| format!("bundle {} on {what}", b.dir.display()))?;
+        }
+        check_signals(b, &of_b, what).with_context(|| format!("bundle {}", b.dir.display()))?;
+    }
+    for (s, &k) in specs.iter().zip(&set.of_signal) {
+        println!("signal {} runs {}", s.id, set.bundles[k].dir.display());
     }
     Ok(())
 }
@@ -88,7 +142,13 @@ fn check_signals(b: &VerifiedBundle, specs: &[SignalSpec], what: &str) -> Result
 /// Checks the bundle against every signal of the scenario `name` (plan and layout).
 #[cfg(feature = "sim")]
 pub fn check_scenario(b: &VerifiedBundle, name: &str) -> Result<()> {
+    check_signals(b, &scenario_specs(name)?, name)
+}
+
+/// The signals of the scenario `name`.
+#[cfg(feature = "sim")]
+fn scenario_specs(name: &str) -> Result<Vec<SignalSpec>> {
     let scenario = greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
     let env = greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0);
-    check_signals(b, &SimField::new(env).signal_specs(), name)
+    Ok(SimField::new(env).signal_specs())
 }

@@ -81,6 +81,20 @@ fn run(dir: &Path, log: &str, public: &Path, bundles: &[&Path]) -> Output {
     c.output().unwrap()
 }
 
+/// `greenwave-controller verify` of `bundles` against the arterial.
+fn verify(public: &Path, bundles: &[&Path]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_greenwave-controller"));
+    c.arg("verify");
+    for b in bundles {
+        c.arg("--bundle").arg(b);
+    }
+    c.arg("--trust")
+        .arg(public)
+        .arg("--scenario")
+        .arg(arterial());
+    c.output().unwrap()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -113,6 +127,18 @@ fn each_signal_runs_the_bundle_exported_for_it_in_one_controller() {
             assert!(by_policy > 0, "signal {signal}: no policy decision logged");
         }
     }
+
+    // `verify` checks the set against the field as `run` takes it.
+    let out = verify(&keys.public, &[&j2, &j1]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let j1_runs = format!("signal J1 runs {}", j1.display());
+    assert!(said.contains(&j1_runs), "{said}");
+    assert!(said.contains("matches every signal of"), "{said}");
+    let out = verify(&keys.public, &[&j1, &j1]);
+    assert!(!out.status.success());
+    let refusal = "signal 1 (J2): no bundle given fits it";
+    assert!(stderr(&out).contains(refusal), "{}", stderr(&out));
 
     // A signal no bundle fits: the set is refused, naming the signal.
     let out = run(&dir, "log-c", &keys.public, &[&j1, &j1]);

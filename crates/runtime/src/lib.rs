@@ -7,6 +7,8 @@
 //!
 //! * [`bundle`]: signed policy bundles (ed25519 over SHA-256 digests): [`bundle::keygen`],
 //!   [`bundle::pack_and_sign`], [`bundle::verify_and_load`].
+//! * [`bundle_set`]: several bundles for one field (one per signal of a policy exported
+//!   per signal): which signal runs which.
 //! * [`inference`]: one [`PolicyBackend`] trait; tract (default), ONNX Runtime (feature
 //!   `ort`) and a plain-Rust reference; greedy or bounded ε-greedy action choice.
 //! * [`controller`]: the decision loop ([`Controller`]), its [`DetectorSource`] and
@@ -26,6 +28,7 @@
 
 /// Signed policy bundles (in greenwave-policy, re-exported).
 pub use greenwave_policy::bundle;
+pub mod bundle_set;
 pub mod controller;
 pub mod inference;
 pub mod log;
