@@ -50,11 +50,7 @@ pub(super) fn load(
 
 /// Verifies every bundle in `dirs` against the keys in `trust` and gives each of `specs`
 /// its bundle.
-pub(crate) fn verify_set(
-    trust: &[PathBuf],
-    dirs: &[PathBuf],
-    specs: &[SignalSpec],
-) -> Result<BundleSet> {
+fn verify_set(trust: &[PathBuf], dirs: &[PathBuf], specs: &[SignalSpec]) -> Result<BundleSet> {
     let keys = trusted_keys(trust)?;
     let bundles = dirs
         .iter()
