@@ -16,6 +16,7 @@ use greenwave_finetune::sim;
 use greenwave_learn::manifest::plan_hash_hex;
 use greenwave_learn::{Incidence, SharedWeights};
 use greenwave_runtime::bundle::{self, verify_and_load};
+use greenwave_runtime::bundle_set::BundleSet;
 use greenwave_runtime::controller::{
     Controller, ControllerConfig, DetectorSource, Fallback, FallbackKind, Policy, SimField,
 };
@@ -121,23 +122,36 @@ fn sign_and_run(e: &SignalExport, key: &Path, trusted: &[bundle::VerifyingKey], 
 }
 
 /// Runs one controller on the whole of `field` (embedded simulator, seed 3, 600 s), each
-/// signal on the signed bundle in `dirs` that was made for it (same order as the signals).
+/// signal on the signed bundle in `dirs` that `bundle_set` gives it (the bundles are
+/// given in reverse order; each names its signal).
 fn run_whole_field(dirs: &[PathBuf], trusted: &[bundle::VerifyingKey], field: &Scenario) {
     let field = field.with_episode(Millis::from_secs(600)).unwrap();
     let mut sim = SimField::new(EmbeddedEnv::from_scenario(&field, 3));
     let specs = sim.signal_specs();
     assert_eq!(specs.len(), dirs.len());
-    let backends = specs
+    let verified = dirs
         .iter()
-        .zip(dirs)
-        .map(|(s, d)| {
-            let b = verify_and_load(d, trusted, &s.plan, s.layout).unwrap();
-            load_backend(BackendKind::Tract, &b.model, s.layout, None).unwrap()
+        .rev()
+        .map(|d| bundle::verify(d, trusted).unwrap())
+        .collect();
+    let set = BundleSet::assign(verified, &specs).unwrap();
+    for (i, s) in specs.iter().enumerate() {
+        assert_eq!(set.for_signal(i).unwrap().dir, dirs[i], "signal {}", s.id);
+    }
+    let backends = set
+        .bundles()
+        .iter()
+        .enumerate()
+        .map(|(k, b)| {
+            let layout = specs[set.signals_of(k)[0]].layout;
+            load_backend(BackendKind::Tract, &b.model, layout, None).unwrap()
         })
         .collect();
+    let version = set.bundles()[0].manifest.policy_version;
+    let (_, of_signal) = set.into_parts();
     let policy = Policy {
-        backend: Box::new(PerSignalBackend::new(backends, (0..specs.len()).collect()).unwrap()),
-        version: 1,
+        backend: Box::new(PerSignalBackend::new(backends, of_signal).unwrap()),
+        version,
         explorer: Explorer::greedy(),
     };
     let fallback = Fallback::for_scenario(&field, FallbackKind::FixedTime);

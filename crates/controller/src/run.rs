@@ -93,7 +93,7 @@ impl SumoTiming {
 pub struct RunArgs {
     /// The signed policy bundle (directory); or --store. Repeat it for a field whose
     /// signals have different plans or layouts: each signal runs the bundle exported for
-    /// it (its manifest's signal id), else the first that fits its plan and layout.
+    /// it (its manifest's signal id), else the first that names no signal and fits it.
     #[arg(long, required_unless_present = "store")]
     bundle: Vec<PathBuf>,
     #[command(flatten)]
@@ -241,13 +241,30 @@ fn any_bundle(args: &RunArgs) -> Option<PathBuf> {
     }
 }
 
+/// A loaded policy: from one bundle for every signal, or from one bundle per signal.
+struct LoadedPolicy {
+    policy: Policy,
+    /// Who signed the (first) bundle.
+    signer: bundle::VerifyingKey,
+    /// With one bundle per signal: which signal runs which.
+    signals: Vec<SignalBundle>,
+}
+
+/// The bundle a signal runs, in the report.
+#[derive(Clone, Serialize)]
+struct SignalBundle {
+    signal: String,
+    bundle: String,
+    signer: String,
+}
+
 /// Verifies the bundle in `dir` for every signal and loads its model.
 fn load_policy(
     args: &RunArgs,
     dir: &Path,
     signals: &[SignalSpec],
     interval: Millis,
-) -> Result<(Policy, VerifiedBundle)> {
+) -> Result<LoadedPolicy> {
     let keys = trusted_keys(&args.trust)?;
     let first = &signals[0];
     let b = bundle::verify_and_load(dir, &keys, &first.plan, first.layout)
@@ -256,7 +273,7 @@ fn load_policy(
         b.check_signal(&s.plan, s.layout)
             .with_context(|| format!("signal {i} ({})", s.id))?;
     }
-    check_run_timing(args, &b, signals, interval)?;
+    check_run_timing(args, &b, &b, signals, interval)?;
     let backend = load_backend(
         args.backend,
         &b.model,
@@ -268,14 +285,20 @@ fn load_policy(
         version: b.manifest.policy_version,
         explorer: explorer(args)?,
     };
-    Ok((policy, b))
+    Ok(LoadedPolicy {
+        policy,
+        signer: b.signer,
+        signals: vec![],
+    })
 }
 
-/// Checks `b` reads the program clock exactly where this run supplies one and decides at
-/// `interval`, as the controller will.
+/// Checks `b`, run on `signals`, reads the program clock exactly where this run supplies
+/// one, and decides at `interval`, as the controller will. A simulated SUMO field supplies
+/// the clock that the bundle `field` reads (`run_simulated` builds the field so).
 fn check_run_timing(
     args: &RunArgs,
     b: &VerifiedBundle,
+    field: &VerifiedBundle,
     signals: &[SignalSpec],
     interval: Millis,
 ) -> Result<()> {
@@ -291,7 +314,7 @@ fn check_run_timing(
         false
     };
     let supplied = match simulated_sumo {
-        true => b.manifest.program_clock,
+        true => field.manifest.program_clock,
         false => signals.iter().all(|s| s.program_clock.is_some()),
     };
     b.check_program_clock(supplied)?;
@@ -315,6 +338,9 @@ struct PolicyReport {
     policy_version: Option<u32>,
     signer: Option<String>,
     error: Option<String>,
+    /// With `--bundle` repeated: the bundle each signal runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    bundles: Vec<SignalBundle>,
 }
 
 /// Traffic metrics, where the field measures them (simulators; feature `sim`).
@@ -589,7 +615,7 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     };
     let bar = progress_bar(quiet, total);
     let started = Instant::now();
-    let mut load = |dir: &Path| load_policy(args, dir, &loader_specs, interval).map(|(p, _)| p);
+    let mut load = |dir: &Path| load_policy(args, dir, &loader_specs, interval).map(|l| l.policy);
     let stats = controller.run_with(field, seconds, |c| {
         if let Some(f) = &mut follower {
             f.between(c, &mut load);
@@ -775,16 +801,18 @@ fn policy_or_fallback(
 /// The report on the loaded policy, or the fallback's reason.
 fn report_policy(
     args: &RunArgs,
-    loaded: Result<(Policy, VerifiedBundle)>,
+    loaded: Result<LoadedPolicy>,
 ) -> Result<(Result<Policy, String>, PolicyReport)> {
     match loaded {
-        Ok((p, b)) => {
+        Ok(l) => {
+            let p = l.policy;
             let report = PolicyReport {
                 loaded: true,
                 backend: p.backend.name().into(),
                 policy_version: Some(p.version),
-                signer: Some(key_hex(&b.signer)),
+                signer: Some(key_hex(&l.signer)),
                 error: None,
+                bundles: l.signals,
             };
             Ok((Ok(p), report))
         }
@@ -800,6 +828,7 @@ fn report_policy(
                 policy_version: None,
                 signer: None,
                 error: Some(why.clone()),
+                bundles: vec![],
             };
             Ok((Err(why), report))
         }
@@ -909,6 +938,12 @@ fn print_report(r: &RunReport) {
             "no policy ({e}): all {} decisions by the fallback",
             r.decisions
         ),
+    }
+    for b in &r.policy.bundles {
+        println!(
+            "signal {} ran bundle {} (signed by {})",
+            b.signal, b.bundle, b.signer
+        );
     }
     if let Some(store) = &r.store {
         print_store(store);

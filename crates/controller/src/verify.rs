@@ -100,19 +100,20 @@ fn check_set(
         return check_signals(b, specs, what);
     }
     let set = BundleSet::assign(bundles.to_vec(), specs).with_context(|| what.to_string())?;
-    for (k, b) in set.bundles.iter().enumerate() {
-        let of_b: Vec<SignalSpec> = (0..specs.len())
-            .filter(|&i| set.of_signal[i] == k)
-            .map(|i| specs[i].clone())
+    for (k, b) in set.bundles().iter().enumerate() {
+        let own: Vec<SignalSpec> = set
+            .signals_of(k)
+            .iter()
+            .map(|&i| specs[i].clone())
             .collect();
         if let Some(i) = interval {
             b.check_decision_interval(i)
                 .with_context(|| format!("bundle {} on {what}", b.dir.display()))?;
         }
-        check_signals(b, &of_b, what).with_context(|| format!("bundle {}", b.dir.display()))?;
+        check_signals(b, &own, what).with_context(|| format!("bundle {}", b.dir.display()))?;
     }
-    for (s, &k) in specs.iter().zip(&set.of_signal) {
-        println!("signal {} runs {}", s.id, set.bundles[k].dir.display());
+    for (s, &k) in specs.iter().zip(set.of_signal()) {
+        println!("signal {} runs {}", s.id, set.bundles()[k].dir.display());
     }
     Ok(())
 }

@@ -30,23 +30,37 @@ fn signals() -> Vec<SignalSpec> {
 /// export (its manifest names the signal), with policy version `version`, signed into
 /// `dir/NAME`.
 fn signed_for(dir: &Path, name: &str, spec: &SignalSpec, version: u32, key: &Path) -> PathBuf {
+    signed(dir, name, spec, Some(&spec.id), version, key)
+}
+
+/// As [`signed_for`], naming signal `id` (or none: one network for every signal).
+fn signed(
+    dir: &Path,
+    name: &str,
+    spec: &SignalSpec,
+    id: Option<&str>,
+    version: u32,
+    key: &Path,
+) -> PathBuf {
     let out = dir.join(format!("{name}-export"));
     std::fs::create_dir_all(&out).unwrap();
     let weights = synthetic_weights(spec.layout, &[16, 16], 7);
-    write(&out, &weights, &spec.plan, &spec.id, version);
+    write(&out, &weights, &spec.plan, id, version);
     let bundle_dir = dir.join(name);
     let key = bundle::load_signing_key(key).unwrap();
     bundle::pack_and_sign(&inputs(&out.join("policy.onnx")), &key, &bundle_dir).unwrap();
     bundle_dir
 }
 
-fn write(out: &Path, weights: &PolicyWeights, plan: &PhasePlan, id: &str, version: u32) {
+fn write(out: &Path, weights: &PolicyWeights, plan: &PhasePlan, id: Option<&str>, version: u32) {
     let mut prov = Provenance {
         command: "synthetic per-signal export (test)".into(),
         git_rev: "test".into(),
         ..Provenance::default()
     };
-    prov.details.insert("signal_id".into(), id.into());
+    if let Some(id) = id {
+        prov.details.insert("signal_id".into(), id.into());
+    }
     let interval = greenwave_core::Millis::from_secs(5);
     let mut manifest = Manifest::new(plan, weights.obs_layout, interval, weights.hidden(), prov);
     manifest.policy_version = version;
@@ -116,6 +130,10 @@ fn each_signal_runs_the_bundle_exported_for_it_in_one_controller() {
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["policy"]["loaded"], true, "{report}");
         assert!(report["throughput_veh"].as_u64().unwrap() > 0, "{report}");
+        let ran = &report["policy"]["bundles"];
+        assert_eq!(ran[0]["signal"], "J1", "{report}");
+        assert_eq!(ran[0]["bundle"], j1.display().to_string(), "{report}");
+        assert_eq!(ran[1]["bundle"], j2.display().to_string(), "{report}");
         let (records, issues) = read_all(dir.join(log)).unwrap();
         assert!(issues.is_empty(), "{issues:?}");
         for signal in 0..2u16 {
@@ -135,28 +153,26 @@ fn each_signal_runs_the_bundle_exported_for_it_in_one_controller() {
     let j1_runs = format!("signal J1 runs {}", j1.display());
     assert!(said.contains(&j1_runs), "{said}");
     assert!(said.contains("matches every signal of"), "{said}");
-    let out = verify(&keys.public, &[&j1, &j1]);
+    // One network for J1's plan that names no signal: it cannot serve J2.
+    let unnamed = signed(&dir, "unnamed", &specs[0], None, 1, &keys.secret);
+    let out = verify(&keys.public, &[&j1, &unnamed]);
     assert!(!out.status.success());
     let refusal = "signal 1 (J2): no bundle given fits it";
     assert!(stderr(&out).contains(refusal), "{}", stderr(&out));
 
     // A signal no bundle fits: the set is refused, naming the signal.
-    let out = run(&dir, "log-c", &keys.public, &[&j1, &j1]);
+    let out = run(&dir, "log-c", &keys.public, &[&j1, &unnamed]);
     assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("signal 1 (J2): no bundle given fits it"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains(refusal), "{}", stderr(&out));
 
-    // A bundle no signal runs.
-    let out = run(&dir, "log-d", &keys.public, &[&j1, &j2, &j1]);
+    // A bundle no signal runs; a bundle given twice.
+    let out = run(&dir, "log-d", &keys.public, &[&j1, &j2, &unnamed]);
     assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("no signal of the field runs it"),
-        "{}",
-        stderr(&out)
-    );
+    let unused = "no signal of the field runs it";
+    assert!(stderr(&out).contains(unused), "{}", stderr(&out));
+    let out = run(&dir, "log-d2", &keys.public, &[&j1, &j2, &j1]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is given twice"), "{}", stderr(&out));
 
     // Bundles of two policy versions.
     let j2v2 = signed_for(&dir, "j2v2", &specs[1], 2, &keys.secret);
@@ -172,7 +188,7 @@ fn each_signal_runs_the_bundle_exported_for_it_in_one_controller() {
     let wrong = dir.join("j1-as-j2-export");
     std::fs::create_dir_all(&wrong).unwrap();
     let w = synthetic_weights(specs[0].layout, &[16, 16], 7);
-    write(&wrong, &w, &specs[0].plan, "J2", 1);
+    write(&wrong, &w, &specs[0].plan, Some("J2"), 1);
     let key = bundle::load_signing_key(&keys.secret).unwrap();
     let mislabelled = dir.join("mislabelled");
     bundle::pack_and_sign(&inputs(&wrong.join("policy.onnx")), &key, &mislabelled).unwrap();
@@ -196,7 +212,10 @@ fn each_signal_runs_the_bundle_exported_for_it_in_one_controller() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["policy"]["loaded"], false, "{report}");
     assert!(
-        report["policy"]["error"].as_str().unwrap().contains("J2"),
+        report["policy"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("given twice"),
         "{report}"
     );
 }

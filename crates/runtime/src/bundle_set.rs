@@ -5,13 +5,17 @@
 //! signal. A controller running several such junctions takes them together, and this is
 //! the one rule that gives each signal its bundle:
 //!
-//! * the bundle whose manifest names the signal (`provenance.details.signal_id`, which a
-//!   per-signal export writes), which must then fit the signal's plan and layout;
-//! * else the first bundle, in the order given, that fits them.
+//! * a bundle whose manifest names a signal (`provenance.details.signal_id`, which a
+//!   per-signal export writes) runs on that signal and on no other, and must fit its plan
+//!   and layout: plan hash and layout do not say which lane feeds which movement, and a
+//!   shared policy's per-signal network is compiled for its own signal's lanes;
+//! * a signal no bundle names runs the first bundle, in the order given, that names no
+//!   signal and fits its plan and layout (an export of one network for every signal).
 //!
-//! A signal no bundle fits, a bundle no signal takes, or bundles of different policy
-//! versions (the transition log records one version per decision, and fine-tuning and the
-//! policy store work on one) refuse the whole set.
+//! A signal no bundle fits, a bundle no signal runs, a bundle given twice, two bundles
+//! naming one signal, or bundles of different policy versions (the transition log records
+//! one version per decision, and fine-tuning and the policy store work on one) refuse the
+//! whole set.
 
 use std::path::PathBuf;
 
@@ -24,6 +28,22 @@ pub enum BundleSetError {
     /// No bundle was given.
     #[error("no bundle given")]
     Empty,
+    /// The same bundle directory given twice.
+    #[error("bundle {} is given twice", dir.display())]
+    Twice {
+        /// The bundle.
+        dir: PathBuf,
+    },
+    /// Two bundles exported for one signal.
+    #[error("bundles {} and {} are both exported for signal {id}", first.display(), second.display())]
+    SameSignal {
+        /// The signal's id.
+        id: String,
+        /// The first bundle naming it.
+        first: PathBuf,
+        /// The second.
+        second: PathBuf,
+    },
     /// The bundle exported for a signal does not fit it.
     #[error("signal {signal} ({id}): bundle {}, exported for it", dir.display())]
     ExportedFor {
@@ -47,20 +67,19 @@ pub enum BundleSetError {
         /// Each bundle and why it does not fit.
         reasons: String,
     },
-    /// A bundle no signal takes.
-    #[error(
-        "bundle {}: no signal of the field runs it (each signal runs the bundle exported \
-         for it, else the first given that fits its plan and layout)",
-        dir.display()
-    )]
+    /// A bundle no signal runs.
+    #[error("bundle {}: no signal of the field runs it ({why})", dir.display())]
     Unused {
         /// The bundle.
         dir: PathBuf,
+        /// Why not.
+        why: String,
     },
     /// Bundles of different policy versions.
     #[error(
         "bundle {} holds policy version {version}, bundle {} version {first_version}: the \
-         bundles run together must be one policy's (one export, signed per signal)",
+         bundles run together must carry one policy version (the transition log records \
+         one per decision)",
         dir.display(),
         first.display()
     )]
@@ -79,10 +98,8 @@ pub enum BundleSetError {
 /// Verified bundles and the one each signal runs.
 #[derive(Debug)]
 pub struct BundleSet {
-    /// The bundles, in the order given.
-    pub bundles: Vec<VerifiedBundle>,
-    /// For each signal, the index of its bundle.
-    pub of_signal: Vec<usize>,
+    bundles: Vec<VerifiedBundle>,
+    of_signal: Vec<usize>,
 }
 
 impl BundleSet {
@@ -91,49 +108,90 @@ impl BundleSet {
         bundles: Vec<VerifiedBundle>,
         signals: &[SignalSpec],
     ) -> Result<Self, BundleSetError> {
-        let first = bundles.first().ok_or(BundleSetError::Empty)?;
-        let first_version = first.manifest.policy_version;
-        if let Some(b) = bundles
-            .iter()
-            .find(|b| b.manifest.policy_version != first_version)
-        {
-            return Err(BundleSetError::Versions {
-                dir: b.dir.clone(),
-                version: b.manifest.policy_version,
-                first: first.dir.clone(),
-                first_version,
-            });
-        }
+        check_distinct(&bundles)?;
         let of_signal = signals
             .iter()
             .enumerate()
             .map(|(i, s)| bundle_of(&bundles, i, s))
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(k) = (0..bundles.len()).find(|k| !of_signal.contains(k)) {
+            let why = match exported_for(&bundles[k]) {
+                Some(id) if !signals.iter().any(|s| s.id == id) => {
+                    format!("it was exported for signal {id}, which the field does not have")
+                }
+                _ => "every signal it fits runs another: the bundle exported for it, or one \
+                      given before"
+                    .to_string(),
+            };
             return Err(BundleSetError::Unused {
                 dir: bundles[k].dir.clone(),
+                why,
             });
         }
         Ok(Self { bundles, of_signal })
     }
 
-    /// The bundle signal `i` runs.
-    pub fn for_signal(&self, i: usize) -> &VerifiedBundle {
-        &self.bundles[self.of_signal[i]]
+    /// The bundles, in the order given.
+    pub fn bundles(&self) -> &[VerifiedBundle] {
+        &self.bundles
     }
 
-    /// The first signal that runs bundle `k` (every bundle has one).
-    pub fn first_signal(&self, k: usize) -> usize {
-        self.of_signal
-            .iter()
-            .position(|&x| x == k)
-            .expect("assign leaves no bundle unused")
+    /// For each signal, the index of its bundle in [`bundles`](Self::bundles).
+    pub fn of_signal(&self) -> &[usize] {
+        &self.of_signal
+    }
+
+    /// The bundle signal `i` runs, if there is a signal `i`.
+    pub fn for_signal(&self, i: usize) -> Option<&VerifiedBundle> {
+        self.of_signal.get(i).map(|&k| &self.bundles[k])
+    }
+
+    /// The indices of the signals that run bundle `k` (at least one for every bundle).
+    pub fn signals_of(&self, k: usize) -> Vec<usize> {
+        (0..self.of_signal.len())
+            .filter(|&i| self.of_signal[i] == k)
+            .collect()
+    }
+
+    /// The bundles and, for each signal, the index of its bundle.
+    pub fn into_parts(self) -> (Vec<VerifiedBundle>, Vec<usize>) {
+        (self.bundles, self.of_signal)
     }
 }
 
 /// The signal a per-signal export was made for.
 pub fn exported_for(b: &VerifiedBundle) -> Option<&str> {
     b.manifest.provenance.details.get("signal_id")?.as_str()
+}
+
+/// One policy version, no directory twice, no signal named twice.
+fn check_distinct(bundles: &[VerifiedBundle]) -> Result<(), BundleSetError> {
+    let first = bundles.first().ok_or(BundleSetError::Empty)?;
+    for (k, b) in bundles.iter().enumerate() {
+        if b.manifest.policy_version != first.manifest.policy_version {
+            return Err(BundleSetError::Versions {
+                dir: b.dir.clone(),
+                version: b.manifest.policy_version,
+                first: first.dir.clone(),
+                first_version: first.manifest.policy_version,
+            });
+        }
+        for earlier in &bundles[..k] {
+            if earlier.dir == b.dir {
+                return Err(BundleSetError::Twice { dir: b.dir.clone() });
+            }
+            if let (Some(id), Some(other)) = (exported_for(b), exported_for(earlier)) {
+                if id == other {
+                    return Err(BundleSetError::SameSignal {
+                        id: id.to_string(),
+                        first: earlier.dir.clone(),
+                        second: b.dir.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn bundle_of(
@@ -157,6 +215,10 @@ fn bundle_of(
     }
     let mut reasons = Vec::with_capacity(bundles.len());
     for (k, b) in bundles.iter().enumerate() {
+        if let Some(other) = exported_for(b) {
+            reasons.push(format!("{}: exported for signal {other}", b.dir.display()));
+            continue;
+        }
         match b.check_signal(&s.plan, s.layout) {
             Ok(()) => return Ok(k),
             Err(e) => reasons.push(format!("{}: {e}", b.dir.display())),

@@ -1,6 +1,7 @@
 //! The rule that gives each signal of a field its bundle when several are given
-//! (`greenwave_runtime::bundle_set`): the one exported for it, else the first that fits;
-//! every signal's bundle fits its plan and layout, whatever order the bundles come in.
+//! (`greenwave_runtime::bundle_set`): the one exported for it and no other, else the first
+//! that names no signal and fits; every signal's bundle fits its plan and layout, whatever
+//! order the bundles come in.
 
 use std::path::PathBuf;
 
@@ -61,9 +62,10 @@ fn each_signal_takes_the_bundle_exported_for_it_else_the_first_that_fits() {
         two,
     )
     .unwrap();
-    assert_eq!(set.of_signal, [1, 0]);
-    assert_eq!(set.for_signal(0).dir, PathBuf::from("a"));
-    assert_eq!(set.first_signal(0), 1);
+    assert_eq!(set.of_signal(), [1, 0]);
+    assert_eq!(set.for_signal(0).unwrap().dir, PathBuf::from("a"));
+    assert!(set.for_signal(2).is_none());
+    assert_eq!(set.signals_of(0), [1]);
     // Without signal ids, the first that fits.
     let set = BundleSet::assign(
         vec![
@@ -73,7 +75,34 @@ fn each_signal_takes_the_bundle_exported_for_it_else_the_first_that_fits() {
         two,
     )
     .unwrap();
-    assert_eq!(set.of_signal, [1, 0]);
+    assert_eq!(set.of_signal(), [1, 0]);
+}
+
+/// Two signals of one plan and layout (J1 and a copy of it named J3): a bundle exported
+/// for J1 never runs on J3, whose lanes may feed its movements otherwise.
+#[test]
+fn a_bundle_exported_for_one_signal_never_runs_on_another_of_the_same_plan() {
+    let specs = signals();
+    let mut j3 = specs[0].clone();
+    j3.id = "J3".into();
+    let field = [specs[0].clone(), specs[1].clone(), j3.clone()];
+    let a = || bundle_for(&specs[0], Some(&specs[0].id), 1, "a");
+    let b = || bundle_for(&specs[1], Some(&specs[1].id), 1, "b");
+    let c = || bundle_for(&j3, Some("J3"), 1, "c");
+    for order in [vec![c(), b(), a()], vec![a(), c(), b()]] {
+        let set = BundleSet::assign(order, &field).unwrap();
+        let dirs: Vec<_> = (0..3)
+            .map(|i| set.for_signal(i).unwrap().dir.clone())
+            .collect();
+        assert_eq!(dirs, ["a", "b", "c"].map(PathBuf::from));
+    }
+    let e = BundleSet::assign(vec![a(), b()], &field).unwrap_err();
+    assert!(matches!(e, BundleSetError::NoFit { signal: 2, .. }), "{e}");
+    assert!(e.to_string().contains("a: exported for signal J1"), "{e}");
+    // One network for every signal of that plan (no signal named) serves both.
+    let shared = bundle_for(&specs[0], None, 1, "shared");
+    let set = BundleSet::assign(vec![b(), shared], &field).unwrap();
+    assert_eq!(set.of_signal(), [1, 0, 1]);
 }
 
 #[test]
@@ -86,9 +115,25 @@ fn a_set_that_cannot_run_the_field_is_refused_naming_what_is_wrong() {
     assert!(matches!(e, BundleSetError::Empty), "{e}");
     let e = BundleSet::assign(vec![a()], two).unwrap_err();
     assert!(matches!(e, BundleSetError::NoFit { signal: 1, .. }), "{e}");
-    assert!(e.to_string().contains("a: plan check failed"), "{e}");
+    assert!(e.to_string().contains("a: exported for signal J1"), "{e}");
+    let unnamed = || bundle_for(&specs[0], None, 1, "unnamed");
+    let e = BundleSet::assign(vec![a(), unnamed()], two).unwrap_err();
+    assert!(e.to_string().contains("unnamed: plan check failed"), "{e}");
     let e = BundleSet::assign(vec![a(), b(1), a()], two).unwrap_err();
+    assert!(matches!(e, BundleSetError::Twice { .. }), "{e}");
+    let mut a2 = a();
+    a2.dir = PathBuf::from("a2");
+    let e = BundleSet::assign(vec![a(), b(1), a2], two).unwrap_err();
+    assert!(matches!(e, BundleSetError::SameSignal { .. }), "{e}");
+    let elsewhere = bundle_for(&specs[2], Some(&specs[2].id), 1, "c");
+    let e = BundleSet::assign(vec![a(), b(1), elsewhere], two).unwrap_err();
     assert!(matches!(e, BundleSetError::Unused { .. }), "{e}");
+    assert!(
+        e.to_string().contains("which the field does not have"),
+        "{e}"
+    );
+    let e = BundleSet::assign(vec![a(), b(1), unnamed()], two).unwrap_err();
+    assert!(e.to_string().contains("runs another"), "{e}");
     let e = BundleSet::assign(vec![a(), b(2)], two).unwrap_err();
     assert!(
         matches!(e, BundleSetError::Versions { version: 2, .. }),
@@ -125,10 +170,13 @@ proptest! {
         match BundleSet::assign(bundles, &signals) {
             Ok(set) => {
                 for (i, s) in signals.iter().enumerate() {
-                    prop_assert!(fits(set.for_signal(i), s));
+                    let b = set.for_signal(i).unwrap();
+                    prop_assert!(fits(b, s));
+                    let named = greenwave_runtime::bundle_set::exported_for(b);
+                    prop_assert!(named.is_none() || named == Some(s.id.as_str()));
                 }
-                for k in 0..set.bundles.len() {
-                    prop_assert!(set.of_signal.contains(&k));
+                for k in 0..set.bundles().len() {
+                    prop_assert!(set.of_signal().contains(&k));
                 }
             }
             // Only a bundle for a junction not in the field may be refused, as unused.

@@ -2,8 +2,8 @@
 //! (a policy exported once per signal, `greenwave export`) runs each signal from the
 //! bundle made for it, all in one controller. Which signal runs which is
 //! greenwave-runtime's `bundle_set` rule; every bundle also passes every check a single
-//! bundle does (signature against the trusted keys, integrity, plan hash and layout for
-//! each signal it serves, program clock, decision interval). A set that fails any of them
+//! bundle does, for the signals it runs (signature against the trusted keys, integrity,
+//! plan hash and layout, program clock, decision interval). A set that fails any of them
 //! is refused whole, and every signal runs its fallback (or, with `--require-policy`, the
 //! run stops).
 
@@ -11,41 +11,61 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use greenwave_core::Millis;
-use greenwave_runtime::bundle::{self, VerifiedBundle};
+use greenwave_runtime::bundle::{self, key_hex};
 use greenwave_runtime::bundle_set::BundleSet;
 use greenwave_runtime::controller::{Policy, SignalSpec};
 use greenwave_runtime::inference::{load_backend, PerSignalBackend, PolicyBackend};
 
-use super::{check_run_timing, explorer, RunArgs};
+use super::{check_run_timing, explorer, LoadedPolicy, RunArgs, SignalBundle};
 use crate::keys::trusted_keys;
 
 /// Verifies every bundle in `dirs`, gives each signal of `specs` its bundle and loads
-/// them as one policy; with the first bundle, for the report.
+/// them as one policy.
 pub(super) fn load(
     args: &RunArgs,
     dirs: &[PathBuf],
     specs: &[SignalSpec],
     interval: Millis,
-) -> Result<(Policy, VerifiedBundle)> {
+) -> Result<LoadedPolicy> {
     let set = verify_set(&args.trust, dirs, specs)?;
-    let mut backends: Vec<Box<dyn PolicyBackend>> = Vec::with_capacity(set.bundles.len());
-    for (k, b) in set.bundles.iter().enumerate() {
+    // A simulated SUMO field takes its program clock from the first bundle (`any_bundle`).
+    let field = &set.bundles()[0];
+    let mut backends: Vec<Box<dyn PolicyBackend>> = Vec::with_capacity(set.bundles().len());
+    for (k, b) in set.bundles().iter().enumerate() {
         let context = || format!("bundle {}", b.dir.display());
-        check_run_timing(args, b, specs, interval).with_context(context)?;
-        let layout = specs[set.first_signal(k)].layout;
+        let own: Vec<SignalSpec> = set
+            .signals_of(k)
+            .iter()
+            .map(|&i| specs[i].clone())
+            .collect();
+        check_run_timing(args, b, field, &own, interval).with_context(context)?;
         let ort = args.ort_lib.as_deref();
-        backends.push(load_backend(args.backend, &b.model, layout, ort).with_context(context)?);
+        backends
+            .push(load_backend(args.backend, &b.model, own[0].layout, ort).with_context(context)?);
     }
-    for (s, b) in specs.iter().zip(&set.of_signal) {
-        tracing::info!(signal = %s.id, bundle = %set.bundles[*b].dir.display(), "signal's policy");
-    }
+    let signals = specs
+        .iter()
+        .zip(set.of_signal())
+        .map(|(s, &k)| {
+            let b = &set.bundles()[k];
+            SignalBundle {
+                signal: s.id.clone(),
+                bundle: b.dir.display().to_string(),
+                signer: key_hex(&b.signer),
+            }
+        })
+        .collect();
+    let (bundles, of_signal) = set.into_parts();
     let policy = Policy {
-        backend: Box::new(PerSignalBackend::new(backends, set.of_signal)?),
-        version: set.bundles[0].manifest.policy_version,
+        backend: Box::new(PerSignalBackend::new(backends, of_signal)?),
+        version: bundles[0].manifest.policy_version,
         explorer: explorer(args)?,
     };
-    let first = set.bundles.into_iter().next().context("no bundle given")?;
-    Ok((policy, first))
+    Ok(LoadedPolicy {
+        policy,
+        signer: bundles[0].signer,
+        signals,
+    })
 }
 
 /// Verifies every bundle in `dirs` against the keys in `trust` and gives each of `specs`
