@@ -251,7 +251,7 @@ struct LoadedPolicy {
 }
 
 /// The bundle a signal runs, in the report.
-#[derive(Clone, Serialize)]
+#[derive(Serialize)]
 struct SignalBundle {
     signal: String,
     bundle: String,

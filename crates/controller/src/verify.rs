@@ -48,12 +48,8 @@ pub fn run(args: VerifyArgs) -> Result<()> {
     if let Some(path) = &args.site {
         let site = SiteConfig::load(path)?;
         let what = path.display().to_string();
-        check_set(
-            &bundles,
-            &site.signal_specs(),
-            Some(site.decision_interval()),
-            &what,
-        )?;
+        let specs = site.signal_specs();
+        check_set(&bundles, &specs, Some(site.decision_interval()), &what)?;
         println!("matches every signal of {what}");
     }
     #[cfg(feature = "sim")]
@@ -123,9 +119,13 @@ fn check_set(
 pub fn check_site(b: &VerifiedBundle, path: &std::path::Path) -> Result<()> {
     let site = SiteConfig::load(path)?;
     let what = path.display().to_string();
-    b.check_decision_interval(site.decision_interval())
-        .with_context(|| what.clone())?;
-    check_signals(b, &site.signal_specs(), &what)
+    let specs = site.signal_specs();
+    check_set(
+        std::slice::from_ref(b),
+        &specs,
+        Some(site.decision_interval()),
+        &what,
+    )
 }
 
 /// Checks the bundle against every signal of `specs` (plan, layout, program clock), `what`
