@@ -796,19 +796,9 @@ fn the_controller_writes_a_sumo_fields_program_clock_itself() {
     assert!(seen.iter().any(|o| o[..detected].iter().any(|&x| x > 0.0)));
 }
 
-/// A scenario given as a `.sumocfg` runs as with its files given one by one (the fixture's
-/// own `single.sumocfg`, relative names); a configuration's traffic options reach SUMO
-/// (`<scale value="0.4"/>` cuts the demand) unless `--sumo-args` gives them too (`--scale
-/// 1` puts it back); what greenwave sets itself (an output, the end, the TraCI port) is
-/// left out, by name, and never written.
-#[test]
-fn a_sumocfg_gives_the_files_and_the_traffic_options() {
-    if !greenwave_sim::sumo::available_for_tests() {
-        return;
-    }
-    let d = tmp("sumocfg");
-    std::fs::create_dir_all(&d).unwrap();
-    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+/// A configuration of `net` and `routes` at scale 0.4 with options greenwave sets itself
+/// (an output to `d/mine.xml`, the end, the TraCI port), written to `d/scaled.sumocfg`.
+fn scaled_sumocfg(d: &Path, net: &Path, routes: &Path) -> PathBuf {
     let scaled = d.join("scaled.sumocfg");
     std::fs::write(
         &scaled,
@@ -826,27 +816,48 @@ fn a_sumocfg_gives_the_files_and_the_traffic_options() {
         ),
     )
     .unwrap();
-    let sim = |extra: &[&str]| -> (u64, f64, String) {
-        let mut args = vec![
-            "sim",
-            "--backend",
-            "sumo",
-            "--controller",
-            "fixed-time",
-            "--seconds",
-            "600",
-            "--json",
-        ];
-        args.extend(extra);
-        let o = greenwave(&args);
-        let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
-        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-        (
-            v["throughput_veh"].as_u64().unwrap(),
-            v["mean_delay_s"].as_f64().unwrap(),
-            stderr,
-        )
-    };
+    scaled
+}
+
+/// `greenwave sim --backend sumo` with the fixed-time controller for 600 s and `extra`:
+/// throughput, mean delay and what it said on stderr.
+fn sim_600s_fixed_time(extra: &[&str]) -> (u64, f64, String) {
+    let mut args = vec![
+        "sim",
+        "--backend",
+        "sumo",
+        "--controller",
+        "fixed-time",
+        "--seconds",
+        "600",
+        "--json",
+    ];
+    args.extend(extra);
+    let o = greenwave(&args);
+    let v: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    (
+        v["throughput_veh"].as_u64().unwrap(),
+        v["mean_delay_s"].as_f64().unwrap(),
+        stderr,
+    )
+}
+
+/// A scenario given as a `.sumocfg` runs as with its files given one by one (the fixture's
+/// own `single.sumocfg`, relative names); a configuration's traffic options reach SUMO
+/// (`<scale value="0.4"/>` cuts the demand) unless `--sumo-args` gives them too (`--scale
+/// 1` puts it back); what greenwave sets itself (an output, the end, the TraCI port) is
+/// left out, by name, and never written.
+#[test]
+fn a_sumocfg_gives_the_files_and_the_traffic_options() {
+    if !greenwave_sim::sumo::available_for_tests() {
+        return;
+    }
+    let d = tmp("sumocfg");
+    std::fs::create_dir_all(&d).unwrap();
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let scaled = scaled_sumocfg(&d, &net, &routes);
+    let sim = sim_600s_fixed_time;
     let (net_s, routes_s) = (net.to_str().unwrap(), routes.to_str().unwrap());
     let base = sim(&["--net", net_s, "--routes", routes_s]);
     let own = sim(&["--sumocfg", fixture("single.sumocfg").to_str().unwrap()]);

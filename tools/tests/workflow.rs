@@ -5,10 +5,29 @@ mod common;
 
 use common::{failed, greenwave, ok, tmp};
 use std::collections::HashMap;
+use std::path::Path;
 
 /// A scenario file of tools/tests/scenarios.
 fn test_scenario(name: &str) -> String {
     format!("{}/tests/scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `greenwave plot` redraws the curves of `run` from its metrics.csv (a run stopped
+/// early), and refuses a folder with none (`not_a_run`).
+fn plot_redraws_the_curves(run: &Path, not_a_run: &Path) {
+    for f in ["training.png", "losses.png"] {
+        std::fs::remove_file(run.join(f)).unwrap();
+    }
+    ok(&greenwave(&["plot", run.to_str().unwrap()]));
+    for f in ["training.png", "losses.png"] {
+        assert!(run.join(f).exists(), "{f} not redrawn by greenwave plot");
+    }
+    let o = greenwave(&["plot", not_a_run.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no metrics.csv"),
+        "{o:?}"
+    );
 }
 
 #[test]
@@ -45,20 +64,7 @@ fn train_export_eval() {
     ] {
         assert!(run.join(f).exists(), "{f} missing from the run folder");
     }
-    // `greenwave plot` redraws the curves from metrics.csv (a run stopped early).
-    for f in ["training.png", "losses.png"] {
-        std::fs::remove_file(run.join(f)).unwrap();
-    }
-    ok(&greenwave(&["plot", run_s]));
-    for f in ["training.png", "losses.png"] {
-        assert!(run.join(f).exists(), "{f} not redrawn by greenwave plot");
-    }
-    let o = greenwave(&["plot", d.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("no metrics.csv"),
-        "{o:?}"
-    );
+    plot_redraws_the_curves(&run, &d);
     let out = ok(&greenwave(&["export", run_s, "--out", model_s]));
     assert!(out.contains("tiny.onnx"));
     for f in [

@@ -12,7 +12,7 @@
 #[path = "../../runtime/tests/common/mod.rs"]
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{check_invariants, fixture, TestField};
@@ -20,7 +20,7 @@ use greenwave_core::{ActionSource, ClockStage, Millis, ObsLayout, ProgramClock};
 use greenwave_runtime::bundle::{self, verify_and_load};
 use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, FallbackKind, Policy};
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
-use greenwave_runtime::log::{read_all, LogConfig, LogWriter, SyncPolicy};
+use greenwave_runtime::log::{read_all, LogConfig, LogRecord, LogWriter, SyncPolicy};
 
 fn controller_bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_greenwave-controller"))
@@ -237,14 +237,9 @@ fn a_bundle_signed_by_an_untrusted_key_runs_the_fallback_or_stops() {
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }
 
-/// A cabinet runs from a site configuration on recorded detector readings, with no
-/// simulator: record a simulated run, write the site, replay it — the policy takes the same
-/// decisions (the same logged actions); a site whose plan is not the bundle's runs the
-/// fallback only, and a site with no field is refused by name.
-#[test]
-fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
-    let fx = fixture("site");
-    let dir = &fx.dir;
+/// The single-4way scenario's site configuration (actuated fallback), written to
+/// `dir/site.toml`.
+fn single_4way_site(dir: &Path) -> (greenwave_runtime::site::SiteConfig, PathBuf) {
     let scenario = greenwave_sim::load("single-4way").unwrap();
     let sim = greenwave_runtime::controller::SimField::new(
         greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0),
@@ -257,6 +252,35 @@ fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
     );
     let site_file = dir.join("site.toml");
     std::fs::write(&site_file, site.to_toml().unwrap()).unwrap();
+    (site, site_file)
+}
+
+/// Log `replayed` holds the `n` actions of log `live`, each record's reward the site's
+/// (wait delta).
+fn same_logged_actions(live: &Path, replayed: &Path, n: usize) {
+    let records = |log: &Path| -> Vec<LogRecord> {
+        let (records, issues) = read_all(log).unwrap();
+        assert!(issues.is_empty(), "{issues:?}");
+        records
+    };
+    let (a, b) = (records(live), records(replayed));
+    let reward = Some(greenwave_core::RewardKind::WaitDelta);
+    assert!(b.iter().all(|r| r.transition.reward_kind == reward));
+    let actions =
+        |rs: &[LogRecord]| -> Vec<u8> { rs.iter().map(|r| r.transition.action).collect() };
+    assert_eq!(a.len(), n);
+    assert_eq!(actions(&a), actions(&b));
+}
+
+/// A cabinet runs from a site configuration on recorded detector readings, with no
+/// simulator: record a simulated run, write the site, replay it — the policy takes the same
+/// decisions (the same logged actions); a site whose plan is not the bundle's runs the
+/// fallback only, and a site with no field is refused by name.
+#[test]
+fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
+    let fx = fixture("site");
+    let dir = &fx.dir;
+    let (site, site_file) = single_4way_site(dir);
     let (bundle, key) = (
         fx.bundle.to_str().unwrap(),
         fx.keys.public.to_str().unwrap(),
@@ -303,18 +327,7 @@ fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
     assert_eq!(replayed["policy"]["loaded"], true, "{replayed}");
     assert_eq!(live["decisions"], 120);
     assert_eq!(replayed["decisions"], 120);
-    let actions = |log: &str| -> Vec<u8> {
-        let (records, issues) = read_all(dir.join(log)).unwrap();
-        assert!(issues.is_empty(), "{issues:?}");
-        records.iter().map(|r| r.transition.action).collect()
-    };
-    let (a, b) = (actions("live"), actions("replayed"));
-    assert_eq!(a.len(), 120);
-    assert_eq!(a, b);
-    let (records, _) = read_all(dir.join("replayed")).unwrap();
-    assert!(records
-        .iter()
-        .all(|r| r.transition.reward_kind == Some(greenwave_core::RewardKind::WaitDelta)));
+    same_logged_actions(&dir.join("live"), &dir.join("replayed"), 120);
 
     // Another plan: the bundle is refused for it and the fallback runs.
     let other = site

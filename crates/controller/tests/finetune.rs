@@ -369,18 +369,60 @@ fn install_version_2(s: &Site, store: &Path) {
         .unwrap();
 }
 
+/// The controller runs the store's current version 2 (trusting the site's own key), and
+/// `rollback` takes the store back to version 1.
+fn run_current_then_roll_back(s: &Site, store: &str) {
+    let p = |x: &Path| x.to_str().unwrap().to_string();
+    let (site_pub, own_pub) = (p(&s.site_pub), p(&s.own_pub));
+    let cur = format!("{store}/current");
+    let out = controller(&[
+        "run",
+        "--bundle",
+        &cur,
+        "--trust",
+        &site_pub,
+        "--trust",
+        &own_pub,
+        "--scenario",
+        "single-4way",
+        "--log-dir",
+        &p(&s.dir.join("log2")),
+        "--seconds",
+        "60",
+        "--json",
+        "--require-policy",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["policy"]["policy_version"], 2);
+
+    let out = controller(&[
+        "rollback", "--store", store, "--trust", &site_pub, "--trust", &own_pub,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("v2 -> v1"));
+}
+
 #[test]
 fn the_finetune_and_rollback_commands() {
     let s = site("ft-cli");
     let log = s.dir.join("log");
     log_sessions(&log, 2, 7200);
     let p = |x: &Path| x.to_str().unwrap().to_string();
-    let (store, bundle_dir, site_pub, own_key, own_pub, log_s) = (
+    let (store, bundle_dir, site_pub, own_key, log_s) = (
         p(&s.dir.join("store")),
         p(&s.bundle),
         p(&s.site_pub),
         p(&s.own_key),
-        p(&s.own_pub),
         p(&log),
     );
     let base = [
@@ -431,43 +473,7 @@ fn the_finetune_and_rollback_commands() {
     // command.
     install_version_2(&s, Path::new(&store));
 
-    // The controller runs the store's current version (trusting its own key).
-    let cur = format!("{store}/current");
-    let out = controller(&[
-        "run",
-        "--bundle",
-        &cur,
-        "--trust",
-        &site_pub,
-        "--trust",
-        &own_pub,
-        "--scenario",
-        "single-4way",
-        "--log-dir",
-        &p(&s.dir.join("log2")),
-        "--seconds",
-        "60",
-        "--json",
-        "--require-policy",
-        "--quiet",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(j["policy"]["policy_version"], 2);
-
-    let out = controller(&[
-        "rollback", "--store", &store, "--trust", &site_pub, "--trust", &own_pub,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("v2 -> v1"));
+    run_current_then_roll_back(&s, &store);
     let store = PolicyStore::open(&store).unwrap();
     let events: Vec<String> = store
         .history()

@@ -113,28 +113,66 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-#[test]
-fn each_signal_runs_the_bundle_exported_for_it_in_one_controller() {
-    let dir = tmp("per-signal");
+/// Two signed per-signal bundles for the arterial's two signals (J1, J2), in `dir`.
+struct Fixture {
+    dir: PathBuf,
+    keys: bundle::KeyPairPaths,
+    specs: Vec<SignalSpec>,
+    j1: PathBuf,
+    j2: PathBuf,
+}
+
+fn fixture(name: &str) -> Fixture {
+    let dir = tmp(name);
     let (keys, _) = bundle::keygen(&dir.join("site"), false).unwrap();
     let specs = signals();
     assert_eq!(specs.len(), 2);
     assert_ne!(specs[0].layout, specs[1].layout, "mixed layouts");
     let j1 = signed_for(&dir, "j1", &specs[0], 1, &keys.secret);
     let j2 = signed_for(&dir, "j2", &specs[1], 1, &keys.secret);
+    Fixture {
+        dir,
+        keys,
+        specs,
+        j1,
+        j2,
+    }
+}
 
+impl Fixture {
+    /// `run` with `bundles`, logging to `log`.
+    fn run(&self, log: &str, bundles: &[&Path]) -> Output {
+        run(&self.dir, log, &self.keys.public, bundles)
+    }
+
+    /// One network for J1's plan that names no signal: it cannot serve J2.
+    fn unnamed(&self) -> PathBuf {
+        let (dir, spec) = (&self.dir, &self.specs[0]);
+        signed(dir, "unnamed", spec, None, 1, &self.keys.secret)
+    }
+}
+
+/// Asserts that `out` failed, saying `what`.
+fn refused(out: &Output, what: &str) {
+    assert!(!out.status.success(), "not refused: {what}");
+    assert!(stderr(out).contains(what), "{}", stderr(out));
+}
+
+#[test]
+fn each_signal_runs_the_bundle_exported_for_it_in_one_controller() {
+    let f = fixture("per-signal");
     // Given in either order, each signal runs its own bundle; both take policy decisions.
-    for (log, order) in [("log-a", [&j1, &j2]), ("log-b", [&j2, &j1])] {
-        let out = run(&dir, log, &keys.public, &[order[0], order[1]]);
+    for (log, order) in [("log-a", [&f.j1, &f.j2]), ("log-b", [&f.j2, &f.j1])] {
+        let out = f.run(log, &[order[0], order[1]]);
         assert!(out.status.success(), "{}", stderr(&out));
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["policy"]["loaded"], true, "{report}");
         assert!(report["throughput_veh"].as_u64().unwrap() > 0, "{report}");
         let ran = &report["policy"]["bundles"];
         assert_eq!(ran[0]["signal"], "J1", "{report}");
-        assert_eq!(ran[0]["bundle"], j1.display().to_string(), "{report}");
-        assert_eq!(ran[1]["bundle"], j2.display().to_string(), "{report}");
-        let (records, issues) = read_all(dir.join(log)).unwrap();
+        assert_eq!(ran[0]["bundle"], f.j1.display().to_string(), "{report}");
+        assert_eq!(ran[1]["bundle"], f.j2.display().to_string(), "{report}");
+        let (records, issues) = read_all(f.dir.join(log)).unwrap();
         assert!(issues.is_empty(), "{issues:?}");
         for signal in 0..2u16 {
             let by_policy = records
@@ -145,77 +183,69 @@ fn each_signal_runs_the_bundle_exported_for_it_in_one_controller() {
             assert!(by_policy > 0, "signal {signal}: no policy decision logged");
         }
     }
+}
 
+#[test]
+fn verify_says_which_signal_runs_which_bundle() {
+    let f = fixture("per-signal-verify");
     // `verify` checks the set against the field as `run` takes it.
-    let out = verify(&keys.public, &[&j2, &j1]);
+    let out = verify(&f.keys.public, &[&f.j2, &f.j1]);
     assert!(out.status.success(), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout);
-    let j1_runs = format!("signal J1 runs {}", j1.display());
+    let j1_runs = format!("signal J1 runs {}", f.j1.display());
     assert!(said.contains(&j1_runs), "{said}");
     assert!(said.contains("matches every signal of"), "{said}");
-    // One network for J1's plan that names no signal: it cannot serve J2.
-    let unnamed = signed(&dir, "unnamed", &specs[0], None, 1, &keys.secret);
-    let out = verify(&keys.public, &[&j1, &unnamed]);
-    assert!(!out.status.success());
-    let refusal = "signal 1 (J2): no bundle given fits it";
-    assert!(stderr(&out).contains(refusal), "{}", stderr(&out));
+    let out = verify(&f.keys.public, &[&f.j1, &f.unnamed()]);
+    refused(&out, "signal 1 (J2): no bundle given fits it");
+}
 
-    // A signal no bundle fits: the set is refused, naming the signal.
-    let out = run(&dir, "log-c", &keys.public, &[&j1, &unnamed]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains(refusal), "{}", stderr(&out));
-
+#[test]
+fn a_set_that_does_not_fit_the_field_is_refused_by_name() {
+    let f = fixture("per-signal-refusals");
+    let unnamed = f.unnamed();
+    // A signal no bundle fits.
+    let out = f.run("log-c", &[&f.j1, &unnamed]);
+    refused(&out, "signal 1 (J2): no bundle given fits it");
     // A bundle no signal runs; a bundle given twice.
-    let out = run(&dir, "log-d", &keys.public, &[&j1, &j2, &unnamed]);
-    assert!(!out.status.success());
-    let unused = "no signal of the field runs it";
-    assert!(stderr(&out).contains(unused), "{}", stderr(&out));
-    let out = run(&dir, "log-d2", &keys.public, &[&j1, &j2, &j1]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("is given twice"), "{}", stderr(&out));
+    let out = f.run("log-d", &[&f.j1, &f.j2, &unnamed]);
+    refused(&out, "no signal of the field runs it");
+    let out = f.run("log-d2", &[&f.j1, &f.j2, &f.j1]);
+    refused(&out, "is given twice");
 
     // Bundles of two policy versions.
-    let j2v2 = signed_for(&dir, "j2v2", &specs[1], 2, &keys.secret);
-    let out = run(&dir, "log-e", &keys.public, &[&j1, &j2v2]);
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("holds policy version 2"),
-        "{}",
-        stderr(&out)
-    );
+    let j2v2 = signed_for(&f.dir, "j2v2", &f.specs[1], 2, &f.keys.secret);
+    let out = f.run("log-e", &[&f.j1, &j2v2]);
+    refused(&out, "holds policy version 2");
 
     // A bundle exported for J2, given as J1's: the signal it names refuses it by plan.
-    let wrong = dir.join("j1-as-j2-export");
+    let wrong = f.dir.join("j1-as-j2-export");
     std::fs::create_dir_all(&wrong).unwrap();
-    let w = synthetic_weights(specs[0].layout, &[16, 16], 7);
-    write(&wrong, &w, &specs[0].plan, Some("J2"), 1);
-    let key = bundle::load_signing_key(&keys.secret).unwrap();
-    let mislabelled = dir.join("mislabelled");
+    let w = synthetic_weights(f.specs[0].layout, &[16, 16], 7);
+    write(&wrong, &w, &f.specs[0].plan, Some("J2"), 1);
+    let key = bundle::load_signing_key(&f.keys.secret).unwrap();
+    let mislabelled = f.dir.join("mislabelled");
     bundle::pack_and_sign(&inputs(&wrong.join("policy.onnx")), &key, &mislabelled).unwrap();
-    let out = run(&dir, "log-f", &keys.public, &[&j1, &mislabelled]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("exported for it"), "{}", stderr(&out));
+    let out = f.run("log-f", &[&f.j1, &mislabelled]);
+    refused(&out, "exported for it");
+}
 
-    // Without --require-policy a refused set runs every signal's fallback.
+#[test]
+fn without_require_policy_a_refused_set_runs_every_fallback() {
+    let f = fixture("per-signal-fallback");
     let mut c = Command::new(env!("CARGO_BIN_EXE_greenwave-controller"));
     c.args(["run", "--bundle"])
-        .arg(&j1)
+        .arg(&f.j1)
         .arg("--bundle")
-        .arg(&j1);
+        .arg(&f.j1);
     c.arg("--trust")
-        .arg(&keys.public)
+        .arg(&f.keys.public)
         .arg("--scenario")
         .arg(arterial());
-    c.arg("--log-dir").arg(dir.join("log-g"));
+    c.arg("--log-dir").arg(f.dir.join("log-g"));
     let out = c.args(["--seconds", "60", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["policy"]["loaded"], false, "{report}");
-    assert!(
-        report["policy"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("given twice"),
-        "{report}"
-    );
+    let error = report["policy"]["error"].as_str().unwrap();
+    assert!(error.contains("given twice"), "{report}");
 }

@@ -30,7 +30,7 @@ use greenwave_core::sequencer::Segment;
 use greenwave_core::{
     ActuatedSignal, ConflictMatrix, CycleStage, FixedCycle, Intergreen, Interval, Millis, Movement,
     MovementDetector, MovementId, MovementSet, OverrideReason, Phase, PhaseId, PhasePlan,
-    PhaseTiming, Sequencer, Signal, Turn,
+    PhaseTiming, Sequencer, Signal, SignalFrame, Turn,
 };
 use proptest::prelude::*;
 
@@ -172,110 +172,120 @@ impl Monitor {
     }
 
     fn observe(&mut self, seg: &Segment) -> Result<(), String> {
-        let n = self.plan.movements().len();
-        let frame = seg.frame;
-        // Interval bookkeeping.
-        if self.interval != Some(seg.interval) {
-            if let Some(prev) = self.interval {
-                self.check_interval_end(prev, seg.interval)?;
-            }
-            self.interval = Some(seg.interval);
-            self.interval_ms = 0;
-            if matches!(seg.interval, Interval::Green { .. }) {
-                self.greens_started += 1;
-            }
-            if let Interval::Yellow { from, to } = seg.interval {
-                self.schedule_change(from, to);
-            }
-        }
-        // 1. No conflicting non-red pair.
-        let non_red = frame.non_red();
-        for m in non_red.iter() {
-            let clash = self.plan.conflicts().foes(m).and(non_red);
-            if !clash.is_empty() {
-                return Err(format!(
-                    "conflicting movements {} and {:?} non-red",
-                    m.0, clash
-                ));
-            }
-        }
-        if frame.green.and(frame.yellow) != MovementSet::EMPTY {
-            return Err("a movement is green and yellow at once".into());
-        }
+        self.enter(seg.interval)?;
+        check_no_conflict(&self.plan, &seg.frame)?;
         // 2, 3 and 4 on the display, movement by movement. First the endings (green to
         // yellow, yellow to red), so a foe that turns red in this very segment is seen as
         // red since now when the onsets are checked.
-        let now = self.now_ms;
+        let n = self.plan.movements().len();
         for i in 0..n {
-            let m = MovementId(i as u8);
-            match (self.prev_signal[i], frame.signal(m)) {
-                (Signal::Green, Signal::Red) => return Err(format!("movement {i}: green -> red")),
-                (Signal::Yellow, Signal::Green) => {
-                    return Err(format!("movement {i}: yellow -> green"))
-                }
-                (Signal::Green, Signal::Yellow) => {
-                    let Interval::Yellow { from, .. } = seg.interval else {
-                        return Err(format!("movement {i} turned yellow in {:?}", seg.interval));
-                    };
-                    let t = self.timing(from);
-                    self.yellow_since_ms[i] = now;
-                    self.ever_left_green.insert(m);
-                    self.owed_yellow_ms[i] = t.yellow.0 as u64;
-                    self.owed_all_red_ms[i] = t.all_red.0 as u64;
-                }
-                (Signal::Yellow, Signal::Red) => {
-                    let shown = now - self.yellow_since_ms[i];
-                    if shown != self.owed_yellow_ms[i] {
-                        return Err(format!(
-                            "movement {i}: yellow shown {shown} ms, owed {} ms",
-                            self.owed_yellow_ms[i]
-                        ));
-                    }
-                    self.red_since_ms[i] = now;
-                }
-                _ => {}
-            }
+            self.check_ending(i, seg)?;
         }
         for i in 0..n {
             let m = MovementId(i as u8);
-            if (self.prev_signal[i], frame.signal(m)) == (Signal::Red, Signal::Green) {
-                for e in self.plan.intergreens().iter().filter(|e| e.to == m) {
-                    let f = e.from.0 as usize;
-                    let since = now - self.yellow_since_ms[f];
-                    if self.ever_left_green.contains(e.from) && since < e.time.0 as u64 {
-                        return Err(format!(
-                            "movement {i} green {since} ms after foe {f} left green; \
-                             intergreen {} ms",
-                            e.time.0
-                        ));
-                    }
-                }
-                if now != self.due_green_ms[i] {
+            if (self.prev_signal[i], seg.frame.signal(m)) == (Signal::Red, Signal::Green) {
+                self.check_onset(m)?;
+            }
+        }
+        for i in 0..n {
+            self.prev_signal[i] = seg.frame.signal(MovementId(i as u8));
+        }
+        self.check_interval_lengths(seg)
+    }
+
+    /// Interval bookkeeping: a segment of a new interval ends the one before.
+    fn enter(&mut self, interval: Interval) -> Result<(), String> {
+        if self.interval == Some(interval) {
+            return Ok(());
+        }
+        if let Some(prev) = self.interval {
+            self.check_interval_end(prev, interval)?;
+        }
+        self.interval = Some(interval);
+        self.interval_ms = 0;
+        if matches!(interval, Interval::Green { .. }) {
+            self.greens_started += 1;
+        }
+        if let Interval::Yellow { from, to } = interval {
+            self.schedule_change(from, to);
+        }
+        Ok(())
+    }
+
+    /// Movement `i`'s ending in `seg`: green only to yellow, yellow only to red, each
+    /// yellow as long as its phase's.
+    fn check_ending(&mut self, i: usize, seg: &Segment) -> Result<(), String> {
+        let (m, now) = (MovementId(i as u8), self.now_ms);
+        match (self.prev_signal[i], seg.frame.signal(m)) {
+            (Signal::Green, Signal::Red) => return Err(format!("movement {i}: green -> red")),
+            (Signal::Yellow, Signal::Green) => {
+                return Err(format!("movement {i}: yellow -> green"))
+            }
+            (Signal::Green, Signal::Yellow) => {
+                let Interval::Yellow { from, .. } = seg.interval else {
+                    return Err(format!("movement {i} turned yellow in {:?}", seg.interval));
+                };
+                let t = self.timing(from);
+                self.yellow_since_ms[i] = now;
+                self.ever_left_green.insert(m);
+                self.owed_yellow_ms[i] = t.yellow.0 as u64;
+                self.owed_all_red_ms[i] = t.all_red.0 as u64;
+            }
+            (Signal::Yellow, Signal::Red) => {
+                let shown = now - self.yellow_since_ms[i];
+                if shown != self.owed_yellow_ms[i] {
                     return Err(format!(
-                        "movement {i} green at {now} ms, due at {} ms",
-                        self.due_green_ms[i]
+                        "movement {i}: yellow shown {shown} ms, owed {} ms",
+                        self.owed_yellow_ms[i]
                     ));
                 }
-                for f in self.plan.conflicts().foes(m).iter() {
-                    let f = f.0 as usize;
-                    if self.prev_signal[f] == Signal::Green {
-                        return Err(format!("movement {i} green right after foe {f}'s green"));
-                    }
-                    let red_ms = now - self.red_since_ms[f];
-                    if red_ms < self.owed_all_red_ms[f] {
-                        return Err(format!(
-                            "movement {i} green {red_ms} ms after foe {f} turned red; \
-                             all-red owed {} ms",
-                            self.owed_all_red_ms[f]
-                        ));
-                    }
-                }
+                self.red_since_ms[i] = now;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Movement `m` turns green now: every intergreen from a foe kept, at the time its
+    /// change was scheduled, and no foe green just before or red for less than its all-red.
+    fn check_onset(&self, m: MovementId) -> Result<(), String> {
+        let (i, now) = (m.0 as usize, self.now_ms);
+        for e in self.plan.intergreens().iter().filter(|e| e.to == m) {
+            let f = e.from.0 as usize;
+            let since = now - self.yellow_since_ms[f];
+            if self.ever_left_green.contains(e.from) && since < e.time.0 as u64 {
+                return Err(format!(
+                    "movement {i} green {since} ms after foe {f} left green; \
+                     intergreen {} ms",
+                    e.time.0
+                ));
             }
         }
-        for i in 0..n {
-            self.prev_signal[i] = frame.signal(MovementId(i as u8));
+        if now != self.due_green_ms[i] {
+            return Err(format!(
+                "movement {i} green at {now} ms, due at {} ms",
+                self.due_green_ms[i]
+            ));
         }
-        // 6. Max green, checked as time accumulates.
+        for f in self.plan.conflicts().foes(m).iter() {
+            let f = f.0 as usize;
+            if self.prev_signal[f] == Signal::Green {
+                return Err(format!("movement {i} green right after foe {f}'s green"));
+            }
+            let red_ms = now - self.red_since_ms[f];
+            if red_ms < self.owed_all_red_ms[f] {
+                return Err(format!(
+                    "movement {i} green {red_ms} ms after foe {f} turned red; \
+                     all-red owed {} ms",
+                    self.owed_all_red_ms[f]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// 6. Max green (and yellow length), checked as time accumulates.
+    fn check_interval_lengths(&mut self, seg: &Segment) -> Result<(), String> {
         self.interval_ms += seg.duration.0 as u64;
         self.now_ms += seg.duration.0 as u64;
         if let Interval::Green { phase } = seg.interval {
@@ -679,4 +689,22 @@ fn long_run_ten_million_ticks() {
         total += mon.ticks;
     }
     assert_eq!(total, 10_000_000);
+}
+
+/// 1. No two conflicting movements non-red, and none green and yellow at once.
+fn check_no_conflict(plan: &PhasePlan, frame: &SignalFrame) -> Result<(), String> {
+    let non_red = frame.non_red();
+    for m in non_red.iter() {
+        let clash = plan.conflicts().foes(m).and(non_red);
+        if !clash.is_empty() {
+            return Err(format!(
+                "conflicting movements {} and {:?} non-red",
+                m.0, clash
+            ));
+        }
+    }
+    if frame.green.and(frame.yellow) != MovementSet::EMPTY {
+        return Err("a movement is green and yellow at once".into());
+    }
+    Ok(())
 }

@@ -758,16 +758,9 @@ fn train_on<E: Env + Send>(
     let specs = slots[0].env.signals().to_vec();
     let (kind, layout, shared) = choose_policy(cfg, &slots[0].env, &specs)?;
     let interval_s = f64::from(slots[0].env.decision_interval().0) / 1000.0;
-    let mut cfg = with_discount(cfg, interval_s)?;
-    cfg.policy = Some(kind);
-    cfg.shared_overrides.apply(kind, &mut cfg.ppo);
-    let cfg = &cfg;
-
+    let cfg = &configure(cfg, kind, interval_s)?;
     let mut learner = start_learner(cfg, out, resume, layout)?;
-    for (slot, &eps) in slots.iter_mut().zip(&learner.slot_episodes) {
-        slot.episodes = eps;
-        slot.env.reset(episode_seed(cfg.seed, slot.index, eps))?;
-    }
+    reset_slots(&mut slots, &learner, cfg.seed)?;
     let schedule = Schedule::new(cfg, source, specs.len());
     // Before run.json changes: a fresh run must not pair it with an earlier run's selection.
     let mut selector = Selector::start(
@@ -812,21 +805,20 @@ fn train_on<E: Env + Send>(
         if on_episode_ends || learner.iteration == schedule.stop_at {
             checkpoint::save(out, &learner, on_episode_ends)?;
         }
-        if on_episode_ends && learner.iteration < schedule.stop_at {
-            if let Some(d) = deadline.as_mut() {
-                if out_of_time(
-                    d,
-                    &mut selector,
-                    &learner,
-                    &ctx,
-                    &schedule,
-                    source,
-                    validation,
-                )? {
-                    stopped_short_of = Some(schedule.iterations_total);
-                    break;
-                }
-            }
+        if on_episode_ends
+            && learner.iteration < schedule.stop_at
+            && out_of_time(
+                deadline.as_mut(),
+                &mut selector,
+                &learner,
+                &ctx,
+                &schedule,
+                source,
+                validation,
+            )?
+        {
+            stopped_short_of = Some(schedule.iterations_total);
+            break;
         }
         // After the checkpoint: a run stopped while validating validates again on resume.
         select_if_due(&mut selector, &learner, &ctx, validation, deadline.as_mut())?;
@@ -846,11 +838,29 @@ fn train_on<E: Env + Send>(
     Ok(summary)
 }
 
-/// At a resumable checkpoint: whether the time limit `deadline` stops the run here (with
-/// the validation due here, if any, and the one that ends the run still to fit). If it
-/// does, it says so on stderr and validates these weights as the run's end.
+/// The run's configuration for policy `kind` deciding every `interval_s`: the discount per
+/// decision, the policy, and the shared network's overrides of the PPO settings.
+fn configure(cfg: &TrainConfig, kind: PolicyKind, interval_s: f64) -> Result<TrainConfig> {
+    let mut cfg = with_discount(cfg, interval_s)?;
+    cfg.policy = Some(kind);
+    cfg.shared_overrides.apply(kind, &mut cfg.ppo);
+    Ok(cfg)
+}
+
+/// Puts each slot on the episode the learner has reached for it (the first on a fresh run).
+fn reset_slots<E: Env>(slots: &mut [EnvSlot<E>], learner: &Learner, seed: u64) -> Result<()> {
+    for (slot, &eps) in slots.iter_mut().zip(&learner.slot_episodes) {
+        slot.episodes = eps;
+        slot.env.reset(episode_seed(seed, slot.index, eps))?;
+    }
+    Ok(())
+}
+
+/// At a resumable checkpoint: whether the time limit `deadline` (none: no limit) stops the
+/// run here (with the validation due here, if any, and the one that ends the run still to
+/// fit). If it does, it says so on stderr and validates these weights as the run's end.
 fn out_of_time<E: Env>(
-    deadline: &mut Deadline,
+    deadline: Option<&mut Deadline>,
     selector: &mut Selector,
     learner: &Learner,
     ctx: &UpdateCtx<'_>,
@@ -863,6 +873,9 @@ fn out_of_time<E: Env>(
         &indicatif::ProgressBar,
     ),
 ) -> Result<bool> {
+    let Some(deadline) = deadline else {
+        return Ok(false);
+    };
     let validations = 1 + u32::from(selector.pending(learner.iteration));
     let share = validation_share(ctx.cfg, schedule, source);
     let Some(stop) = deadline.at_checkpoint(Instant::now(), share, validations) else {
