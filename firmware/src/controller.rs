@@ -337,6 +337,14 @@ where
     /// phases are not the plan's or the wider observation does not fit
     /// [`OBS_CAPACITY`].
     pub fn with_program_clock(mut self, clock: &'b ProgramClock) -> Result<Self, ControllerError> {
+        self.read_program_clock(clock)?;
+        Ok(self)
+    }
+
+    /// [`Controller::with_program_clock`] in place, for a controller already in its
+    /// static slot (a cabinet is kilobytes: building it by value moves it on the stack).
+    /// Refused as `with_program_clock` is, with the controller unchanged.
+    pub fn read_program_clock(&mut self, clock: &'b ProgramClock) -> Result<(), ControllerError> {
         let plan = self.seq.plan();
         clock
             .check_plan(plan)
@@ -345,7 +353,7 @@ where
         self.policy = Policy::load(self.blob, plan.hash(), layout);
         self.layout = layout;
         self.program_clock = Some(clock);
-        Ok(self)
+        Ok(())
     }
 
     /// The program clock's time at uptime `now`: 0 when the first green after power-on

@@ -167,3 +167,36 @@ fn a_clock_that_does_not_fit_is_refused() {
         }
     );
 }
+
+/// In place (`read_program_clock`, for a controller already in its static slot): a clock
+/// that is refused leaves the controller as it was, its blob still running on the
+/// detector lanes; one that fits widens the layout as `with_program_clock` does.
+#[test]
+fn a_clock_read_in_place_is_refused_without_a_change_or_taken() {
+    let detectors_only = ObsLayout::for_signal(8, 4, false).unwrap();
+    let bytes = synthetic_blob(plan().hash(), detectors_only);
+    let field = Shared::default();
+    let mut ctl = cabinet8(&field, Some(&bytes));
+    let foreign = ProgramClock::new(&[stage(0, 30), stage(5, 30)], 0).unwrap();
+    assert!(matches!(
+        ctl.read_program_clock(&foreign),
+        Err(ControllerError::ProgramClock(
+            ProgramClockError::UnknownPhase { phase: 5, .. }
+        ))
+    ));
+    assert_eq!(ctl.policy_status(), Ok(1));
+    assert_eq!(ctl.layout(), detectors_only);
+
+    let clock = program();
+    ctl.read_program_clock(&clock).unwrap();
+    assert_eq!(ctl.layout().n_lanes, 12);
+    assert_eq!(
+        ctl.policy_status(),
+        Err(FallbackReason::LayoutMismatch {
+            blob_lanes: 8,
+            blob_phases: 4,
+            lanes: 12,
+            phases: 4
+        })
+    );
+}

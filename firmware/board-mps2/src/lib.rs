@@ -24,7 +24,10 @@ use cortex_m_semihosting::debug::{self, EXIT_FAILURE, EXIT_SUCCESS};
 use embedded_io::Write;
 use greenwave_firmware::Policy;
 use greenwave_firmware_replay::stats::TargetStats;
-use greenwave_firmware_replay::{cabinet, io_bank, replay, Cabinet, ReplayError};
+use greenwave_firmware::ProgramClock;
+use greenwave_firmware_replay::{
+    cabinet, io_bank, replay, single_4way_program_clock, Cabinet, ReplayError,
+};
 
 use meter::Meter;
 use semihost::{eprint, eprint_u32, HostReader, HostWriter};
@@ -61,8 +64,27 @@ impl BoardError {
 /// Boots: paints the stack, builds the controller into `slot` (static RAM) with `blob` as
 /// its policy, replays the trace, reports, and exits QEMU.
 pub fn boot(blob: &'static [u8], slot: &'static mut MaybeUninit<Mps2Cabinet>) -> ! {
+    boot_reading(blob, None, slot)
+}
+
+/// As [`boot`], with the junction's own program as a clock in the policy's observation:
+/// the single-4way cycle (`single_4way_program_clock`), built into `clock` (static RAM).
+/// `blob` must be for the layout with the clock's lanes.
+pub fn boot_with_clock(
+    blob: &'static [u8],
+    clock: &'static mut MaybeUninit<ProgramClock>,
+    slot: &'static mut MaybeUninit<Mps2Cabinet>,
+) -> ! {
+    boot_reading(blob, Some(clock), slot)
+}
+
+fn boot_reading(
+    blob: &'static [u8],
+    clock: Option<&'static mut MaybeUninit<ProgramClock>>,
+    slot: &'static mut MaybeUninit<Mps2Cabinet>,
+) -> ! {
     stack::paint();
-    let code = match run(blob, slot) {
+    let code = match run(blob, clock, slot) {
         Ok(()) => EXIT_SUCCESS,
         Err(e) => {
             eprint(b"greenwave-mps2: ");
@@ -76,12 +98,16 @@ pub fn boot(blob: &'static [u8], slot: &'static mut MaybeUninit<Mps2Cabinet>) ->
     loop {}
 }
 
-fn run(blob: &'static [u8], slot: &'static mut MaybeUninit<Mps2Cabinet>) -> Result<(), BoardError> {
+fn run(
+    blob: &'static [u8],
+    clock: Option<&'static mut MaybeUninit<ProgramClock>>,
+    slot: &'static mut MaybeUninit<Mps2Cabinet>,
+) -> Result<(), BoardError> {
     let core = cortex_m::Peripherals::take().ok_or(BoardError::Peripherals)?;
     meter::start_systick(core.SYST);
     let mut stats = TargetStats::default();
     (stats.calibration_instructions, stats.calibration_ticks) = meter::calibrate();
-    let ctl = build(blob, slot)?;
+    let ctl = build(blob, clock, slot)?;
     stats.startup_stack_bytes = stack::used_bytes();
     stats.stack_size_bytes = stack::size_bytes();
     stack::paint();
@@ -99,13 +125,41 @@ fn run(blob: &'static [u8], slot: &'static mut MaybeUninit<Mps2Cabinet>) -> Resu
 
 /// Builds the controller into `slot`. Its own frame holds the by-value temporaries of
 /// `Controller::new`, so they are gone from the stack before the replay loop starts.
-#[inline(never)]
+/// Each cabinet is built in its own frame (`inline(never)`), so start-up holds one on the
+/// stack, not one per kind.
 fn build(
+    blob: &'static [u8],
+    clock: Option<&'static mut MaybeUninit<ProgramClock>>,
+    slot: &'static mut MaybeUninit<Mps2Cabinet>,
+) -> Result<&'static mut Mps2Cabinet, BoardError> {
+    match clock {
+        None => build_plain(blob, slot),
+        Some(clock) => build_clocked(blob, clock, slot),
+    }
+}
+
+#[inline(never)]
+fn build_plain(
     blob: &'static [u8],
     slot: &'static mut MaybeUninit<Mps2Cabinet>,
 ) -> Result<&'static mut Mps2Cabinet, BoardError> {
     let ctl = cabinet::<Io>(Some(blob)).map_err(|_| BoardError::Cabinet)?;
     Ok(slot.write(ctl))
+}
+
+/// The cabinet goes into `slot` first and reads the clock there (`read_program_clock`):
+/// `cabinet_with_clock` returns it by value, which moves it on the stack again.
+#[inline(never)]
+fn build_clocked(
+    blob: &'static [u8],
+    clock: &'static mut MaybeUninit<ProgramClock>,
+    slot: &'static mut MaybeUninit<Mps2Cabinet>,
+) -> Result<&'static mut Mps2Cabinet, BoardError> {
+    let clock: &'static ProgramClock =
+        clock.write(single_4way_program_clock().map_err(|_| BoardError::Cabinet)?);
+    let ctl = build_plain(blob, slot)?;
+    ctl.read_program_clock(clock).map_err(|_| BoardError::Cabinet)?;
+    Ok(ctl)
 }
 
 fn write_stats(stats: &TargetStats) -> Result<(), BoardError> {

@@ -19,7 +19,10 @@ pub mod stats;
 pub mod trace;
 
 use embedded_io::{Read, Write};
-use greenwave_core::{MovementSet, PhasePlan, PhaseTiming};
+use greenwave_core::{
+    ClockStage, Millis, MovementSet, PhaseId, PhasePlan, PhaseTiming, ProgramClock,
+    ProgramClockError,
+};
 use greenwave_firmware::board::PinMapError;
 use greenwave_firmware::frames::DrainError;
 use greenwave_firmware::{
@@ -54,6 +57,9 @@ pub enum CabinetError {
     /// The controller refused its configuration.
     #[error("controller: {0}")]
     Controller(ControllerError),
+    /// The program clock could not be built.
+    #[error("program clock: {0}")]
+    ProgramClock(ProgramClockError),
 }
 
 /// The plan of the shipped `single-4way` policy (`models/single-4way.manifest.json`):
@@ -85,6 +91,52 @@ pub fn cabinet<B: BankRef>(blob: Option<&[u8]>) -> Result<Cabinet<'_, B>, Cabine
     let card = MonitorCard::from_plan(&plan, board.fault_persistence);
     let fixed = FixedCycle::midpoint(&plan);
     Controller::new(plan, board, pins, card, fixed, blob, BankClock::default())
+        .map_err(CabinetError::Controller)
+}
+
+/// The most stages [`single_4way_program_clock`] builds: one per phase and the change
+/// back to the first.
+const CLOCK_STAGES: usize = greenwave_core::plan::MAX_PHASES + 1;
+
+/// The single-4way junction's own program as a program clock: the fixed cycle its
+/// cabinet falls back to ([`FixedCycle::midpoint`]), each green followed by its switch to
+/// the next phase (yellow and all-red), which stands for the green it leads to, as on SUMO
+/// (`greenwave_sim::sumo::clock`). The cycle starts with phase 0's green at the first
+/// green after power-on (offset 0).
+pub fn single_4way_program_clock() -> Result<ProgramClock, CabinetError> {
+    let plan = single_4way_plan()?;
+    let cycle = FixedCycle::midpoint(&plan);
+    let cycle = cycle.stages();
+    // Stages of 0 ms are dropped by `ProgramClock::new`: the unused ones stay so.
+    let mut stages = [ClockStage {
+        phase: 0,
+        duration: Millis(0),
+    }; CLOCK_STAGES];
+    let mut change = Millis(0);
+    for (k, s) in cycle.iter().enumerate() {
+        let next = cycle[(k + 1) % cycle.len()].phase;
+        stages[k] = ClockStage {
+            phase: s.phase,
+            duration: Millis(change.0 + s.green.0),
+        };
+        change = plan.switch_time(PhaseId(s.phase), PhaseId(next));
+    }
+    stages[cycle.len()] = ClockStage {
+        phase: cycle[0].phase,
+        duration: change,
+    };
+    ProgramClock::new(&stages, 0).map_err(CabinetError::ProgramClock)
+}
+
+/// [`cabinet`] reading `clock`: the policy's observation has one program-clock lane per
+/// phase after the detector lanes (`Controller::with_program_clock`), so `blob` must be
+/// for that layout.
+pub fn cabinet_with_clock<'a, B: BankRef>(
+    blob: Option<&'a [u8]>,
+    clock: &'a ProgramClock,
+) -> Result<Cabinet<'a, B>, CabinetError> {
+    cabinet::<B>(blob)?
+        .with_program_clock(clock)
         .map_err(CabinetError::Controller)
 }
 

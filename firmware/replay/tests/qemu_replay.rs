@@ -9,7 +9,8 @@
 //! 3. The Arm builds (`firmware/board-mps2`: `greenwave-mps2-f32`, `greenwave-mps2-int8`) run
 //!    the same trace under `qemu-system-arm -machine mps2-an386 -icount shift=0`, reading it
 //!    through semihosting and sending frames out of UART0; both outputs must equal the host's
-//!    byte for byte.
+//!    byte for byte. So must `greenwave-mps2-clock-int8`'s, whose policy reads the program
+//!    clock (a synthetic int8 network of the clock's layout, `tests/clock_blob.rs`).
 //! 4. A trace whose field turns a conflicting signal green mid-cycle must latch flash on the
 //!    target, at the same poll as on the host.
 //!
@@ -26,18 +27,21 @@ use std::process::Command;
 use std::time::Duration;
 
 use greenwave_core::MovementId;
+use greenwave_firmware::{FallbackReason, ProgramClock};
 use greenwave_firmware::{FaultKind, Lamps, Mode};
 use greenwave_firmware_replay::events::{decode_events, Event, Summary};
 use greenwave_firmware_replay::io::BankRef;
 use greenwave_firmware_replay::stats::{TargetStats, TickStats, DECIDE_REPEATS};
 use greenwave_firmware_replay::trace::{Record, TRACE_MAGIC};
 use greenwave_firmware_replay::{
-    cabinet, io_bank, replay, single_4way_board, single_4way_plan, JustPoll, GROUPS, LANES,
+    cabinet, cabinet_with_clock, io_bank, replay, single_4way_board, single_4way_plan,
+    single_4way_program_clock, Cabinet, JustPoll, GROUPS, LANES,
 };
 
 // One I/O bank per test (tests run in parallel threads).
 io_bank!(F32Bank);
 io_bank!(Int8Bank);
+io_bank!(ClockBank);
 io_bank!(ConflictBank);
 
 const TRACE_MS: u32 = 600_000;
@@ -160,9 +164,17 @@ impl Output {
     }
 }
 
-fn host_replay<B: BankRef>(trace: &[u8], blob: &[u8]) -> Output {
+/// The cabinet over `B` with `blob`, reading `clock` if given.
+fn build<'a, B: BankRef>(blob: &'a [u8], clock: Option<&'a ProgramClock>) -> Cabinet<'a, B> {
+    match clock {
+        None => cabinet::<B>(Some(blob)).unwrap(),
+        Some(clock) => cabinet_with_clock::<B>(Some(blob), clock).unwrap(),
+    }
+}
+
+fn host_replay<B: BankRef>(trace: &[u8], blob: &[u8], clock: Option<&ProgramClock>) -> Output {
     B::bank().reset();
-    let mut ctl = cabinet::<B>(Some(blob)).unwrap();
+    let mut ctl = build::<B>(blob, clock);
     let mut out = Output::default();
     replay(
         &mut ctl,
@@ -200,17 +212,21 @@ fn target() -> Option<Target> {
     let missing = if !qemu.is_ok_and(|o| o.status.success()) {
         Some("qemu-system-arm is not installed (apt-get install qemu-system-arm)".to_string())
     } else {
-        ["greenwave-mps2-f32", "greenwave-mps2-int8"]
-            .iter()
-            .map(|b| elf_dir.join(b))
-            .find(|p| !p.is_file())
-            .map(|p| {
-                format!(
-                    "the Arm build {} is missing (build firmware/board-mps2 as its README says, \
+        [
+            "greenwave-mps2-f32",
+            "greenwave-mps2-int8",
+            "greenwave-mps2-clock-int8",
+        ]
+        .iter()
+        .map(|b| elf_dir.join(b))
+        .find(|p| !p.is_file())
+        .map(|p| {
+            format!(
+                "the Arm build {} is missing (build firmware/board-mps2 as its README says, \
                      or point GREENWAVE_MPS2_ELF_DIR at it)",
-                    p.display()
-                )
-            })
+                p.display()
+            )
+        })
     };
     match missing {
         None => Some(Target { elf_dir }),
@@ -336,11 +352,13 @@ fn report(bin: &str, s: &TargetStats, summary: &Summary) {
     ));
 }
 
-fn host_and_target_agree<B: BankRef>(blob_name: &str, bin: &str) {
+/// The trace recorded with the shipped f32 policy, replayed on the host and the target
+/// with `blob` (reading `clock` if given) and `bin`: the same bytes out.
+fn host_and_target_agree<B: BankRef>(blob: &[u8], clock: Option<&ProgramClock>, bin: &str) {
     let trace = record_trace::<B>(TRACE_MS, 7);
-    let host = host_replay::<B>(&trace, &shipped(blob_name));
+    let host = host_replay::<B>(&trace, blob, clock);
     let summary = host.summary();
-    assert_eq!(summary.policy_version, Some(1), "the shipped policy acts");
+    assert_eq!(summary.policy_version, Some(1), "the policy acts");
     assert_eq!(
         summary.decisions, 120,
         "one decision per 5 s from the end of the 3 s all-red"
@@ -355,19 +373,48 @@ fn host_and_target_agree<B: BankRef>(blob_name: &str, bin: &str) {
         "the policy switches phases"
     );
     let Some(target) = target() else { return };
-    let (on_target, stats) = target.run(bin, &trace, blob_name);
+    let (on_target, stats) = target.run(bin, &trace, bin);
     assert_same(&host, &on_target, bin);
     report(bin, &stats, &summary);
 }
 
 #[test]
 fn cortex_m4_replays_the_f32_policy_bit_exact() {
-    host_and_target_agree::<F32Bank>("single-4way.blob", "greenwave-mps2-f32");
+    let blob = shipped("single-4way.blob");
+    host_and_target_agree::<F32Bank>(&blob, None, "greenwave-mps2-f32");
 }
 
 #[test]
 fn cortex_m4_replays_the_int8_policy_bit_exact() {
-    host_and_target_agree::<Int8Bank>("single-4way.int8.blob", "greenwave-mps2-int8");
+    let blob = shipped("single-4way.int8.blob");
+    host_and_target_agree::<Int8Bank>(&blob, None, "greenwave-mps2-int8");
+}
+
+/// The board image whose policy reads the program clock (`greenwave-mps2-clock-int8`):
+/// the blob is refused without the clock (its layout has the clock's 4 lanes after the
+/// 12 detector lanes), runs with it, and the target agrees with the host bit for bit,
+/// the clock lanes of every logged transition included.
+#[test]
+fn cortex_m4_replays_a_clock_reading_policy_bit_exact() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../board-mps2/blobs/single-4way-clock.int8.blob");
+    let blob = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let clock = single_4way_program_clock().unwrap();
+    let without = cabinet::<ClockBank>(Some(&blob)).unwrap();
+    assert!(
+        matches!(
+            without.policy_status(),
+            Err(FallbackReason::LayoutMismatch { blob_lanes: 16, .. })
+        ),
+        "{:?}",
+        without.policy_status()
+    );
+    drop(without);
+    let with = build::<ClockBank>(&blob, Some(&clock));
+    assert_eq!(with.policy_status(), Ok(1));
+    assert_eq!(with.layout().n_lanes, 16);
+    drop(with);
+    host_and_target_agree::<ClockBank>(&blob, Some(&clock), "greenwave-mps2-clock-int8");
 }
 
 /// At the first poll from 30 s on with a signal green, the field turns a signal green that
@@ -410,7 +457,7 @@ fn conflicting_output_latches_flash_on_target() {
     trace.extend_from_slice(&force.encode().to_le_bytes());
     trace.extend_from_slice(&full[split..]);
 
-    let host = host_replay::<ConflictBank>(&trace, &blob);
+    let host = host_replay::<ConflictBank>(&trace, &blob, None);
     let events = host.decoded();
     let fault_at = events
         .iter()
