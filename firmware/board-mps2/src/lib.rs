@@ -123,10 +123,9 @@ fn run(
     write_stats(&stats)
 }
 
-/// Builds the controller into `slot`. Its own frame holds the by-value temporaries of
+/// Builds the controller into `slot`, reading `clock` if given. Each kind is built in a
+/// frame of its own (`inline(never)`) that holds the by-value temporaries of
 /// `Controller::new`, so they are gone from the stack before the replay loop starts.
-/// Each cabinet is built in its own frame (`inline(never)`), so start-up holds one on the
-/// stack, not one per kind.
 fn build(
     blob: &'static [u8],
     clock: Option<&'static mut MaybeUninit<ProgramClock>>,
