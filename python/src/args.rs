@@ -11,7 +11,7 @@ use crate::spec::{parse_reward, Backend, EnvSpec};
 use crate::value_err;
 
 /// Every keyword the environments take.
-const KNOWN: [&str; 22] = [
+const KNOWN: [&str; 23] = [
     "backend",
     "scenario",
     "demand",
@@ -33,6 +33,7 @@ const KNOWN: [&str; 22] = [
     "program",
     "program_clock",
     "program_intergreens",
+    "pedestrian_weight",
     "seed",
 ];
 
@@ -123,6 +124,7 @@ pub fn spec_from_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(EnvSpec
         episode_s: kw.number("episode_s")?,
         decision_interval_s: kw.number("decision_interval_s")?,
         reward,
+        pedestrian_weight: kw.number("pedestrian_weight")?.map(|w| w as f32),
     };
     Ok((spec, seed))
 }
@@ -144,11 +146,12 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 || !sumo_args.is_empty()
                 || kw.number("step_length_s")?.is_some()
                 || kw.flag("program_intergreens")?.is_some()
+                || kw.number("pedestrian_weight")?.is_some()
             {
                 return Err(value_err(
-                    "net=, routes=, additional=, sumocfg=, sumo_args=, step_length_s= and \
-                     program_intergreens= are for backend=\"sumo\"; the embedded simulator \
-                     takes scenario=",
+                    "net=, routes=, additional=, sumocfg=, sumo_args=, step_length_s=, \
+                     program_intergreens= and pedestrian_weight= are for backend=\"sumo\"; \
+                     the embedded simulator takes scenario=",
                 ));
             }
             if kw.flag("program_clock")? == Some(true) {

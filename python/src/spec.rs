@@ -58,6 +58,9 @@ pub struct EnvSpec {
     /// Reward; the scenario's on the embedded simulator, `delay-accrued-delta` on SUMO (as
     /// `greenwave train`).
     pub reward: Option<RewardKind>,
+    /// What a second a pedestrian stands at a crossing costs in SUMO's delay-accrued
+    /// rewards (`greenwave train --pedestrian-weight`); 1 unless given.
+    pub pedestrian_weight: Option<f32>,
 }
 
 /// A reward by its command-line name (`greenwave train --reward`).
@@ -151,6 +154,9 @@ impl EnvSpec {
         }
         cfg.seconds = self.episode_s.unwrap_or(3600.0);
         cfg.reward = self.reward.unwrap_or(RewardKind::SUMO_DEFAULT);
+        if let Some(w) = self.pedestrian_weight {
+            cfg.pedestrian_weight = w;
+        }
         let mut timing = match timing_file {
             Some(p) => TimingSpec::load(p).map_err(|e| e.to_string())?,
             None => TimingSpec::default(),

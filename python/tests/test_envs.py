@@ -148,10 +148,14 @@ def test_sumo_errors_name_the_problem(tmp_path):
         SignalEnv(**sumo_single(yellow_s=1.0))
     with pytest.raises(ValueError, match="not a multiple of the SUMO step length 0.3 s"):
         SignalEnv(**sumo_single(step_length_s=0.3))
-    with pytest.raises(ValueError, match="step_length_s= and program_intergreens= are for"):
+    with pytest.raises(ValueError, match="step_length_s=, program_intergreens= and pedestrian_weight= are for"):
         SignalEnv(scenario="single-4way", step_length_s=0.5)
-    with pytest.raises(ValueError, match="program_intergreens= are for backend"):
+    with pytest.raises(ValueError, match="pedestrian_weight= are for backend"):
         SignalEnv(scenario="single-4way", program_intergreens=False)
+    with pytest.raises(ValueError, match="pedestrian_weight= are for backend"):
+        SignalEnv(scenario="single-4way", pedestrian_weight=1.0)
+    with pytest.raises(ValueError, match="pedestrian_weight = -1 must be a non-negative number"):
+        SignalEnv(**sumo_single(pedestrian_weight=-1.0))
 
 
 @needs_sumo

@@ -106,6 +106,13 @@ pub struct BackendArgs {
     #[arg(long, value_enum)]
     #[serde(default = "RewardArg::before_delay_delta")]
     pub reward: Option<RewardArg>,
+    /// What a second a pedestrian stands at a signal's crossings costs in the
+    /// `delay-accrued` rewards on SUMO, against a second of delay a vehicle loses: 1
+    /// unless given (or, resuming, the run's own); 0 leaves pedestrians out. See "Training
+    /// on real networks", finding 35, in tools/README.md.
+    #[arg(long, value_name = "WEIGHT")]
+    #[serde(default = "before_pedestrian_weight")]
+    pub pedestrian_weight: Option<f32>,
     /// Program-clock lanes in each signal's observation on SUMO: which phase the light's
     /// own program serves at that moment. `on` unless given (`train`; resuming, as the
     /// run started; `eval` and `sim`, as the policy's manifest says); see "Training on
@@ -121,6 +128,12 @@ pub struct BackendArgs {
     #[arg(long, value_enum)]
     #[serde(default = "OnOff::before_program_intergreens")]
     pub program_intergreens: Option<OnOff>,
+}
+
+/// The pedestrian weight of runs whose `run.json` names none (written before pedestrians
+/// counted in a reward).
+fn before_pedestrian_weight() -> Option<f32> {
+    Some(0.0)
 }
 
 /// `routes` as `run.json` holds it: a list, or (runs from before several were taken) one
@@ -321,6 +334,7 @@ impl BackendArgs {
             step_length: None,
             timing: SumoTimingArgs::default(),
             reward: None,
+            pedestrian_weight: None,
             program_clock: None,
             program_intergreens: None,
         }
@@ -340,12 +354,14 @@ impl BackendArgs {
                     || self.step_length.is_some()
                     || self.timing.is_set()
                     || self.reward.is_some()
+                    || self.pedestrian_weight.is_some()
                     || self.program_clock.is_some()
                     || self.program_intergreens.is_some()
                 {
                     bail!(
                         "--net, --routes, --additional, --sumocfg, --sumo-args, --begin, \
-                         --step-length, --reward, --program-clock, --program-intergreens \
+                         --step-length, --reward, --pedestrian-weight, --program-clock, \
+                         --program-intergreens \
                          and the timing \
                          options (--timing, \
                          --program, --yellow, --all-red, --min-green, --max-green, \
@@ -386,6 +402,7 @@ impl BackendArgs {
         let sumo = |b: &Self| b.backend == Backend::Sumo;
         let keyed = |b: &Self| BackendArgs {
             reward: sumo(b).then_some(b.reward).flatten(),
+            pedestrian_weight: sumo(b).then_some(b.pedestrian_weight).flatten(),
             program_clock: sumo(b).then_some(b.program_clock).flatten(),
             program_intergreens: sumo(b).then_some(b.program_intergreens).flatten(),
             begin: Some(b.begin.unwrap_or(0.0)),
@@ -478,6 +495,9 @@ impl BackendArgs {
         }
         cfg.seed = seed;
         cfg.reward = self.reward.unwrap_or_default().into();
+        if let Some(w) = self.pedestrian_weight {
+            cfg.pedestrian_weight = w;
+        }
         cfg.program_clock = self.program_clock.unwrap_or_default().is_on();
         if let Some(s) = seconds {
             cfg.seconds = s;
@@ -846,6 +866,43 @@ mod tests {
         v.as_object_mut().unwrap().remove("reward");
         let old: BackendArgs = serde_json::from_value(v).unwrap();
         assert_eq!(old.reward, Some(RewardArg::WaitDelta));
+    }
+
+    #[test]
+    fn a_run_resumes_with_its_own_pedestrian_weight() {
+        let weighted = |w| BackendArgs {
+            pedestrian_weight: w,
+            ..BackendArgs::sumo("n.net.xml", "r.rou.xml")
+        };
+        assert!(weighted(Some(1.0)).resumes_as(&weighted(Some(1.0))));
+        assert!(!weighted(Some(1.0)).resumes_as(&weighted(Some(0.0))));
+        // It reaches SUMO's configuration; a negative one is refused there.
+        #[cfg(feature = "sumo")]
+        {
+            let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/sim/fixtures/sumo");
+            let cfg = |w| {
+                let mut b = weighted(w);
+                b.net = Some(format!("{fixtures}/single.net.xml").into());
+                b.routes = vec![format!("{fixtures}/single.rou.xml").into()];
+                b.sumo_config(None, 1)
+            };
+            assert_eq!(cfg(None).unwrap().pedestrian_weight, 1.0);
+            assert_eq!(cfg(Some(0.5)).unwrap().pedestrian_weight, 0.5);
+            let err = format!("{:#}", cfg(Some(-1.0)).unwrap_err());
+            assert!(err.contains("pedestrian_weight = -1"), "{err}");
+        }
+        // Refused on the embedded simulator, which has no pedestrians.
+        let embedded = BackendArgs {
+            pedestrian_weight: Some(1.0),
+            ..BackendArgs::embedded()
+        };
+        let err = embedded.check().unwrap_err().to_string();
+        assert!(err.contains("--pedestrian-weight"), "{err}");
+        // Runs from before it counted no pedestrians.
+        let mut v = serde_json::to_value(weighted(Some(1.0))).unwrap();
+        v.as_object_mut().unwrap().remove("pedestrian_weight");
+        let old: BackendArgs = serde_json::from_value(v).unwrap();
+        assert_eq!(old.pedestrian_weight, Some(0.0));
     }
 
     #[test]

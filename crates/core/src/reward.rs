@@ -27,7 +27,9 @@ pub struct RewardInputs {
     /// up to speed, each vehicle's time loss gained since the last decision point, plus
     /// (on SUMO, where `total_delay_s` counts them too) the interval for each vehicle
     /// waiting to enter on its approaches' edges. A vehicle's loss is counted while it is
-    /// near and never credited back as it leaves.
+    /// near and never credited back as it leaves. On SUMO it also holds, weighted
+    /// ([`RewardKind::PEDESTRIAN_WEIGHT_DEFAULT`] unless set), the waiting time the
+    /// pedestrians on the signal's walking areas and crossings gained in the interval.
     pub accrued_delay_s: f32,
 }
 
@@ -74,6 +76,12 @@ impl RewardKind {
     /// and greenwave-sim's `SumoConfig::new` all read it). Chosen by measurement on the
     /// 17 development nets: tools/README.md, "Training on real networks", findings 18–19.
     pub const SUMO_DEFAULT: RewardKind = RewardKind::DelayAccruedDelta;
+
+    /// What a second a pedestrian stands at a signal's crossings costs in the
+    /// delay-accrued rewards, against a second of delay a vehicle loses, unless told
+    /// otherwise: a person's second counts as a vehicle's (the one place this default is
+    /// written; tools/README.md, "Training on real networks", finding 35).
+    pub const PEDESTRIAN_WEIGHT_DEFAULT: f32 = 1.0;
 
     /// Every reward, in declaration order.
     pub const ALL: [RewardKind; 7] = [

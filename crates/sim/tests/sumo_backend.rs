@@ -282,6 +282,67 @@ fn getters_and_subscriptions_read_the_same() {
     assert_eq!(no_wall(&a), no_wall(&b));
 }
 
+/// One episode on the pedestrians' junction (`peds`: vehicles and walkers), the light
+/// driven by [`greedy`]: each interval's reward, and the metrics.
+fn pedestrian_episode(
+    reward: greenwave_core::RewardKind,
+    weight: f32,
+) -> (Vec<f32>, greenwave_sim::EpisodeMetrics) {
+    let mut cfg = config("peds", 300.0);
+    cfg.routes.push(fixture("peds.walks.xml"));
+    cfg.reward = reward;
+    cfg.pedestrian_weight = weight;
+    let mut env = SumoEnv::new(cfg).unwrap();
+    let mut rewards = Vec::new();
+    loop {
+        let out = env.step(&[greedy(&env, 0)]).unwrap();
+        rewards.push(out.rewards[0]);
+        if out.done {
+            return (rewards, env.metrics());
+        }
+    }
+}
+
+/// The delay-accrued rewards charge each second a pedestrian stands on the light's walking
+/// areas and crossings, times the weight: nothing at weight 0, twice as much at 2 as at 1,
+/// never a credit; the other rewards do not count pedestrians; the traffic is the same.
+#[test]
+fn pedestrians_waiting_to_cross_cost_the_reward_by_their_weight() {
+    use greenwave_core::RewardKind;
+    let (r0, m0) = pedestrian_episode(RewardKind::DelayAccruedDelta, 0.0);
+    let (r1, m1) = pedestrian_episode(RewardKind::DelayAccruedDelta, 1.0);
+    let (r2, _) = pedestrian_episode(RewardKind::DelayAccruedDelta, 2.0);
+    assert_eq!(
+        (m0.mean_delay_s, m0.throughput_veh),
+        (m1.mean_delay_s, m1.throughput_veh)
+    );
+    assert!(m1.pedestrians > 50, "{m1:?}");
+    assert_eq!((r0.len(), r1.len(), r2.len()), (60, 60, 60));
+    // Rewards are per 100 s: the pedestrians' seconds in each interval, weight 1.
+    let standing_s: Vec<f32> = r0.iter().zip(&r1).map(|(a, b)| 100.0 * (a - b)).collect();
+    for (i, (s1, (a, c))) in standing_s.iter().zip(r0.iter().zip(&r2)).enumerate() {
+        assert!(*s1 >= -1e-3, "interval {i}: pedestrians credited {s1} s");
+        let s2 = 100.0 * (a - c);
+        assert!(
+            (s2 - 2.0 * s1).abs() <= 1e-3 * (1.0 + s1),
+            "interval {i}: {s2} vs 2 x {s1}"
+        );
+    }
+    // What the reward charged is what the pedestrians' trips report as waiting (SUMO's
+    // tripinfo: 150 walks, 84 s each, with this greedy light), within what those
+    // still walking at the end and any standing off the junction's walkways make.
+    let total = f64::from(standing_s.iter().sum::<f32>());
+    let reported = m1.mean_pedestrian_wait_s * m1.pedestrians as f64;
+    assert!(
+        reported > 1000.0 && (total - reported).abs() < 0.25 * reported,
+        "the reward counted {total} s of standing, the trips report {reported} s"
+    );
+    // A reward that does not accrue delay takes no weight.
+    let (d0, _) = pedestrian_episode(RewardKind::DelayDelta, 0.0);
+    let (d1, _) = pedestrian_episode(RewardKind::DelayDelta, 1.0);
+    assert_eq!(d0, d1);
+}
+
 #[test]
 fn grid_episode_with_four_signals() {
     let mut env = SumoEnv::new(config("grid2x2", 60.0)).unwrap();

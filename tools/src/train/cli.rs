@@ -270,6 +270,11 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             Some(run) => run.config.sim.reward,
             None => Some(RewardArg::default()),
         });
+        // So is the pedestrians' weight in it (runs from before it have 0).
+        cfg.sim.pedestrian_weight = args.sim.pedestrian_weight.or(match &resumed {
+            Some(run) => run.config.sim.pedestrian_weight,
+            None => Some(greenwave_core::RewardKind::PEDESTRIAN_WEIGHT_DEFAULT),
+        });
         // So is the program clock (runs from before it have none).
         cfg.sim.program_clock = args.sim.program_clock.or(match &resumed {
             Some(run) => run.config.sim.program_clock,

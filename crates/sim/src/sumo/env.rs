@@ -369,7 +369,7 @@ impl SumoEnv {
             pending_edges,
             signal_pending,
             accrual,
-        } = ZoneWaits::new(cfg.reward, &net, &models, &lanes, &signal_lanes);
+        } = ZoneWaits::new(&cfg, &net, &models, &lanes, &signal_lanes);
         let reads = ReadPlan::new(
             lanes
                 .ids
@@ -764,12 +764,15 @@ impl SumoEnv {
     /// Stores the vehicles' waits from the context results among `subs`.
     fn store_waits(&mut self, subs: &[SubscriptionResult]) -> Result<(), SumoError> {
         let lanes = &mut self.lanes;
-        let crossing = self
-            .accrual
-            .as_mut()
-            .map_or(&mut [][..], |a| &mut a.crossing[..]);
+        let (crossing, walkways) = match self.accrual.as_mut() {
+            Some(a) => (&mut a.crossing[..], &mut a.walkways[..]),
+            None => (&mut [][..], &mut [][..]),
+        };
         self.waits
             .apply(subs, &lanes.index, &mut lanes.vehicle_waits, crossing)
+            .map_err(malformed)?;
+        self.waits
+            .apply_pedestrians(subs, walkways)
             .map_err(malformed)
     }
 
@@ -800,6 +803,7 @@ impl SumoEnv {
                 .sum();
             acc.gained_s[s] = acc.signals[s].accrue(approach.chain(crossing).chain(exit))
                 + pending as f32 * interval_s;
+            acc.gained_s[s] += acc.pedestrians_gained_s(s);
         }
     }
 
@@ -1285,26 +1289,49 @@ struct Accrual {
     junctions: Vec<Vec<usize>>,
     /// Per watched junction: the vehicles inside it at the last reading.
     crossing: Vec<Vec<VehicleWait>>,
+    /// Per signal: its pedestrians, followed from one reading to the next.
+    walkers: Vec<DelayAccrual>,
+    /// Per watched junction: the pedestrians on its walking areas and crossings at the
+    /// last reading (none unless `pedestrian_weight` is above 0).
+    walkways: Vec<Vec<VehicleWait>>,
+    /// What a second a pedestrian stands counts for against a second a vehicle loses.
+    pedestrian_weight: f32,
     /// Per signal: the delay (s) gained in the interval just ended.
     gained_s: Vec<f32>,
 }
 
 impl Accrual {
-    fn new(watch: &WaitWatch, signal_junctions: Vec<Vec<usize>>) -> Self {
+    fn new(watch: &WaitWatch, signal_junctions: Vec<Vec<usize>>, pedestrian_weight: f32) -> Self {
         let n = signal_junctions.len();
         Accrual {
             signals: vec![DelayAccrual::default(); n],
             junctions: signal_junctions,
             crossing: vec![Vec::new(); watch.junctions().len()],
+            walkers: vec![DelayAccrual::default(); n],
+            walkways: vec![Vec::new(); watch.junctions().len()],
+            pedestrian_weight,
             gained_s: vec![0.0; n],
         }
     }
 
-    /// Forgets every vehicle (a new episode).
+    /// Forgets every vehicle and pedestrian (a new episode).
     fn clear(&mut self) {
         self.signals.iter_mut().for_each(DelayAccrual::clear);
+        self.walkers.iter_mut().for_each(DelayAccrual::clear);
         self.crossing.iter_mut().for_each(Vec::clear);
+        self.walkways.iter_mut().for_each(Vec::clear);
         self.gained_s.iter_mut().for_each(|g| *g = 0.0);
+    }
+
+    /// The waiting time signal `s`'s pedestrians gained since the last reading, weighted
+    /// (0 when pedestrians are not counted).
+    fn pedestrians_gained_s(&mut self, s: usize) -> f32 {
+        if self.pedestrian_weight == 0.0 {
+            return 0.0;
+        }
+        let walkways = &self.walkways;
+        let standing = self.junctions[s].iter().flat_map(|&j| &walkways[j]);
+        self.pedestrian_weight * self.walkers[s].accrue(standing)
     }
 }
 
@@ -1312,17 +1339,18 @@ impl ZoneWaits {
     /// Every reward subscribes: the observation places each vehicle in its lane's
     /// stop-bar or advance zone ([`Lanes::zone_split`]). Only the wait- and delay-delta
     /// rewards sum the waits or time losses (and those waiting to be inserted); the
-    /// delay-accrued reward follows the vehicles, inside the junctions and past them too
-    /// ([`Accrual`]).
+    /// delay-accrued rewards follow the vehicles, inside the junctions and past them too,
+    /// and, on a net with walking areas and `pedestrian_weight` above 0, the pedestrians
+    /// standing at the junctions' crossings ([`Accrual`]).
     fn new(
-        reward: RewardKind,
+        cfg: &SumoConfig,
         net: &NetFile,
         models: &[TlsModel],
         lanes: &Lanes,
         signal_lanes: &[SignalLanes],
     ) -> Self {
         // The observation's zone split needs every vehicle's position whatever the reward.
-        let measure = match reward {
+        let measure = match cfg.reward {
             RewardKind::WaitDelta => VehicleMeasure::AccumulatedWait,
             RewardKind::DelayDelta
             | RewardKind::DelayAccrued
@@ -1331,11 +1359,21 @@ impl ZoneWaits {
             | RewardKind::Pressure
             | RewardKind::Delay => VehicleMeasure::TimeLoss,
         };
-        let waits = WaitWatch::new(models.iter().flat_map(|m| junctions_of(net, m)), measure);
         let accrued = matches!(
-            reward,
+            cfg.reward,
             RewardKind::DelayAccrued | RewardKind::DelayAccruedDelta
         );
+        let walkways = net
+            .edges
+            .values()
+            .any(|e| e.function == "walkingarea" || e.function == "crossing");
+        let pedestrian_weight = if accrued && walkways {
+            cfg.pedestrian_weight
+        } else {
+            0.0
+        };
+        let waits = WaitWatch::new(models.iter().flat_map(|m| junctions_of(net, m)), measure)
+            .with_pedestrians(pedestrian_weight > 0.0);
         let accrual = accrued.then(|| {
             let watched = waits.junctions();
             let per_signal = models
@@ -1349,7 +1387,7 @@ impl ZoneWaits {
                     js
                 })
                 .collect();
-            Accrual::new(&waits, per_signal)
+            Accrual::new(&waits, per_signal, pedestrian_weight)
         });
         let (pending_edges, signal_pending) = zone_edges(net, lanes, signal_lanes);
         ZoneWaits {

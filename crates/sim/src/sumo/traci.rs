@@ -27,6 +27,7 @@ pub(crate) mod cmd {
     pub const GET_TL: u8 = 0xa2;
     pub const GET_LANE: u8 = 0xa3;
     pub const GET_VEHICLE: u8 = 0xa4;
+    pub const GET_PERSON: u8 = 0xae;
     pub const GET_JUNCTION: u8 = 0xa9;
     pub const GET_EDGE: u8 = 0xaa;
     pub const GET_SIM: u8 = 0xab;
@@ -80,6 +81,11 @@ pub(crate) mod var {
     pub const VEHICLE_ACCUMULATED_WAITING_TIME: u8 = 0x87;
     /// Vehicle: the time it has lost so far against driving at its desired speed (s).
     pub const VEHICLE_TIME_LOSS: u8 = 0x8c;
+    /// Person: the edge it is on (a walking area or crossing is `:<junction>_w…` /
+    /// `:<junction>_c…`).
+    pub const PERSON_ROAD_ID: u8 = 0x50;
+    /// Person: how long it has stood still in its current stage (s).
+    pub const PERSON_WAITING_TIME: u8 = 0x7a;
     /// Simulation: vehicles whose departure time has passed but that are not inserted.
     pub const SIM_PENDING_VEHICLES: u8 = 0x94;
     /// Edge: the vehicles waiting to be inserted on it (the same id as the simulation's).
@@ -171,6 +177,10 @@ pub struct SubscriptionResult {
     pub response: u8,
     /// The object (lane, loop, junction, ...) id.
     pub object: String,
+    /// Context subscription: the getter of the objects found (`GET_VEHICLE`,
+    /// `GET_PERSON`, ...), which tells apart two context subscriptions of one object.
+    /// 0 for a variable subscription.
+    pub domain: u8,
     /// Variable subscription: `(variable, value)` in subscription order. Empty for a
     /// context subscription.
     pub values: Vec<(u8, Value)>,
@@ -226,6 +236,11 @@ impl Message {
     /// Whether no command was added.
     pub fn is_empty(&self) -> bool {
         self.commands.is_empty()
+    }
+
+    /// The ids of the commands added, in order.
+    pub fn commands(&self) -> &[u8] {
+        &self.commands
     }
 
     fn command(&mut self, id: u8, body: &[u8]) -> &mut Self {
@@ -515,11 +530,12 @@ impl<'a> Reader<'a> {
         let mut result = SubscriptionResult {
             response,
             object,
+            domain: 0,
             values: Vec::new(),
             context: Vec::new(),
         };
         if context {
-            let _domain = self.u8()?;
+            result.domain = self.u8()?;
             let n_vars = self.u8()? as usize;
             // Each object is at least an empty id and, per variable, id, status and type.
             let n_objects = self.count(4 + 3 * n_vars)?;
@@ -865,6 +881,7 @@ mod tests {
         assert!(r.at_end());
         assert!(subs[0].is_context());
         assert_eq!(subs[0].object, "J1");
+        assert_eq!(subs[0].domain, cmd::GET_VEHICLE);
         assert_eq!(subs[0].context.len(), 2);
         assert_eq!(subs[0].context[0].id, "v0");
         assert_eq!(

@@ -84,6 +84,9 @@ pub(crate) struct VehicleWait {
 pub(crate) struct WaitWatch {
     junctions: Vec<String>,
     measure: VehicleMeasure,
+    /// Whether the pedestrians on each junction's walking areas and crossings are watched
+    /// too ([`WaitWatch::apply_pedestrians`]).
+    pedestrians: bool,
 }
 
 impl WaitWatch {
@@ -101,7 +104,15 @@ impl WaitWatch {
         WaitWatch {
             junctions: seen,
             measure,
+            pedestrians: false,
         }
+    }
+
+    /// Watches the pedestrians standing on each junction's walking areas and crossings
+    /// as well, when `on`: one more context subscription per junction.
+    pub(crate) fn with_pedestrians(mut self, on: bool) -> Self {
+        self.pedestrians = on;
+        self
     }
 
     /// What is read of each vehicle.
@@ -121,6 +132,17 @@ impl WaitWatch {
                 APPROACH_RANGE_M + CENTRE_TO_STOP_LINE_M,
                 &self.measure.variables(),
             );
+            if self.pedestrians {
+                // Walking areas lie at the ends of the stop lines, so within the range
+                // that holds a junction's stop lines.
+                m.subscribe_context(
+                    cmd::subscribe_context_of(cmd::GET_JUNCTION),
+                    j,
+                    cmd::GET_PERSON,
+                    CENTRE_TO_STOP_LINE_M,
+                    &PEDESTRIAN_VARIABLES,
+                );
+            }
         }
         m
     }
@@ -147,7 +169,9 @@ impl WaitWatch {
         }
         let mut seen: HashSet<&str> = HashSet::new();
         let response = cmd::context_response(cmd::GET_JUNCTION);
-        for s in subs.iter().filter(|s| s.response == response) {
+        let vehicles =
+            |s: &&SubscriptionResult| s.response == response && s.domain == cmd::GET_VEHICLE;
+        for s in subs.iter().filter(vehicles) {
             let inside = if crossing.is_empty() {
                 None
             } else {
@@ -193,20 +217,96 @@ impl WaitWatch {
     }
 }
 
+impl WaitWatch {
+    /// Sorts the pedestrians of the context results in `subs` onto the watched junctions:
+    /// `out[j]` receives, with their waiting times, those on junction `j`'s walking areas
+    /// and crossings (`:J_w…`, `:J_c…`), where a pedestrian stands while its crossing is
+    /// red; those elsewhere (on sidewalks, in vehicles) are skipped, and one seen from
+    /// two junctions counts once. `out` is cleared first; it stays empty unless the watch
+    /// was made [`WaitWatch::with_pedestrians`].
+    pub(crate) fn apply_pedestrians(
+        &self,
+        subs: &[SubscriptionResult],
+        out: &mut [Vec<VehicleWait>],
+    ) -> Result<(), String> {
+        out.iter_mut().for_each(Vec::clear);
+        let response = cmd::context_response(cmd::GET_JUNCTION);
+        let mut seen: HashSet<&str> = HashSet::new();
+        let persons = subs
+            .iter()
+            .filter(|s| s.response == response && s.domain == cmd::GET_PERSON);
+        for s in persons {
+            let Some(j) = self.junctions.iter().position(|j| *j == s.object) else {
+                continue;
+            };
+            for o in &s.context {
+                let [(_, edge), (_, wait)] = o.values.as_slice() else {
+                    return Err(format!(
+                        "pedestrian {} near {}: {} values, expected {}",
+                        o.id,
+                        s.object,
+                        o.values.len(),
+                        PEDESTRIAN_VARIABLES.len()
+                    ));
+                };
+                let Value::Str(edge) = edge else {
+                    return Err(format!(
+                        "pedestrian {}: edge {edge:?} is not a string",
+                        o.id
+                    ));
+                };
+                if !is_walkway_of(edge, &s.object) || !seen.insert(&o.id) {
+                    continue;
+                }
+                let wait_s = wait
+                    .as_f64()
+                    .filter(|x| x.is_finite())
+                    .ok_or_else(|| format!("pedestrian {}: waiting time {wait:?}", o.id))?;
+                out.get_mut(j)
+                    .ok_or_else(|| format!("junction index {j} of {} out of range", s.object))?
+                    .push(VehicleWait {
+                        pos_m: 0.0,
+                        wait_s: wait_s.max(0.0) as f32,
+                        id: id_hash(&o.id),
+                    });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What is read of each pedestrian near a junction, in this order.
+const PEDESTRIAN_VARIABLES: [u8; 2] = [var::PERSON_ROAD_ID, var::PERSON_WAITING_TIME];
+
+/// Whether `edge` is a walking area or crossing of junction `junction`: SUMO names them
+/// `:<junction>_w<n>` and `:<junction>_c<n>`.
+fn is_walkway_of(edge: &str, junction: &str) -> bool {
+    internal_name(edge, junction).is_some_and(|rest| {
+        rest.strip_prefix('w')
+            .or_else(|| rest.strip_prefix('c'))
+            .is_some_and(is_number)
+    })
+}
+
 /// Whether `lane` is an internal lane of junction `junction`: SUMO names them
 /// `:<junction>_<link>_<lane>`, both numbers, so `:A_1_0_0` is junction `A_1`'s, not `A`'s.
 fn is_internal_lane_of(lane: &str, junction: &str) -> bool {
-    let Some(rest) = lane
-        .strip_prefix(':')
-        .and_then(|rest| rest.strip_prefix(junction))
-        .and_then(|rest| rest.strip_prefix('_'))
-    else {
-        return false;
-    };
     // Called for every vehicle off the watched lanes at every step: no allocation.
-    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
-    rest.split_once('_')
-        .is_some_and(|(link, lane)| number(link) && number(lane))
+    internal_name(lane, junction)
+        .and_then(|rest| rest.split_once('_'))
+        .is_some_and(|(link, lane)| is_number(link) && is_number(lane))
+}
+
+/// What follows `:<junction>_` in the name of one of `junction`'s internal edges or lanes.
+fn internal_name<'a>(name: &'a str, junction: &str) -> Option<&'a str> {
+    name.strip_prefix(':')?
+        .strip_prefix(junction)?
+        .strip_prefix('_')
+}
+
+/// Whether `n` is a non-empty run of decimal digits.
+fn is_number(n: &str) -> bool {
+    !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A vehicle id's hash: what [`DelayAccrual`] knows a vehicle by between readings.
@@ -329,6 +429,7 @@ mod tests {
         SubscriptionResult {
             response: cmd::context_response(cmd::GET_JUNCTION),
             object: junction.into(),
+            domain: cmd::GET_VEHICLE,
             values: Vec::new(),
             context: vehicles,
         }
@@ -521,5 +622,78 @@ mod tests {
         assert_eq!(p.wait_s(&[0]), 15.0);
         p.clear();
         assert_eq!(p.wait_s(&[0, 1]), 0.0);
+    }
+
+    fn pedestrian(id: &str, edge: &str, wait: f64) -> ContextObject {
+        ContextObject {
+            id: id.into(),
+            values: vec![
+                (var::PERSON_ROAD_ID, Value::Str(edge.into())),
+                (var::PERSON_WAITING_TIME, Value::Double(wait)),
+            ],
+        }
+    }
+
+    fn persons(junction: &str, found: Vec<ContextObject>) -> SubscriptionResult {
+        SubscriptionResult {
+            domain: cmd::GET_PERSON,
+            ..result(junction, found)
+        }
+    }
+
+    #[test]
+    fn pedestrians_count_on_their_junctions_walkways_only_and_apart_from_vehicles() {
+        let watch = WaitWatch::new(["J1", "J2"], VehicleMeasure::TimeLoss).with_pedestrians(true);
+        let subs = [
+            result("J1", vec![vehicle("v0", "a_0", 1.0, 3.0)]),
+            persons(
+                "J1",
+                vec![
+                    pedestrian("p0", ":J1_w0", 12.0),
+                    pedestrian("p1", ":J1_c3", 0.0),
+                    // On a sidewalk, on another junction's walking area, in a vehicle.
+                    pedestrian("p2", "a", 40.0),
+                    pedestrian("p3", ":J2_w1", 7.0),
+                    pedestrian("p4", "b", 9.0),
+                ],
+            ),
+            persons("J2", vec![pedestrian("p3", ":J2_w1", 7.0)]),
+        ];
+        let mut out = vec![Vec::new(); 2];
+        watch.apply_pedestrians(&subs, &mut out).unwrap();
+        let waits = |v: &[VehicleWait]| v.iter().map(|x| (x.id, x.wait_s)).collect::<Vec<_>>();
+        assert_eq!(
+            waits(&out[0]),
+            [(id_hash("p0"), 12.0), (id_hash("p1"), 0.0)]
+        );
+        assert_eq!(waits(&out[1]), [(id_hash("p3"), 7.0)]);
+        // The vehicles read past the persons' results, which have two values each.
+        let index = HashMap::from([("a_0".to_string(), 0)]);
+        let mut lanes = vec![Vec::new()];
+        watch.apply(&subs, &index, &mut lanes, &mut []).unwrap();
+        assert_eq!(waits(&lanes[0]), [(id_hash("v0"), 3.0)]);
+        // And the pedestrians past the vehicles'.
+        let mut bad = pedestrian("p5", ":J1_w0", f64::NAN);
+        let err = watch
+            .apply_pedestrians(&[persons("J1", vec![bad.clone()])], &mut out)
+            .unwrap_err();
+        assert!(err.contains("p5") && err.contains("waiting time"), "{err}");
+        bad.values.pop();
+        let err = watch
+            .apply_pedestrians(&[persons("J1", vec![bad])], &mut out)
+            .unwrap_err();
+        assert!(err.contains("1 values"), "{err}");
+        assert!(is_walkway_of(":J1_w0", "J1") && is_walkway_of(":A_1_c12", "A_1"));
+        assert!(!is_walkway_of(":A_1_w0", "A") && !is_walkway_of(":J1_0_0", "J1"));
+        assert!(!is_walkway_of(":J1_w", "J1") && !is_walkway_of("J1_w0", "J1"));
+    }
+
+    #[test]
+    fn pedestrians_are_subscribed_only_when_watched() {
+        let watch = WaitWatch::new(["J1", "J2"], VehicleMeasure::TimeLoss);
+        let context = cmd::subscribe_context_of(cmd::GET_JUNCTION);
+        assert_eq!(watch.subscribe_message().commands(), [context; 2]);
+        let with = watch.with_pedestrians(true).subscribe_message();
+        assert_eq!(with.commands(), [context; 4]);
     }
 }
