@@ -18,7 +18,9 @@ fn net_models(net: &NetFile) -> Vec<greenwave_sim::sumo::TlsModel> {
     };
     build_models(net, opts).unwrap().models
 }
-use greenwave_sim::sumo::{run_static_program, NetFile, ReadMode, SumoConfig, SumoEnv, SumoError};
+use greenwave_sim::sumo::{
+    run_static_program, NetFile, ReadMode, SumoConfig, SumoEnv, SumoError, PEDESTRIANS_PER_ZONE,
+};
 use greenwave_sim::Env;
 
 fn fixture(name: &str) -> PathBuf {
@@ -341,6 +343,102 @@ fn pedestrians_waiting_to_cross_cost_the_reward_by_their_weight() {
     let (d0, _) = pedestrian_episode(RewardKind::DelayDelta, 0.0);
     let (d1, _) = pedestrian_episode(RewardKind::DelayDelta, 1.0);
     assert_eq!(d0, d1);
+}
+
+/// What [`pedestrian_zone_episode`] saw of the crossings' zones.
+#[derive(Debug, Default)]
+struct CrossingZones {
+    /// Standing at a kerb, summed over decision points, while its crossing was red.
+    kerb_standing_red: f32,
+    /// On a crossing, summed over decision points.
+    on: f32,
+    /// On a crossing 20 s or more into another phase's green (none may be).
+    on_long_red: f32,
+    /// Pedestrian-seconds standing at the kerbs and on the crossings: each decision point's
+    /// count held over the interval.
+    standing_s: f64,
+}
+
+/// One 300 s episode on the pedestrian fixture, longest observed queue first (the program
+/// has a phase with the crossings and one without for each axis: only the pedestrians'
+/// zones tell them apart); the rewards and what the crossings' zones showed.
+fn pedestrian_zone_episode(weight: f32) -> (Vec<f32>, CrossingZones) {
+    let mut cfg = config("peds", 300.0);
+    cfg.routes.push(fixture("peds.walks.xml"));
+    cfg.program_clock = false;
+    cfg.pedestrian_weight = weight;
+    let interval_s = cfg.decision_interval_s;
+    let mut env = SumoEnv::new(cfg).unwrap();
+    let spec = env.signals()[0].clone();
+    // Four one-lane arms and four crossings, two zones each.
+    let n = spec.layout.n_lanes as usize;
+    assert_eq!(n, 2 * (4 + 4));
+    for k in 8..16 {
+        let phases = (0..spec.plan.n_phases()).filter(|&p| spec.incidence[p][k]);
+        assert_eq!(phases.count(), 1, "zone {k} serves one of the two phases");
+    }
+    let mut obs = vec![0.0; spec.layout.dim()];
+    let (mut seen, mut rewards) = (CrossingZones::default(), Vec::new());
+    loop {
+        env.observe(0, &mut obs).unwrap();
+        let green = env.sequencer(0).green_phase();
+        let long = env.sequencer(0).in_interval().0 >= 20_000;
+        for k in (8..16).step_by(2) {
+            let served = green.is_some_and(|p| spec.incidence[p.0 as usize][k]);
+            let (kerb_standing, on, on_standing) = (obs[n + k], obs[k + 1], obs[n + k + 1]);
+            if !served {
+                seen.kerb_standing_red += kerb_standing;
+            }
+            seen.on += on;
+            if !served && green.is_some() && long {
+                seen.on_long_red += on;
+            }
+            let standing = f64::from(kerb_standing + on_standing) * PEDESTRIANS_PER_ZONE;
+            seen.standing_s += standing * interval_s;
+        }
+        let mask = env.action_mask(0);
+        let queue = |p: usize| -> f32 {
+            (0..n)
+                .filter(|&l| spec.incidence[p][l])
+                .map(|l| obs[n + l])
+                .sum()
+        };
+        let action = (0..spec.plan.n_phases())
+            .filter(|&p| mask.allows(greenwave_core::PhaseId(p as u8)))
+            .max_by(|&a, &b| queue(a).total_cmp(&queue(b)))
+            .unwrap();
+        let out = env.step(&[action as u8]).unwrap();
+        rewards.push(out.rewards[0]);
+        if out.done {
+            return (rewards, seen);
+        }
+    }
+}
+
+/// Each pedestrian crossing adds two zones to its light's observation, after the incoming
+/// lanes': the pedestrians at its kerb (on a walking area, the crossing next; the standing
+/// ones as the queue) and those on it. People gather at red crossings, are on a crossing
+/// only while it is green or clearing, and the standing ones the zones count are the ones
+/// the delay-accrued reward charges for.
+#[test]
+fn pedestrians_at_a_crossing_show_in_its_zones() {
+    let (with, seen) = pedestrian_zone_episode(1.0);
+    let (without, again) = pedestrian_zone_episode(0.0);
+    assert_eq!(seen.standing_s, again.standing_s, "the same episode");
+    assert!(seen.kerb_standing_red > 3.0, "{seen:?}");
+    assert!(seen.on > 1.0 && seen.on_long_red == 0.0, "{seen:?}");
+    // The reward's charge (per 100 s) is the standing time on all the junction's walkways,
+    // read every step; the zones' is sampled at decision points, at kerbs and on crossings.
+    let charged_s: f64 = with
+        .iter()
+        .zip(&without)
+        .map(|(a, b)| 100.0 * f64::from(b - a))
+        .sum();
+    assert!(
+        charged_s > 1000.0 && (seen.standing_s - charged_s).abs() < 0.3 * charged_s,
+        "the zones counted {} s of standing, the reward charged {charged_s} s",
+        seen.standing_s
+    );
 }
 
 #[test]

@@ -18,7 +18,8 @@ use super::process::{SumoProcess, WorkDir};
 use super::readings::{number, Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
 use super::traci::{cmd, var, Message, Reply, SubscriptionResult, TraciError, Value};
 use super::waits::{
-    DelayAccrual, PendingWaits, VehicleMeasure, VehicleWait, WaitWatch, EXIT_RANGE_M,
+    junction_of_crossing, CrossingCount, CrossingCounts, DelayAccrual, PendingWaits,
+    VehicleMeasure, VehicleWait, WaitWatch, EXIT_RANGE_M,
 };
 use super::{clock, find_sumo_binary, tripinfo, SumoConfig, SumoError};
 use crate::env::{
@@ -30,20 +31,46 @@ use crate::GAP_NONE_S;
 /// Road space one queued vehicle takes (m): SUMO's default car, 5 m long with a 2.5 m gap.
 pub const VEHICLE_SPACING_M: f64 = 7.5;
 
-/// The movements each observed incoming lane of `m` carries (a shared lane, several).
+/// The movements each observed incoming lane of `m` carries (a shared lane, several), then
+/// those each observed pedestrian crossing carries: the observation's lane order.
 fn lane_movements(m: &TlsModel) -> Vec<MovementSet> {
-    m.in_lanes
-        .iter()
-        .map(|lane| {
-            let mut set = MovementSet::EMPTY;
-            for (mv, lanes) in m.movement_in_lanes.iter().enumerate() {
-                if lanes.contains(lane) {
-                    set.insert(greenwave_core::MovementId(mv as u8));
-                }
+    let carrying = |of: &[Vec<String>], id: &String| {
+        let mut set = MovementSet::EMPTY;
+        for (mv, ids) in of.iter().enumerate() {
+            if ids.contains(id) {
+                set.insert(greenwave_core::MovementId(mv as u8));
             }
-            set
-        })
-        .collect()
+        }
+        set
+    };
+    let lanes = m.in_lanes.iter().map(|l| carrying(&m.movement_in_lanes, l));
+    let crossings = m
+        .crossings
+        .iter()
+        .map(|c| carrying(&m.movement_crossings, c));
+    lanes.chain(crossings).collect()
+}
+
+/// How many pedestrians fill a pedestrian zone (reading 1): as many as the vehicles that
+/// fill a [`STOP_BAR_ZONE_M`] stop-bar zone, since the reward weighs a pedestrian's second
+/// like a vehicle's (`--pedestrian-weight`, 1 by default).
+pub const PEDESTRIANS_PER_ZONE: f64 = STOP_BAR_ZONE_M / VEHICLE_SPACING_M;
+
+/// A crossing's two pedestrian zones: at the kerb (on a walking area, the crossing next)
+/// and on the crossing; each as those there (density) and those standing (queue), per
+/// [`PEDESTRIANS_PER_ZONE`].
+fn crossing_readings(c: CrossingCount) -> [LaneReading; 2] {
+    let per_zone = |n: u32| (f64::from(n) / PEDESTRIANS_PER_ZONE) as f32;
+    [
+        LaneReading {
+            density: per_zone(c.at_kerb),
+            queue: per_zone(c.at_kerb_standing),
+        },
+        LaneReading {
+            density: per_zone(c.on),
+            queue: per_zone(c.on_standing),
+        },
+    ]
 }
 
 /// Seconds of free-flow travel before the stop line that a lane's detector zone covers:
@@ -273,7 +300,9 @@ impl SignalLanes {
 /// * Observations: per signal, for each incoming lane the vehicle count and halting count
 ///   in its approach zone (the lane and its unsignalised feeders up to
 ///   [`APPROACH_RANGE_M`], see [`super::approach`]) over the zone's storage (`length /
-///   7.5 m`), in greenwave-core's [`ObsLayout`].
+///   7.5 m`), split at [`STOP_BAR_ZONE_M`]; then for each pedestrian crossing the light
+///   controls, the pedestrians at its kerb and on it, standing ones as the queue, per
+///   [`PEDESTRIANS_PER_ZONE`]; in greenwave-core's [`ObsLayout`].
 /// * Rewards from [`RewardInputs`] over the union of the approach zones: the vehicles'
 ///   summed accumulated waiting time or time loss (a context subscription, see
 ///   [`super::waits`]),
@@ -318,6 +347,10 @@ pub struct SumoEnv {
     prev_inputs: Vec<RewardInputs>,
     /// What the delay-accrued reward follows (`None` for the other rewards).
     accrual: Option<Accrual>,
+    /// The pedestrians at every observed crossing.
+    crossings: CrossingCounts,
+    /// Per signal: indices of its observed crossings in `crossings`.
+    signal_crossings: Vec<Vec<usize>>,
     queue_sum: f64,
     queue_samples: u64,
     metrics: EpisodeMetrics,
@@ -369,6 +402,8 @@ impl SumoEnv {
             pending_edges,
             signal_pending,
             accrual,
+            crossings,
+            signal_crossings,
         } = ZoneWaits::new(&cfg, &net, &models, &lanes, &signal_lanes);
         let reads = ReadPlan::new(
             lanes
@@ -401,6 +436,8 @@ impl SumoEnv {
             interval_ms,
             prev_inputs: vec![RewardInputs::default(); n],
             accrual,
+            crossings,
+            signal_crossings,
             queue_sum: 0.0,
             queue_samples: 0,
             metrics: EpisodeMetrics::default(),
@@ -772,7 +809,7 @@ impl SumoEnv {
             .apply(subs, &lanes.index, &mut lanes.vehicle_waits, crossing)
             .map_err(malformed)?;
         self.waits
-            .apply_pedestrians(subs, walkways)
+            .apply_pedestrians(subs, walkways, &mut self.crossings)
             .map_err(malformed)
     }
 
@@ -1204,16 +1241,20 @@ pub const ZONES_PER_LANE: usize = 2;
 /// networks", finding 10).
 pub const STOP_BAR_ZONE_M: f64 = 60.0;
 
-/// The signal's observation layout: [`ZONES_PER_LANE`] zones per incoming lane, then with
-/// `program_clock` one program-clock lane per plan phase.
+/// The signal's observation layout: [`ZONES_PER_LANE`] zones per incoming lane, as many
+/// per pedestrian crossing (at the kerb, on the crossing), then with `program_clock` one
+/// program-clock lane per plan phase.
 pub fn observed_layout(m: &TlsModel, program_clock: bool) -> Result<ObsLayout, SumoError> {
-    m.in_lanes
-        .len()
+    (m.in_lanes.len() + m.crossings.len())
         .checked_mul(ZONES_PER_LANE)
         .and_then(|zones| ObsLayout::for_signal(zones, m.plan.n_phases(), program_clock))
         .ok_or_else(|| SumoError::Tls {
             tls: m.id.clone(),
-            message: format!("{} incoming lanes", m.in_lanes.len()),
+            message: format!(
+                "{} incoming lanes and {} pedestrian crossings",
+                m.in_lanes.len(),
+                m.crossings.len()
+            ),
         })
 }
 
@@ -1223,7 +1264,7 @@ pub fn observed_layout(m: &TlsModel, program_clock: bool) -> Result<ObsLayout, S
 fn signal_specs(models: &[TlsModel], program_clock: bool) -> Result<Vec<SignalSpec>, SumoError> {
     let mut specs = Vec::with_capacity(models.len());
     for m in models {
-        // Each lane's movements serve both of its zones.
+        // Each lane's (and crossing's) movements serve both of its zones.
         let mut zone_movements: Vec<MovementSet> = lane_movements(m)
             .into_iter()
             .flat_map(|x| std::iter::repeat_n(x, ZONES_PER_LANE))
@@ -1278,6 +1319,10 @@ struct ZoneWaits {
     signal_pending: Vec<Vec<usize>>,
     /// The delay-accrued reward's state, for that reward.
     accrual: Option<Accrual>,
+    /// The pedestrians at the signals' observed crossings.
+    crossings: CrossingCounts,
+    /// Per signal: indices of its observed crossings in `crossings`.
+    signal_crossings: Vec<Vec<usize>>,
 }
 
 /// What the delay-accrued reward follows between decision points.
@@ -1372,8 +1417,10 @@ impl ZoneWaits {
         } else {
             0.0
         };
+        let (crossings, signal_crossings) =
+            CrossingCounts::for_signals(models.iter().map(|m| m.crossings.as_slice()));
         let waits = WaitWatch::new(models.iter().flat_map(|m| junctions_of(net, m)), measure)
-            .with_pedestrians(pedestrian_weight > 0.0);
+            .with_pedestrians(pedestrian_weight > 0.0 || !crossings.is_empty());
         let accrual = accrued.then(|| {
             let watched = waits.junctions();
             let per_signal = models
@@ -1395,16 +1442,21 @@ impl ZoneWaits {
             pending_edges,
             signal_pending,
             accrual,
+            crossings,
+            signal_crossings,
         }
     }
 }
 
 /// The junctions signal `m`'s stop-line lanes end at.
 fn junctions_of<'a>(net: &'a NetFile, m: &'a TlsModel) -> impl Iterator<Item = &'a str> + 'a {
-    m.in_lanes.iter().filter_map(|l| {
+    let stop_lines = m.in_lanes.iter().filter_map(|l| {
         let edge = &net.lanes.get(l)?.edge;
         net.edges.get(edge)?.to.as_deref()
-    })
+    });
+    // A crossing's junction is its stop lines' too, unless the light's vehicle links are
+    // at another junction than its crossings.
+    stop_lines.chain(m.crossings.iter().filter_map(|c| junction_of_crossing(c)))
 }
 
 fn new_sequencers(models: &[TlsModel]) -> Result<Vec<Sequencer>, SumoError> {
@@ -1483,6 +1535,9 @@ impl Env for SumoEnv {
             let [stop_bar, advance] = l.zone_split(zone);
             readings.push(sat(stop_bar));
             readings.push(sat(advance));
+        }
+        for &c in &self.signal_crossings[signal] {
+            readings.extend(crossing_readings(self.crossings.counts[c]).map(sat));
         }
         if self.cfg.program_clock {
             let from = readings.len();

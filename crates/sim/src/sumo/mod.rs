@@ -34,7 +34,10 @@ mod waits;
 pub mod waut;
 mod xml;
 
-pub use env::{observed_layout, run_static_program, SumoEnv, STOP_BAR_ZONE_M, ZONES_PER_LANE};
+pub use env::{
+    observed_layout, run_static_program, SumoEnv, PEDESTRIANS_PER_ZONE, STOP_BAR_ZONE_M,
+    ZONES_PER_LANE,
+};
 pub use model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
 pub use net::NetFile;
 pub use readings::ReadMode;

@@ -86,6 +86,12 @@ pub struct TlsModel {
     pub in_lanes: Vec<String>,
     /// Outgoing lanes of all movements, sorted.
     pub out_lanes: Vec<String>,
+    /// For each movement, the pedestrian crossings (`:J_c…` edges) its links lead onto
+    /// (empty for a vehicle movement).
+    pub movement_crossings: Vec<Vec<String>>,
+    /// Observed pedestrian crossings, by approach then edge id: the observation's
+    /// pedestrian zones, after the incoming lanes' (tools/README.md, finding 36).
+    pub crossings: Vec<String>,
     /// Incoming road edge of each approach index.
     pub approaches: Vec<String>,
     /// Whether the conflicts came from junction foe tables (false: from the program only).
@@ -441,9 +447,16 @@ fn approach_edges<'a>(net: &NetFile, conns: &LinkConns<'a>, pattern: &[u16]) -> 
 /// The pedestrian crossing a link leads onto or comes from: SUMO controls a crossing by
 /// its link from the walking area onto it (older nets: from the crossing itself).
 fn crossing_of<'n>(net: &'n NetFile, c: &NetConnection) -> Option<&'n NetEdge> {
-    [&c.to, &c.from]
-        .into_iter()
-        .find_map(|e| net.edges.get(e).filter(|e| e.function == "crossing"))
+    crossing_id_of(net, c).and_then(|id| net.edges.get(id))
+}
+
+/// The id of [`crossing_of`]'s crossing.
+fn crossing_id_of<'c>(net: &NetFile, c: &'c NetConnection) -> Option<&'c String> {
+    [&c.to, &c.from].into_iter().find(|e| {
+        net.edges
+            .get(e.as_str())
+            .is_some_and(|e| e.function == "crossing")
+    })
 }
 
 fn turn_of(net: &NetFile, c: &NetConnection) -> Turn {
@@ -660,6 +673,7 @@ fn build_one(
     timing_notes.extend(intergreen_note(&short, keep));
     timing_notes.extend(net.waut_note(id, &program.program_id));
     let (in_lanes, out_lanes) = observed_lanes(&groups, &table);
+    let crossings = observed_crossings(&groups, &table);
     Ok(TlsModel {
         id: id.to_string(),
         program_id: program.program_id.clone(),
@@ -679,6 +693,8 @@ fn build_one(
         movement_out_lanes: table.out_lanes,
         in_lanes,
         out_lanes,
+        movement_crossings: table.crossings,
+        crossings,
         approaches: approaches.iter().map(|s| s.to_string()).collect(),
         conflicts_from_junction,
         timing_notes,
@@ -771,6 +787,8 @@ struct MovementTable<'g> {
     in_lanes: Vec<Vec<String>>,
     /// Its outgoing road lanes.
     out_lanes: Vec<Vec<String>>,
+    /// The pedestrian crossings its links lead onto (a pedestrian movement's).
+    crossings: Vec<Vec<String>>,
 }
 
 /// The movement table of `groups`; marks each grouped link with its movement. Refused
@@ -788,6 +806,7 @@ fn movement_table<'g>(
         edges: Vec::with_capacity(groups.len()),
         in_lanes: Vec::with_capacity(groups.len()),
         out_lanes: Vec::with_capacity(groups.len()),
+        crossings: Vec::with_capacity(groups.len()),
     };
     for (m, (key, ls)) in groups.iter().enumerate() {
         table
@@ -800,6 +819,14 @@ fn movement_table<'g>(
         let lanes_of = |f| movement_lanes(net, conns, ls, f);
         table.in_lanes.push(lanes_of(NetConnection::from_lane_id));
         table.out_lanes.push(lanes_of(NetConnection::to_lane_id));
+        let mut crossings: Vec<String> = ls
+            .iter()
+            .flat_map(|&i| conns[i].iter())
+            .filter_map(|c| crossing_id_of(net, c).cloned())
+            .collect();
+        crossings.sort();
+        crossings.dedup();
+        table.crossings.push(crossings);
         for &i in ls.iter() {
             links[i] = LinkRole::Movement(m as u8);
         }
@@ -1021,6 +1048,18 @@ fn observed_lanes(groups: &SignalGroups, table: &MovementTable<'_>) -> (Vec<Stri
     out_lanes.sort();
     out_lanes.dedup();
     (in_lanes.into_iter().map(|l| l.1).collect(), out_lanes)
+}
+
+/// The observed pedestrian crossings: each once, by approach then edge id.
+fn observed_crossings(groups: &SignalGroups, table: &MovementTable<'_>) -> Vec<String> {
+    let mut crossings: Vec<(u8, &String)> = groups
+        .keys()
+        .zip(&table.crossings)
+        .flat_map(|(k, cs)| cs.iter().map(move |c| (k.0, c)))
+        .collect();
+    crossings.sort();
+    crossings.dedup_by(|a, b| a.1 == b.1);
+    crossings.into_iter().map(|c| c.1.clone()).collect()
 }
 
 impl TlsModel {

@@ -86,6 +86,9 @@ pub(crate) mod var {
     pub const PERSON_ROAD_ID: u8 = 0x50;
     /// Person: how long it has stood still in its current stage (s).
     pub const PERSON_WAITING_TIME: u8 = 0x7a;
+    /// Person: the next edge of its walk, crossings and walking areas included (`""`
+    /// when it is not walking or has no next edge).
+    pub const PERSON_NEXT_EDGE: u8 = 0xc1;
     /// Simulation: vehicles whose departure time has passed but that are not inserted.
     pub const SIM_PENDING_VEHICLES: u8 = 0x94;
     /// Edge: the vehicles waiting to be inserted on it (the same id as the simulation's).

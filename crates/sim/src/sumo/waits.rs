@@ -24,7 +24,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::approach::APPROACH_RANGE_M;
-use super::traci::{cmd, var, Message, SubscriptionResult, Value};
+use super::traci::{cmd, var, ContextObject, Message, SubscriptionResult, Value};
 
 /// How far beyond the approach range the subscriptions reach (m): a junction's centre lies
 /// up to this far from its stop lines.
@@ -218,18 +218,22 @@ impl WaitWatch {
 }
 
 impl WaitWatch {
-    /// Sorts the pedestrians of the context results in `subs` onto the watched junctions:
-    /// `out[j]` receives, with their waiting times, those on junction `j`'s walking areas
-    /// and crossings (`:J_w…`, `:J_c…`), where a pedestrian stands while its crossing is
-    /// red; those elsewhere (on sidewalks, in vehicles) are skipped, and one seen from
-    /// two junctions counts once. `out` is cleared first; it stays empty unless the watch
-    /// was made [`WaitWatch::with_pedestrians`].
+    /// Sorts the pedestrians of the context results in `subs` onto the watched junctions
+    /// and the observed crossings. Unless `out` is empty, `out[j]` receives, with their
+    /// waiting times, those on junction `j`'s walking areas and crossings (`:J_w…`,
+    /// `:J_c…`), where a pedestrian stands while its crossing is red; those elsewhere (on
+    /// sidewalks, in vehicles) are skipped. `crossings` counts those at and on each of its
+    /// crossings ([`CrossingCounts::note`]). One seen from two junctions counts once.
+    /// `out` and the counts are cleared first; both stay empty unless the watch was made
+    /// [`WaitWatch::with_pedestrians`].
     pub(crate) fn apply_pedestrians(
         &self,
         subs: &[SubscriptionResult],
         out: &mut [Vec<VehicleWait>],
+        crossings: &mut CrossingCounts,
     ) -> Result<(), String> {
         out.iter_mut().for_each(Vec::clear);
+        crossings.clear();
         let response = cmd::context_response(cmd::GET_JUNCTION);
         let mut seen: HashSet<&str> = HashSet::new();
         let persons = subs
@@ -240,28 +244,14 @@ impl WaitWatch {
                 continue;
             };
             for o in &s.context {
-                let [(_, edge), (_, wait)] = o.values.as_slice() else {
-                    return Err(format!(
-                        "pedestrian {} near {}: {} values, expected {}",
-                        o.id,
-                        s.object,
-                        o.values.len(),
-                        PEDESTRIAN_VARIABLES.len()
-                    ));
-                };
-                let Value::Str(edge) = edge else {
-                    return Err(format!(
-                        "pedestrian {}: edge {edge:?} is not a string",
-                        o.id
-                    ));
-                };
+                let (edge, wait_s, next) = pedestrian_values(o, &s.object)?;
                 if !is_walkway_of(edge, &s.object) || !seen.insert(&o.id) {
                     continue;
                 }
-                let wait_s = wait
-                    .as_f64()
-                    .filter(|x| x.is_finite())
-                    .ok_or_else(|| format!("pedestrian {}: waiting time {wait:?}", o.id))?;
+                crossings.note(edge, next, wait_s > 0.0);
+                if out.is_empty() {
+                    continue;
+                }
                 out.get_mut(j)
                     .ok_or_else(|| format!("junction index {j} of {} out of range", s.object))?
                     .push(VehicleWait {
@@ -275,8 +265,110 @@ impl WaitWatch {
     }
 }
 
+/// One pedestrian's edge, waiting time (s) and next edge (`""` if none) from its context
+/// result near `junction`.
+fn pedestrian_values<'o>(
+    o: &'o ContextObject,
+    junction: &str,
+) -> Result<(&'o str, f64, &'o str), String> {
+    let [(_, edge), (_, wait), (_, next)] = o.values.as_slice() else {
+        return Err(format!(
+            "pedestrian {} near {junction}: {} values, expected {}",
+            o.id,
+            o.values.len(),
+            PEDESTRIAN_VARIABLES.len()
+        ));
+    };
+    let (Value::Str(edge), Value::Str(next)) = (edge, next) else {
+        return Err(format!(
+            "pedestrian {}: edge {edge:?} or next edge {next:?} is not a string",
+            o.id
+        ));
+    };
+    let wait_s = wait
+        .as_f64()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| format!("pedestrian {}: waiting time {wait:?}", o.id))?;
+    Ok((edge, wait_s, next))
+}
+
 /// What is read of each pedestrian near a junction, in this order.
-const PEDESTRIAN_VARIABLES: [u8; 2] = [var::PERSON_ROAD_ID, var::PERSON_WAITING_TIME];
+const PEDESTRIAN_VARIABLES: [u8; 3] = [
+    var::PERSON_ROAD_ID,
+    var::PERSON_WAITING_TIME,
+    var::PERSON_NEXT_EDGE,
+];
+
+/// The pedestrians at one observed crossing at the last reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CrossingCount {
+    /// On a walking area, about to step onto the crossing (its next edge).
+    pub at_kerb: u32,
+    /// Of those, the ones standing (waiting time above 0): waiting for the green.
+    pub at_kerb_standing: u32,
+    /// On the crossing.
+    pub on: u32,
+    /// Of those, the ones standing.
+    pub on_standing: u32,
+}
+
+/// The pedestrians at and on each observed crossing ([`CrossingCount`]), by crossing.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CrossingCounts {
+    /// Crossing edge id → its index in `counts`.
+    index: HashMap<String, usize>,
+    /// Per crossing, in the order given to [`CrossingCounts::new`].
+    pub counts: Vec<CrossingCount>,
+}
+
+impl CrossingCounts {
+    /// Counts at each signal's crossings (edge ids); returns, per signal, its crossings'
+    /// indices in [`CrossingCounts::counts`] (a crossing two signals list is counted once).
+    pub(crate) fn for_signals<'a>(
+        signals: impl IntoIterator<Item = &'a [String]>,
+    ) -> (Self, Vec<Vec<usize>>) {
+        let mut index = HashMap::new();
+        let per_signal = signals
+            .into_iter()
+            .map(|crossings| {
+                crossings
+                    .iter()
+                    .map(|c| {
+                        let next = index.len();
+                        *index.entry(c.clone()).or_insert(next)
+                    })
+                    .collect()
+            })
+            .collect();
+        let counts = CrossingCounts {
+            counts: vec![CrossingCount::default(); index.len()],
+            index,
+        };
+        (counts, per_signal)
+    }
+
+    /// Whether no crossing is counted.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.counts.fill(CrossingCount::default());
+    }
+
+    /// Counts a pedestrian on edge `edge` whose next edge is `next`, `standing` or not:
+    /// on a counted crossing, or on a walking area with a counted crossing next.
+    pub(crate) fn note(&mut self, edge: &str, next: &str, standing: bool) {
+        let standing = u32::from(standing);
+        if let Some(&c) = self.index.get(edge) {
+            self.counts[c].on += 1;
+            self.counts[c].on_standing += standing;
+        } else if let Some(&c) = self.index.get(next) {
+            self.counts[c].at_kerb += 1;
+            self.counts[c].at_kerb_standing += standing;
+        }
+    }
+}
 
 /// Whether `edge` is a walking area or crossing of junction `junction`: SUMO names them
 /// `:<junction>_w<n>` and `:<junction>_c<n>`.
@@ -286,6 +378,12 @@ fn is_walkway_of(edge: &str, junction: &str) -> bool {
             .or_else(|| rest.strip_prefix('c'))
             .is_some_and(is_number)
     })
+}
+
+/// The junction whose crossing `edge` is: SUMO names crossings `:<junction>_c<n>`.
+pub(crate) fn junction_of_crossing(edge: &str) -> Option<&str> {
+    let (junction, n) = edge.strip_prefix(':')?.rsplit_once("_c")?;
+    (is_number(n) && !junction.is_empty()).then_some(junction)
 }
 
 /// Whether `lane` is an internal lane of junction `junction`: SUMO names them
@@ -409,7 +507,6 @@ impl PendingWaits {
 
 #[cfg(test)]
 mod tests {
-    use super::super::traci::ContextObject;
     use super::*;
 
     fn vehicle(id: &str, lane: &str, pos: f64, wait: f64) -> ContextObject {
@@ -625,11 +722,16 @@ mod tests {
     }
 
     fn pedestrian(id: &str, edge: &str, wait: f64) -> ContextObject {
+        walker(id, edge, wait, "")
+    }
+
+    fn walker(id: &str, edge: &str, wait: f64, next: &str) -> ContextObject {
         ContextObject {
             id: id.into(),
             values: vec![
                 (var::PERSON_ROAD_ID, Value::Str(edge.into())),
                 (var::PERSON_WAITING_TIME, Value::Double(wait)),
+                (var::PERSON_NEXT_EDGE, Value::Str(next.into())),
             ],
         }
     }
@@ -660,7 +762,8 @@ mod tests {
             persons("J2", vec![pedestrian("p3", ":J2_w1", 7.0)]),
         ];
         let mut out = vec![Vec::new(); 2];
-        watch.apply_pedestrians(&subs, &mut out).unwrap();
+        let mut none = CrossingCounts::default();
+        watch.apply_pedestrians(&subs, &mut out, &mut none).unwrap();
         let waits = |v: &[VehicleWait]| v.iter().map(|x| (x.id, x.wait_s)).collect::<Vec<_>>();
         assert_eq!(
             waits(&out[0]),
@@ -675,17 +778,75 @@ mod tests {
         // And the pedestrians past the vehicles'.
         let mut bad = pedestrian("p5", ":J1_w0", f64::NAN);
         let err = watch
-            .apply_pedestrians(&[persons("J1", vec![bad.clone()])], &mut out)
+            .apply_pedestrians(&[persons("J1", vec![bad.clone()])], &mut out, &mut none)
             .unwrap_err();
         assert!(err.contains("p5") && err.contains("waiting time"), "{err}");
         bad.values.pop();
         let err = watch
-            .apply_pedestrians(&[persons("J1", vec![bad])], &mut out)
+            .apply_pedestrians(&[persons("J1", vec![bad.clone()])], &mut out, &mut none)
             .unwrap_err();
-        assert!(err.contains("1 values"), "{err}");
+        assert!(err.contains("2 values"), "{err}");
+        bad.values[1].1 = Value::Double(1.0);
+        bad.values.push((var::PERSON_NEXT_EDGE, Value::Double(1.0)));
+        let err = watch
+            .apply_pedestrians(&[persons("J1", vec![bad])], &mut out, &mut none)
+            .unwrap_err();
+        assert!(err.contains("next edge"), "{err}");
         assert!(is_walkway_of(":J1_w0", "J1") && is_walkway_of(":A_1_c12", "A_1"));
         assert!(!is_walkway_of(":A_1_w0", "A") && !is_walkway_of(":J1_0_0", "J1"));
         assert!(!is_walkway_of(":J1_w", "J1") && !is_walkway_of("J1_w0", "J1"));
+        assert_eq!(junction_of_crossing(":A_1_c12"), Some("A_1"));
+        assert_eq!(junction_of_crossing(":cluster_c_7_c0"), Some("cluster_c_7"));
+        for not in [":A_1_w0", "A_c0", ":A_c", ":_c0", ":A_0_0"] {
+            assert_eq!(junction_of_crossing(not), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn pedestrians_count_at_the_kerb_of_their_next_crossing_and_on_it() {
+        let watch = WaitWatch::new(["J1", "J2"], VehicleMeasure::TimeLoss).with_pedestrians(true);
+        let signals = [
+            vec![":J1_c0".to_string(), ":J1_c1".into()],
+            vec![":J1_c0".into(), ":J2_c0".into()],
+        ];
+        let (mut counts, per_signal) =
+            CrossingCounts::for_signals(signals.iter().map(Vec::as_slice));
+        assert_eq!(per_signal, [vec![0, 1], vec![0, 2]]);
+        let subs = [
+            persons(
+                "J1",
+                vec![
+                    // Two at c0's kerb, one standing; one at c1's kerb, standing; one
+                    // walking over c0 and one stuck on it; one on a walking area bound
+                    // for a sidewalk; one on a sidewalk bound for the walking area.
+                    walker("p0", ":J1_w0", 12.0, ":J1_c0"),
+                    walker("p1", ":J1_w1", 0.0, ":J1_c0"),
+                    walker("p2", ":J1_w1", 3.0, ":J1_c1"),
+                    walker("p3", ":J1_c0", 0.0, ":J1_w1"),
+                    walker("p4", ":J1_c0", 2.0, ":J1_w1"),
+                    walker("p5", ":J1_w2", 5.0, "out"),
+                    walker("p6", "in", 5.0, ":J1_w2"),
+                ],
+            ),
+            // p0 seen again from J2 counts once.
+            persons("J2", vec![walker("p0", ":J1_w0", 12.0, ":J1_c0")]),
+        ];
+        watch
+            .apply_pedestrians(&subs, &mut [], &mut counts)
+            .unwrap();
+        let count = |at_kerb, at_kerb_standing, on, on_standing| CrossingCount {
+            at_kerb,
+            at_kerb_standing,
+            on,
+            on_standing,
+        };
+        assert_eq!(
+            counts.counts,
+            [count(2, 1, 2, 1), count(1, 1, 0, 0), count(0, 0, 0, 0)]
+        );
+        // The next reading starts from zero.
+        watch.apply_pedestrians(&[], &mut [], &mut counts).unwrap();
+        assert_eq!(counts.counts, [CrossingCount::default(); 3]);
     }
 
     #[test]
