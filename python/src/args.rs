@@ -11,7 +11,7 @@ use crate::spec::{parse_reward, Backend, EnvSpec};
 use crate::value_err;
 
 /// Every keyword the environments take.
-const KNOWN: [&str; 23] = [
+const KNOWN: [&str; 24] = [
     "backend",
     "scenario",
     "demand",
@@ -32,6 +32,7 @@ const KNOWN: [&str; 23] = [
     "max_green_s",
     "program",
     "program_clock",
+    "pedestrian_zones",
     "program_intergreens",
     "pedestrian_weight",
     "seed",
@@ -159,6 +160,11 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                     "program_clock= is for backend=\"sumo\" (the lights' own programs come from the net)",
                 ));
             }
+            if kw.flag("pedestrian_zones")? == Some(true) {
+                return Err(value_err(
+                    "pedestrian_zones= is for backend=\"sumo\" (the embedded simulator has no pedestrians)",
+                ));
+            }
             Ok(Backend::Embedded {
                 scenario: scenario.unwrap_or_else(|| "single-4way".into()),
                 demand,
@@ -206,6 +212,7 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                 },
                 program: kw.string("program")?,
                 program_clock: kw.flag("program_clock")?.unwrap_or(false),
+                pedestrian_zones: kw.flag("pedestrian_zones")?.unwrap_or(false),
             })
         }
         other => Err(value_err(format!(

@@ -105,7 +105,7 @@ impl NativeEnv {
     /// `demand`, `net`, `routes`, `begin_s`, `step_length_s`, `episode_s`,
     /// `decision_interval_s`, `reward`,
     /// `timing`, `yellow_s`, `all_red_s`, `min_green_s`, `max_green_s`, `program`,
-    /// `program_clock`, `program_intergreens`, `seed`).
+    /// `program_clock`, `pedestrian_zones`, `program_intergreens`, `pedestrian_weight`, `seed`).
     #[new]
     #[pyo3(signature = (**kwargs))]
     fn new(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {

@@ -43,6 +43,9 @@ pub enum Backend {
         /// Observe each light's own program as a clock (`greenwave train
         /// --program-clock`); off unless asked for.
         program_clock: bool,
+        /// Observe the pedestrians at each crossing a light controls (`greenwave train
+        /// --pedestrian-zones`); off unless asked for.
+        pedestrian_zones: bool,
     },
 }
 
@@ -97,6 +100,7 @@ impl EnvSpec {
                 overrides,
                 program,
                 program_clock,
+                pedestrian_zones,
             } => {
                 let files = [routes.as_slice(), additional.as_slice()];
                 let times = (*begin_s, *step_length_s);
@@ -105,6 +109,7 @@ impl EnvSpec {
                     extra_args: sumo_args.clone(),
                     program: program.clone(),
                     program_clock: *program_clock,
+                    pedestrian_zones: *pedestrian_zones,
                     seed,
                     ..cfg
                 };

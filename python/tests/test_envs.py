@@ -285,6 +285,27 @@ def zero_layer(outputs, inputs):
 
 
 @needs_sumo
+def test_sumo_pedestrian_zones_add_two_lanes_per_crossing():
+    peds = dict(backend="sumo", net=str(FIXTURES / "peds.net.xml"), episode_s=300,
+                routes=[str(FIXTURES / "peds.rou.xml"), str(FIXTURES / "peds.walks.xml")])
+    plain = SignalEnv(**peds)
+    zoned = SignalEnv(**peds, pedestrian_zones=True)
+    # Four crossings, two zones each, a density and a queue per zone.
+    assert zoned.observation_space.shape[0] == plain.observation_space.shape[0] + 16
+    lanes = (zoned.observation_space.shape[0] - zoned.action_space.n - 3) // 2
+    obs, info = zoned.reset(seed=1)
+    seen = 0.0
+    for _ in range(30):
+        seen += float(obs[lanes - 8 : lanes].sum())
+        obs, _, _, _, info = zoned.step(int(np.argmax(info["action_mask"])))
+    assert seen > 0.0, "nobody at or on a crossing in 150 s of walks"
+    with pytest.raises(ValueError, match="pedestrian_zones= is for backend"):
+        SignalEnv(scenario="single-4way", pedestrian_zones=True)
+    # A net without crossings observes the same either way.
+    assert SignalEnv(**sumo_single(pedestrian_zones=True)).observation_space == SignalEnv(**sumo_single()).observation_space
+
+
+@needs_sumo
 def test_sumo_program_clock_adds_one_lane_per_phase(tmp_path):
     plain = SignalEnv(**sumo_single())
     clocked = SignalEnv(**sumo_single(program_clock=True))

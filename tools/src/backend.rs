@@ -120,6 +120,14 @@ pub struct BackendArgs {
     #[arg(long, value_enum)]
     #[serde(default = "OnOff::before_program_clock")]
     pub program_clock: Option<OnOff>,
+    /// Pedestrian zones in each signal's observation on SUMO: two per crossing a light
+    /// controls, the pedestrians at its kerb and on it. `on` unless given (`train`;
+    /// resuming, as the run started; `eval`, as the policy fits); see "Training on real
+    /// networks", finding 36, in tools/README.md. A net without crossings observes the
+    /// same either way.
+    #[arg(long, value_enum)]
+    #[serde(default = "OnOff::before_pedestrian_zones")]
+    pub pedestrian_zones: Option<OnOff>,
     /// Per-pair intergreens from each light's own program on SUMO: where the program keeps
     /// two conflicting links further apart than a switch's yellow and all-red, the plan
     /// starts that movement later, alone. `off` unless given (or the timing file's
@@ -170,6 +178,11 @@ impl OnOff {
 
     /// The program intergreens of runs whose `run.json` names none (written before them).
     fn before_program_intergreens() -> Option<Self> {
+        Some(OnOff::Off)
+    }
+
+    /// The pedestrian zones of runs whose `run.json` names none (written before them).
+    fn before_pedestrian_zones() -> Option<Self> {
         Some(OnOff::Off)
     }
 
@@ -336,6 +349,7 @@ impl BackendArgs {
             reward: None,
             pedestrian_weight: None,
             program_clock: None,
+            pedestrian_zones: None,
             program_intergreens: None,
         }
     }
@@ -356,12 +370,13 @@ impl BackendArgs {
                     || self.reward.is_some()
                     || self.pedestrian_weight.is_some()
                     || self.program_clock.is_some()
+                    || self.pedestrian_zones.is_some()
                     || self.program_intergreens.is_some()
                 {
                     bail!(
                         "--net, --routes, --additional, --sumocfg, --sumo-args, --begin, \
                          --step-length, --reward, --pedestrian-weight, --program-clock, \
-                         --program-intergreens \
+                         --pedestrian-zones, --program-intergreens \
                          and the timing \
                          options (--timing, \
                          --program, --yellow, --all-red, --min-green, --max-green, \
@@ -395,7 +410,8 @@ impl BackendArgs {
     }
 
     /// Whether a run recorded with `self` may go on with `other`: the same simulator, net,
-    /// routes, begin, timing and, on SUMO, reward and program clock. An embedded run's
+    /// routes, begin, timing and, on SUMO, reward, pedestrian weight, program clock,
+    /// pedestrian zones and intergreens. An embedded run's
     /// recorded reward and clock are not compared: its scenario names its own reward (runs
     /// from before recorded the default then, `delay-delta`) and it has no clock.
     pub fn resumes_as(&self, other: &Self) -> bool {
@@ -404,6 +420,7 @@ impl BackendArgs {
             reward: sumo(b).then_some(b.reward).flatten(),
             pedestrian_weight: sumo(b).then_some(b.pedestrian_weight).flatten(),
             program_clock: sumo(b).then_some(b.program_clock).flatten(),
+            pedestrian_zones: sumo(b).then_some(b.pedestrian_zones).flatten(),
             program_intergreens: sumo(b).then_some(b.program_intergreens).flatten(),
             begin: Some(b.begin.unwrap_or(0.0)),
             ..b.clone()
@@ -499,6 +516,7 @@ impl BackendArgs {
             cfg.pedestrian_weight = w;
         }
         cfg.program_clock = self.program_clock.unwrap_or_default().is_on();
+        cfg.pedestrian_zones = self.pedestrian_zones.unwrap_or_default().is_on();
         if let Some(s) = seconds {
             cfg.seconds = s;
         }
@@ -674,6 +692,20 @@ impl EnvSource {
                 cfg.program_clock = on;
                 Ok(EnvSource::Sumo(cfg))
             }
+        }
+    }
+
+    /// On SUMO with pedestrian zones: the same source without them (the observation of
+    /// before they existed); `None` otherwise.
+    pub fn without_pedestrian_zones(&self) -> Option<Self> {
+        match self {
+            EnvSource::Embedded(_) => None,
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => cfg.pedestrian_zones.then(|| {
+                let mut cfg = cfg.clone();
+                cfg.pedestrian_zones = false;
+                EnvSource::Sumo(cfg)
+            }),
         }
     }
 
@@ -903,6 +935,38 @@ mod tests {
         v.as_object_mut().unwrap().remove("pedestrian_weight");
         let old: BackendArgs = serde_json::from_value(v).unwrap();
         assert_eq!(old.pedestrian_weight, Some(0.0));
+    }
+
+    #[test]
+    fn pedestrian_zones_are_on_unless_off_and_runs_from_before_had_none() {
+        let zoned = |z| BackendArgs {
+            pedestrian_zones: z,
+            ..BackendArgs::sumo("n.net.xml", "r.rou.xml")
+        };
+        assert!(zoned(Some(OnOff::On)).resumes_as(&zoned(Some(OnOff::On))));
+        assert!(!zoned(Some(OnOff::On)).resumes_as(&zoned(Some(OnOff::Off))));
+        #[cfg(feature = "sumo")]
+        {
+            let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/sim/fixtures/sumo");
+            let cfg = |z| {
+                let mut b = zoned(z);
+                b.net = Some(format!("{fixtures}/peds.net.xml").into());
+                b.routes = vec![format!("{fixtures}/peds.rou.xml").into()];
+                b.sumo_config(None, 1).unwrap().pedestrian_zones
+            };
+            assert!(cfg(None) && cfg(Some(OnOff::On)) && !cfg(Some(OnOff::Off)));
+        }
+        let embedded = BackendArgs {
+            pedestrian_zones: Some(OnOff::Off),
+            ..BackendArgs::embedded()
+        };
+        let err = embedded.check().unwrap_err().to_string();
+        assert!(err.contains("--pedestrian-zones"), "{err}");
+        // Runs from before them observed none.
+        let mut v = serde_json::to_value(zoned(Some(OnOff::On))).unwrap();
+        v.as_object_mut().unwrap().remove("pedestrian_zones");
+        let old: BackendArgs = serde_json::from_value(v).unwrap();
+        assert_eq!(old.pedestrian_zones, Some(OnOff::Off));
     }
 
     #[test]

@@ -442,18 +442,51 @@ fn first_manifest(model: &Path, specs: &[SignalSpec]) -> Result<Manifest> {
 }
 
 /// `source` with program-clock lanes as `model`'s manifest says it was trained (unless
-/// `--program-clock` chose), so that a policy trained either way evaluates on SUMO.
+/// `--program-clock` chose), and without pedestrian zones if the policy was trained
+/// before them (unless `--pedestrian-zones` chose), so that a policy trained either way
+/// evaluates on SUMO.
 pub fn source_for_model(source: EnvSource, model: &Path, sim: &BackendArgs) -> Result<EnvSource> {
-    if sim.program_clock.is_some() || source.scenario().is_some() {
+    if source.scenario().is_some() {
         return Ok(source);
     }
-    // Per-signal exports are named by signal id, which only the simulator knows.
-    let specs = match model.exists() {
-        true => Vec::new(),
-        false => source.signals()?,
+    let source = match sim.program_clock {
+        Some(_) => source,
+        None => {
+            // Per-signal exports are named by signal id, which only the simulator knows.
+            let specs = match model.exists() {
+                true => Vec::new(),
+                false => source.signals()?,
+            };
+            let manifest = first_manifest(model, &specs)?;
+            source.with_program_clock(manifest.program_clock)?
+        }
     };
-    let manifest = first_manifest(model, &specs)?;
-    source.with_program_clock(manifest.program_clock)
+    if sim.pedestrian_zones.is_some() {
+        return Ok(source);
+    }
+    without_zones_if_it_fits(source, model)
+}
+
+/// `source`, or, where `model` does not fit its signals but fits them without pedestrian
+/// zones (a policy trained before them, finding 36), `source` without them, with a note.
+fn without_zones_if_it_fits(source: EnvSource, model: &Path) -> Result<EnvSource> {
+    let Some(without) = source.without_pedestrian_zones() else {
+        return Ok(source);
+    };
+    let what = source.describe();
+    if load_policies(model, &source.signals()?, &what).is_ok() {
+        return Ok(source);
+    }
+    if load_policies(model, &without.signals()?, &what).is_err() {
+        // The error with the zones on is the one to report.
+        return Ok(source);
+    }
+    eprintln!(
+        "note: {} observes no pedestrian zones (trained before them): evaluating without \
+         them (--pedestrian-zones off)",
+        model.display()
+    );
+    Ok(without)
 }
 
 /// Runs `greenwave eval`.

@@ -425,6 +425,13 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                     false => OnOff::Off,
                 });
             }
+            // And its pedestrian zones as the run observed them (runs before them: none).
+            if sim.backend == Backend::Sumo && sim.pedestrian_zones.is_none() {
+                sim.pedestrian_zones = match info.config.sim.backend {
+                    Backend::Sumo => info.config.sim.pedestrian_zones,
+                    Backend::Embedded => Some(OnOff::On),
+                };
+            }
             let target = match (args.scenario.as_deref(), sim.backend) {
                 (None, Backend::Embedded) => None,
                 (name, _) => {

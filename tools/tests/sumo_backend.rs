@@ -310,6 +310,59 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
     let _ = std::fs::remove_dir_all(&s.d);
 }
 
+/// A policy trained without pedestrian zones (as every policy before them) on a net with
+/// crossings: its run resumes and exports without them, and `eval` finds by itself that it
+/// fits only without them and says so; asked for them, it refuses naming the layout.
+#[test]
+fn a_policy_from_before_pedestrian_zones_evaluates_without_them() {
+    if !greenwave_sim::sumo::available_for_tests() {
+        return;
+    }
+    let d = tmp("no-zones");
+    std::fs::create_dir_all(&d).unwrap();
+    let (run, model) = (d.join("run"), d.join("nz.onnx"));
+    let (run_s, model_s) = (run.to_str().unwrap(), model.to_str().unwrap());
+    let (net, routes) = (fixture("peds.net.xml"), fixture("peds.rou.xml"));
+    let sumo = [
+        "--backend",
+        "sumo",
+        "--net",
+        net.to_str().unwrap(),
+        "--routes",
+        routes.to_str().unwrap(),
+    ];
+    let mut train = vec!["train"];
+    train.extend(sumo);
+    train.extend(TINY_TRAINING);
+    train.extend(["--pedestrian-zones", "off", "--out", run_s, "--quiet"]);
+    train.extend(["--stop-after-iterations", "1"]);
+    ok(&greenwave(&train));
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["config"]["pedestrian_zones"], "off");
+    // 4 one-lane arms, two zones each, then the clock's 4 lanes (a phase with the
+    // crossings and one without for each axis); with the zones, 8 more.
+    assert_eq!(info["obs_layout"]["n_lanes"], 12);
+    // Resumed without the flag, it goes on without the zones.
+    train.truncate(train.len() - 2);
+    train.retain(|a| *a != "--pedestrian-zones" && *a != "off");
+    train.push("--resume");
+    ok(&greenwave(&train));
+    ok(&greenwave(&["export", run_s, "--out", model_s]));
+
+    let mut eval = vec!["eval", "--model", model_s];
+    eval.extend(sumo);
+    eval.extend(["--seeds", "1", "--seconds", "120", "--json"]);
+    let o = greenwave(&eval);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("observes no pedestrian zones"), "{err}");
+    eval.extend(["--pedestrian-zones", "on"]);
+    let err = failed(&greenwave(&eval));
+    assert!(err.contains("layout"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// A run started with a reward goes on with it when resumed without `--reward` (the
 /// default has changed, from `delay-delta` to `delay-accrued`, back, and to
 /// `delay-accrued-delta`: a run begun before goes on as it began), and refuses to go on

@@ -62,6 +62,10 @@ struct SumoTiming {
     /// Seconds between decisions (default: the timing file's, else the bundle's).
     #[arg(long, requires = "sumo_field")]
     decision_interval: Option<f64>,
+    /// Pedestrian zones in the observation (`on` unless given): `off` for a bundle whose
+    /// policy was trained before them, as `greenwave --pedestrian-zones`.
+    #[arg(long, requires = "sumo_field", value_parser = ["on", "off"])]
+    pedestrian_zones: Option<String>,
 }
 
 #[cfg(feature = "sumo")]
@@ -74,6 +78,9 @@ impl SumoTiming {
             max_green_s: self.max_green,
             program_intergreens: self.program_intergreens.as_deref().map(|v| v == "on"),
         };
+        if let Some(zones) = &self.pedestrian_zones {
+            cfg.pedestrian_zones = zones == "on";
+        }
         cfg.set_timing(
             self.timing.as_deref(),
             flags,

@@ -415,6 +415,20 @@ fn pedestrian_zone_episode(weight: f32) -> (Vec<f32>, CrossingZones) {
     }
 }
 
+/// Without pedestrian zones a light observes what it did before them: its lanes' zones, and
+/// no person is subscribed to unless the reward counts pedestrians.
+#[test]
+fn pedestrian_zones_off_observe_the_lanes_only() {
+    let mut cfg = config("peds", 60.0);
+    cfg.routes.push(fixture("peds.walks.xml"));
+    cfg.program_clock = false;
+    cfg.pedestrian_zones = false;
+    let env = SumoEnv::new(cfg).unwrap();
+    let spec = &env.signals()[0];
+    assert_eq!(spec.layout.n_lanes, 2 * 4);
+    assert!(spec.incidence.iter().all(|row| row.len() == 8));
+}
+
 /// Each pedestrian crossing adds two zones to its light's observation, after the incoming
 /// lanes': the pedestrians at its kerb (on a walking area, the crossing next; the standing
 /// ones as the queue) and those on it. People gather at red crossings, are on a crossing

@@ -280,6 +280,11 @@ pub fn run(args: &TrainArgs) -> Result<()> {
             Some(run) => run.config.sim.program_clock,
             None => Some(OnOff::On),
         });
+        // So are the pedestrian zones (runs from before them have none).
+        cfg.sim.pedestrian_zones = args.sim.pedestrian_zones.or(match &resumed {
+            Some(run) => run.config.sim.pedestrian_zones,
+            None => Some(OnOff::On),
+        });
         // A resumed run keeps the intergreens it started with; a new one records none given
         // (the timing file's, else on).
         cfg.sim.program_intergreens = args.sim.program_intergreens.or(resumed

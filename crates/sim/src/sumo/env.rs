@@ -381,7 +381,10 @@ impl SumoEnv {
         cfg.validate()?;
         let binary = find_sumo_binary(cfg.sumo_binary.as_deref())?;
         let net = cfg.read_net()?;
-        let NetModels { models, on_program } = build_models(
+        let NetModels {
+            mut models,
+            on_program,
+        } = build_models(
             &net,
             ModelOptions {
                 program: cfg.program.as_deref(),
@@ -389,6 +392,11 @@ impl SumoEnv {
                 step_ms: cfg.step_ms(),
             },
         )?;
+        if !cfg.pedestrian_zones {
+            // Nothing observes them then: the layout, incidence and subscriptions are those
+            // of before pedestrian zones existed.
+            models.iter_mut().for_each(|m| m.crossings.clear());
+        }
         let program_switches = program_switches(&net, cfg.program.as_deref());
         let (lanes, signal_lanes) = lanes_of(&net, &models);
         let specs = signal_specs(&models, cfg.program_clock)?;

@@ -231,12 +231,18 @@ pub struct SumoConfig {
     /// (greenwave-core's `ProgramClock`; tools/README.md, "Training on real networks",
     /// finding 25).
     pub program_clock: bool,
+    /// Whether each signal's observation has two pedestrian zones per crossing it controls
+    /// (the kerb and the crossing), after its lanes' zones; on unless set off (policies
+    /// trained before finding 36 of tools/README.md observe none). A net without crossings
+    /// observes the same either way.
+    pub pedestrian_zones: bool,
 }
 
 impl SumoConfig {
     /// Defaults for `net` and `routes`: a 3600 s episode from time 0, 5 s decisions, 1 s
     /// SUMO steps, each light's timing from its own program (min green 5 s), seed 0, the
-    /// reward [`RewardKind::SUMO_DEFAULT`], program-clock lanes in the observation.
+    /// reward [`RewardKind::SUMO_DEFAULT`], program-clock lanes and pedestrian zones in the
+    /// observation.
     pub fn new(net: impl Into<PathBuf>, routes: impl Into<PathBuf>) -> Self {
         Self::with_routes(net, vec![routes.into()])
     }
@@ -263,6 +269,7 @@ impl SumoConfig {
             extra_args: Vec::new(),
             read_mode: ReadMode::default(),
             program_clock: true,
+            pedestrian_zones: true,
         }
     }
 
