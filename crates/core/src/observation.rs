@@ -4,7 +4,9 @@
 //! floats, in this order. An observed "lane" is a detection zone: the embedded simulator
 //! and the firmware observe each incoming lane once; the SUMO backend observes each as a
 //! stop-bar zone then an advance zone (greenwave-sim's `sumo::ZONES_PER_LANE`), so there
-//! `L` is twice its incoming lanes.
+//! `L` is twice its incoming lanes, plus two pedestrian zones per crossing the light
+//! controls (the pedestrians at its kerb and on it, per 8 people; `sumo::PEDESTRIANS_PER_ZONE`)
+//! unless they are left out.
 //!
 //! | offset | size | meaning | range |
 //! |---|---|---|---|

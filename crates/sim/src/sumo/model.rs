@@ -86,8 +86,8 @@ pub struct TlsModel {
     pub in_lanes: Vec<String>,
     /// Outgoing lanes of all movements, sorted.
     pub out_lanes: Vec<String>,
-    /// For each movement, the pedestrian crossings (`:J_c…` edges) its links lead onto
-    /// (empty for a vehicle movement).
+    /// For each movement, the pedestrian crossings (`:J_c…` edges) among its links' ends
+    /// (none for a movement of vehicle links only).
     pub movement_crossings: Vec<Vec<String>>,
     /// Observed pedestrian crossings, by approach then edge id: the observation's
     /// pedestrian zones, after the incoming lanes' (tools/README.md, finding 36).

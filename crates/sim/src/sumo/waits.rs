@@ -828,7 +828,7 @@ mod tests {
                     walker("p6", "in", 5.0, ":J1_w2"),
                 ],
             ),
-            // p0 seen again from J2 counts once.
+            // From J2 only J2's walkways count: p0, on J1's, is not counted again.
             persons("J2", vec![walker("p0", ":J1_w0", 12.0, ":J1_c0")]),
         ];
         watch
