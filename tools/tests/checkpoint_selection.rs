@@ -1,7 +1,8 @@
 //! Checkpoint selection: the validated weights with the lowest greedy delay are kept (unless
-//! they do not beat the last weights clearly), they
-//! are exactly the weights that were validated, export takes them (`--last` the last ones),
-//! validation leaves training untouched, and a resumed run selects as the uninterrupted one.
+//! they do not beat the last weights clearly, on the validation seeds or, where those
+//! cannot tell, on fresh ones), they are exactly the weights that were validated, export
+//! takes them (`--last` the last ones), validation leaves training untouched, and a
+//! resumed run selects as the uninterrupted one.
 
 mod common;
 
@@ -12,7 +13,7 @@ use greenwave_core::Millis;
 use greenwave_sim::{run_episode, EmbeddedEnv};
 use greenwave_tools::policy_controller::PolicyController;
 use greenwave_tools::train::checkpoint::{self, PolicyChoice};
-use greenwave_tools::train::selection::{Validation, ValidationConfig};
+use greenwave_tools::train::selection::{EndTest, Validation, ValidationConfig};
 use greenwave_tools::train::{train, Algo, TrainConfig};
 
 /// 10 iterations of 2 envs × 60 decisions, checkpoints every 2 iterations, validated on 2
@@ -110,13 +111,34 @@ fn the_lowest_validated_delay_is_kept_and_is_what_was_validated() {
     );
     let p = best.paired_p_value(&last).unwrap();
     let gap = last.mean_delay_s() - best.mean_delay_s();
+    // Where the validation seeds cannot tell, the fresh seeds decide (`end_test.json`).
+    let end_test = read_end_test(&run);
+    let on_fresh_seeds = |t: &EndTest| {
+        let lower = t.earlier.mean_delay_s() < t.last.mean_delay_s();
+        assert_eq!(t.earlier_kept, lower, "{t:?}");
+        Some(if lower { earlier } else { 10 })
+    };
     let expected = match gap {
         g if g < -2e-3 => Some(10),
         g if g <= 2e-3 => None,
         _ if p < 0.08 => Some(earlier),
-        _ if p > 0.12 => Some(10),
+        _ if p > 0.12 => on_fresh_seeds(end_test.as_ref().expect("no end test on fresh seeds")),
         _ => None,
     };
+    if p < 0.08 || gap < -2e-3 {
+        assert!(end_test.is_none(), "an end test where none was due");
+    }
+    if let Some(t) = &end_test {
+        assert_eq!(t.earlier.seeds, vec![502, 503, 504, 505]);
+        assert_eq!((t.earlier.iteration, t.last.iteration), (earlier, 10));
+        assert_eq!(t.last.seeds, t.earlier.seeds);
+        // The earlier weights it ran are `best.*`'s (gone where the last ones replaced
+        // them), the last ones `policy.*`'s.
+        if t.earlier_kept {
+            rerun(&run, PolicyChoice::Selected, &t.earlier);
+        }
+        rerun(&run, PolicyChoice::Last, &t.last);
+    }
     let chosen = selected.policy.iteration;
     assert!(
         expected.map_or([earlier, 10].contains(&chosen), |e| e == chosen),
@@ -128,24 +150,31 @@ fn the_lowest_validated_delay_is_kept_and_is_what_was_validated() {
     assert_eq!(s.selected.as_ref().unwrap().iteration, chosen);
 
     // The saved weights, run again on the validation seeds, give the logged delays.
-    let (w, _, _) = checkpoint::load_policy(&run, PolicyChoice::Selected).unwrap();
+    rerun(&run, PolicyChoice::Selected, &selected.validation);
+    let _ = std::fs::remove_dir_all(run);
+}
+
+/// `end_test.json`, where the run made one.
+fn read_end_test(run: &Path) -> Option<EndTest> {
+    let text = std::fs::read_to_string(run.join("end_test.json")).ok()?;
+    Some(serde_json::from_str(&text).unwrap())
+}
+
+/// Runs the `choice` weights of `run` greedily on `v`'s seeds and checks they give `v`'s
+/// delays.
+fn rerun(run: &Path, choice: PolicyChoice, v: &Validation) {
+    let (w, _, _) = checkpoint::load_policy(run, choice).unwrap();
     let scenario = greenwave_sim::load("single-4way").unwrap();
-    for (&seed, &logged) in selected
-        .validation
-        .seeds
-        .iter()
-        .zip(&selected.validation.delay_s)
-    {
+    for (&seed, &logged) in v.seeds.iter().zip(&v.delay_s) {
         let mut env = EmbeddedEnv::from_scenario(&scenario, seed);
         let mut c = PolicyController::new(w.clone());
         let m = run_episode(&mut env, &mut c, seed, Millis::from_secs(600)).unwrap();
         assert!(
             (m.mean_delay_s - logged).abs() < 1e-9,
-            "seed {seed}: {} s again against {logged} s logged",
+            "{choice:?}, seed {seed}: {} s again against {logged} s logged",
             m.mean_delay_s
         );
     }
-    let _ = std::fs::remove_dir_all(run);
 }
 
 #[test]
@@ -239,8 +268,11 @@ fn a_resumed_run_selects_as_the_uninterrupted_one() {
         log_rows(&parts).iter().map(|r| r.0).collect::<Vec<_>>(),
         vec![6, 8]
     );
+    // An end test left from an earlier end is not this run's: the resumed run drops it.
+    std::fs::write(parts.join("end_test.json"), "{\"stale\": true}").unwrap();
     train(&tiny(2), &parts, true, false).unwrap();
     assert_eq!(log_rows(&parts), log_rows(&full));
+    assert_eq!(read_end_test(&parts), read_end_test(&full));
     assert!(
         actor(&parts, PolicyChoice::Selected) == actor(&full, PolicyChoice::Selected),
         "the resumed run selected other weights"

@@ -2,7 +2,8 @@
 //! plans) and, on the embedded simulator, `scenario.toml` (for export and inspection),
 //! `policy.safetensors` + `policy.json` (latest weights and normalisation),
 //! `best.safetensors` + `best.json` (the validation-selected weights, see
-//! [`super::selection`]) and `validation.csv`,
+//! [`super::selection`]), `validation.csv` and, where the end test looked again on fresh
+//! seeds, `end_test.json`,
 //! `checkpoint.safetensors` + `checkpoint.json` (everything `--resume` needs), and
 //! `metrics.csv`. Files are written to a temporary name and renamed, so an interrupted
 //! run never leaves a half-written checkpoint.
@@ -23,7 +24,7 @@ use greenwave_sim::Scenario;
 use serde::{Deserialize, Serialize};
 
 use super::policy::{lane_norm, PolicyKind, PolicyNet};
-use super::selection::Validation;
+use super::selection::{EndTest, Validation};
 use super::{IterationRow, Learner, Replay, TrainConfig, OBS_CLIP};
 
 /// `run.json`.
@@ -267,6 +268,17 @@ pub fn save_selected(out: &Path, l: &Learner, validation: &Validation) -> Result
     }
     save_tensors(&out.join("best.safetensors"), &map)?;
     write_atomic(&json, serde_json::to_string_pretty(&info)?.as_bytes())
+}
+
+/// The end test's second look (`selection::EndTest`), where a run made one.
+pub const END_TEST_FILE: &str = "end_test.json";
+
+/// Saves the end test's validations on fresh seeds (`end_test.json`).
+pub fn save_end_test(out: &Path, test: &EndTest) -> Result<()> {
+    write_atomic(
+        &out.join(END_TEST_FILE),
+        serde_json::to_string_pretty(test)?.as_bytes(),
+    )
 }
 
 /// Checks that `best.safetensors` (`map`, read from `file`) holds the weights of

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::Args;
 
-use super::checkpoint::RunInfo;
+use super::checkpoint::{self, RunInfo};
 use super::demand_probe::DemandProbe;
 use super::device::ComputeDevice;
 use super::policy::{PolicyKind, SharedOverrides};
@@ -103,7 +103,8 @@ pub struct TrainArgs {
     pub stop_after_iterations: Option<u64>,
     /// Be done within this many minutes of wall time from the command's start (the demand
     /// probe included): the run stops at the last resumable checkpoint that leaves time
-    /// for another checkpoint interval and a validation, validates the weights there and
+    /// for another checkpoint interval and the validations that end a run (the end test's
+    /// second look on fresh seeds included), validates the weights there and
     /// selects as at a run's end. The learning rate still anneals over `--steps`, so the
     /// weights up to the stop are the unlimited run's; `--resume` continues it.
     #[arg(long, value_parser = parse_time_limit_min)]
@@ -116,9 +117,10 @@ pub struct TrainArgs {
     /// many validation seeds at a few checkpoints and at the end, and the weights with
     /// the lowest mean delay are kept (`best.safetensors`; `greenwave export` takes them,
     /// `--last` the last ones), unless at the end they do not beat the last weights
-    /// clearly (a paired one-sided t-test over the seeds, p < 0.10): then the last ones
-    /// are kept. 0 turns it off; at least 2 otherwise. Default 3 (a resumed run: what it
-    /// started with).
+    /// clearly (a paired one-sided t-test over the seeds, p < 0.10; where these seeds
+    /// cannot tell, the lower mean on twice as many fresh seeds after them decides): then
+    /// the last ones are kept. 0 turns it off; at least 2 otherwise. Default 3 (a resumed
+    /// run: what it started with).
     #[arg(long)]
     pub validation_seeds: Option<u32>,
     /// The first validation seed (then the next ones): apart from `greenwave eval`'s
@@ -341,10 +343,10 @@ fn print_summary(s: &TrainSummary, out: &Path) {
     println!(
         "run folder: {} (metrics.csv, training.png, losses.png, policy.safetensors{})",
         out.display(),
-        if s.selected.is_some() {
-            ", best.safetensors, validation.csv"
-        } else {
-            ""
+        match (&s.selected, out.join(checkpoint::END_TEST_FILE).exists()) {
+            (Some(_), true) => ", best.safetensors, validation.csv, end_test.json",
+            (Some(_), false) => ", best.safetensors, validation.csv",
+            (None, _) => "",
         }
     );
 }

@@ -31,7 +31,7 @@ use greenwave_learn::offpolicy::{self, OffPolicyConfig, QCritic, ReplayBatch};
 use greenwave_learn::ppo::{self, PpoBatch, PpoConfig};
 use greenwave_learn::shared::{lane_pairs, Incidence, IncidenceTensors, SharedGroups};
 use greenwave_learn::Discount;
-use greenwave_learn::{Adam, RewardScale, RunningObsStats};
+use greenwave_learn::{Adam, PolicyWeights, RewardScale, RunningObsStats};
 use greenwave_sim::{EmbeddedEnv, Env, Scenario};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -857,7 +857,7 @@ fn reset_slots<E: Env>(slots: &mut [EnvSlot<E>], learner: &Learner, seed: u64) -
 }
 
 /// At a resumable checkpoint: whether the time limit `deadline` (none: no limit) stops the
-/// run here (with the validation due here, if any, and the one that ends the run still to
+/// run here (with the validation due here, if any, and those that end the run still to
 /// fit). If it does, it says so on stderr and validates these weights as the run's end.
 fn out_of_time<E: Env>(
     deadline: Option<&mut Deadline>,
@@ -876,7 +876,8 @@ fn out_of_time<E: Env>(
     let Some(deadline) = deadline else {
         return Ok(false);
     };
-    let validations = 1 + u32::from(selector.pending(learner.iteration));
+    // The run's end may look again on fresh seeds (`selection::END_VALIDATIONS`).
+    let validations = selection::END_VALIDATIONS + u32::from(selector.pending(learner.iteration));
     let share = validation_share(ctx.cfg, schedule, source);
     let Some(stop) = deadline.at_checkpoint(Instant::now(), share, validations) else {
         return Ok(false);
@@ -958,7 +959,8 @@ fn select_if_due<E: Env>(
 
 /// Validates the learner's current weights greedily on the validation seeds, in
 /// environments from `make` running episodes `episode` long, keeps them if the selection
-/// rule ([`selection::decide`]) says so, and returns the line that reports it.
+/// rule ([`selection::decide`], then [`selection::settle`] on fresh seeds where the end
+/// test cannot tell) says so, and returns the line that reports it.
 fn select<E: Env>(
     selector: &mut Selector,
     learner: &Learner,
@@ -969,31 +971,90 @@ fn select<E: Env>(
     let weights = rollout_policy(learner, ctx.shared)?
         .per_signal_weights()
         .context("compiling the shared policy for validation")?;
-    let seeds = selector.seeds();
     let start = Instant::now();
-    let metrics = selection::validate(make, &weights, &seeds, episode, ctx.cfg.threads)?;
-    let v = Validation {
-        iteration: learner.iteration,
-        env_steps: learner.env_steps,
-        seeds,
-        delay_s: metrics.iter().map(|m| m.mean_delay_s).collect(),
+    let run = (episode, ctx.cfg.threads);
+    let at = (learner.iteration, learner.env_steps);
+    let v = selection::validation_of(make, &weights, selector.seeds(), run, at)?;
+    let (mean, n_seeds) = (v.mean_delay_s(), v.seeds.len());
+    let look_again = |seeds: &[u64]| -> Result<(Validation, Validation)> {
+        let (earlier_weights, earlier_at) = selected_weights(out, ctx.shared)?;
+        let earlier =
+            selection::validation_of(make, &earlier_weights, seeds.to_vec(), run, earlier_at)?;
+        let last = selection::validation_of(make, &weights, seeds.to_vec(), run, at)?;
+        Ok((earlier, last))
     };
-    let mean = v.mean_delay_s();
-    let kept = match selector.record(out, learner, v)? {
-        Kept::No => String::new(),
-        Kept::Best => ", best so far: kept".into(),
-        Kept::LastOverEarlier { earlier, p_value } => format!(
-            ", kept: iteration {earlier}'s lower mean is not clearly better than the last weights (paired t-test p = {}, needs < {})",
-            p_value.map_or("n/a".into(), |p| format!("{p:.2}")),
-            selection::SIGNIFICANCE
-        ),
-    };
+    let kept = kept_line(selector.record(out, learner, v, look_again)?);
     Ok(format!(
-        "validation at iteration {}: greedy delay {mean:.2} s on {} seeds ({:.0} s){kept}",
+        "validation at iteration {}: greedy delay {mean:.2} s on {n_seeds} seeds ({:.0} s){kept}",
         learner.iteration,
-        metrics.len(),
         start.elapsed().as_secs_f64(),
     ))
+}
+
+/// The run's selected weights (`best.*`) per signal, with the iteration and decisions
+/// they were selected at.
+fn selected_weights(
+    out: &Path,
+    shared: Option<&SharedSetup>,
+) -> Result<(Vec<PolicyWeights>, (u64, u64))> {
+    let selected = checkpoint::read_selected(out)?
+        .with_context(|| format!("{} has no selected weights (best.json)", out.display()))?;
+    let (policy, _, _) = checkpoint::load_run_policy_at(out, Some(&selected))?;
+    let acting = match (policy, shared) {
+        (checkpoint::RunPolicy::Mlp(w), _) => RolloutPolicy::mlp(w),
+        (checkpoint::RunPolicy::Shared(w), Some(setup)) => {
+            RolloutPolicy::shared(w, &setup.incidences)
+        }
+        (checkpoint::RunPolicy::Shared(_), None) => {
+            bail!("a shared policy needs its signals' incidences")
+        }
+    };
+    let weights = acting
+        .per_signal_weights()
+        .context("compiling the selected shared policy for the end test")?;
+    let v = &selected.validation;
+    Ok((weights, (v.iteration, v.env_steps)))
+}
+
+/// What the selection did, as the end of the line that reports a validation.
+fn kept_line(kept: Kept) -> String {
+    let p = |p: Option<f64>| p.map_or("n/a".into(), |p| format!("{p:.2}"));
+    let fresh_seeds = |f: &selection::FreshTest| {
+        format!(
+            "{} fresh seeds ({}..={}): {:.2} s against {:.2} s",
+            f.seeds,
+            f.first_seed,
+            f.first_seed + f.seeds.saturating_sub(1) as u64,
+            f.earlier_mean_s,
+            f.last_mean_s,
+        )
+    };
+    let sig = selection::SIGNIFICANCE;
+    match kept {
+        Kept::No => String::new(),
+        Kept::Best => ", best so far: kept".into(),
+        Kept::LastOverEarlier {
+            earlier,
+            p_value,
+            fresh,
+        } => format!(
+            ", kept: iteration {earlier}'s lower mean is not clearly better than the last weights (paired t-test p = {}, needs < {sig}){}",
+            p(p_value),
+            fresh.map_or(String::new(), |f| format!(
+                ", nor has it the lower mean on {}",
+                fresh_seeds(&f)
+            ))
+        ),
+        Kept::EarlierOnFreshSeeds {
+            earlier,
+            p_value,
+            fresh,
+        } => format!(
+            "; iteration {earlier}'s weights stay selected: the validation seeds could not tell (paired t-test p = {}, needs < {sig}), and they have the lower mean on {}",
+            p(p_value),
+            fresh_seeds(&fresh)
+        ),
+    }
 }
 
 /// The run's environment slots, each on the first episode of its seed stream.

@@ -4,7 +4,10 @@
 //! `best.safetensors` + `best.json`; `greenwave export` takes them unless asked for the
 //! last ones (`--last`). At the end of the run the best earlier weights must beat the last
 //! ones clearly, by a paired one-sided t-test over the validation seeds at
-//! [`SIGNIFICANCE`]; otherwise the last weights, which have the most training, are kept.
+//! [`SIGNIFICANCE`]. Where those few seeds cannot tell, both weights run again on fresh
+//! seeds (the next [`FRESH_SEEDS_PER_SEED`] × as many after the validation seeds), and the
+//! lower mean delay there decides; on a tie the last weights, which have the most
+//! training, are kept.
 //!
 //! Why: on SUMO nets the greedy policy's delay moves by about a second between checkpoints
 //! of one run while the sampled training episodes stay flat, and the last weights are often
@@ -13,7 +16,14 @@
 //! keeps the held-out comparison honest. The test at the end is there because a few seeds
 //! rank checkpoints a few tenths of a second apart by chance: on random/seed1 (37 signals)
 //! the lowest validation mean picked weights 0.74 s worse on the held-out seeds than the
-//! last ones, which one validation seed had run 2 s slow.
+//! last ones, which one validation seed had run 2 s slow. That is the validation seeds'
+//! bias: the selected weights' mean is the lowest of about five on the same seeds. Fresh
+//! seeds, which the selection never saw, carry no such bias, so their means are compared
+//! as they are: a test there would ask for more certainty than a choice between two
+//! weights needs, and where a policy sometimes locks up, its delays are too spread for six
+//! seeds to give it. On fokr_bs_demo (finding 37) a checkpoint at 34.9 / 36.4 / 41.0 s
+//! against the last weights' 113.6 / 33.9 / 67.9 s gives p = 0.14 on the validation seeds,
+//! and on the fresh ones 37.6 s against 90.9 s (one lock-up at 340 s) still p = 0.17.
 //!
 //! Validation never touches the learner or the training environments, so a run with
 //! selection trains exactly the weights the same run without it trains.
@@ -67,6 +77,11 @@ pub const MAX_SEEDS: u32 = 100;
 /// The one-sided significance level at which an earlier checkpoint must beat the last
 /// weights to be exported instead of them ([`Validation::clearly_beats`]).
 pub const SIGNIFICANCE: f64 = 0.10;
+/// The end test's fresh seeds per validation seed (3 validation seeds: 6 fresh ones).
+pub const FRESH_SEEDS_PER_SEED: u32 = 2;
+/// What a run's end validates at most, counted in validations (`seeds` greedy episodes
+/// each): the last weights, then both weights on the fresh seeds.
+pub const END_VALIDATIONS: u32 = 1 + 2 * FRESH_SEEDS_PER_SEED;
 
 impl ValidationConfig {
     /// Checks the settings: none, or 2 to [`MAX_SEEDS`] seeds (the end test pairs them),
@@ -83,11 +98,13 @@ impl ValidationConfig {
                 self.seeds
             );
         }
-        if self.first_seed.checked_add(u64::from(self.seeds)).is_none() {
+        let all = u64::from(self.seeds) * u64::from(1 + FRESH_SEEDS_PER_SEED);
+        if self.first_seed.checked_add(all).is_none() {
             anyhow::bail!(
-                "--validation-first-seed {} leaves no room for {} seeds",
+                "--validation-first-seed {} leaves no room for {} seeds and the end test's {} fresh ones",
                 self.first_seed,
-                self.seeds
+                self.seeds,
+                all - u64::from(self.seeds)
             );
         }
         Ok(())
@@ -96,6 +113,15 @@ impl ValidationConfig {
     /// The validation seeds.
     pub fn seed_list(&self) -> Vec<u64> {
         (0..u64::from(self.seeds))
+            .map(|k| self.first_seed.saturating_add(k))
+            .collect()
+    }
+
+    /// The end test's fresh seeds: the [`FRESH_SEEDS_PER_SEED`] × `seeds` after the
+    /// validation seeds (none with validation off).
+    pub fn fresh_seed_list(&self) -> Vec<u64> {
+        let n = u64::from(self.seeds);
+        (n..n * u64::from(1 + FRESH_SEEDS_PER_SEED))
             .map(|k| self.first_seed.saturating_add(k))
             .collect()
     }
@@ -198,8 +224,79 @@ pub enum Kept {
     /// Kept: the lowest mean delay so far.
     Best,
     /// The run's end: its last weights are kept because the best earlier ones (at
-    /// `earlier`) do not beat them clearly (`p_value`, none where no test could be made).
-    LastOverEarlier { earlier: u64, p_value: Option<f64> },
+    /// `earlier`) do not beat them clearly on the validation seeds (`p_value`, none where
+    /// no test could be made), nor have the lower mean on the fresh seeds (`fresh`, none
+    /// where none were run).
+    LastOverEarlier {
+        earlier: u64,
+        p_value: Option<f64>,
+        fresh: Option<FreshTest>,
+    },
+    /// The run's end: the validation seeds could not tell (`p_value`), and on the fresh
+    /// seeds the selected weights (at `earlier`) have the lower mean: they stay.
+    EarlierOnFreshSeeds {
+        earlier: u64,
+        p_value: Option<f64>,
+        fresh: FreshTest,
+    },
+}
+
+/// The end test's second look: both weights' mean delays on the fresh seeds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FreshTest {
+    /// The first fresh seed.
+    pub first_seed: u64,
+    /// How many fresh seeds.
+    pub seeds: usize,
+    /// The earlier (selected) weights' mean delay over them (s).
+    pub earlier_mean_s: f64,
+    /// The last weights' mean delay over them (s).
+    pub last_mean_s: f64,
+}
+
+/// Both weights' validations on the fresh seeds, as `end_test.json` keeps them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndTest {
+    /// The selected earlier weights'.
+    pub earlier: Validation,
+    /// The last weights'.
+    pub last: Validation,
+    /// Whether the earlier weights stayed selected.
+    pub earlier_kept: bool,
+}
+
+/// The end rule's second look: where the validation seeds could not tell (`kept` is
+/// [`Kept::LastOverEarlier`] without a fresh test), the earlier weights stay if on the
+/// fresh seeds their mean delay (`earlier`) is lower than the last ones' (`last`; a tie
+/// keeps the last ones, a NaN mean never wins); any other `kept` is returned as it is.
+pub fn settle(kept: Kept, earlier: &Validation, last: &Validation) -> Kept {
+    let Kept::LastOverEarlier {
+        earlier: at,
+        p_value,
+        fresh: None,
+    } = kept
+    else {
+        return kept;
+    };
+    let fresh = FreshTest {
+        first_seed: earlier.seeds.first().copied().unwrap_or_default(),
+        seeds: earlier.seeds.len(),
+        earlier_mean_s: earlier.mean_delay_s(),
+        last_mean_s: last.mean_delay_s(),
+    };
+    if earlier.seeds == last.seeds && earlier.beats(Some(last)) {
+        Kept::EarlierOnFreshSeeds {
+            earlier: at,
+            p_value,
+            fresh,
+        }
+    } else {
+        Kept::LastOverEarlier {
+            earlier: at,
+            p_value,
+            fresh: Some(fresh),
+        }
+    }
 }
 
 /// Runs the greedy policy `weights` (one per signal, or one for all) for one `episode` on
@@ -242,6 +339,24 @@ pub fn validate<E: Env>(
     Ok(out)
 }
 
+/// [`validate`] as the [`Validation`] of weights trained for `iteration` iterations and
+/// `env_steps` decisions.
+pub fn validation_of<E: Env>(
+    make: &(impl Fn(u64) -> Result<E> + Sync),
+    weights: &[PolicyWeights],
+    seeds: Vec<u64>,
+    (episode, threads): (Millis, usize),
+    (iteration, env_steps): (u64, u64),
+) -> Result<Validation> {
+    let metrics = validate(make, weights, &seeds, episode, threads)?;
+    Ok(Validation {
+        iteration,
+        env_steps,
+        seeds,
+        delay_s: metrics.iter().map(|m| m.mean_delay_s).collect(),
+    })
+}
+
 /// A run's selection state: its validation log (none with validation off) and the best
 /// validation so far.
 pub(super) struct Selector {
@@ -259,6 +374,8 @@ impl Selector {
     /// weights (`load` refused a resume with other validation settings), even ones
     /// validated after its checkpoint (the end of a run need not be one): validation is
     /// deterministic, so the resumed run validates those weights again and keeps them.
+    /// `end_test.json` goes too, unless the run resumes at its end (where the end test
+    /// is made again if it is due).
     pub(super) fn start(
         out: &Path,
         cfg: &ValidationConfig,
@@ -273,6 +390,10 @@ impl Selector {
         let mut stale = Vec::new();
         if !resume {
             stale.extend(["best.json", "best.safetensors", "validation.csv"]);
+        }
+        // An end test is of the end it was made at: a run that goes on makes its own.
+        if !resume || iteration < total {
+            stale.push(checkpoint::END_TEST_FILE);
         }
         for f in stale {
             let path = out.join(f);
@@ -318,9 +439,37 @@ impl Selector {
     /// earlier weights do not beat them clearly; returns which. (Weights already selected
     /// at this iteration, by a run stopped before it logged them, count as selected again,
     /// as in the uninterrupted run.)
-    pub(super) fn record(&mut self, out: &Path, learner: &Learner, v: Validation) -> Result<Kept> {
-        let kept = decide(self.best.as_ref(), &v, self.total);
-        let better = kept != Kept::No;
+    ///
+    /// Where the end rule's validation seeds cannot tell, `look_again` validates the
+    /// selected weights (`best.*`) and the last ones on the fresh seeds it is given, and
+    /// [`settle`] decides; both validations go to `end_test.json`.
+    pub(super) fn record(
+        &mut self,
+        out: &Path,
+        learner: &Learner,
+        v: Validation,
+        look_again: impl FnOnce(&[u64]) -> Result<(Validation, Validation)>,
+    ) -> Result<Kept> {
+        let mut kept = decide(self.best.as_ref(), &v, self.total);
+        if let Kept::LastOverEarlier { earlier, .. } = kept {
+            let (e, l) = look_again(&self.cfg.fresh_seed_list())?;
+            if e.iteration != earlier || l.iteration != v.iteration {
+                anyhow::bail!(
+                    "the end test validated iterations {} and {} on fresh seeds, not the selected {earlier} and the last {}",
+                    e.iteration,
+                    l.iteration,
+                    v.iteration
+                );
+            }
+            kept = settle(kept, &e, &l);
+            let test = EndTest {
+                earlier: e,
+                last: l,
+                earlier_kept: matches!(kept, Kept::EarlierOnFreshSeeds { .. }),
+            };
+            checkpoint::save_end_test(out, &test)?;
+        }
+        let better = matches!(kept, Kept::Best | Kept::LastOverEarlier { .. });
         if better {
             checkpoint::save_selected(out, learner, &v)?;
         }
@@ -351,6 +500,7 @@ pub fn decide(selected: Option<&Validation>, v: &Validation, total: u64) -> Kept
         Some(b) if v.iteration == total && !b.clearly_beats(v) => Kept::LastOverEarlier {
             earlier: b.iteration,
             p_value: b.paired_p_value(v),
+            fresh: None,
         },
         _ => Kept::No,
     }
@@ -563,7 +713,7 @@ mod tests {
         let (it, kind) = select_over(&rand1);
         assert_eq!(it, 169);
         assert!(
-            matches!(kind, Kept::LastOverEarlier { earlier: 120, p_value: Some(p) } if (p - 0.172).abs() < 1e-3),
+            matches!(kind, Kept::LastOverEarlier { earlier: 120, p_value: Some(p), fresh: None } if (p - 0.172).abs() < 1e-3),
             "{kind:?}"
         );
         // game/DRT: iteration 50 beats every later one, the end included, clearly.
@@ -602,6 +752,87 @@ mod tests {
         );
         assert_eq!(decide(Some(&best), &best.clone(), 10), Kept::Best);
         assert_eq!(decide(None, &worse, 8), Kept::Best);
+    }
+
+    #[test]
+    fn fresh_seeds_follow_the_validation_seeds() {
+        assert_eq!(on(3).fresh_seed_list(), (503..=508).collect::<Vec<_>>());
+        assert_eq!(on(2).fresh_seed_list(), vec![502, 503, 504, 505]);
+        assert!(on(0).fresh_seed_list().is_empty());
+        let near_the_top = ValidationConfig {
+            seeds: 3,
+            first_seed: u64::MAX - 5,
+        };
+        let err = near_the_top.check().unwrap_err().to_string();
+        assert!(err.contains("6 fresh ones"), "{err}");
+        assert!(ValidationConfig {
+            first_seed: u64::MAX - 9,
+            ..near_the_top
+        }
+        .check()
+        .is_ok());
+    }
+
+    /// fokr_bs_demo with its pedestrians (finding 37): iteration 120 against the last
+    /// weights (209), on the validation seeds 500–502 and on the fresh seeds 503–508.
+    const FOKR: [[f64; 3]; 2] = [[34.911, 36.398, 41.002], [113.589, 33.919, 67.931]];
+    const FOKR_FRESH: [[f64; 6]; 2] = [
+        [34.523, 34.009, 39.578, 35.867, 44.741, 36.599],
+        [36.019, 33.366, 63.896, 339.641, 35.686, 36.475],
+    ];
+
+    #[test]
+    fn fresh_seeds_decide_by_the_mean_where_the_validation_seeds_cannot() {
+        let [best, last] = FOKR;
+        let stage_one = decide(Some(&validation(120, &best)), &validation(209, &last), 209);
+        let Kept::LastOverEarlier {
+            earlier: 120,
+            p_value: Some(p),
+            fresh: None,
+        } = stage_one
+        else {
+            panic!("{stage_one:?}");
+        };
+        assert!((p - 0.14).abs() < 0.01, "{p}");
+        let fresh = |it: u64, d: &[f64]| Validation {
+            seeds: (503..503 + d.len() as u64).collect(),
+            ..validation(it, d)
+        };
+        // A lower mean on the fresh seeds keeps the earlier weights, though one lock-up
+        // makes the difference far from significant there too.
+        let (earlier, locked) = (fresh(120, &FOKR_FRESH[0]), fresh(209, &FOKR_FRESH[1]));
+        assert!(earlier.paired_p_value(&locked).unwrap() > 0.15);
+        let kept = settle(stage_one, &earlier, &locked);
+        let Kept::EarlierOnFreshSeeds {
+            earlier: 120,
+            fresh: f,
+            ..
+        } = kept
+        else {
+            panic!("{kept:?}");
+        };
+        assert_eq!((f.first_seed, f.seeds), (503, 6));
+        assert!((f.earlier_mean_s - 37.55).abs() < 0.01 && (f.last_mean_s - 90.85).abs() < 0.01);
+        // A tie, or a lower mean for the last weights: they are kept.
+        let mut tie = FOKR_FRESH[0];
+        tie.rotate_left(1);
+        for last in [fresh(209, &tie), fresh(209, &[37.5; 6])] {
+            let kept = settle(stage_one, &earlier, &last);
+            assert!(
+                matches!(kept, Kept::LastOverEarlier { earlier: 120, fresh: Some(f), .. } if f.earlier_mean_s >= f.last_mean_s),
+                "{kept:?}"
+            );
+        }
+        // Other seeds than the earlier weights ran: no comparison, the last weights stay.
+        let elsewhere = Validation {
+            seeds: (600..606).collect(),
+            ..fresh(209, &[30.0; 6])
+        };
+        let kept = settle(stage_one, &fresh(120, &[20.0; 6]), &elsewhere);
+        assert!(matches!(kept, Kept::LastOverEarlier { .. }), "{kept:?}");
+        // Only an undecided end looks again.
+        assert_eq!(settle(Kept::Best, &earlier, &locked), Kept::Best);
+        assert_eq!(settle(Kept::No, &earlier, &locked), Kept::No);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `--time-limit-min`: where a run with a wall-clock budget stops.
 //!
 //! A run stops only at a resumable checkpoint (an episode end), and at the last one that
-//! leaves time for the next checkpoint interval and for the validation that ends the run:
+//! leaves time for the next checkpoint interval and for the validations that end the run
+//! (the last weights', and the end test's second look on fresh seeds):
 //! each is estimated from the last one measured (a validation not yet run: from the
 //! checkpoint interval, as greedy episodes cost about what training episodes do). The
 //! weights up to the stop are those of a run without a limit (the learning-rate schedule
@@ -46,8 +47,8 @@ impl Deadline {
     }
 
     /// At a resumable checkpoint reached at `now`: whether the run stops here, where it
-    /// would still run another checkpoint interval and `validations` validations (the one
-    /// that ends the run, and one due at this checkpoint). `validation_share` is what a
+    /// would still run another checkpoint interval and `validations` validations (those
+    /// that end the run, and one due at this checkpoint). `validation_share` is what a
     /// validation costs against a checkpoint interval while none has run (validation seeds
     /// over the training episodes of an interval; 0 with validation off).
     pub fn at_checkpoint(
