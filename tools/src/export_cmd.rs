@@ -135,13 +135,17 @@ fn signal_provenance(
 /// weights were exported).
 fn note_selection(prov: &mut Provenance, selected: Option<&SelectedInfo>) {
     if let Some(s) = selected {
-        prov.details.insert(
-            "selected_by".into(),
-            serde_json::json!({
-                "validation_seeds": s.validation.seeds,
-                "validation_delay_s": s.validation.delay_s,
-            }),
-        );
+        let mut by = serde_json::json!({
+            "validation_seeds": s.validation.seeds,
+            "validation_delay_s": s.validation.delay_s,
+        });
+        // Kept over the last weights by the end test's second look: its fresh seeds too.
+        if let Some(t) = &s.kept_on_fresh_seeds {
+            by["fresh_seeds"] = serde_json::json!(t.earlier.seeds);
+            by["fresh_delay_s"] = serde_json::json!(t.earlier.delay_s);
+            by["last_weights_fresh_delay_s"] = serde_json::json!(t.last.delay_s);
+        }
+        prov.details.insert("selected_by".into(), by);
     }
 }
 

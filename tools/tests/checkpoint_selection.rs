@@ -137,6 +137,8 @@ fn the_lowest_validated_delay_is_kept_and_is_what_was_validated() {
         if t.earlier_kept {
             rerun(&run, PolicyChoice::Selected, &t.earlier);
         }
+        let recorded = checkpoint::read_selected(&run).unwrap().unwrap();
+        assert_eq!(recorded.kept_on_fresh_seeds.is_some(), t.earlier_kept);
         rerun(&run, PolicyChoice::Last, &t.last);
     }
     let chosen = selected.policy.iteration;
@@ -205,6 +207,14 @@ fn validation_leaves_training_untouched_and_export_takes_the_selection() {
     assert!(stdout.contains("selected on validation seeds"), "{stdout}");
     assert_eq!(exported_iteration(&manifest), selected.policy.iteration);
     assert_eq!(selected_by(), serde_json::json!([500, 501]));
+    // Kept by the end test's second look: the manifest names its fresh seeds too.
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    let fresh = &m["provenance"]["details"]["selected_by"]["fresh_seeds"];
+    match &selected.kept_on_fresh_seeds {
+        Some(t) => assert_eq!(*fresh, serde_json::json!(t.earlier.seeds)),
+        None => assert!(fresh.is_null(), "{fresh}"),
+    }
     let last = ok(&greenwave(&[
         "export",
         with.to_str().unwrap(),

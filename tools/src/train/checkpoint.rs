@@ -240,6 +240,10 @@ pub struct SelectedInfo {
     pub policy: PolicyInfo,
     /// The validation that selected them.
     pub validation: Validation,
+    /// The end test's second look, where it kept these weights (read from
+    /// `end_test.json`, not stored in `best.json`).
+    #[serde(skip)]
+    pub kept_on_fresh_seeds: Option<EndTest>,
 }
 
 /// The tensor in `best.safetensors` holding the iteration its weights are from, which
@@ -261,6 +265,7 @@ pub fn save_selected(out: &Path, l: &Learner, validation: &Validation) -> Result
     let info = SelectedInfo {
         policy,
         validation: validation.clone(),
+        kept_on_fresh_seeds: None,
     };
     let json = out.join("best.json");
     if json.exists() {
@@ -279,6 +284,13 @@ pub fn save_end_test(out: &Path, test: &EndTest) -> Result<()> {
         &out.join(END_TEST_FILE),
         serde_json::to_string_pretty(test)?.as_bytes(),
     )
+}
+
+/// The end test `end_test.json` holds, if any (`None` too for one that does not parse:
+/// it is only a record, rewritten whenever an end test is made).
+pub fn read_end_test(out: &Path) -> Option<EndTest> {
+    let text = std::fs::read_to_string(out.join(END_TEST_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 /// Checks that `best.safetensors` (`map`, read from `file`) holds the weights of
@@ -306,7 +318,10 @@ pub fn read_selected(out: &Path) -> Result<Option<SelectedInfo>> {
     if !path.exists() {
         return Ok(None);
     }
-    read_json(&path).map(Some)
+    let mut info: SelectedInfo = read_json(&path)?;
+    info.kept_on_fresh_seeds = read_end_test(out)
+        .filter(|t| t.earlier_kept && t.earlier.iteration == info.validation.iteration);
+    Ok(Some(info))
 }
 
 /// Saves the policy, and (when `resumable`) the full checkpoint.

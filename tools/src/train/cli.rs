@@ -123,9 +123,10 @@ pub struct TrainArgs {
     /// run: what it started with).
     #[arg(long)]
     pub validation_seeds: Option<u32>,
-    /// The first validation seed (then the next ones): apart from `greenwave eval`'s
-    /// held-out seeds (1000 on) and from the training episodes' (hashed from `--seed`).
-    /// Default 500 (a resumed run: what it started with).
+    /// The first validation seed (then the next ones, and the end test's fresh seeds after
+    /// them: up to S + 3N − 1): apart from `greenwave eval`'s held-out seeds (1000 on) and
+    /// from the training episodes' (hashed from `--seed`). Default 500 (a resumed run: what
+    /// it started with).
     #[arg(long)]
     pub validation_first_seed: Option<u64>,
     /// No progress bar.

@@ -23,7 +23,7 @@
 //! weights needs, and where a policy sometimes locks up, its delays are too spread for six
 //! seeds to give it. On fokr_bs_demo (finding 37) a checkpoint at 34.9 / 36.4 / 41.0 s
 //! against the last weights' 113.6 / 33.9 / 67.9 s gives p = 0.14 on the validation seeds,
-//! and on the fresh ones 37.6 s against 90.9 s (one lock-up at 340 s) still p = 0.17.
+//! and on the fresh ones 37.6 s against 90.8 s (one lock-up at 340 s) still p = 0.17.
 //!
 //! Validation never touches the learner or the training environments, so a run with
 //! selection trains exactly the weights the same run without it trains.
@@ -374,8 +374,8 @@ impl Selector {
     /// weights (`load` refused a resume with other validation settings), even ones
     /// validated after its checkpoint (the end of a run need not be one): validation is
     /// deterministic, so the resumed run validates those weights again and keeps them.
-    /// `end_test.json` goes too, unless the run resumes at its end (where the end test
-    /// is made again if it is due).
+    /// `end_test.json` goes too, unless it is of the resumed run's own end (where the
+    /// end test is made again if it is due).
     pub(super) fn start(
         out: &Path,
         cfg: &ValidationConfig,
@@ -391,8 +391,13 @@ impl Selector {
         if !resume {
             stale.extend(["best.json", "best.safetensors", "validation.csv"]);
         }
-        // An end test is of the end it was made at: a run that goes on makes its own.
-        if !resume || iteration < total {
+        // An end test is of the end it was made at. A resumed run keeps the one of its own
+        // end (its last checkpoint is often before the end, and where the end's weights
+        // were already selected, the end is not tested again); one of an earlier end (a
+        // time limit's) goes, and the run makes its own where one is due.
+        let own_end =
+            resume && checkpoint::read_end_test(out).is_some_and(|t| t.last.iteration == total);
+        if !own_end {
             stale.push(checkpoint::END_TEST_FILE);
         }
         for f in stale {
@@ -900,6 +905,142 @@ mod tests {
                 "50,5000,20.000,20.000,1",
                 "60,6000,19.500,19.500,1"
             ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A learner of the single-4way shape that has done `iteration` iterations.
+    fn learner_at(iteration: u64) -> Learner {
+        let cfg = super::super::TrainConfig::new("single-4way", super::super::Algo::Ppo, 1200, 7);
+        let layout = greenwave_core::ObsLayout {
+            n_lanes: 4,
+            n_phases: 2,
+        };
+        let mut l = Learner::fresh(&cfg, layout).unwrap();
+        l.iteration = iteration;
+        l.env_steps = iteration * 100;
+        l
+    }
+
+    /// A validation on the default validation seeds (500 on).
+    fn at_500(iteration: u64, delay_s: &[f64]) -> Validation {
+        Validation {
+            seeds: (500..500 + delay_s.len() as u64).collect(),
+            ..validation(iteration, delay_s)
+        }
+    }
+
+    /// Runs a 10-iteration selection in `dir`: iteration 6 validated at 20 / 22 / 24 s,
+    /// then the end (10) at a higher mean the validation seeds cannot tell from it, and
+    /// on the fresh seeds the end test returns iteration 6 at `earlier_s` and 10 at 25 s.
+    fn undecided_end(dir: &Path, earlier_s: f64) -> Result<Kept> {
+        let mut sel = Selector::start(dir, &on(3), false, 0, (10, 2))?;
+        let no_look = |_: &[u64]| -> Result<(Validation, Validation)> { panic!("looked again") };
+        assert_eq!(
+            sel.record(dir, &learner_at(6), at_500(6, &[20.0, 22.0, 24.0]), no_look)?,
+            Kept::Best
+        );
+        let fresh = |it: u64, d: f64| Validation {
+            seeds: (503..=508).collect(),
+            ..validation(it, &[d; 6])
+        };
+        let look = |seeds: &[u64]| -> Result<(Validation, Validation)> {
+            assert_eq!(seeds, (503..=508).collect::<Vec<_>>());
+            Ok((fresh(6, earlier_s), fresh(10, 25.0)))
+        };
+        let end = at_500(10, &[21.0, 21.5, 24.2]);
+        sel.record(dir, &learner_at(10), end, look)
+    }
+
+    #[test]
+    fn an_undecided_end_keeps_what_the_fresh_seeds_say_and_records_it() {
+        let dir = std::env::temp_dir().join(format!("gw-endtest-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let selected = || checkpoint::read_selected(&dir).unwrap().unwrap();
+        let end_row = || {
+            let text = std::fs::read_to_string(dir.join("validation.csv")).unwrap();
+            text.lines().last().unwrap().to_string()
+        };
+        // Lower on the fresh seeds: iteration 6 stays, in best.* and in the log.
+        let kept = undecided_end(&dir, 24.0).unwrap();
+        assert!(
+            matches!(kept, Kept::EarlierOnFreshSeeds { earlier: 6, .. }),
+            "{kept:?}"
+        );
+        assert_eq!(selected().validation.iteration, 6);
+        assert!(
+            end_row().starts_with("10,") && end_row().ends_with(",0"),
+            "{}",
+            end_row()
+        );
+        let t = checkpoint::read_end_test(&dir).unwrap();
+        assert!(t.earlier_kept && t.earlier.iteration == 6 && t.last.iteration == 10);
+        assert_eq!(
+            selected().kept_on_fresh_seeds,
+            Some(t),
+            "export's record of it"
+        );
+        // Higher there: the last weights replace them.
+        let kept = undecided_end(&dir, 26.0).unwrap();
+        assert!(
+            matches!(
+                kept,
+                Kept::LastOverEarlier {
+                    earlier: 6,
+                    fresh: Some(_),
+                    ..
+                }
+            ),
+            "{kept:?}"
+        );
+        assert_eq!(selected().validation.iteration, 10);
+        assert_eq!(selected().kept_on_fresh_seeds, None);
+        assert!(end_row().ends_with(",1"));
+        assert!(!checkpoint::read_end_test(&dir).unwrap().earlier_kept);
+
+        // A resume before the end keeps the end test of its own end (the end's weights are
+        // selected already, so it is not made again), and drops one of an earlier end.
+        Selector::start(&dir, &on(3), true, 8, (10, 2)).unwrap();
+        assert!(checkpoint::read_end_test(&dir).is_some());
+        Selector::start(&dir, &on(3), true, 8, (12, 2)).unwrap();
+        assert!(checkpoint::read_end_test(&dir).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_end_test_of_other_weights_is_refused() {
+        let dir = std::env::temp_dir().join(format!("gw-endtest-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut sel = Selector::start(&dir, &on(3), false, 0, (10, 2)).unwrap();
+        let no_look = |_: &[u64]| -> Result<(Validation, Validation)> { panic!("looked again") };
+        sel.record(
+            &dir,
+            &learner_at(6),
+            at_500(6, &[20.0, 22.0, 24.0]),
+            no_look,
+        )
+        .unwrap();
+        let wrong = |_: &[u64]| -> Result<(Validation, Validation)> {
+            Ok((validation(4, &[20.0; 6]), validation(10, &[25.0; 6])))
+        };
+        let e = sel
+            .record(
+                &dir,
+                &learner_at(10),
+                at_500(10, &[21.0, 21.5, 24.2]),
+                wrong,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("not the selected 6"), "{e}");
+        assert_eq!(
+            checkpoint::read_selected(&dir)
+                .unwrap()
+                .unwrap()
+                .validation
+                .iteration,
+            6
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
