@@ -607,15 +607,31 @@ impl SharedSetup {
 
 /// The policy the next rollout acts with (the learner's, with the current statistics).
 fn rollout_policy(learner: &Learner, shared: Option<&SharedSetup>) -> Result<RolloutPolicy> {
-    Ok(match (&learner.net, shared) {
-        (PolicyNet::Mlp(net), _) => {
-            RolloutPolicy::mlp(net.to_weights(learner.stats.normalization(OBS_CLIP))?)
+    let weights = match &learner.net {
+        PolicyNet::Mlp(net) => {
+            checkpoint::RunPolicy::Mlp(net.to_weights(learner.stats.normalization(OBS_CLIP))?)
         }
-        (PolicyNet::Shared(net), Some(setup)) => RolloutPolicy::shared(
+        PolicyNet::Shared(net) => checkpoint::RunPolicy::Shared(
             net.to_weights(policy::lane_norm(&learner.stats, OBS_CLIP))?,
-            &setup.incidences,
         ),
-        (PolicyNet::Shared(_), None) => bail!("a shared policy needs its signals' incidences"),
+    };
+    acting_policy(weights, shared)
+}
+
+/// A run's weights as the policy that acts in its episodes (a shared one with its
+/// signals' incidences).
+fn acting_policy(
+    weights: checkpoint::RunPolicy,
+    shared: Option<&SharedSetup>,
+) -> Result<RolloutPolicy> {
+    Ok(match (weights, shared) {
+        (checkpoint::RunPolicy::Mlp(w), _) => RolloutPolicy::mlp(w),
+        (checkpoint::RunPolicy::Shared(w), Some(setup)) => {
+            RolloutPolicy::shared(w, &setup.incidences)
+        }
+        (checkpoint::RunPolicy::Shared(_), None) => {
+            bail!("a shared policy needs its signals' incidences")
+        }
     })
 }
 
@@ -1000,16 +1016,7 @@ fn selected_weights(
     let selected = checkpoint::read_selected(out)?
         .with_context(|| format!("{} has no selected weights (best.json)", out.display()))?;
     let (policy, _, _) = checkpoint::load_run_policy_at(out, Some(&selected))?;
-    let acting = match (policy, shared) {
-        (checkpoint::RunPolicy::Mlp(w), _) => RolloutPolicy::mlp(w),
-        (checkpoint::RunPolicy::Shared(w), Some(setup)) => {
-            RolloutPolicy::shared(w, &setup.incidences)
-        }
-        (checkpoint::RunPolicy::Shared(_), None) => {
-            bail!("a shared policy needs its signals' incidences")
-        }
-    };
-    let weights = acting
+    let weights = acting_policy(policy, shared)?
         .per_signal_weights()
         .context("compiling the selected shared policy for the end test")?;
     let v = &selected.validation;
