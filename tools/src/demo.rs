@@ -325,6 +325,9 @@ fn markdown(findings: &Findings<'_>) -> String {
             if p < mp { "lower" } else { "higher" }
         );
     }
+    if let Some(v) = crate::eval_cmd::verdict(rows) {
+        let _ = writeln!(md, "\n{v}\n");
+    }
     md.push_str("\n![delay by controller](delay_by_controller.png)\n\n![queue over time](queue_over_time.png)\n");
     let m = &hour.metrics;
     let _ = writeln!(

@@ -16,6 +16,9 @@ use serde::Serialize;
 use crate::backend::{episode_of_secs, BackendArgs, EnvSource};
 use crate::policy_controller::ActionRule;
 
+/// The controller name of the policy's row.
+pub const POLICY_ROW: &str = "policy";
+
 /// One controller's averaged results.
 #[derive(Clone, Debug, Serialize)]
 pub struct EvalRow {
@@ -306,7 +309,7 @@ pub fn compare_on(
     }
     let mut rows = Vec::new();
     rows.push(EvalRow {
-        controller: "policy".into(),
+        controller: POLICY_ROW.into(),
         metrics: average(&evaluate_with(seeds, &|seed| {
             policy_source.run_policy(&policy.weights, max_red, rule, seed, episode)
         })?),
@@ -363,6 +366,40 @@ pub fn table(rows: &[EvalRow]) -> String {
         s.push('\n');
     }
     s
+}
+
+/// The policy's mean delay over the best classic controller's (the lowest mean delay of
+/// the other rows), with that row: the ratio item 3 of issue 14 bars at 0.9. `None`
+/// without a policy row or a classic row, or where either delay is not finite or the best
+/// is not above 0 (an empty episode has nothing to compare).
+pub fn against_best_classic(rows: &[EvalRow]) -> Option<(f64, &EvalRow)> {
+    let policy = rows.iter().find(|r| r.controller == POLICY_ROW)?;
+    let best = rows
+        .iter()
+        .filter(|r| r.controller != POLICY_ROW && r.metrics.mean_delay_s.is_finite())
+        .min_by(|a, b| a.metrics.mean_delay_s.total_cmp(&b.metrics.mean_delay_s))?;
+    let (p, b) = (policy.metrics.mean_delay_s, best.metrics.mean_delay_s);
+    (p.is_finite() && b > 0.0).then_some((p / b, best))
+}
+
+/// The line `eval` ends with: the policy against the best classic controller on the same
+/// seeds, and, where the policy is no faster, that the incumbent is the better choice (a
+/// learned controller that loses to it has no reason to be bundled for that junction).
+pub fn verdict(rows: &[EvalRow]) -> Option<String> {
+    let (ratio, best) = against_best_classic(rows)?;
+    let name = &best.controller;
+    let head = format!(
+        "policy / best classic controller ({name}, {:.2} s): {ratio:.3}",
+        best.metrics.mean_delay_s
+    );
+    Some(if ratio >= 1.0 {
+        format!(
+            "{head}. The policy is no faster than {name} on these seeds: keep {name} \
+             here rather than bundle this policy."
+        )
+    } else {
+        head
+    })
 }
 
 /// Arguments of `greenwave eval`.
@@ -512,6 +549,10 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         for r in &rows {
             println!("{}", serde_json::to_string(r)?);
         }
+        // One JSON row per controller on stdout; the verdict goes beside it.
+        if let Some(v) = verdict(&rows) {
+            eprintln!("{v}");
+        }
     } else {
         println!(
             "{} on '{}', {} seeds ({}..{}), {} s each\n",
@@ -523,6 +564,90 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             f64::from(episode.0) / 1000.0
         );
         print!("{}", table(&rows));
+        if let Some(v) = verdict(&rows) {
+            println!("\n{v}");
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(controller: &str, mean_delay_s: f64) -> EvalRow {
+        EvalRow {
+            controller: controller.into(),
+            metrics: EpisodeMetrics {
+                mean_delay_s,
+                ..EpisodeMetrics::default()
+            },
+            seeds: 5,
+            decision_interval_s: 5.0,
+            temperature: None,
+        }
+    }
+
+    /// grid6's held-out rows (BENCHMARKS.md): the net's own program is the best classic
+    /// controller and the policy loses to it, so the verdict says to keep the program.
+    #[test]
+    fn a_policy_slower_than_the_incumbent_is_told_to_keep_it() {
+        let rows = [
+            row(POLICY_ROW, 569.79),
+            row("fixed-time", 334.44),
+            row("actuated", 691.23),
+            row("max-pressure", 541.46),
+        ];
+        let (ratio, best) = against_best_classic(&rows).unwrap();
+        assert_eq!(best.controller, "fixed-time");
+        assert!((ratio - 569.79 / 334.44).abs() < 1e-12);
+        let v = verdict(&rows).unwrap();
+        assert!(
+            v.starts_with("policy / best classic controller (fixed-time, 334.44 s): 1.704"),
+            "{v}"
+        );
+        assert!(v.contains("keep fixed-time"), "{v}");
+    }
+
+    /// game/cross's rows: max-pressure is the best classic controller and the policy
+    /// beats it, so the verdict is the ratio alone.
+    #[test]
+    fn a_faster_policy_gets_its_ratio_and_no_warning() {
+        let rows = [
+            row(POLICY_ROW, 9.25),
+            row("fixed-time", 25.72),
+            row("actuated", 14.82),
+            row("max-pressure", 14.25),
+        ];
+        let v = verdict(&rows).unwrap();
+        assert_eq!(
+            v,
+            "policy / best classic controller (max-pressure, 14.25 s): 0.649"
+        );
+        // A tie is no win.
+        let tie = [row(POLICY_ROW, 14.25), row("max-pressure", 14.25)];
+        assert!(verdict(&tie).unwrap().contains("no faster"));
+    }
+
+    /// A NaN row is passed over for the best; with no policy, no classic row, a NaN
+    /// policy or a best delay of 0 there is no ratio, so no verdict.
+    #[test]
+    fn no_ratio_without_two_finite_delays() {
+        let with_nan = [
+            row(POLICY_ROW, 10.0),
+            row("actuated", f64::NAN),
+            row("fixed-time", 20.0),
+        ];
+        let (ratio, best) = against_best_classic(&with_nan).unwrap();
+        assert_eq!((ratio, best.controller.as_str()), (0.5, "fixed-time"));
+        for rows in [
+            &[row("fixed-time", 20.0)][..],
+            &[row(POLICY_ROW, 10.0)][..],
+            &[row(POLICY_ROW, f64::NAN), row("fixed-time", 20.0)][..],
+            &[row(POLICY_ROW, 10.0), row("fixed-time", 0.0)][..],
+            &[row(POLICY_ROW, 10.0), row("fixed-time", f64::NAN)][..],
+        ] {
+            assert!(verdict(rows).is_none(), "{rows:?}");
+        }
+    }
 }

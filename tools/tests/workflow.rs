@@ -231,6 +231,7 @@ fn demo_quick_writes_a_report() {
     }
     let md = std::fs::read_to_string(report.join("README.md")).unwrap();
     assert!(md.contains("| max-pressure |") && md.contains("| policy |"));
+    assert!(md.contains("policy / best classic controller ("), "{md}");
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -266,9 +267,24 @@ fn eval_committed(extra: &[&str]) -> (HashMap<String, serde_json::Value>, String
 
 #[test]
 fn the_committed_default_policy_loads_and_beats_fixed_time() {
-    let (rows, _) = eval_committed(&[]);
+    let (rows, stderr) = eval_committed(&[]);
     let delay = |name: &str| rows[name]["mean_delay_s"].as_f64().unwrap();
     assert!(delay("policy") < delay("fixed-time"), "{rows:?}");
+    // The verdict against the best classic controller goes to stderr beside the JSON rows,
+    // with the warning exactly where the policy is no faster than that controller.
+    let best = ["fixed-time", "actuated", "max-pressure"]
+        .map(delay)
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    assert!(
+        stderr.contains("policy / best classic controller ("),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.contains("no faster"),
+        delay("policy") >= best,
+        "{stderr}"
+    );
 }
 
 /// `eval --temperature` samples the policy's phases, reproducibly per sampling seed; a
