@@ -383,8 +383,8 @@ pub fn against_best_classic(rows: &[EvalRow]) -> Option<(f64, &EvalRow)> {
 }
 
 /// The line `eval` ends with: the policy against the best classic controller on the same
-/// seeds, and, where the policy is no faster, that the incumbent is the better choice (a
-/// learned controller that loses to it has no reason to be bundled for that junction).
+/// seeds, and, where the policy is no faster, not to bundle it (a learned controller that
+/// loses to a classic one has no reason to be flashed at that junction).
 pub fn verdict(rows: &[EvalRow]) -> Option<String> {
     let (ratio, best) = against_best_classic(rows)?;
     let name = &best.controller;
@@ -394,8 +394,8 @@ pub fn verdict(rows: &[EvalRow]) -> Option<String> {
     );
     Some(if ratio >= 1.0 {
         format!(
-            "{head}. The policy is no faster than {name} on these seeds: keep {name} \
-             here rather than bundle this policy."
+            "{head}. The policy is no faster than {name} on these seeds: do not bundle it \
+             for this junction."
         )
     } else {
         head
@@ -606,7 +606,8 @@ mod tests {
             v.starts_with("policy / best classic controller (fixed-time, 334.44 s): 1.704"),
             "{v}"
         );
-        assert!(v.contains("keep fixed-time"), "{v}");
+        assert!(v.contains("no faster than fixed-time"), "{v}");
+        assert!(v.ends_with("do not bundle it for this junction."), "{v}");
     }
 
     /// game/cross's rows: max-pressure is the best classic controller and the policy
