@@ -383,16 +383,23 @@ pub fn against_best_classic(rows: &[EvalRow]) -> Option<(f64, &EvalRow)> {
 }
 
 /// The line `eval` ends with: the policy against the best classic controller on the same
-/// seeds, and, where the policy is no faster, not to bundle it (a learned controller that
-/// loses to a classic one has no reason to be flashed at that junction).
+/// seeds, and, where the greedy policy is no faster, not to bundle it (a learned
+/// controller that loses to a classic one has no reason to be flashed at that junction).
+/// A policy sampled at a temperature is not what a controller runs (it acts greedily), so
+/// its line says how it acted and gives the ratio alone.
 pub fn verdict(rows: &[EvalRow]) -> Option<String> {
     let (ratio, best) = against_best_classic(rows)?;
     let name = &best.controller;
+    let sampled = rows
+        .iter()
+        .find(|r| r.controller == POLICY_ROW)
+        .and_then(|r| r.temperature);
+    let how = sampled.map_or(String::new(), |t| format!(" (sampled at temperature {t})"));
     let head = format!(
-        "policy / best classic controller ({name}, {:.2} s): {ratio:.3}",
+        "policy{how} / best classic controller ({name}, {:.2} s): {ratio:.3}",
         best.metrics.mean_delay_s
     );
-    Some(if ratio >= 1.0 {
+    Some(if ratio >= 1.0 && sampled.is_none() {
         format!(
             "{head}. The policy is no faster than {name} on these seeds: do not bundle it \
              for this junction."
@@ -628,6 +635,19 @@ mod tests {
         // A tie is no win.
         let tie = [row(POLICY_ROW, 14.25), row("max-pressure", 14.25)];
         assert!(verdict(&tie).unwrap().contains("no faster"));
+    }
+
+    /// A policy sampled at a temperature is not what the controller runs: its line says
+    /// how it acted and gives no advice about bundling, even where it loses.
+    #[test]
+    fn a_sampled_policy_gets_its_ratio_and_no_advice() {
+        let mut sampled = row(POLICY_ROW, 569.79);
+        sampled.temperature = Some(0.5);
+        let v = verdict(&[sampled, row("fixed-time", 334.44)]).unwrap();
+        assert_eq!(
+            v,
+            "policy (sampled at temperature 0.5) / best classic controller (fixed-time, 334.44 s): 1.704"
+        );
     }
 
     /// A NaN row is passed over for the best; with no policy, no classic row, a NaN
