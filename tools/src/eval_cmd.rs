@@ -373,13 +373,18 @@ pub fn table(rows: &[EvalRow]) -> String {
 /// without a policy row or a classic row, or where either delay is not finite or the best
 /// is not above 0 (an empty episode has nothing to compare).
 pub fn against_best_classic(rows: &[EvalRow]) -> Option<(f64, &EvalRow)> {
-    let policy = rows.iter().find(|r| r.controller == POLICY_ROW)?;
+    let policy = policy_row(rows)?;
     let best = rows
         .iter()
         .filter(|r| r.controller != POLICY_ROW && r.metrics.mean_delay_s.is_finite())
         .min_by(|a, b| a.metrics.mean_delay_s.total_cmp(&b.metrics.mean_delay_s))?;
     let (p, b) = (policy.metrics.mean_delay_s, best.metrics.mean_delay_s);
     (p.is_finite() && b > 0.0).then_some((p / b, best))
+}
+
+/// The policy's row of `rows`.
+fn policy_row(rows: &[EvalRow]) -> Option<&EvalRow> {
+    rows.iter().find(|r| r.controller == POLICY_ROW)
 }
 
 /// The line `eval` ends with: the policy against the best classic controller on the same
@@ -390,10 +395,7 @@ pub fn against_best_classic(rows: &[EvalRow]) -> Option<(f64, &EvalRow)> {
 pub fn verdict(rows: &[EvalRow]) -> Option<String> {
     let (ratio, best) = against_best_classic(rows)?;
     let name = &best.controller;
-    let sampled = rows
-        .iter()
-        .find(|r| r.controller == POLICY_ROW)
-        .and_then(|r| r.temperature);
+    let sampled = policy_row(rows).and_then(|r| r.temperature);
     let how = sampled.map_or(String::new(), |t| format!(" (sampled at temperature {t})"));
     let head = format!(
         "policy{how} / best classic controller ({name}, {:.2} s): {ratio:.3}",
@@ -596,9 +598,9 @@ mod tests {
     }
 
     /// grid6's held-out rows (BENCHMARKS.md): the net's own program is the best classic
-    /// controller and the policy loses to it, so the verdict says to keep the program.
+    /// controller and the policy loses to it, so the verdict says not to bundle the policy.
     #[test]
-    fn a_policy_slower_than_the_incumbent_is_told_to_keep_it() {
+    fn a_policy_slower_than_the_incumbent_is_told_not_to_be_bundled() {
         let rows = [
             row(POLICY_ROW, 569.79),
             row("fixed-time", 334.44),
