@@ -598,65 +598,81 @@ impl ConflictMonitor {
         // as red for 0 ms.
         let mut new_greens = 0u32;
         for (ch, lamps) in sensed.iter().enumerate() {
-            if lamps.lit() != 1 {
-                continue;
+            match self.take_clean_reading(ch, *lamps, now_ms) {
+                Ok(true) => new_greens |= 1 << ch,
+                Ok(false) => {}
+                Err(kind) => return Some(self.trip(kind, now_ms)),
             }
-            let lamp = if lamps.red {
-                Lamp::Red
-            } else if lamps.yellow {
-                Lamp::Yellow
-            } else {
-                Lamp::Green
-            };
-            let channel = ch as u8;
-            let mut yellow = None;
-            if let Some(prev) = self.last_clean[ch] {
-                let held = prev.held(now_ms);
-                let fault = match (prev.lamp, lamp) {
-                    (Lamp::Green, Lamp::Red) => Some(FaultKind::SkippedYellow { channel }),
-                    (Lamp::Yellow, Lamp::Green) => Some(FaultKind::YellowToGreen { channel }),
-                    (Lamp::Yellow, Lamp::Red) => {
-                        yellow = Some(held);
-                        let (shown, required) = (held, self.card.min_yellow[ch]);
-                        (shown < required).then_some(FaultKind::ShortYellow {
-                            channel,
-                            shown,
-                            required,
-                        })
-                    }
-                    _ => None,
-                };
-                if let Some(kind) = fault {
-                    return Some(self.trip(kind, now_ms));
-                }
-                if prev.lamp == lamp {
-                    // A red owed as a clearance for half the 32-bit clock's range (24.8 days)
-                    // is long paid; forgetting it keeps the wrapped difference from reading
-                    // as a fresh red after 49.7 days.
-                    if prev.after_yellow && held.0 >= STALE_CLEARANCE_MS {
-                        self.last_clean[ch] = Some(CleanIndication {
-                            after_yellow: false,
-                            yellow: Millis::ZERO,
-                            ..prev
-                        });
-                    }
-                    continue;
-                }
-                if (prev.lamp, lamp) == (Lamp::Red, Lamp::Green) {
-                    new_greens |= 1 << ch;
-                }
-            }
-            self.last_clean[ch] = Some(CleanIndication {
-                lamp,
-                since_ms: now_ms as u32,
-                after_yellow: yellow.is_some(),
-                yellow: yellow.unwrap_or(Millis::ZERO),
-            });
         }
         let kind = self
             .short_red_clearance(now_ms, new_greens)
             .or_else(|| self.short_intergreen(now_ms, new_greens))?;
         Some(self.trip(kind, now_ms))
+    }
+
+    /// Takes in channel `ch`'s reading at `now_ms` if it is clean (one lamp lit): the
+    /// fault its change from the last clean reading shows, else whether it went red ->
+    /// green now. A reading with no lamp or several lit is judged by the persistence rule.
+    fn take_clean_reading(
+        &mut self,
+        ch: usize,
+        lamps: Lamps,
+        now_ms: u64,
+    ) -> Result<bool, FaultKind> {
+        if lamps.lit() != 1 {
+            return Ok(false);
+        }
+        let lamp = if lamps.red {
+            Lamp::Red
+        } else if lamps.yellow {
+            Lamp::Yellow
+        } else {
+            Lamp::Green
+        };
+        let channel = ch as u8;
+        let mut yellow = None;
+        let mut new_green = false;
+        if let Some(prev) = self.last_clean[ch] {
+            let held = prev.held(now_ms);
+            let fault = match (prev.lamp, lamp) {
+                (Lamp::Green, Lamp::Red) => Some(FaultKind::SkippedYellow { channel }),
+                (Lamp::Yellow, Lamp::Green) => Some(FaultKind::YellowToGreen { channel }),
+                (Lamp::Yellow, Lamp::Red) => {
+                    yellow = Some(held);
+                    let (shown, required) = (held, self.card.min_yellow[ch]);
+                    (shown < required).then_some(FaultKind::ShortYellow {
+                        channel,
+                        shown,
+                        required,
+                    })
+                }
+                _ => None,
+            };
+            if let Some(kind) = fault {
+                return Err(kind);
+            }
+            if prev.lamp == lamp {
+                // A red owed as a clearance for half the 32-bit clock's range (24.8 days)
+                // is long paid; forgetting it keeps the wrapped difference from reading
+                // as a fresh red after 49.7 days.
+                if prev.after_yellow && held.0 >= STALE_CLEARANCE_MS {
+                    self.last_clean[ch] = Some(CleanIndication {
+                        after_yellow: false,
+                        yellow: Millis::ZERO,
+                        ..prev
+                    });
+                }
+                return Ok(false);
+            }
+            new_green = (prev.lamp, lamp) == (Lamp::Red, Lamp::Green);
+        }
+        self.last_clean[ch] = Some(CleanIndication {
+            lamp,
+            since_ms: now_ms as u32,
+            after_yellow: yellow.is_some(),
+            yellow: yellow.unwrap_or(Millis::ZERO),
+        });
+        Ok(new_green)
     }
 
     /// The first card intergreen into a channel of `new_greens` that has not run since its
