@@ -648,39 +648,13 @@ impl Controller {
         };
         let mode = self.watchdog.update(i, now, report);
         let starved = self.max_red_phase(i, now, &*field);
-        // The phase asked of the sequencer: the decision's, or the one the max-red rule
-        // forces over a policy's choice (the record keeps the policy's request, whose
-        // log-prob it carries, and says the supervisor overrode it).
-        let mut asked = None;
-        let (requested, log_prob, source) = match (mode, decision) {
-            (Mode::Policy, Ok((phase, log_prob, explored))) => {
-                self.stats.policy_decisions += 1;
-                self.stats.explored_decisions += explored as u64;
-                match starved {
-                    Some(q) if q.0 != phase => {
-                        self.stats.max_red_overrides += 1;
-                        self.stats.supervisor_overrides += 1;
-                        asked = Some(q.0);
-                        (phase, log_prob, ActionSource::Supervisor)
-                    }
-                    _ => (phase, log_prob, ActionSource::Policy),
-                }
-            }
-            _ => {
-                self.stats.fallback_decisions += 1;
-                let phase = self
-                    .fallback
-                    .decide(i, &self.seqs[i], observed.is_ok(), &*field);
-                (phase, 0.0, ActionSource::Fallback)
-            }
-        };
+        let choice = self.choose(i, mode, decision, starved, observed.is_ok(), &*field);
         self.stats.decisions += 1;
-        let asked = asked.unwrap_or(requested);
-        let response = self.seqs[i].request(asked);
+        let response = self.seqs[i].request(choice.asked);
         field
-            .request(i, asked, &response)
+            .request(i, choice.asked, &response)
             .map_err(ControllerError::Sink)?;
-        let source = match (source, response.overridden) {
+        let source = match (choice.source, response.overridden) {
             (ActionSource::Policy, Some(_)) => {
                 self.stats.supervisor_overrides += 1;
                 ActionSource::Supervisor
@@ -696,9 +670,9 @@ impl Controller {
             timestamp_ms: now,
             signal: i as u16,
             obs: heapless::Vec::from_slice(&self.obs[i]).unwrap_or_default(),
-            requested,
+            requested: choice.requested,
             action: response.next_green.0,
-            log_prob,
+            log_prob: choice.log_prob,
             reward: 0.0,
             next_obs: heapless::Vec::new(),
             done: false,
@@ -707,6 +681,44 @@ impl Controller {
             reward_kind: None,
         });
         Ok(())
+    }
+
+    /// What signal `i` asks of its sequencer: the policy's decision in policy mode (the
+    /// max-red rule's `starved` phase over it, recorded as a supervisor override), else
+    /// the fallback's.
+    fn choose(
+        &mut self,
+        i: usize,
+        mode: Mode,
+        decision: Result<(u8, f32, bool), Fault>,
+        starved: Option<PhaseId>,
+        observed: bool,
+        field: &(impl Field + ?Sized),
+    ) -> Choice {
+        match (mode, decision) {
+            (Mode::Policy, Ok((phase, log_prob, explored))) => {
+                self.stats.policy_decisions += 1;
+                self.stats.explored_decisions += explored as u64;
+                match starved {
+                    Some(q) if q.0 != phase => {
+                        self.stats.max_red_overrides += 1;
+                        self.stats.supervisor_overrides += 1;
+                        Choice {
+                            requested: phase,
+                            asked: q.0,
+                            log_prob,
+                            source: ActionSource::Supervisor,
+                        }
+                    }
+                    _ => Choice::of(phase, log_prob, ActionSource::Policy),
+                }
+            }
+            _ => {
+                self.stats.fallback_decisions += 1;
+                let phase = self.fallback.decide(i, &self.seqs[i], observed, field);
+                Choice::of(phase, 0.0, ActionSource::Fallback)
+            }
+        }
     }
 
     /// After the interval was played: the field moves on and says each signal's reward;
@@ -886,6 +898,28 @@ impl Controller {
             .iter()
             .map(|(k, v)| (k.name().to_string(), *v))
             .collect()
+    }
+}
+
+/// One decision's request: the phase asked of the sequencer, and the phase and log-prob
+/// the transition records. They differ when the max-red rule forces a phase over the
+/// policy's choice: the record keeps the policy's request, whose log-prob it carries, and
+/// says the supervisor overrode it.
+struct Choice {
+    requested: u8,
+    asked: u8,
+    log_prob: f32,
+    source: ActionSource,
+}
+
+impl Choice {
+    fn of(phase: u8, log_prob: f32, source: ActionSource) -> Self {
+        Choice {
+            requested: phase,
+            asked: phase,
+            log_prob,
+            source,
+        }
     }
 }
 
