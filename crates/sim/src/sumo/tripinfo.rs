@@ -25,7 +25,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
-use super::xml::{scan, Node};
+use super::xml::{scan, Attrs, Node};
 use super::SumoError;
 
 /// What the tripinfo file and the pending list add up to.
@@ -73,23 +73,15 @@ pub fn summarize_from(
     input: impl std::io::BufRead,
     pending_wait_s: &[f64],
 ) -> Result<TripSummary, String> {
-    let (mut n, mut delay, mut wait) = (0u64, 0.0f64, 0.0f64);
-    let (mut finished, mut travel) = (0u64, 0.0f64);
-    let (mut pedestrians, mut ped_wait) = (0u64, 0.0f64);
+    let mut tally = Tally::default();
     let mut person: Option<Person> = None;
     let mut saw_root = false;
-    let mut end_person = |p: Option<Person>| {
-        if let Some(p) = p.filter(|p| p.departed && p.walked) {
-            pedestrians += 1;
-            ped_wait += p.wait_s;
-        }
-    };
     scan(input, |node| {
         let (name, attrs, empty) = match node {
             Node::Open { name, attrs, empty } => (name, attrs, empty),
             Node::Close { name } => {
                 if name == "personinfo" {
-                    end_person(person.take());
+                    tally.end_person(person.take());
                 }
                 return Ok(());
             }
@@ -103,7 +95,7 @@ pub fn summarize_from(
                     ..Person::default()
                 });
                 if empty {
-                    end_person(person.take());
+                    tally.end_person(person.take());
                 }
             }
             "walk" => {
@@ -115,25 +107,7 @@ pub fn summarize_from(
                 }
             }
             "tripinfos" => saw_root = true,
-            "tripinfo" => {
-                let num = |k: &str| -> Result<f64, String> {
-                    attrs.num(name, k)?.ok_or_else(|| {
-                        let id = attrs.get("id").unwrap_or("?");
-                        format!("<tripinfo id=\"{id}\"> without {k}")
-                    })
-                };
-                let depart_delay = num("departDelay")?.max(0.0);
-                delay += num("timeLoss")?.max(0.0) + depart_delay;
-                wait += num("waitingTime")?.max(0.0);
-                n += 1;
-                // Unfinished vehicles are written with arrival -1 and vaporized="end".
-                let arrived =
-                    num("arrival")? >= 0.0 && attrs.get("vaporized").is_none_or(|v| v.is_empty());
-                if arrived {
-                    finished += 1;
-                    travel += num("duration")?.max(0.0);
-                }
-            }
+            "tripinfo" => tally.add_vehicle(attrs)?,
             _ => {}
         }
         Ok(())
@@ -141,19 +115,71 @@ pub fn summarize_from(
     if !saw_root {
         return Err("not a tripinfo file (no <tripinfos> element)".into());
     }
-    let pending: f64 = pending_wait_s.iter().map(|w| w.max(0.0)).sum();
-    let total = n + pending_wait_s.len() as u64;
-    let mean = |sum: f64, count: u64| if count == 0 { 0.0 } else { sum / count as f64 };
-    Ok(TripSummary {
-        vehicles: total,
-        mean_delay_s: mean(delay + pending, total),
-        mean_wait_s: mean(wait, total),
-        mean_travel_time_s: mean(travel, finished),
-        throughput_veh: finished,
-        backlog_veh: pending_wait_s.len() as u64,
-        pedestrians,
-        mean_pedestrian_wait_s: mean(ped_wait, pedestrians),
-    })
+    Ok(tally.summary(pending_wait_s))
+}
+
+/// The sums a tripinfo file adds up to.
+#[derive(Default)]
+struct Tally {
+    /// Vehicles written (inserted), and the sums of their delay and waiting time.
+    vehicles: u64,
+    delay_s: f64,
+    wait_s: f64,
+    /// Vehicles that arrived, and the sum of their travel times.
+    arrived: u64,
+    travel_s: f64,
+    /// Pedestrians that walked, and the sum of their walks' waiting.
+    pedestrians: u64,
+    pedestrian_wait_s: f64,
+}
+
+impl Tally {
+    /// Adds one `<tripinfo>`: its time loss and departure delay, waiting time, and travel
+    /// time if it arrived.
+    fn add_vehicle(&mut self, attrs: &Attrs) -> Result<(), String> {
+        let num = |k: &str| -> Result<f64, String> {
+            attrs.num("tripinfo", k)?.ok_or_else(|| {
+                let id = attrs.get("id").unwrap_or("?");
+                format!("<tripinfo id=\"{id}\"> without {k}")
+            })
+        };
+        let depart_delay = num("departDelay")?.max(0.0);
+        self.delay_s += num("timeLoss")?.max(0.0) + depart_delay;
+        self.wait_s += num("waitingTime")?.max(0.0);
+        self.vehicles += 1;
+        // Unfinished vehicles are written with arrival -1 and vaporized="end".
+        let arrived = num("arrival")? >= 0.0 && attrs.get("vaporized").is_none_or(|v| v.is_empty());
+        if arrived {
+            self.arrived += 1;
+            self.travel_s += num("duration")?.max(0.0);
+        }
+        Ok(())
+    }
+
+    /// Counts a pedestrian whose personinfo has ended, if it departed and walked.
+    fn end_person(&mut self, p: Option<Person>) {
+        if let Some(p) = p.filter(|p| p.departed && p.walked) {
+            self.pedestrians += 1;
+            self.pedestrian_wait_s += p.wait_s;
+        }
+    }
+
+    /// The summary, each never-inserted vehicle counted with `pending_wait_s`, its wait.
+    fn summary(&self, pending_wait_s: &[f64]) -> TripSummary {
+        let pending: f64 = pending_wait_s.iter().map(|w| w.max(0.0)).sum();
+        let total = self.vehicles + pending_wait_s.len() as u64;
+        let mean = |sum: f64, count: u64| if count == 0 { 0.0 } else { sum / count as f64 };
+        TripSummary {
+            vehicles: total,
+            mean_delay_s: mean(self.delay_s + pending, total),
+            mean_wait_s: mean(self.wait_s, total),
+            mean_travel_time_s: mean(self.travel_s, self.arrived),
+            throughput_veh: self.arrived,
+            backlog_veh: pending_wait_s.len() as u64,
+            pedestrians: self.pedestrians,
+            mean_pedestrian_wait_s: mean(self.pedestrian_wait_s, self.pedestrians),
+        }
+    }
 }
 
 #[cfg(test)]
