@@ -259,43 +259,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     }
     cfg.ppo.target_kl = args.target_kl;
     if args.sim.backend == Backend::Sumo {
-        // SUMO's decisions cost ~100× the embedded simulator's: take more from each
-        // (tools/README.md, "Training on real networks").
-        cfg.ppo.epochs = SUMO_EPOCHS;
-        cfg.ppo.minibatch = SUMO_MINIBATCH;
-        let resumed = match args.resume {
-            true => Some(super::checkpoint::read_run_info(&args.out)?),
-            false => None,
-        };
-        cfg.shared_overrides = sumo_shared_overrides(args, resumed.as_ref());
-        // The reward is recorded resolved: a resumed run keeps the one it started with.
-        cfg.sim.reward = args.sim.reward.or_else(|| match &resumed {
-            Some(run) => run.config.sim.reward,
-            None => Some(RewardArg::default()),
-        });
-        // So is the pedestrians' weight in it (runs from before it have 0).
-        cfg.sim.pedestrian_weight = args.sim.pedestrian_weight.or(match &resumed {
-            Some(run) => run.config.sim.pedestrian_weight,
-            None => Some(greenwave_core::RewardKind::PEDESTRIAN_WEIGHT_DEFAULT),
-        });
-        // So is the program clock (runs from before it have none).
-        cfg.sim.program_clock = args.sim.program_clock.or(match &resumed {
-            Some(run) => run.config.sim.program_clock,
-            None => Some(OnOff::On),
-        });
-        // So are the pedestrian zones (runs from before them have none).
-        cfg.sim.pedestrian_zones = args.sim.pedestrian_zones.or(match &resumed {
-            Some(run) => run.config.sim.pedestrian_zones,
-            None => Some(OnOff::On),
-        });
-        // A resumed run keeps the intergreens it started with; a new one records none given
-        // (the timing file's, else on).
-        cfg.sim.program_intergreens = args.sim.program_intergreens.or(resumed
-            .as_ref()
-            .and_then(|run| run.config.sim.program_intergreens));
-        let (interval, probe) = sumo_decision_interval(args, resumed.as_ref())?;
-        cfg.sim.timing.decision_interval = interval;
-        cfg.demand_probe = probe;
+        configure_sumo(&mut cfg, args)?;
     }
     if let Some(epochs) = args.epochs {
         cfg.ppo.epochs = epochs;
@@ -311,6 +275,50 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
     let s = train(&cfg, &args.out, args.resume, !args.quiet)?;
     print_summary(&s, &args.out);
+    Ok(())
+}
+
+/// The SUMO backend's settings: its update sizes, and the reward, pedestrian weight,
+/// program clock, pedestrian zones, intergreens and decision interval, each resolved (a
+/// resumed run keeps what it started with) and recorded.
+fn configure_sumo(cfg: &mut TrainConfig, args: &TrainArgs) -> Result<()> {
+    // SUMO's decisions cost ~100× the embedded simulator's: take more from each
+    // (tools/README.md, "Training on real networks").
+    cfg.ppo.epochs = SUMO_EPOCHS;
+    cfg.ppo.minibatch = SUMO_MINIBATCH;
+    let resumed = match args.resume {
+        true => Some(super::checkpoint::read_run_info(&args.out)?),
+        false => None,
+    };
+    cfg.shared_overrides = sumo_shared_overrides(args, resumed.as_ref());
+    // The reward is recorded resolved: a resumed run keeps the one it started with.
+    cfg.sim.reward = args.sim.reward.or_else(|| match &resumed {
+        Some(run) => run.config.sim.reward,
+        None => Some(RewardArg::default()),
+    });
+    // So is the pedestrians' weight in it (runs from before it have 0).
+    cfg.sim.pedestrian_weight = args.sim.pedestrian_weight.or(match &resumed {
+        Some(run) => run.config.sim.pedestrian_weight,
+        None => Some(greenwave_core::RewardKind::PEDESTRIAN_WEIGHT_DEFAULT),
+    });
+    // So is the program clock (runs from before it have none).
+    cfg.sim.program_clock = args.sim.program_clock.or(match &resumed {
+        Some(run) => run.config.sim.program_clock,
+        None => Some(OnOff::On),
+    });
+    // So are the pedestrian zones (runs from before them have none).
+    cfg.sim.pedestrian_zones = args.sim.pedestrian_zones.or(match &resumed {
+        Some(run) => run.config.sim.pedestrian_zones,
+        None => Some(OnOff::On),
+    });
+    // A resumed run keeps the intergreens it started with; a new one records none given
+    // (the timing file's, else on).
+    cfg.sim.program_intergreens = args.sim.program_intergreens.or(resumed
+        .as_ref()
+        .and_then(|run| run.config.sim.program_intergreens));
+    let (interval, probe) = sumo_decision_interval(args, resumed.as_ref())?;
+    cfg.sim.timing.decision_interval = interval;
+    cfg.demand_probe = probe;
     Ok(())
 }
 

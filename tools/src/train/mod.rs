@@ -788,12 +788,8 @@ fn train_on<E: Env + Send>(
     )?;
     write_run_info(cfg, out, source, &slots[0].env, layout)?;
 
-    let csv_path = out.join("metrics.csv");
-    let mut csv = checkpoint::open_csv(&csv_path, resume, learner.iteration)?;
+    let mut record = Record::open(out, resume, &learner)?;
     let bar = plots::progress_bar(progress, schedule.iterations_total, learner.iteration);
-    let start = Instant::now();
-    let start_steps = learner.env_steps;
-    let mut recent_delay = Vec::new();
     let ctx = UpdateCtx {
         cfg,
         shared: shared.as_ref(),
@@ -810,13 +806,9 @@ fn train_on<E: Env + Send>(
             &mut slots,
             &ctx,
             schedule.iterations_total,
-            start,
+            record.start,
         )?;
-        if row.episodes > 0 {
-            recent_delay.push(row.episode_delay_s);
-        }
-        checkpoint::write_csv_row(&mut csv, &row)?;
-        plots::update_bar(&bar, &row);
+        record.row(&row, &bar)?;
         let on_episode_ends = learner.iteration % schedule.checkpoint_every == 0;
         if on_episode_ends || learner.iteration == schedule.stop_at {
             checkpoint::save(out, &learner, on_episode_ends)?;
@@ -840,18 +832,64 @@ fn train_on<E: Env + Send>(
         select_if_due(&mut selector, &learner, &ctx, validation, deadline.as_mut())?;
         if on_episode_ends && learner.iteration < schedule.stop_at {
             // Curves so far, so that a run stopped early (a timeout, Ctrl-C) has them too.
-            csv.flush()?;
-            plots::write_plots_or_warn(&csv_path, out, &bar);
+            record.plot(out, &bar)?;
         }
     }
     bar.finish_and_clear();
-    csv.flush()?;
-    drop(csv);
-    plots::write_plots_or_warn(&csv_path, out, &bar);
-    let mut summary = TrainSummary::of(&learner, start, start_steps, &recent_delay);
+    record.plot(out, &bar)?;
+    let mut summary = record.summary(&learner);
     summary.selected = selector.best().cloned();
     summary.stopped_short_of = stopped_short_of;
     Ok(summary)
+}
+
+/// What an invocation of `train` writes as it goes: `metrics.csv`, one row an iteration,
+/// and the curves drawn from it; and what its summary needs.
+struct Record {
+    csv_path: PathBuf,
+    csv: std::io::BufWriter<std::fs::File>,
+    /// When this invocation started, and the decisions done before it (a resumed run's).
+    start: Instant,
+    start_steps: u64,
+    /// The mean delays of the training episodes that finished.
+    recent_delay: Vec<f64>,
+}
+
+impl Record {
+    /// Opens `out`'s `metrics.csv`, kept up to `learner`'s iteration when resuming.
+    fn open(out: &Path, resume: bool, learner: &Learner) -> Result<Self> {
+        let csv_path = out.join("metrics.csv");
+        let csv = checkpoint::open_csv(&csv_path, resume, learner.iteration)?;
+        Ok(Record {
+            csv_path,
+            csv,
+            start: Instant::now(),
+            start_steps: learner.env_steps,
+            recent_delay: Vec::new(),
+        })
+    }
+
+    /// Records one iteration's row, and shows it on the progress bar.
+    fn row(&mut self, row: &IterationRow, bar: &indicatif::ProgressBar) -> Result<()> {
+        if row.episodes > 0 {
+            self.recent_delay.push(row.episode_delay_s);
+        }
+        checkpoint::write_csv_row(&mut self.csv, row)?;
+        plots::update_bar(bar, row);
+        Ok(())
+    }
+
+    /// Flushes the rows and draws the curves so far into `out` (a warning if it cannot).
+    fn plot(&mut self, out: &Path, bar: &indicatif::ProgressBar) -> Result<()> {
+        self.csv.flush()?;
+        plots::write_plots_or_warn(&self.csv_path, out, bar);
+        Ok(())
+    }
+
+    /// The invocation's summary (selection: none).
+    fn summary(&self, learner: &Learner) -> TrainSummary {
+        TrainSummary::of(learner, self.start, self.start_steps, &self.recent_delay)
+    }
 }
 
 /// The run's configuration for policy `kind` deciding every `interval_s`: the discount per
