@@ -132,39 +132,18 @@ pub fn spec_from_kwargs(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<(EnvSpec
 
 fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
     let (scenario, demand) = (kw.string("scenario")?, kw.string("demand")?);
-    let (net, routes) = (kw.path("net")?, kw.paths("routes")?);
-    let additional = kw.paths("additional")?;
-    let sumo_args = kw
-        .typed::<Vec<String>>("sumo_args", "a list of strings")?
-        .unwrap_or_default();
-    let sumocfg = kw.path("sumocfg")?;
+    let files = SumoKwargs {
+        net: kw.path("net")?,
+        routes: kw.paths("routes")?,
+        additional: kw.paths("additional")?,
+        sumo_args: kw
+            .typed::<Vec<String>>("sumo_args", "a list of strings")?
+            .unwrap_or_default(),
+        sumocfg: kw.path("sumocfg")?,
+    };
     match kw.string("backend")?.as_deref().unwrap_or("embedded") {
         "embedded" => {
-            if net.is_some()
-                || sumocfg.is_some()
-                || !routes.is_empty()
-                || !additional.is_empty()
-                || !sumo_args.is_empty()
-                || kw.number("step_length_s")?.is_some()
-                || kw.flag("program_intergreens")?.is_some()
-                || kw.number("pedestrian_weight")?.is_some()
-            {
-                return Err(value_err(
-                    "net=, routes=, additional=, sumocfg=, sumo_args=, step_length_s=, \
-                     program_intergreens= and pedestrian_weight= are for backend=\"sumo\"; \
-                     the embedded simulator takes scenario=",
-                ));
-            }
-            if kw.flag("program_clock")? == Some(true) {
-                return Err(value_err(
-                    "program_clock= is for backend=\"sumo\" (the lights' own programs come from the net)",
-                ));
-            }
-            if kw.flag("pedestrian_zones")? == Some(true) {
-                return Err(value_err(
-                    "pedestrian_zones= is for backend=\"sumo\" (the embedded simulator has no pedestrians)",
-                ));
-            }
+            embedded_only(kw, &files)?;
             Ok(Backend::Embedded {
                 scenario: scenario.unwrap_or_else(|| "single-4way".into()),
                 demand,
@@ -176,47 +155,92 @@ fn backend(kw: &Kwargs<'_, '_>) -> PyResult<Backend> {
                     "scenario= and demand= are for the embedded simulator; SUMO takes net= and routes=",
                 ));
             }
-            let cfg = match &sumocfg {
-                Some(path) => SumoCfgFile::read(path).map_err(|e| value_err(e.to_string()))?,
-                None => SumoCfgFile::default(),
-            };
-            let files = cfg.under(SumoFiles {
-                net,
-                routes,
-                additional,
-                begin_s: kw.number("begin_s")?,
-            });
-            let net = files.net.ok_or_else(|| {
-                value_err("backend=\"sumo\" needs net= (or a sumocfg= that names one)")
-            })?;
-            // A configuration may bring its demand in additional files only.
-            if files.routes.is_empty() && sumocfg.is_none() {
-                return Err(value_err(
-                    "the SUMO backend needs at least one route file (routes=[...])",
-                ));
-            }
-            Ok(Backend::Sumo {
-                net,
-                routes: files.routes,
-                additional: files.additional,
-                sumo_args: merge_options(&cfg.passed, &sumo_args),
-                begin_s: files.begin_s.unwrap_or(0.0),
-                step_length_s: kw.number("step_length_s")?,
-                timing_file: kw.path("timing")?,
-                overrides: TimingOverrides {
-                    yellow_s: kw.number("yellow_s")?,
-                    all_red_s: kw.number("all_red_s")?,
-                    min_green_s: kw.number("min_green_s")?,
-                    max_green_s: kw.number("max_green_s")?,
-                    program_intergreens: kw.flag("program_intergreens")?,
-                },
-                program: kw.string("program")?,
-                program_clock: kw.flag("program_clock")?.unwrap_or(false),
-                pedestrian_zones: kw.flag("pedestrian_zones")?.unwrap_or(false),
-            })
+            sumo_backend(kw, files)
         }
         other => Err(value_err(format!(
             "unknown backend `{other}` (known: embedded, sumo)"
         ))),
     }
+}
+
+/// The keywords that name a SUMO scenario's files and options.
+struct SumoKwargs {
+    net: Option<PathBuf>,
+    routes: Vec<PathBuf>,
+    additional: Vec<PathBuf>,
+    sumo_args: Vec<String>,
+    sumocfg: Option<PathBuf>,
+}
+
+/// For `backend="embedded"`: an error naming the SUMO-only keywords if any is given.
+fn embedded_only(kw: &Kwargs<'_, '_>, files: &SumoKwargs) -> PyResult<()> {
+    if files.net.is_some()
+        || files.sumocfg.is_some()
+        || !files.routes.is_empty()
+        || !files.additional.is_empty()
+        || !files.sumo_args.is_empty()
+        || kw.number("step_length_s")?.is_some()
+        || kw.flag("program_intergreens")?.is_some()
+        || kw.number("pedestrian_weight")?.is_some()
+    {
+        return Err(value_err(
+            "net=, routes=, additional=, sumocfg=, sumo_args=, step_length_s=, \
+             program_intergreens= and pedestrian_weight= are for backend=\"sumo\"; \
+             the embedded simulator takes scenario=",
+        ));
+    }
+    if kw.flag("program_clock")? == Some(true) {
+        return Err(value_err(
+            "program_clock= is for backend=\"sumo\" (the lights' own programs come from the net)",
+        ));
+    }
+    if kw.flag("pedestrian_zones")? == Some(true) {
+        return Err(value_err(
+            "pedestrian_zones= is for backend=\"sumo\" (the embedded simulator has no pedestrians)",
+        ));
+    }
+    Ok(())
+}
+
+/// `backend="sumo"`: the scenario from `files` (under a `sumocfg=` if given) and the
+/// timing and observation keywords.
+fn sumo_backend(kw: &Kwargs<'_, '_>, given: SumoKwargs) -> PyResult<Backend> {
+    let cfg = match &given.sumocfg {
+        Some(path) => SumoCfgFile::read(path).map_err(|e| value_err(e.to_string()))?,
+        None => SumoCfgFile::default(),
+    };
+    let files = cfg.under(SumoFiles {
+        net: given.net,
+        routes: given.routes,
+        additional: given.additional,
+        begin_s: kw.number("begin_s")?,
+    });
+    let net = files
+        .net
+        .ok_or_else(|| value_err("backend=\"sumo\" needs net= (or a sumocfg= that names one)"))?;
+    // A configuration may bring its demand in additional files only.
+    if files.routes.is_empty() && given.sumocfg.is_none() {
+        return Err(value_err(
+            "the SUMO backend needs at least one route file (routes=[...])",
+        ));
+    }
+    Ok(Backend::Sumo {
+        net,
+        routes: files.routes,
+        additional: files.additional,
+        sumo_args: merge_options(&cfg.passed, &given.sumo_args),
+        begin_s: files.begin_s.unwrap_or(0.0),
+        step_length_s: kw.number("step_length_s")?,
+        timing_file: kw.path("timing")?,
+        overrides: TimingOverrides {
+            yellow_s: kw.number("yellow_s")?,
+            all_red_s: kw.number("all_red_s")?,
+            min_green_s: kw.number("min_green_s")?,
+            max_green_s: kw.number("max_green_s")?,
+            program_intergreens: kw.flag("program_intergreens")?,
+        },
+        program: kw.string("program")?,
+        program_clock: kw.flag("program_clock")?.unwrap_or(false),
+        pedestrian_zones: kw.flag("pedestrian_zones")?.unwrap_or(false),
+    })
 }
