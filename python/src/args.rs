@@ -172,7 +172,10 @@ struct SumoKwargs {
     sumocfg: Option<PathBuf>,
 }
 
-/// For `backend="embedded"`: an error naming the SUMO-only keywords if any is given.
+/// For `backend="embedded"`: an error if a SUMO-only keyword is given (the files, the
+/// step length, the intergreens, the pedestrians' weight; `program_clock=` and
+/// `pedestrian_zones=` only when true, each with its own message), or if one of them has
+/// the wrong type.
 fn embedded_only(kw: &Kwargs<'_, '_>, files: &SumoKwargs) -> PyResult<()> {
     if files.net.is_some()
         || files.sumocfg.is_some()
@@ -202,8 +205,8 @@ fn embedded_only(kw: &Kwargs<'_, '_>, files: &SumoKwargs) -> PyResult<()> {
     Ok(())
 }
 
-/// `backend="sumo"`: the scenario from `files` (under a `sumocfg=` if given) and the
-/// timing and observation keywords.
+/// `backend="sumo"`: the scenario from the `given` files (under a `sumocfg=` if given)
+/// and the timing and observation keywords.
 fn sumo_backend(kw: &Kwargs<'_, '_>, given: SumoKwargs) -> PyResult<Backend> {
     let cfg = match &given.sumocfg {
         Some(path) => SumoCfgFile::read(path).map_err(|e| value_err(e.to_string()))?,

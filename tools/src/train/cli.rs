@@ -278,8 +278,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
-/// The SUMO backend's settings: its update sizes, and the reward, pedestrian weight,
-/// program clock, pedestrian zones, intergreens and decision interval, each resolved (a
+/// The SUMO backend's settings: its update sizes, the shared network's overrides, and the
+/// reward, pedestrian weight, program clock, pedestrian zones, intergreens, decision
+/// interval and demand probe, each resolved (where the command line does not give it, a
 /// resumed run keeps what it started with) and recorded.
 fn configure_sumo(cfg: &mut TrainConfig, args: &TrainArgs) -> Result<()> {
     // SUMO's decisions cost ~100× the embedded simulator's: take more from each

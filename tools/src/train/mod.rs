@@ -848,8 +848,9 @@ fn train_on<E: Env + Send>(
 struct Record {
     csv_path: PathBuf,
     csv: std::io::BufWriter<std::fs::File>,
-    /// When this invocation started, and the decisions done before it (a resumed run's).
+    /// When this invocation started.
     start: Instant,
+    /// The decisions done before it (a resumed run's).
     start_steps: u64,
     /// The mean delays of the training episodes that finished.
     recent_delay: Vec<f64>,

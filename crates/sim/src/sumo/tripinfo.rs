@@ -121,15 +121,19 @@ pub fn summarize_from(
 /// The sums a tripinfo file adds up to.
 #[derive(Default)]
 struct Tally {
-    /// Vehicles written (inserted), and the sums of their delay and waiting time.
+    /// Vehicles written (inserted).
     vehicles: u64,
+    /// Their delay (time loss and departure delay), summed.
     delay_s: f64,
+    /// Their waiting time, summed.
     wait_s: f64,
-    /// Vehicles that arrived, and the sum of their travel times.
+    /// Vehicles that arrived.
     arrived: u64,
+    /// Their travel times, summed.
     travel_s: f64,
-    /// Pedestrians that walked, and the sum of their walks' waiting.
+    /// Pedestrians that set off and walked.
     pedestrians: u64,
+    /// Their walks' waiting, summed.
     pedestrian_wait_s: f64,
 }
 
