@@ -61,6 +61,45 @@ pub struct SignalSpec {
 }
 
 impl SignalSpec {
+    /// The sequencer of this spec as the controller's signal `i`, once the spec is checked:
+    /// its layout's phases are its plan's, a program clock fits the layout and the plan,
+    /// and the observation fits a transition record.
+    fn sequencer(&self, i: usize) -> Result<Sequencer, ControllerError> {
+        let bad = |problem: String| ControllerError::Signal {
+            signal: i,
+            id: self.id.clone(),
+            problem,
+        };
+        if self.layout.n_phases as usize != self.plan.n_phases() {
+            return Err(bad(format!(
+                "layout has {} phases, plan has {}",
+                self.layout.n_phases,
+                self.plan.n_phases()
+            )));
+        }
+        if let Some(clock) = &self.program_clock {
+            if self.field_lanes() == 0 {
+                return Err(bad(format!(
+                    "a layout of {} lanes leaves no detector lane beside the program \
+                     clock's {}",
+                    self.layout.n_lanes,
+                    self.plan.n_phases()
+                )));
+            }
+            clock
+                .check_plan(&self.plan)
+                .map_err(|e| bad(format!("program clock: {e}")))?;
+        }
+        if self.layout.dim() > MAX_OBS_DIM {
+            return Err(bad(format!(
+                "observation of {} floats exceeds the transition record's {MAX_OBS_DIM}",
+                self.layout.dim()
+            )));
+        }
+        Sequencer::new(self.plan.clone(), self.initial_phase)
+            .map_err(|source| ControllerError::Sequencer { signal: i, source })
+    }
+
     /// Lanes the field's detectors supply: the layout's, less the program clock's.
     pub fn field_lanes(&self) -> usize {
         self.layout.detector_lanes(self.program_clock.is_some())
@@ -276,44 +315,11 @@ impl Controller {
         if signals.is_empty() {
             return Err(ControllerError::NoSignals);
         }
-        let mut seqs = Vec::with_capacity(signals.len());
-        for (i, s) in signals.iter().enumerate() {
-            let bad = |problem: String| ControllerError::Signal {
-                signal: i,
-                id: s.id.clone(),
-                problem,
-            };
-            if s.layout.n_phases as usize != s.plan.n_phases() {
-                return Err(bad(format!(
-                    "layout has {} phases, plan has {}",
-                    s.layout.n_phases,
-                    s.plan.n_phases()
-                )));
-            }
-            if let Some(clock) = &s.program_clock {
-                if s.field_lanes() == 0 {
-                    return Err(bad(format!(
-                        "a layout of {} lanes leaves no detector lane beside the program \
-                         clock's {}",
-                        s.layout.n_lanes,
-                        s.plan.n_phases()
-                    )));
-                }
-                clock
-                    .check_plan(&s.plan)
-                    .map_err(|e| bad(format!("program clock: {e}")))?;
-            }
-            if s.layout.dim() > MAX_OBS_DIM {
-                return Err(bad(format!(
-                    "observation of {} floats exceeds the transition record's {MAX_OBS_DIM}",
-                    s.layout.dim()
-                )));
-            }
-            seqs.push(
-                Sequencer::new(s.plan.clone(), s.initial_phase)
-                    .map_err(|source| ControllerError::Sequencer { signal: i, source })?,
-            );
-        }
+        let seqs = signals
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.sequencer(i))
+            .collect::<Result<Vec<_>, _>>()?;
         if let Err(why) = &policy {
             tracing::error!(reason = %why, "no policy loaded: every signal runs its fallback");
         }
