@@ -315,7 +315,11 @@ fn markdown(findings: &Findings<'_>) -> String {
             .find(|r| r.controller == name)
             .map(|r| r.metrics.mean_delay_s)
     };
-    if let (Some(p), Some(ft), Some(mp)) = (get("policy"), get("fixed-time"), get("max-pressure")) {
+    if let (Some(p), Some(ft), Some(mp)) = (
+        get(crate::eval_cmd::POLICY_ROW),
+        get("fixed-time"),
+        get("max-pressure"),
+    ) {
         let _ = writeln!(
             md,
             "\nThe policy's mean delay is {:.1}% {} than fixed-time and {:.1}% {} than max-pressure.\n",
