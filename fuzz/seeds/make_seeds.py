@@ -106,6 +106,22 @@ put("sumo_xml", "single-waut.net.xml", b"\x00" + read("crates/sim/fixtures/sumo/
 <wautSwitch time="100" to="0"/></WAUT>
 <wautJunction wautID="w" junctionID="A0"/>
 </additional>""")
+# The same net with a NEMA program for its light in an additional file: two rings, barriers,
+# per-phase yellow and red (read as its dual-ring stages, crates/sim/src/sumo/nema.rs).
+NEMA_ADD = b"""<additional>
+<tlLogic id="A0" type="NEMA" programID="nema" offset="0">
+<phase duration="20" state="rrrrrrrrrrrGrrrr" minDur="4" maxDur="20" yellow="3" red="1" name="1"/>
+<phase duration="40" state="rrrrrrrrGGGgrrrr" minDur="5" maxDur="50" yellow="4" red="2" name="2"/>
+<phase duration="40" state="rrrrrrrrrrrrGGGg" minDur="5" maxDur="45" yellow="3" red="2" name="4"/>
+<phase duration="20" state="rrrGrrrrrrrrrrrr" minDur="4" maxDur="20" yellow="3" red="1" name="5"/>
+<phase duration="40" state="GGGgrrrrrrrrrrrr" minDur="5" maxDur="50" yellow="4" red="2" name="6"/>
+<phase duration="40" state="rrrrGGGgrrrrrrrr" minDur="5" maxDur="45" yellow="3" red="0" name="8"/>
+<param key="barrier2Phases" value="2,6"/><param key="barrierPhases" value="4,8"/>
+<param key="ring1" value="1,2,0,4"/><param key="ring2" value="5,6,0,8"/>
+</tlLogic>
+</additional>"""
+put("sumo_xml", "single-nema.net.xml", b"\x00" + read("crates/sim/fixtures/sumo/single.net.xml")
+    + b"\x00" + NEMA_ADD)
 with tempfile.TemporaryDirectory() as d:
     subprocess.run(["sumo", "-c", "crates/sim/fixtures/sumo/single.sumocfg", "--end", "240",
                     "--tripinfo-output", f"{d}/tripinfo.xml", "--no-step-log", "true"],

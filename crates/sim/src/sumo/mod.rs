@@ -23,6 +23,7 @@ pub mod approach;
 mod clock;
 mod env;
 pub mod model;
+mod nema;
 pub mod net;
 mod process;
 mod readings;

@@ -2,7 +2,8 @@
 //!
 //! * **Program**: the light's active program (the last `<tlLogic>` of that id in the net,
 //!   as in SUMO), or the one named by [`ModelOptions::program`]; static, actuated and
-//!   delay-based programs alike (only their phases are read).
+//!   delay-based programs alike (only their phases are read); a NEMA program as the
+//!   dual-ring stages it shows (rewritten as it is read, see [`nema`](super::nema)).
 //! * **Left on its program**: a light whose program has fewer than two distinct green
 //!   phases serving a connection (a pedestrian signal, a ramp meter, a one-approach
 //!   light: nothing to choose), more than 16, or whose derived plan is refused, is not

@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+use super::nema::NemaReader;
 use super::waut::{self, Waut};
 use super::xml::{scan, Attrs, Node};
 use super::SumoError;
@@ -221,10 +222,7 @@ impl NetFile {
         let mut p = NetParser::default();
         scan(input, |node| match node {
             Node::Open { name, attrs, empty } => p.open(name, attrs, empty),
-            Node::Close { name } => {
-                p.close(name);
-                Ok(())
-            }
+            Node::Close { name } => p.close(name),
         })?;
         if !p.saw_net {
             return Err("not a SUMO network (no <net> element)".into());
@@ -239,8 +237,9 @@ struct NetParser {
     net: NetFile,
     /// The `<edge>` open.
     edge: Option<String>,
-    /// Index into `tl_logics` of the program being read.
-    tl: Option<usize>,
+    /// Index into `tl_logics` of the program being read, and what a NEMA program holds
+    /// beyond its phases.
+    tl: Option<(usize, NemaReader)>,
     /// The `<junction>` open.
     junction: Option<String>,
     saw_net: bool,
@@ -265,11 +264,17 @@ impl NetParser {
             }
             "tlLogic" => {
                 net.tl_logics.push(read_tl_logic(attrs)?);
-                self.tl = (!empty).then_some(net.tl_logics.len() - 1);
+                self.tl = (!empty).then(|| (net.tl_logics.len() - 1, NemaReader::default()));
             }
             "phase" => {
-                if let Some(i) = self.tl {
-                    net.tl_logics[i].phases.push(read_phase(attrs)?);
+                if let Some((i, nema)) = &mut self.tl {
+                    net.tl_logics[*i].phases.push(read_phase(attrs)?);
+                    nema.phase(attrs)?;
+                }
+            }
+            "param" => {
+                if let Some((_, nema)) = &mut self.tl {
+                    nema.param(attrs);
                 }
             }
             "junction" => {
@@ -290,13 +295,18 @@ impl NetParser {
     }
 
     /// An element closes.
-    fn close(&mut self, name: &str) {
+    fn close(&mut self, name: &str) -> Result<(), String> {
         match name {
             "edge" => self.edge = None,
-            "tlLogic" => self.tl = None,
+            "tlLogic" => {
+                if let Some((i, nema)) = self.tl.take() {
+                    nema.finish(&mut self.net.tl_logics[i])?;
+                }
+            }
             "junction" => self.junction = None,
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -338,7 +348,8 @@ struct AdditionalPrograms {
 /// elements).
 fn parse_programs(input: &mut dyn BufRead, path: &Path) -> Result<AdditionalPrograms, String> {
     let mut file = AdditionalPrograms::default();
-    let mut open = false;
+    // The program being read: what a NEMA program holds beyond its phases.
+    let mut open: Option<NemaReader> = None;
     let mut waut_open = false;
     scan(input, |node| {
         match node {
@@ -369,17 +380,33 @@ fn parse_programs(input: &mut dyn BufRead, path: &Path) -> Result<AdditionalProg
                 empty,
             } => {
                 file.programs.push(read_tl_logic(attrs)?);
-                open = !empty;
+                open = (!empty).then(NemaReader::default);
             }
             Node::Open {
                 name: "phase",
                 attrs,
                 ..
-            } if open => {
-                let phase = read_phase(attrs)?;
-                file.programs.last_mut().expect("open").phases.push(phase);
+            } => {
+                if let Some(nema) = &mut open {
+                    let phase = read_phase(attrs)?;
+                    file.programs.last_mut().expect("open").phases.push(phase);
+                    nema.phase(attrs)?;
+                }
             }
-            Node::Close { name: "tlLogic" } => open = false,
+            Node::Open {
+                name: "param",
+                attrs,
+                ..
+            } => {
+                if let Some(nema) = &mut open {
+                    nema.param(attrs);
+                }
+            }
+            Node::Close { name: "tlLogic" } => {
+                if let Some(nema) = open.take() {
+                    nema.finish(file.programs.last_mut().expect("open"))?;
+                }
+            }
             _ => {}
         }
         Ok(())

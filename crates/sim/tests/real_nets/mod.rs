@@ -100,7 +100,11 @@ pub fn random_trips(
 }
 
 /// Runs SUMO's `netgenerate` with `args`, writing `net`.
-fn netgenerate(home: &Path, net: &Path, args: &[&str]) -> Result<(), String> {
+fn netgenerate<S: AsRef<std::ffi::OsStr>>(
+    home: &Path,
+    net: &Path,
+    args: &[S],
+) -> Result<(), String> {
     let out = Command::new(home.join("bin/netgenerate"))
         .args(args)
         .arg("-o")
@@ -155,30 +159,60 @@ pub fn pocket_junction(
     seed: u64,
 ) -> Result<DevNet, String> {
     let net = work.join("pocket.net.xml");
-    netgenerate(
+    let pockets = ["--turn-lanes", "1", "--turn-lanes.length", "80"];
+    let opposites = ["--tls.guess", "--tls.layout", "opposites"];
+    netgenerate(home, &net, &junction_args(400, &[&pockets, &opposites]))?;
+    let name = format!("random/pocket-junction-{period_s}");
+    with_trips(home, work, net, name, period_s, seed)
+}
+
+/// A single four-arm junction with SUMO's NEMA controller (`netgenerate
+/// --tls.default-type NEMA`: 200 m arms of two lanes, one NEMA phase per approach, rings
+/// `0,2,0,4` and `0,6,0,8`, 3 s yellow and 2 s red per phase), with seeded traffic every
+/// `period_s`. Not in the development set: a check that NEMA programs are read as SUMO
+/// runs them.
+pub fn nema_junction(home: &Path, work: &Path, period_s: f64, seed: u64) -> Result<DevNet, String> {
+    let net = work.join("nema.net.xml");
+    let nema = ["--tls.guess", "--tls.default-type", "NEMA"];
+    netgenerate(home, &net, &junction_args(200, &[&nema]))?;
+    with_trips(
         home,
-        &net,
-        &[
-            "--grid",
-            "--grid.x-number=1",
-            "--grid.y-number=1",
-            "--grid.attach-length=400",
-            "-L",
-            "2",
-            "--turn-lanes",
-            "1",
-            "--turn-lanes.length",
-            "80",
-            "--tls.guess",
-            "--tls.layout",
-            "opposites",
-            "--no-turnarounds",
-        ],
-    )?;
-    let routes = work.join(format!("pocket-{seed}.rou.xml"));
+        work,
+        net,
+        "random/nema-junction".into(),
+        period_s,
+        seed,
+    )
+}
+
+/// `netgenerate` arguments of one four-arm junction with `arm_m` arms of two lanes, no
+/// U-turns, and `extra`.
+fn junction_args(arm_m: u32, extra: &[&[&str]]) -> Vec<String> {
+    let mut args: Vec<String> = ["--grid", "--grid.x-number=1", "--grid.y-number=1"]
+        .map(String::from)
+        .to_vec();
+    args.push(format!("--grid.attach-length={arm_m}"));
+    args.extend(["-L", "2"].map(String::from));
+    args.extend(extra.iter().flat_map(|e| e.iter().map(|a| a.to_string())));
+    args.push("--no-turnarounds".into());
+    args
+}
+
+/// `net` with seeded random trips every `period_s` from its fringe, as a [`DevNet`].
+fn with_trips(
+    home: &Path,
+    work: &Path,
+    net: PathBuf,
+    name: String,
+    period_s: f64,
+    seed: u64,
+) -> Result<DevNet, String> {
+    let stem = net.file_stem().and_then(|s| s.to_str()).unwrap_or("net");
+    let stem = stem.trim_end_matches(".net");
+    let routes = work.join(format!("{stem}-{seed}.rou.xml"));
     random_trips(home, &net, &routes, period_s, seed, "max")?;
     Ok(DevNet {
-        name: format!("random/pocket-junction-{period_s}"),
+        name,
         net,
         routes: vec![routes],
         begin_s: 0.0,
