@@ -142,8 +142,9 @@ fn timing_comes_from_the_net_and_flags_override_it() {
 /// A NEMA junction: SUMO runs one phase of each ring at a time (here 2 with 6, then 4 with
 /// 8), and each phase carries its clearance in its own `yellow` and `red`. The plan must
 /// have those stages, with the net's clearance, and run audited under every controller.
-/// Read phase by phase, each approach was a stage of its own with a 3 s yellow imposed,
-/// and max-pressure took 1.5 times as long as SUMO's NEMA controller on a 2×2 grid.
+/// Read phase by phase, each approach was a stage of its own with the 3 s floor as its
+/// yellow and no all-red, and max-pressure took 1.5 times as long as SUMO's NEMA
+/// controller on a 2×2 grid.
 #[test]
 fn a_nema_junction_is_driven_by_its_dual_ring_stages_with_the_nets_clearance() {
     if !have_sumo() {
@@ -162,7 +163,7 @@ fn a_nema_junction_is_driven_by_its_dual_ring_stages_with_the_nets_clearance() {
         let t = p.timing;
         assert_eq!(
             (t.yellow.0, t.all_red.0, t.max_green.0),
-            (3000, 2000, 50_000),
+            (4000, 1000, 50_000),
             "{state}"
         );
     }

@@ -3,18 +3,21 @@
 //!
 //! A NEMA program lists one `<phase>` per NEMA phase: its `name` is the phase number, its
 //! `state` greens that phase's links alone, and its clearance is in its own `yellow` and
-//! `red` attributes (s). Its `ring1` and `ring2` params give the two rings (phase numbers
-//! in ring order, 0 for an unused slot); `barrierPhases` and `barrier2Phases` (older nets:
-//! `coordinatePhases`) name the phase of each ring that ends at each barrier. SUMO runs one
-//! phase of each ring at a time, both from the same side of a barrier. Read phase by
-//! phase, such a program would make every NEMA phase a stage of its own (phase 2 without
-//! its partner 6: split phasing) with no clearance (it has no yellow phases), so a
-//! controller would get a yellow imposed instead of the net's.
+//! `red` attributes (s). Its `ring1` and `ring2` params give the two rings: four slots
+//! each, phase numbers in ring order, 0 for an unused slot. As SUMO's NEMA controller
+//! reads them, slots 1–2 of each ring are on one side of the barrier and slots 3–4 on the
+//! other (`barrierNum = slot / 2`), and it runs one phase of each ring at a time, both
+//! from the same side. (`barrierPhases` and `barrier2Phases`/`coordinatePhases` only pick
+//! SUMO's default phase on each side; SUMO checks them, greenwave does not read them.)
+//! Read phase by phase, such a program would make every NEMA phase a stage of its own
+//! (phase 2 without its partner 6: split phasing) with no clearance (it has no yellow
+//! phases), so a controller would get a yellow imposed instead of the net's.
 //!
 //! So a NEMA program is rewritten once, as it is read, into the stages SUMO can show:
 //! * one green stage per pair of phases that may run together: each phase of ring 1 with
-//!   each phase of ring 2 between the same barriers (a ring with no phase there leaves the
-//!   other's phases alone), in ring order; its state is both phases' greens (`G` over `g`);
+//!   each phase of ring 2 on the same side of the barrier (a ring with no phase on a side
+//!   leaves the other's phases alone there), side by side, each in ring order; its state
+//!   is both phases' greens (`G` over `g`);
 //! * after each stage a yellow phase (every green link `y`) of the longer of the two
 //!   phases' `yellow`, then an all-red phase of the longer `red` (none when both are 0): no
 //!   clearance is shorter than either phase's own;
@@ -23,26 +26,33 @@
 //!
 //! The program keeps its type `NEMA`, so max green comes from `maxDur` as for SUMO's other
 //! actuated programs ([`timing`](super::timing)). Where greenwave does not drive the light
-//! (fixed-time, a light left on its program) SUMO runs the NEMA program itself. Without
-//! barrier params each ring is split in halves (the standard eight-phase layout: 1, 2 | 3,
-//! 4 and 5, 6 | 7, 8).
+//! (fixed-time, a light left on its program) SUMO runs the NEMA program itself. The program
+//! clock ([`clock`](super::clock)) follows the rewritten program's stages in turn, a
+//! nominal cycle that SUMO's NEMA controller, being actuated, does not keep (as for
+//! SUMO's other actuated programs). A program SUMO would refuse (no `ring2`, a ring naming
+//! a phase it lacks, a phase without a number, more than four slots) is refused here, with
+//! the light named.
 
 use super::net::{TlLogic, TlPhase};
 use super::timing::is_green;
 use super::xml::Attrs;
+
+/// Slots of a NEMA ring: two on each side of the barrier.
+const RING_SLOTS: usize = 4;
 
 /// What a NEMA program holds beyond the phases the net parser reads.
 #[derive(Debug, Default)]
 pub(crate) struct NemaReader {
     /// `<param>` key–value pairs of the program.
     params: Vec<(String, String)>,
-    /// Per `<phase>`, in order: its `name`, `yellow` and `red`.
-    phases: Vec<NemaPhase>,
+    /// Per `<phase>`, in order: its `name`, `yellow` and `red`, as written (read only when
+    /// the program is a NEMA one).
+    phases: Vec<[Option<String>; 3]>,
 }
 
-#[derive(Debug)]
+/// One NEMA phase's number and clearance.
 struct NemaPhase {
-    name: Option<String>,
+    number: u32,
     yellow_s: f64,
     red_s: f64,
 }
@@ -56,19 +66,9 @@ impl NemaReader {
     }
 
     /// A `<phase>` inside the program (its timing and state are read by the net parser).
-    pub fn phase(&mut self, attrs: &Attrs) -> Result<(), String> {
-        let secs = |key: &str| -> Result<f64, String> {
-            match attrs.num("phase", key)? {
-                Some(v) if v < 0.0 => Err(format!("<phase {key}=\"{v}\">: negative duration")),
-                v => Ok(v.unwrap_or(0.0)),
-            }
-        };
-        self.phases.push(NemaPhase {
-            name: attrs.get("name").map(str::to_string),
-            yellow_s: secs("yellow")?,
-            red_s: secs("red")?,
-        });
-        Ok(())
+    pub fn phase(&mut self, attrs: &Attrs) {
+        let get = |key: &str| attrs.get(key).map(str::to_string);
+        self.phases.push([get("name"), get("yellow"), get("red")]);
     }
 
     /// Rewrites `tl` (the program just read, with the phases this reader saw) into its
@@ -90,8 +90,8 @@ impl NemaReader {
         if self.phases.len() != phases.len() {
             return Err("its phases were not all read".into());
         }
-        let numbers = self.phase_numbers()?;
-        let index_of = |n: u32| numbers.iter().position(|&m| m == n);
+        let nema = self.nema_phases()?;
+        let index_of = |n: u32| nema.iter().position(|p| p.number == n);
         let rings = [self.ring("ring1")?, self.ring("ring2")?];
         for n in rings.iter().flatten().copied().filter(|&n| n != 0) {
             if index_of(n).is_none() {
@@ -101,10 +101,17 @@ impl NemaReader {
             }
         }
         let mut out = Vec::new();
-        for [one, two] in self.barrier_groups(&rings)? {
-            for (a, b) in pairs(&one, &two) {
+        for side in [0..2, 2..RING_SLOTS] {
+            let slots = |r: &[u32]| -> Vec<u32> {
+                r.iter()
+                    .skip(side.start)
+                    .take(side.len())
+                    .copied()
+                    .collect()
+            };
+            for (a, b) in pairs(&slots(&rings[0]), &slots(&rings[1])) {
                 let pair: Vec<usize> = [a, b].into_iter().flatten().filter_map(index_of).collect();
-                self.push_stage(phases, &pair, &mut out)?;
+                push_stage(phases, &nema, &pair, &mut out)?;
             }
         }
         if out.is_empty() {
@@ -113,112 +120,103 @@ impl NemaReader {
         Ok(out)
     }
 
-    /// Each `<phase>`'s NEMA number (its `name`).
-    fn phase_numbers(&self) -> Result<Vec<u32>, String> {
-        let mut numbers = Vec::with_capacity(self.phases.len());
-        for (k, p) in self.phases.iter().enumerate() {
-            let name = p.name.as_deref().unwrap_or("");
-            let n: u32 =
+    /// Each `<phase>`'s NEMA number (its `name`) and clearance.
+    fn nema_phases(&self) -> Result<Vec<NemaPhase>, String> {
+        let mut out: Vec<NemaPhase> = Vec::with_capacity(self.phases.len());
+        for (k, [name, yellow, red]) in self.phases.iter().enumerate() {
+            let name = name.as_deref().unwrap_or("");
+            let number: u32 =
                 name.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
                     format!("phase {k} has name \"{name}\", not a NEMA phase number")
                 })?;
-            if numbers.contains(&n) {
-                return Err(format!("phase number {n} is given twice"));
+            if out.iter().any(|p| p.number == number) {
+                return Err(format!("phase number {number} is given twice"));
             }
-            numbers.push(n);
-        }
-        Ok(numbers)
-    }
-
-    fn get(&self, key: &str) -> Option<&str> {
-        self.params
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The phase numbers of ring `key` (0: an unused slot); empty without that param.
-    fn ring(&self, key: &str) -> Result<Vec<u32>, String> {
-        self.get(key).map_or(Ok(Vec::new()), |v| numbers(v, key))
-    }
-
-    /// Each barrier's pair of ring segments: the phases of ring 1 and of ring 2 that run
-    /// between the barrier before it and it.
-    fn barrier_groups(&self, rings: &[Vec<u32>; 2]) -> Result<Vec<[Vec<u32>; 2]>, String> {
-        let barriers: Vec<Vec<u32>> = ["barrier2Phases", "barrierPhases"]
-            .into_iter()
-            .map(|key| match self.get(key) {
-                None if key == "barrier2Phases" => self.get("coordinatePhases"),
-                v => v,
-            })
-            .map(|v| v.map(|v| numbers(v, "barrier phases")))
-            .collect::<Option<Result<_, _>>>()
-            .transpose()?
-            .unwrap_or_default();
-        if barriers.is_empty() {
-            let halves = |r: &Vec<u32>| {
-                let (a, b) = r.split_at(r.len().div_ceil(2));
-                (a.to_vec(), b.to_vec())
+            let secs = |v: &Option<String>, key: &str| -> Result<f64, String> {
+                let Some(v) = v else { return Ok(0.0) };
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| format!("phase {number} has {key} \"{v}\", not a duration"))
             };
-            let ((a1, b1), (a2, b2)) = (halves(&rings[0]), halves(&rings[1]));
-            return Ok(vec![[a1, a2], [b1, b2]]);
+            out.push(NemaPhase {
+                number,
+                yellow_s: secs(yellow, "yellow")?,
+                red_s: secs(red, "red")?,
+            });
         }
-        let mut groups = Vec::new();
-        for barrier in &barriers {
-            let mut group: [Vec<u32>; 2] = Default::default();
-            for (ring, seg) in rings.iter().zip(&mut group) {
-                *seg = segment_before(ring, barrier, &barriers)?;
-            }
-            groups.push(group);
-        }
-        Ok(groups)
+        Ok(out)
     }
 
-    /// Appends the stage of the program phases at `pair` (one or two indices): its
-    /// green, yellow and all-red phases.
-    fn push_stage(
-        &self,
-        phases: &[TlPhase],
-        pair: &[usize],
-        out: &mut Vec<TlPhase>,
-    ) -> Result<(), String> {
-        let len = phases[pair[0]].state.len();
-        if pair.iter().any(|&k| phases[k].state.len() != len) {
-            return Err("two of its phases have states of different lengths".into());
-        }
-        let capped = |p: &TlPhase| p.max_dur_s.map_or(p.duration_s, |m| p.duration_s.min(m));
-        let most = |f: &dyn Fn(usize) -> f64| pair.iter().map(|&k| f(k)).fold(0.0, f64::max);
-        let most_opt = |f: &dyn Fn(&TlPhase) -> Option<f64>| {
-            pair.iter().filter_map(|&k| f(&phases[k])).reduce(f64::max)
+    /// The slots of ring `key` (0: unused); SUMO needs both rings.
+    fn ring(&self, key: &str) -> Result<Vec<u32>, String> {
+        let Some((_, v)) = self.params.iter().rev().find(|(k, _)| k == key) else {
+            return Err(format!(
+                "it has no {key} param (SUMO needs ring1 and ring2)"
+            ));
         };
-        let green = combined_state(pair.iter().map(|&k| phases[k].state.as_bytes()), len);
-        let clear = |to: u8| {
-            green
-                .iter()
-                .map(|&c| if is_green(c) { to } else { c })
-                .collect()
-        };
-        out.push(TlPhase {
-            duration_s: most(&|k| capped(&phases[k])),
-            state: to_string(green.clone()),
-            min_dur_s: most_opt(&|p| p.min_dur_s),
-            max_dur_s: most_opt(&|p| p.max_dur_s),
-        });
-        let yellow_s = most(&|k| self.phases[k].yellow_s);
-        let red_s = most(&|k| self.phases[k].red_s);
-        for (to, duration_s) in [(b'y', yellow_s), (b'r', red_s)] {
-            if duration_s > 0.0 || to == b'y' {
-                out.push(TlPhase {
-                    duration_s,
-                    state: to_string(clear(to)),
-                    min_dur_s: None,
-                    max_dur_s: None,
-                });
-            }
+        let ring: Vec<u32> = v
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .map_err(|_| format!("{key} \"{v}\": \"{}\" is not a phase number", s.trim()))
+            })
+            .collect::<Result<_, _>>()?;
+        if ring.len() > RING_SLOTS {
+            return Err(format!(
+                "{key} \"{v}\" has {} slots; a NEMA ring has {RING_SLOTS}, two on each side of the barrier",
+                ring.len()
+            ));
         }
-        Ok(())
+        Ok(ring)
     }
+}
+
+/// Appends the stage of the program phases at `pair` (one or two indices): its green,
+/// yellow and all-red phases.
+fn push_stage(
+    phases: &[TlPhase],
+    nema: &[NemaPhase],
+    pair: &[usize],
+    out: &mut Vec<TlPhase>,
+) -> Result<(), String> {
+    let len = phases[pair[0]].state.len();
+    if pair.iter().any(|&k| phases[k].state.len() != len) {
+        return Err("two of its phases have states of different lengths".into());
+    }
+    let capped = |p: &TlPhase| p.max_dur_s.map_or(p.duration_s, |m| p.duration_s.min(m));
+    let most = |f: &dyn Fn(usize) -> f64| pair.iter().map(|&k| f(k)).fold(0.0, f64::max);
+    let most_opt = |f: &dyn Fn(&TlPhase) -> Option<f64>| {
+        pair.iter().filter_map(|&k| f(&phases[k])).reduce(f64::max)
+    };
+    let green = combined_state(pair.iter().map(|&k| phases[k].state.as_bytes()), len);
+    let clear = |to: u8| {
+        green
+            .iter()
+            .map(|&c| if is_green(c) { to } else { c })
+            .collect()
+    };
+    out.push(TlPhase {
+        duration_s: most(&|k| capped(&phases[k])),
+        state: to_string(green.clone()),
+        min_dur_s: most_opt(&|p| p.min_dur_s),
+        max_dur_s: most_opt(&|p| p.max_dur_s),
+    });
+    let yellow_s = most(&|k| nema[k].yellow_s);
+    let red_s = most(&|k| nema[k].red_s);
+    for (to, duration_s) in [(b'y', yellow_s), (b'r', red_s)] {
+        if duration_s > 0.0 || to == b'y' {
+            out.push(TlPhase {
+                duration_s,
+                state: to_string(clear(to)),
+                min_dur_s: None,
+                max_dur_s: None,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn to_string(bytes: Vec<u8>) -> String {
@@ -240,18 +238,7 @@ fn combined_state<'a>(states: impl Iterator<Item = &'a [u8]>, len: usize) -> Vec
     out.unwrap_or_else(|| vec![b'r'; len])
 }
 
-/// Comma-separated phase numbers.
-fn numbers(v: &str, what: &str) -> Result<Vec<u32>, String> {
-    v.split(',')
-        .map(|s| {
-            s.trim()
-                .parse()
-                .map_err(|_| format!("{what} \"{v}\": \"{}\" is not a phase number", s.trim()))
-        })
-        .collect()
-}
-
-/// The stages between the same barriers: each phase of `one` with each of `two`, or
+/// The stages on one side of the barrier: each phase of `one` with each of `two`, or
 /// either's alone when the other ring has none there.
 fn pairs(one: &[u32], two: &[u32]) -> Vec<(Option<u32>, Option<u32>)> {
     let present = |r: &[u32]| -> Vec<Option<u32>> {
@@ -271,27 +258,6 @@ fn pairs(one: &[u32], two: &[u32]) -> Vec<(Option<u32>, Option<u32>)> {
         }
     }
     out
-}
-
-/// The phases of `ring` after the barrier before `barrier` (cyclically) up to and
-/// including `barrier`'s phase in this ring.
-fn segment_before(ring: &[u32], barrier: &[u32], all: &[Vec<u32>]) -> Result<Vec<u32>, String> {
-    let Some(end) = ring.iter().position(|n| *n != 0 && barrier.contains(n)) else {
-        return Err(format!(
-            "barrier phases {barrier:?} name no phase of ring {ring:?}"
-        ));
-    };
-    let is_barrier = |n: &u32| *n != 0 && all.iter().any(|b| b.contains(n));
-    let mut seg = vec![ring[end]];
-    for step in 1..ring.len() {
-        let n = ring[(end + ring.len() - step) % ring.len()];
-        if is_barrier(&n) {
-            break;
-        }
-        seg.push(n);
-    }
-    seg.reverse();
-    Ok(seg)
 }
 
 #[cfg(test)]
@@ -327,6 +293,14 @@ mod tests {
             .collect()
     }
 
+    fn greens(net: &NetFile) -> Vec<String> {
+        states(net)
+            .into_iter()
+            .map(|(s, _)| s)
+            .filter(|s| s.contains('G'))
+            .collect()
+    }
+
     #[test]
     fn concurrent_ring_phases_become_one_stage_with_the_longer_clearance() {
         let net = NetFile::parse(nema_net(RINGS).as_bytes()).unwrap();
@@ -346,50 +320,60 @@ mod tests {
         assert_eq!(net.tl_logics[0].kind, "NEMA");
     }
 
-    #[test]
-    fn a_full_dual_ring_gives_every_pair_on_the_same_side_of_a_barrier() {
+    /// Phases 1–8, phase n greening link n − 1 alone, in rings `ring1` / `ring2`.
+    fn eight_phases(ring1: &str, ring2: &str, barriers: (&str, &str)) -> String {
         let mut phases = String::new();
         for n in 1..=8 {
-            let mut state = vec!['r'; 8];
-            state[n - 1] = 'G';
-            let state: String = state.into_iter().collect();
+            let state: String = (1..=8).map(|l| if l == n { 'G' } else { 'r' }).collect();
             phases.push_str(&format!(
                 r#"<phase duration="10" state="{state}" yellow="3" red="1" name="{n}"/>"#
             ));
         }
-        let xml = format!(
+        format!(
             r#"<net><tlLogic id="J" type="NEMA" programID="p">{phases}
-            <param key="ring1" value="1,2,3,4"/><param key="ring2" value="5,6,7,8"/>
-            <param key="barrierPhases" value="4,8"/><param key="barrier2Phases" value="2,6"/>
-            </tlLogic></net>"#
-        );
+            <param key="ring1" value="{ring1}"/><param key="ring2" value="{ring2}"/>
+            <param key="barrierPhases" value="{}"/><param key="barrier2Phases" value="{}"/>
+            </tlLogic></net>"#,
+            barriers.0, barriers.1
+        )
+    }
+
+    #[test]
+    fn a_full_dual_ring_gives_every_pair_on_the_same_side_of_the_barrier() {
+        let xml = eight_phases("1,2,3,4", "5,6,7,8", ("4,8", "2,6"));
         let net = NetFile::parse(xml.as_bytes()).unwrap();
-        let greens: Vec<String> = states(&net)
-            .into_iter()
-            .map(|(s, _)| s)
-            .filter(|s| s.contains('G'))
-            .collect();
         // 1+5, 1+6, 2+5, 2+6 | 3+7, 3+8, 4+7, 4+8; never 1 with 7 or 2 with 3.
         assert_eq!(
-            greens,
+            greens(&net),
             [
                 "GrrrGrrr", "GrrrrGrr", "rGrrGrrr", "rGrrrGrr", "rrGrrrGr", "rrGrrrrG", "rrrGrrGr",
                 "rrrGrrrG"
             ]
         );
-        // Without barrier params the rings split in halves: the same stages.
-        let bare = xml
-            .replace(r#"<param key="barrierPhases" value="4,8"/>"#, "")
-            .replace(r#"<param key="barrier2Phases" value="2,6"/>"#, "");
-        let again = NetFile::parse(bare.as_bytes()).unwrap();
-        assert_eq!(states(&again), states(&net));
-        // Rings that start after a barrier (3, 4 | 1, 2) are split at the barrier phases,
-        // not in halves: the same stages.
-        let rotated = xml
-            .replace(r#"value="1,2,3,4""#, r#"value="3,4,1,2""#)
-            .replace(r#"value="5,6,7,8""#, r#"value="7,8,5,6""#);
-        let rotated = NetFile::parse(rotated.as_bytes()).unwrap();
-        assert_eq!(states(&rotated), states(&net));
+        // The sides are the rings' slots 1–2 and 3–4, as SUMO's controller reads them; the
+        // barrier params only pick SUMO's default phases. Barriers naming a phase before
+        // the end of its side (4 with 7, which SUMO accepts) change nothing.
+        let odd = eight_phases("1,2,3,4", "5,6,7,8", ("4,7", "2,6"));
+        assert_eq!(
+            states(&NetFile::parse(odd.as_bytes()).unwrap()),
+            states(&net)
+        );
+        // Rings that start on the other side (3, 4 | 1, 2): the same stages, 3 + 7 first.
+        let rotated = eight_phases("3,4,1,2", "7,8,5,6", ("4,8", "2,6"));
+        let rotated = greens(&NetFile::parse(rotated.as_bytes()).unwrap());
+        assert_eq!(rotated[0], "rrGrrrGr");
+        let mut sorted = rotated.clone();
+        sorted.sort();
+        let mut want = greens(&net);
+        want.sort();
+        assert_eq!(sorted, want);
+        // A ring of two slots has one side; the other ring's phases run alone on the other.
+        let short = eight_phases("1,2", "5,6,7,8", ("2,8", "1,6"));
+        let short = greens(&NetFile::parse(short.as_bytes()).unwrap());
+        assert_eq!(
+            short,
+            ["GrrrGrrr", "GrrrrGrr", "rGrrGrrr", "rGrrrGrr", "rrrrrrGr", "rrrrrrrG"]
+        );
     }
 
     #[test]
@@ -400,7 +384,8 @@ mod tests {
                 RINGS.replace("0,2,0,4", "0,2,x,4"),
                 "\"x\" is not a phase number",
             ),
-            (RINGS.replace("4,8", "3,7"), "name no phase of ring"),
+            (RINGS.replace("0,2,0,4", "0,2,0,4,0"), "has 5 slots"),
+            (RINGS.replace("ring2", "ring9"), "no ring2 param"),
         ];
         for (params, want) in cases {
             let err = NetFile::parse(nema_net(&params).as_bytes()).unwrap_err();
@@ -412,6 +397,41 @@ mod tests {
         let unnamed = nema_net(RINGS).replace(r#"name="6""#, r#"name="six""#);
         let err = NetFile::parse(unnamed.as_bytes()).unwrap_err();
         assert!(err.contains("name \"six\""), "{err}");
+        let yellow = nema_net(RINGS).replace(r#"yellow="4""#, r#"yellow="-4""#);
+        let err = NetFile::parse(yellow.as_bytes()).unwrap_err();
+        assert!(
+            err.contains("of light J") && err.contains("phase 6 has yellow \"-4\""),
+            "{err}"
+        );
+        // Not a NEMA program: its phases' `yellow`/`red` are not read.
+        let actuated = yellow.replace(r#"type="NEMA""#, r#"type="actuated""#);
+        assert!(NetFile::parse(actuated.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn a_program_left_open_is_refused_not_read_without_its_stages() {
+        // Truncated: without its end tag the program would keep its NEMA phases, with no
+        // clearance after them.
+        let full = nema_net(RINGS);
+        let cut = &full[..full.find("</tlLogic>").unwrap()];
+        let err = NetFile::parse(cut.as_bytes()).unwrap_err();
+        assert!(
+            err.contains("<tlLogic id=\"J\"") && err.contains("not closed"),
+            "{err}"
+        );
+        let nested = full.replace("</tlLogic>", r#"<tlLogic id="K"></tlLogic></tlLogic>"#);
+        let err = NetFile::parse(nested.as_bytes()).unwrap_err();
+        assert!(
+            err.contains("<tlLogic id=\"J\"") && err.contains("not closed"),
+            "{err}"
+        );
+        let mut net = NetFile::parse(&b"<net/>"[..]).unwrap();
+        let add = cut.replace("<net>", "<additional>");
+        let err = net
+            .add_programs_from(&mut add.as_bytes(), std::path::Path::new("a.add.xml"))
+            .unwrap_err();
+        assert!(err.contains("not closed"), "{err}");
+        assert!(net.tl_logics.is_empty());
     }
 
     #[test]
@@ -448,11 +468,11 @@ mod tests {
 
         use super::super::super::net::NetFile;
 
-        /// A dual-ring program: ring 1 holds phases 1–4 in its slots, ring 2 phases 5–8,
-        /// `present[k]` whether phase k + 1 is there (else a 0 slot); phase k greens link k
-        /// alone and has `clear[k]` = (yellow, red). Barriers at the last phase of each
-        /// half, or none (the halves).
-        fn program(present: &[bool; 8], clear: &[(u8, u8); 8], barriers: bool) -> String {
+        /// A dual-ring program: ring 1's slots hold phases 1–4, ring 2's phases 5–8,
+        /// `present[k]` whether phase k + 1 is there (else a 0 slot); phase k + 1 greens
+        /// link k alone and has `clear[k]` = (yellow, red); `barriers` = the barrier
+        /// params' values (any phase numbers: they only pick SUMO's default phases).
+        fn program(present: &[bool; 8], clear: &[(u8, u8); 8], barriers: [u8; 4]) -> String {
             let slot = |k: usize| if present[k] { k + 1 } else { 0 };
             let ring = |from: usize| {
                 (from..from + 4)
@@ -470,34 +490,29 @@ mod tests {
                     k + 1
                 ));
             }
+            let [a, b, c, d] = barriers;
             xml.push_str(&format!(
-                r#"<param key="ring1" value="{}"/><param key="ring2" value="{}"/>"#,
+                r#"<param key="ring1" value="{}"/><param key="ring2" value="{}"/>
+                <param key="barrierPhases" value="{a},{b}"/><param key="barrier2Phases" value="{c},{d}"/>"#,
                 ring(0),
                 ring(4)
             ));
-            if barriers {
-                let last = |r: std::ops::Range<usize>| r.rev().find(|&k| present[k]).map(|k| k + 1);
-                let pair = |a, b| format!("{},{}", last(a).unwrap(), last(b).unwrap());
-                xml.push_str(&format!(
-                    r#"<param key="barrier2Phases" value="{}"/><param key="barrierPhases" value="{}"/>"#,
-                    pair(0..2, 4..6),
-                    pair(2..4, 6..8)
-                ));
-            }
             xml + "</tlLogic></net>"
         }
 
         proptest! {
-            /// Every stage shows at most one phase of each ring, both from the same side of
-            /// the barrier; every phase is in some stage; no clearance after a stage is
-            /// shorter than any of its phases' own.
+            /// Every stage shows at most one phase of each ring, both from the same side
+            /// of the barrier (slots 1–2 or 3–4); every phase is in some stage; no
+            /// clearance after a stage is shorter than any of its phases' own.
             #[test]
             fn stages_pair_compatible_phases_and_keep_every_clearance(
                 present in prop::array::uniform8(any::<bool>()),
                 clear in prop::array::uniform8((0u8..7, 0u8..7)),
+                barriers in prop::array::uniform4(0u8..10),
             ) {
                 prop_assume!(present.iter().any(|&p| p));
-                let net = NetFile::parse(program(&present, &clear, false).as_bytes()).unwrap();
+                let xml = program(&present, &clear, barriers);
+                let net = NetFile::parse(xml.as_bytes()).unwrap();
                 let phases = &net.tl_logics[0].phases;
                 let mut served = [false; 8];
                 for (i, p) in phases.iter().enumerate().filter(|(_, p)| p.state.contains('G')) {
@@ -517,19 +532,6 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(served, present);
-            }
-
-            /// Barrier params at the halves' last phases give the halves' stages.
-            #[test]
-            fn barriers_at_the_halves_split_the_rings_as_the_halves_do(
-                present in prop::array::uniform8(any::<bool>()),
-            ) {
-                let half = |a: usize| present[a] || present[a + 1];
-                prop_assume!(half(0) && half(2) && half(4) && half(6));
-                let clear = [(3, 1); 8];
-                let with = NetFile::parse(program(&present, &clear, true).as_bytes()).unwrap();
-                let without = NetFile::parse(program(&present, &clear, false).as_bytes()).unwrap();
-                prop_assert_eq!(&with.tl_logics, &without.tl_logics);
             }
         }
     }

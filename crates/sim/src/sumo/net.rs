@@ -224,6 +224,9 @@ impl NetFile {
             Node::Open { name, attrs, empty } => p.open(name, attrs, empty),
             Node::Close { name } => p.close(name),
         })?;
+        if let Some((i, _)) = p.tl {
+            return Err(unclosed_program(&p.net.tl_logics[i]));
+        }
         if !p.saw_net {
             return Err("not a SUMO network (no <net> element)".into());
         }
@@ -263,13 +266,16 @@ impl NetParser {
                 }
             }
             "tlLogic" => {
+                if let Some((i, _)) = &self.tl {
+                    return Err(unclosed_program(&net.tl_logics[*i]));
+                }
                 net.tl_logics.push(read_tl_logic(attrs)?);
                 self.tl = (!empty).then(|| (net.tl_logics.len() - 1, NemaReader::default()));
             }
             "phase" => {
                 if let Some((i, nema)) = &mut self.tl {
                     net.tl_logics[*i].phases.push(read_phase(attrs)?);
-                    nema.phase(attrs)?;
+                    nema.phase(attrs);
                 }
             }
             "param" => {
@@ -379,6 +385,9 @@ fn parse_programs(input: &mut dyn BufRead, path: &Path) -> Result<AdditionalProg
                 attrs,
                 empty,
             } => {
+                if open.is_some() {
+                    return Err(unclosed_program(file.programs.last().expect("open")));
+                }
                 file.programs.push(read_tl_logic(attrs)?);
                 open = (!empty).then(NemaReader::default);
             }
@@ -390,7 +399,7 @@ fn parse_programs(input: &mut dyn BufRead, path: &Path) -> Result<AdditionalProg
                 if let Some(nema) = &mut open {
                     let phase = read_phase(attrs)?;
                     file.programs.last_mut().expect("open").phases.push(phase);
-                    nema.phase(attrs)?;
+                    nema.phase(attrs);
                 }
             }
             Node::Open {
@@ -411,7 +420,19 @@ fn parse_programs(input: &mut dyn BufRead, path: &Path) -> Result<AdditionalProg
         }
         Ok(())
     })?;
+    if open.is_some() {
+        return Err(unclosed_program(file.programs.last().expect("open")));
+    }
     Ok(file)
+}
+
+/// The error for a `<tlLogic>` whose end tag does not come before the next one or the end
+/// of the file (a truncated file): its phases may be incomplete.
+fn unclosed_program(tl: &TlLogic) -> String {
+    format!(
+        "<tlLogic id=\"{}\" programID=\"{}\"> is not closed before the next <tlLogic> or the end of the file",
+        tl.id, tl.program_id
+    )
 }
 
 /// One `<tlLogic>`'s own attributes (its phases follow).

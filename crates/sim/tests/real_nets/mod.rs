@@ -168,13 +168,14 @@ pub fn pocket_junction(
 
 /// A single four-arm junction with SUMO's NEMA controller (`netgenerate
 /// --tls.default-type NEMA`: 200 m arms of two lanes, one NEMA phase per approach, rings
-/// `0,2,0,4` and `0,6,0,8`, 3 s yellow and 2 s red per phase), with seeded traffic every
+/// `0,2,0,4` and `0,6,0,8`, 4 s yellow and 1 s red per phase, not SUMO's defaults), with seeded traffic every
 /// `period_s`. Not in the development set: a check that NEMA programs are read as SUMO
 /// runs them.
 pub fn nema_junction(home: &Path, work: &Path, period_s: f64, seed: u64) -> Result<DevNet, String> {
     let net = work.join("nema.net.xml");
     let nema = ["--tls.guess", "--tls.default-type", "NEMA"];
-    netgenerate(home, &net, &junction_args(200, &[&nema]))?;
+    let clearance = ["--tls.nema.yellow", "4", "--tls.nema.red", "1"];
+    netgenerate(home, &net, &junction_args(200, &[&nema, &clearance]))?;
     with_trips(
         home,
         work,
