@@ -224,9 +224,7 @@ impl NetFile {
             Node::Open { name, attrs, empty } => p.open(name, attrs, empty),
             Node::Close { name } => p.close(name),
         })?;
-        if let Some((i, _)) = p.tl {
-            return Err(unclosed_program(&p.net.tl_logics[i]));
-        }
+        p.programs.end(&p.net.tl_logics)?;
         if !p.saw_net {
             return Err("not a SUMO network (no <net> element)".into());
         }
@@ -240,9 +238,8 @@ struct NetParser {
     net: NetFile,
     /// The `<edge>` open.
     edge: Option<String>,
-    /// Index into `tl_logics` of the program being read, and what a NEMA program holds
-    /// beyond its phases.
-    tl: Option<(usize, NemaReader)>,
+    /// The `<tlLogic>` being read (the last of `tl_logics`).
+    programs: ProgramReader,
     /// The `<junction>` open.
     junction: Option<String>,
     saw_net: bool,
@@ -265,24 +262,9 @@ impl NetParser {
                     net.lanes.insert(id, lane);
                 }
             }
-            "tlLogic" => {
-                if let Some((i, _)) = &self.tl {
-                    return Err(unclosed_program(&net.tl_logics[*i]));
-                }
-                net.tl_logics.push(read_tl_logic(attrs)?);
-                self.tl = (!empty).then(|| (net.tl_logics.len() - 1, NemaReader::default()));
-            }
-            "phase" => {
-                if let Some((i, nema)) = &mut self.tl {
-                    net.tl_logics[*i].phases.push(read_phase(attrs)?);
-                    nema.phase(attrs);
-                }
-            }
-            "param" => {
-                if let Some((_, nema)) = &mut self.tl {
-                    nema.param(attrs);
-                }
-            }
+            "tlLogic" => self.programs.open(&mut net.tl_logics, attrs, empty)?,
+            "phase" => self.programs.phase(&mut net.tl_logics, attrs)?,
+            "param" => self.programs.param(attrs),
             "junction" => {
                 let id = attrs.need(name, "id")?.to_string();
                 net.junctions.insert(id.clone(), read_junction(attrs));
@@ -304,11 +286,7 @@ impl NetParser {
     fn close(&mut self, name: &str) -> Result<(), String> {
         match name {
             "edge" => self.edge = None,
-            "tlLogic" => {
-                if let Some((i, nema)) = self.tl.take() {
-                    nema.finish(&mut self.net.tl_logics[i])?;
-                }
-            }
+            "tlLogic" => self.programs.close(&mut self.net.tl_logics)?,
             "junction" => self.junction = None,
             _ => {}
         }
@@ -354,8 +332,7 @@ struct AdditionalPrograms {
 /// elements).
 fn parse_programs(input: &mut dyn BufRead, path: &Path) -> Result<AdditionalPrograms, String> {
     let mut file = AdditionalPrograms::default();
-    // The program being read: what a NEMA program holds beyond its phases.
-    let mut open: Option<NemaReader> = None;
+    let mut programs = ProgramReader::default();
     let mut waut_open = false;
     scan(input, |node| {
         match node {
@@ -384,55 +361,83 @@ fn parse_programs(input: &mut dyn BufRead, path: &Path) -> Result<AdditionalProg
                 name: "tlLogic",
                 attrs,
                 empty,
-            } => {
-                if open.is_some() {
-                    return Err(unclosed_program(file.programs.last().expect("open")));
-                }
-                file.programs.push(read_tl_logic(attrs)?);
-                open = (!empty).then(NemaReader::default);
-            }
+            } => programs.open(&mut file.programs, attrs, empty)?,
             Node::Open {
                 name: "phase",
                 attrs,
                 ..
-            } => {
-                if let Some(nema) = &mut open {
-                    let phase = read_phase(attrs)?;
-                    file.programs.last_mut().expect("open").phases.push(phase);
-                    nema.phase(attrs);
-                }
-            }
+            } => programs.phase(&mut file.programs, attrs)?,
             Node::Open {
                 name: "param",
                 attrs,
                 ..
-            } => {
-                if let Some(nema) = &mut open {
-                    nema.param(attrs);
-                }
-            }
-            Node::Close { name: "tlLogic" } => {
-                if let Some(nema) = open.take() {
-                    nema.finish(file.programs.last_mut().expect("open"))?;
-                }
-            }
+            } => programs.param(attrs),
+            Node::Close { name: "tlLogic" } => programs.close(&mut file.programs)?,
             _ => {}
         }
         Ok(())
     })?;
-    if open.is_some() {
-        return Err(unclosed_program(file.programs.last().expect("open")));
-    }
+    programs.end(&file.programs)?;
     Ok(file)
 }
 
-/// The error for a `<tlLogic>` whose end tag does not come before the next one or the end
-/// of the file (a truncated file): its phases may be incomplete.
-fn unclosed_program(tl: &TlLogic) -> String {
-    format!(
-        "<tlLogic id=\"{}\" programID=\"{}\"> is not closed before the next <tlLogic> or the end of the file",
-        tl.id, tl.program_id
-    )
+/// Reads `<tlLogic>` programs element by element into a list of programs (the net's or an
+/// additional file's), the one open being the last: the same rules for both parsers.
+#[derive(Default)]
+struct ProgramReader {
+    /// Whether a program is open, and what a NEMA program holds beyond its phases.
+    open: Option<NemaReader>,
+}
+
+impl ProgramReader {
+    /// A `<tlLogic>` opens (`empty`: and closes at once).
+    fn open(
+        &mut self,
+        programs: &mut Vec<TlLogic>,
+        attrs: &Attrs,
+        empty: bool,
+    ) -> Result<(), String> {
+        self.end(programs)?;
+        programs.push(read_tl_logic(attrs)?);
+        self.open = (!empty).then(NemaReader::default);
+        Ok(())
+    }
+
+    /// A `<phase>`: one more phase of the program open, if any.
+    fn phase(&mut self, programs: &mut [TlLogic], attrs: &Attrs) -> Result<(), String> {
+        if let (Some(nema), Some(tl)) = (&mut self.open, programs.last_mut()) {
+            tl.phases.push(read_phase(attrs)?);
+            nema.phase(attrs);
+        }
+        Ok(())
+    }
+
+    /// A `<param>`: kept if a program is open.
+    fn param(&mut self, attrs: &Attrs) {
+        if let Some(nema) = &mut self.open {
+            nema.param(attrs);
+        }
+    }
+
+    /// `</tlLogic>`: the program is complete (a NEMA one is rewritten into its stages).
+    fn close(&mut self, programs: &mut [TlLogic]) -> Result<(), String> {
+        match (self.open.take(), programs.last_mut()) {
+            (Some(nema), Some(tl)) => nema.finish(tl),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses a program still open at the next `<tlLogic>` or the end of the file (a
+    /// truncated file): its phases may be incomplete, a NEMA one's without its stages.
+    fn end(&self, programs: &[TlLogic]) -> Result<(), String> {
+        match (&self.open, programs.last()) {
+            (Some(_), Some(tl)) => Err(format!(
+                "<tlLogic id=\"{}\" programID=\"{}\"> is not closed before the next <tlLogic> or the end of the file",
+                tl.id, tl.program_id
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// One `<tlLogic>`'s own attributes (its phases follow).
