@@ -29,9 +29,9 @@
 //! (fixed-time, a light left on its program) SUMO runs the NEMA program itself. The program
 //! clock ([`clock`](super::clock)) follows the rewritten program's stages in turn, a
 //! nominal cycle that SUMO's NEMA controller, being actuated, does not keep (as for
-//! SUMO's other actuated programs). A program SUMO would refuse (no `ring2`, a ring naming
-//! a phase it lacks, a phase without a number, more than four slots) is refused here, with
-//! the light named.
+//! SUMO's other actuated programs). A malformed program is refused here, with the light
+//! named: no `ring2` or a ring naming a phase it lacks (SUMO refuses both too), a phase
+//! without a number, a ring of more than four slots, a negative `yellow` or `red`.
 
 use super::net::{TlLogic, TlPhase};
 use super::timing::is_green;
