@@ -606,18 +606,36 @@ proptest! {
         .map_err(TestCaseError::fail)?;
     }
 
-    /// core's actuated rule, on any detector readings and max greens, only asks for phases
-    /// the mask allows, and every invariant holds.
+    /// Whatever the assignment, every phase answers to some of its own movements and to
+    /// none it does not show green.
+    #[test]
+    fn every_phase_answers_to_some_of_its_own_movements(
+        plan in arb_plan(),
+        assigned in proptest::collection::vec(any::<u32>(), 0..20),
+    ) {
+        let assigned: Vec<MovementSet> = assigned.into_iter().map(MovementSet).collect();
+        for (q, phase) in plan.phases().iter().enumerate() {
+            let set = greenwave_core::control::assigned_movements(&plan, &assigned, q);
+            prop_assert!(!set.is_empty());
+            prop_assert!(set.minus(phase.movements).is_empty());
+        }
+    }
+
+    /// core's actuated rule, on any detector readings, max greens and detector-to-phase
+    /// assignment (any sets, those naming movements the plan lacks too), only asks for
+    /// phases the mask allows, and every invariant holds.
     #[test]
     fn actuated_control_asks_only_inside_the_mask(
         plan in arb_plan(),
         readings in proptest::collection::vec(arb_detectors(), 1..50),
         max_green_ms in proptest::collection::vec(0u32..80_000, 0..6),
+        assigned in proptest::collection::vec(any::<u32>(), 0..20),
         passage_s in 0.0f32..4.0,
         dt in prop_oneof![100u32..=1000, 1000u32..=5000],
     ) {
         let max: Vec<Millis> = max_green_ms.into_iter().map(Millis).collect();
-        let rule = ActuatedSignal::new(passage_s, &max);
+        let assigned: Vec<MovementSet> = assigned.into_iter().map(MovementSet).collect();
+        let rule = ActuatedSignal::new(passage_s, &max).with_assigned(&assigned);
         drive(plan, dt, 600, |seq, k| (rule.decide(seq, &readings[k % readings.len()]), false))
             .map_err(TestCaseError::fail)?;
     }

@@ -171,6 +171,16 @@ pub trait Env {
         None
     }
 
+    /// Signal `signal`'s detector-to-phase assignment, per phase in plan order: the
+    /// movements whose detectors extend, call and press for each phase
+    /// (greenwave-core's [`assigned_movements`](greenwave_core::control::assigned_movements)),
+    /// where its program says more than the plan (a SUMO light whose program shows a
+    /// movement yielding, `g`, in one phase and with right of way, `G`, in another). None
+    /// by default: every phase answers to all its movements.
+    fn detector_assignment(&self, _signal: usize) -> Option<Vec<MovementSet>> {
+        None
+    }
+
     /// Signal `signal`'s own program as the clock its observation's program-clock lanes
     /// follow, on the episode's time base (0 at its start), where it has them (SUMO with
     /// `SumoConfig::program_clock`): what a site configuration written from the simulator

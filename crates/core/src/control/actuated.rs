@@ -3,18 +3,22 @@
 use heapless::Vec;
 use serde::{Deserialize, Serialize};
 
-use super::MovementDetector;
-use crate::plan::{PhaseId, MAX_PHASES};
+use super::{assigned_movements, MovementDetector};
+use crate::plan::{MovementSet, PhaseId, MAX_PHASES};
 use crate::sequencer::{Interval, Sequencer};
 use crate::units::Millis;
 
 /// Actuated control of one signal.
 ///
-/// The green phase is extended while a vehicle of one of its movements is in the detector
-/// zone, or left it less than `passage_s` ago. It ends when the gap is longer (gap-out) or
-/// its max green is reached (max-out). The next phase is the first one after it, in plan
-/// order, with a call on a movement it does not already serve; with no call anywhere the
-/// green rests. A movement whose downstream is nearly full
+/// The green phase is extended while a vehicle of one of the movements assigned to it is
+/// in the detector zone, or left it less than `passage_s` ago. It ends when the gap is
+/// longer (gap-out) or its max green is reached (max-out). The next phase is the first one
+/// after it, in plan order, with a call on a movement assigned to it and not to the green;
+/// with no call anywhere the green rests. A phase's movements are all assigned to it unless
+/// `assigned` says otherwise ([`assigned_movements`](super::assigned_movements)): a left
+/// turn that yields in the through phase and has a protected phase of its own is assigned
+/// to that one only, so its queue, waiting for a gap, neither holds the through phase to
+/// max green nor leaves its protected phase uncalled. A movement whose downstream is nearly full
 /// ([`SPILLBACK_FRACTION`](super::SPILLBACK_FRACTION)) neither extends a green nor places a
 /// call: its vehicles could not leave the junction (spill-back gating). Decisions come once
 /// per decision interval, so a gap-out takes effect at the next decision point.
@@ -25,6 +29,11 @@ pub struct ActuatedSignal {
     /// Max green per phase, in plan order; a phase without one here is capped by its
     /// plan's max green only (which the sequencer enforces in any case).
     pub max_green: Vec<Millis, MAX_PHASES>,
+    /// Per phase, in plan order, the movements whose detectors extend and call it (the
+    /// detector-to-phase assignment); empty, or a phase without an entry: all its
+    /// movements.
+    #[serde(default)]
+    pub assigned: Vec<MovementSet, MAX_PHASES>,
 }
 
 impl Default for ActuatedSignal {
@@ -33,6 +42,7 @@ impl Default for ActuatedSignal {
         ActuatedSignal {
             passage_s: 1.0,
             max_green: Vec::new(),
+            assigned: Vec::new(),
         }
     }
 }
@@ -46,7 +56,17 @@ impl ActuatedSignal {
             passage_s,
             // Cannot fail: at most MAX_PHASES entries.
             max_green: Vec::from_slice(&max_green[..n]).unwrap_or_default(),
+            assigned: Vec::new(),
         }
+    }
+
+    /// The same rule with `assigned` (per phase in plan order; phases beyond the slice, or
+    /// beyond [`MAX_PHASES`], keep all their movements) as its detector-to-phase assignment.
+    pub fn with_assigned(mut self, assigned: &[MovementSet]) -> Self {
+        let n = assigned.len().min(MAX_PHASES);
+        // Cannot fail: at most MAX_PHASES entries.
+        self.assigned = Vec::from_slice(&assigned[..n]).unwrap_or_default();
+        self
     }
 
     /// The phase to request now, given the signal's sequencer and its movements' detectors
@@ -63,7 +83,7 @@ impl ActuatedSignal {
 
     fn choose(&self, seq: &Sequencer, phase: PhaseId, detectors: &[MovementDetector]) -> u8 {
         let plan = seq.plan();
-        let green = plan.phases()[phase.0 as usize].movements;
+        let green = assigned_movements(plan, &self.assigned, phase.0 as usize);
         let of =
             |set: crate::MovementSet| set.iter().filter_map(move |m| detectors.get(m.0 as usize));
         let max_out = self
@@ -81,7 +101,8 @@ impl ActuatedSignal {
             .map(|k| (phase.0 as usize + k) % n)
             .find(|&q| {
                 mask.allows(PhaseId(q as u8))
-                    && of(plan.phases()[q].movements.minus(green)).any(|d| d.calls())
+                    && of(assigned_movements(plan, &self.assigned, q).minus(green))
+                        .any(|d| d.calls())
             })
             .map_or(phase.0, |q| q as u8)
     }
@@ -149,6 +170,80 @@ mod tests {
             rule.decide(&seq, &d),
             0,
             "a call blocked downstream does not count"
+        );
+    }
+
+    /// North–south through and right with permissive lefts, then the lefts protected;
+    /// the same east–west. Movement `3·arm + k` (k = 0 left, 1 through, 2 right).
+    fn permissive_left_seq(green_s: u32) -> Sequencer {
+        use crate::{ConflictMatrix, Movement, Phase, Turn};
+        let movements: std::vec::Vec<Movement> = (0..4u8)
+            .flat_map(|arm| [Turn::Left, Turn::Through, Turn::Right].map(|t| Movement::new(arm, t)))
+            .collect();
+        let axis = |a: u8, b: u8| [3 * a, 3 * a + 1, 3 * a + 2, 3 * b, 3 * b + 1, 3 * b + 2];
+        let mut pairs = std::vec::Vec::new();
+        for x in axis(0, 2) {
+            for y in axis(1, 3) {
+                pairs.push((crate::MovementId(x), crate::MovementId(y)));
+            }
+        }
+        let timing = PhaseTiming::from_secs(5, 60, 3, 2);
+        let phases = [
+            MovementSet::from_ids(&axis(0, 2)),
+            MovementSet::from_ids(&[0, 6]),
+            MovementSet::from_ids(&axis(1, 3)),
+            MovementSet::from_ids(&[3, 9]),
+        ]
+        .map(|movements| Phase { movements, timing });
+        let plan = PhasePlan::new(&movements, ConflictMatrix::from_pairs(&pairs), &phases).unwrap();
+        let mut seq = Sequencer::new(plan, PhaseId(0)).unwrap();
+        seq.tick(Millis::from_secs(green_s));
+        seq
+    }
+
+    #[test]
+    fn a_yielding_left_queue_neither_holds_the_through_phase_nor_leaves_its_own_uncalled() {
+        let seq = permissive_left_seq(10);
+        let mut d = idle(12);
+        d[0].gap_s = 0.0; // the north left's queue, waiting for a gap, sits on the loop
+        d[0].queue_veh = 3.0;
+        assert_eq!(
+            ActuatedSignal::default().decide(&seq, &d),
+            0,
+            "every movement assigned to its phases: the waiting left holds the through phase"
+        );
+        let rule = ActuatedSignal::default().with_assigned(&[
+            MovementSet::from_ids(&[1, 2, 7, 8]),
+            MovementSet::from_ids(&[0, 6]),
+            MovementSet::from_ids(&[4, 5, 10, 11]),
+            MovementSet::from_ids(&[3, 9]),
+        ]);
+        assert_eq!(
+            rule.decide(&seq, &d),
+            1,
+            "the through phase gaps out to the lefts' protected phase"
+        );
+        d[7].gap_s = 0.5;
+        assert_eq!(rule.decide(&seq, &d), 0, "a through vehicle still extends");
+    }
+
+    #[test]
+    fn a_phase_always_answers_to_some_detector() {
+        let seq = permissive_left_seq(10);
+        let plan = seq.plan();
+        let own = plan.phases()[1].movements;
+        let elsewhere = MovementSet::from_ids(&[1]);
+        assert_eq!(assigned_movements(plan, &[], 1), own, "no assignment: all");
+        assert_eq!(
+            assigned_movements(plan, &[own, elsewhere], 1),
+            own,
+            "an entry naming none of the phase's movements: all"
+        );
+        let one = MovementSet::from_ids(&[0, 1]);
+        assert_eq!(
+            assigned_movements(plan, &[MovementSet::EMPTY, one], 1),
+            MovementSet::from_ids(&[0]),
+            "only the phase's own movements of its entry"
         );
     }
 

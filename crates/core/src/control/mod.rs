@@ -9,6 +9,8 @@
 //! * [`ProgramClock`]: the junction's own timing program as a clock, the observation's
 //!   program-clock lanes.
 //! * [`MovementDetector`]: what a detector tells a controller about one movement.
+//! * [`assigned_movements`]: which movements' detectors speak for a phase (the
+//!   detector-to-phase assignment), for actuated and max-pressure control alike.
 //!
 //! Each rule only *requests* phases; the [`Sequencer`](crate::Sequencer) still enforces
 //! min/max green and the full clearance intervals. The action mask is
@@ -26,6 +28,30 @@ pub use max_red::{max_out_cycle, phases_with_calls, MaxRed, DEFAULT_MAX_RED};
 pub use program_clock::{ClockStage, ProgramClock, ProgramClockError, MAX_CLOCK_STAGES};
 
 use serde::{Deserialize, Serialize};
+
+use crate::plan::{MovementSet, PhasePlan};
+
+/// The movements of phase `phase` of `plan` whose detectors speak for it (extend it, call
+/// it, count towards its pressure): those of its movements that `assigned` (per phase, in
+/// plan order) names, or all of them where `assigned` has no entry for the phase or its
+/// entry names none of them (a phase always answers to some detector).
+///
+/// A movement served in two phases, yielding in one (SUMO's minor green `g`: a left turn
+/// beside the opposing through) and with right of way in the other (its protected phase),
+/// belongs to the second only: its queue, waiting for a gap, says nothing about whether
+/// the first still moves traffic, and counted there it makes the first look busier than
+/// the protected phase for ever (greenwave-sim's SUMO model derives the assignment from
+/// the program so).
+pub fn assigned_movements(plan: &PhasePlan, assigned: &[MovementSet], phase: usize) -> MovementSet {
+    let all = plan
+        .phases()
+        .get(phase)
+        .map_or(MovementSet::EMPTY, |p| p.movements);
+    match assigned.get(phase).map(|&a| a.and(all)) {
+        Some(some) if !some.is_empty() => some,
+        _ => all,
+    }
+}
 
 /// Fraction of its downstream storage at which a movement counts as blocked: its
 /// vehicles cannot leave the junction, so green spent on it is lost (and feeds gridlock).

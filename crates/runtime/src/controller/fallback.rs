@@ -104,7 +104,8 @@ impl Fallback {
 
     /// Each signal's own program (`env`'s [`program_greens`](greenwave_sim::Env::program_greens),
     /// one entry per signal of `plans`) as its fixed cycle, each green within its phase's
-    /// min and max green, and 1.5 × those greens as actuated max greens: what a cabinet on
+    /// min and max green, and 1.5 × those greens as actuated max greens with the program's
+    /// detector-to-phase assignment (`env`'s `detector_assignment`): what a cabinet on
     /// a SUMO net falls back to (`greenwave site` writes the same into a site
     /// configuration). A signal without a program gets its plan's midpoint cycle.
     #[cfg(feature = "sim")]
@@ -114,7 +115,9 @@ impl Fallback {
             .enumerate()
             .map(|(i, plan)| {
                 let greens = env.program_greens(i).unwrap_or_default();
-                (program_cycle(plan, &greens), program_actuated(&greens))
+                let assigned = env.detector_assignment(i).unwrap_or_default();
+                let actuated = program_actuated(&greens).with_assigned(&assigned);
+                (program_cycle(plan, &greens), actuated)
             })
             .unzip();
         Fallback::fixed_time(cycles).with_actuated_rules(rules)

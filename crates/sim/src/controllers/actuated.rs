@@ -12,7 +12,8 @@ pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 
 /// Actuated control of every signal: greenwave-core's [`ActuatedSignal`] (gap-out /
 /// max-out with spill-back gating, the one actuated rule of the workspace) per signal, with
-/// max greens chosen per episode as below.
+/// max greens chosen per episode as below, and each signal's detector-to-phase assignment
+/// from [`Env::detector_assignment`].
 ///
 /// **Max green.** Where `max_green` gives none for a signal, a signal that replaces a
 /// program of its own (a SUMO light) caps each phase at [`MAX_GREEN_OVER_WEBSTER`] times
@@ -95,7 +96,8 @@ impl Controller for Actuated {
                         .map(|greens| greens.into_iter().map(max_green_over).collect())
                         .unwrap_or_default(),
                 };
-                ActuatedSignal::new(self.passage_s, &max_green)
+                let assigned = env.detector_assignment(i).unwrap_or_default();
+                ActuatedSignal::new(self.passage_s, &max_green).with_assigned(&assigned)
             })
             .collect();
     }
@@ -106,7 +108,8 @@ impl Controller for Actuated {
             self.episode = (0..env.signals().len())
                 .map(|i| {
                     let max_green = self.max_green.get(i).map_or(&[][..], |v| v);
-                    ActuatedSignal::new(self.passage_s, max_green)
+                    let assigned = env.detector_assignment(i).unwrap_or_default();
+                    ActuatedSignal::new(self.passage_s, max_green).with_assigned(&assigned)
                 })
                 .collect();
         }

@@ -1568,6 +1568,12 @@ impl Env for SumoEnv {
         self.models.get(signal).map(|m| m.program_greens.clone())
     }
 
+    fn detector_assignment(&self, signal: usize) -> Option<Vec<MovementSet>> {
+        self.models
+            .get(signal)
+            .map(|m| m.detector_assignment.clone())
+    }
+
     fn program_clock(&self, signal: usize) -> Option<ProgramClock> {
         self.clocks.get(signal)?.clone()
     }

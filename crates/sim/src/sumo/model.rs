@@ -95,6 +95,10 @@ pub struct TlsModel {
     pub crossings: Vec<String>,
     /// Incoming road edge of each approach index.
     pub approaches: Vec<String>,
+    /// Per plan phase, the movements whose detectors speak for it (greenwave-core's
+    /// [`assigned_movements`](greenwave_core::control::assigned_movements)); see
+    /// [`detector_assignment`].
+    pub detector_assignment: Vec<MovementSet>,
     /// Whether the conflicts came from junction foe tables (false: from the program only).
     pub conflicts_from_junction: bool,
     /// Where the net's timing was brought into greenwave's safe range (e.g. a 2 s yellow
@@ -675,7 +679,12 @@ fn build_one(
     timing_notes.extend(net.waut_note(id, &program.program_id));
     let (in_lanes, out_lanes) = observed_lanes(&groups, &table);
     let crossings = observed_crossings(&groups, &table);
+    let phase_states: Vec<String> = greens
+        .iter()
+        .map(|g| g.program.phases[g.index].state.clone())
+        .collect();
     Ok(TlsModel {
+        detector_assignment: detector_assignment(&plan, &links, &phase_states),
         id: id.to_string(),
         program_id: program.program_id.clone(),
         plan,
@@ -685,10 +694,7 @@ fn build_one(
             .iter()
             .map(|g| secs_to_ms(g.program.phases[g.index].duration_s))
             .collect(),
-        phase_states: greens
-            .iter()
-            .map(|g| g.program.phases[g.index].state.clone())
-            .collect(),
+        phase_states,
         movement_edges: table.edges,
         movement_in_lanes: table.in_lanes,
         movement_out_lanes: table.out_lanes,
@@ -700,6 +706,48 @@ fn build_one(
         conflicts_from_junction,
         timing_notes,
     })
+}
+
+/// Per plan phase (with `phase_states`, its program state), the movements whose detectors
+/// speak for it: all it serves, less those that yield in it (none of their links shows `G`
+/// there) and have right of way in another phase (one of their links shows `G` there): a
+/// left turn permitted beside the opposing through and protected in a phase of its own
+/// belongs to that phase only. SUMO's actuated controller does the same: a lane's loop does
+/// not extend a phase where its link is minor green but major in another phase
+/// (MSActuatedTrafficLightLogic, "check1a"). Without this, the waiting left turners hold
+/// the through phase to max green and never call their protected phase, which serves
+/// nothing the through phase does not (tools/README.md, "Net variants nobody tuned on").
+fn detector_assignment(
+    plan: &PhasePlan,
+    links: &[LinkRole],
+    states: &[String],
+) -> Vec<MovementSet> {
+    let shows = |p: usize, m: usize, c: u8| {
+        links.iter().enumerate().any(|(i, role)| {
+            *role == LinkRole::Movement(m as u8)
+                && states.get(p).and_then(|s| s.as_bytes().get(i)) == Some(&c)
+        })
+    };
+    let n = plan.movements().len();
+    let major: Vec<Vec<bool>> = (0..plan.n_phases())
+        .map(|p| (0..n).map(|m| shows(p, m, b'G')).collect())
+        .collect();
+    plan.phases()
+        .iter()
+        .enumerate()
+        .map(|(p, phase)| {
+            let mut set = MovementSet::EMPTY;
+            for m in phase.movements.iter() {
+                let k = m.0 as usize;
+                let yields_here = !major[p][k];
+                let leads_elsewhere = (0..major.len()).any(|q| q != p && major[q][k]);
+                if !(yields_here && leads_elsewhere) {
+                    set.insert(m);
+                }
+            }
+            set
+        })
+        .collect()
 }
 
 /// The distinct green phases the agent chooses between (amber and short transition
