@@ -649,6 +649,15 @@ fn site_from_the_net_gives_the_program_clock(d: &Path, sumo: [&str; 6]) {
         actuated.max_green.as_slice(),
         [greenwave_core::Millis(63_000); 2]
     );
+    // And the program's detector-to-phase assignment (no movement yields here: each phase
+    // answers to all its movements), written and read back.
+    let assigned: Vec<_> = cfg.signals[0]
+        .plan
+        .phases()
+        .iter()
+        .map(|p| p.movements)
+        .collect();
+    assert_eq!(actuated.assigned.as_slice(), assigned.as_slice());
     let spec = cfg.signal_specs().remove(0);
     assert!(spec.program_clock.is_some());
     b.check_signal(&spec.plan, spec.layout).unwrap();

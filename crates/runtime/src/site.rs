@@ -379,12 +379,16 @@ impl SiteConfig {
                 if !(a.passage_s.is_finite() && a.passage_s >= 0.0) {
                     return Err(format!("{name}: actuated.passage_s must be a number ≥ 0"));
                 }
-                if a.max_green.len() > s.plan.n_phases() {
-                    return Err(format!(
-                        "{name}: actuated.max_green has {} entries, the plan {} phases",
-                        a.max_green.len(),
-                        s.plan.n_phases()
-                    ));
+                for (field, len) in [
+                    ("max_green", a.max_green.len()),
+                    ("assigned", a.assigned.len()),
+                ] {
+                    if len > s.plan.n_phases() {
+                        return Err(format!(
+                            "{name}: actuated.{field} has {len} entries, the plan {} phases",
+                            s.plan.n_phases()
+                        ));
+                    }
                 }
             }
         }
@@ -395,7 +399,7 @@ impl SiteConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use greenwave_core::PhaseTiming;
+    use greenwave_core::{MovementSet, PhaseTiming};
 
     fn site() -> SiteConfig {
         let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)).unwrap();
@@ -535,10 +539,17 @@ mod tests {
 
     #[test]
     fn round_trips_through_toml() {
-        let s = site();
+        let mut s = site();
+        let through = MovementSet::from_ids(&[1, 2, 7, 8]);
+        let a = s.signals[0].actuated.take().unwrap();
+        s.signals[0].actuated = Some(a.with_assigned(&[through]));
         let text = s.to_toml().unwrap();
         let back = SiteConfig::parse(&text, Path::new("site.toml")).unwrap();
         assert_eq!(back, s);
+        assert_eq!(
+            back.fallback(FallbackKind::Actuated).actuated_rules()[0].assigned[0],
+            through
+        );
         assert_eq!(back.signal_specs()[0].layout.dim(), 31);
         let f = back.fallback(FallbackKind::Actuated);
         assert_eq!(f.cycles()[0].stages()[1].green, Millis(22_500));
@@ -565,6 +576,12 @@ mod tests {
         assert!(e.contains("s.toml") && e.contains("yellow"), "{e}");
         let e = err("site = 1");
         assert!(e.contains("s.toml"), "{e}");
+        let mut long = site();
+        let a = long.signals[0].actuated.take().unwrap();
+        let n = long.signals[0].plan.n_phases();
+        long.signals[0].actuated = Some(a.with_assigned(&vec![MovementSet(1); n + 1]));
+        let e = err(&long.to_toml().unwrap());
+        assert!(e.contains("actuated.assigned has"), "{e}");
     }
 
     #[test]

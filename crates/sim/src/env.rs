@@ -172,7 +172,7 @@ pub trait Env {
     }
 
     /// Signal `signal`'s detector-to-phase assignment, per phase in plan order: the
-    /// movements whose detectors extend, call and press for each phase
+    /// movements whose detectors extend and call each phase under actuated control
     /// (greenwave-core's [`assigned_movements`](greenwave_core::control::assigned_movements)),
     /// where its program says more than the plan (a SUMO light whose program shows a
     /// movement yielding, `g`, in one phase and with right of way, `G`, in another). None

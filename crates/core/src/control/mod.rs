@@ -9,8 +9,8 @@
 //! * [`ProgramClock`]: the junction's own timing program as a clock, the observation's
 //!   program-clock lanes.
 //! * [`MovementDetector`]: what a detector tells a controller about one movement.
-//! * [`assigned_movements`]: which movements' detectors speak for a phase (the
-//!   detector-to-phase assignment), for actuated and max-pressure control alike.
+//! * [`assigned_movements`]: which movements' detectors speak for a phase under actuated
+//!   control (the detector-to-phase assignment).
 //!
 //! Each rule only *requests* phases; the [`Sequencer`](crate::Sequencer) still enforces
 //! min/max green and the full clearance intervals. The action mask is
@@ -31,17 +31,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::{MovementSet, PhasePlan};
 
-/// The movements of phase `phase` of `plan` whose detectors speak for it (extend it, call
-/// it, count towards its pressure): those of its movements that `assigned` (per phase, in
+/// The movements of phase `phase` of `plan` whose detectors speak for it under actuated
+/// control (extend it, call it): those of its movements that `assigned` (per phase, in
 /// plan order) names, or all of them where `assigned` has no entry for the phase or its
 /// entry names none of them (a phase always answers to some detector).
 ///
 /// A movement served in two phases, yielding in one (SUMO's minor green `g`: a left turn
 /// beside the opposing through) and with right of way in the other (its protected phase),
 /// belongs to the second only: its queue, waiting for a gap, says nothing about whether
-/// the first still moves traffic, and counted there it makes the first look busier than
-/// the protected phase for ever (greenwave-sim's SUMO model derives the assignment from
-/// the program so).
+/// the first still moves traffic, and its calls must bring up the protected phase, which
+/// serves nothing the first does not (greenwave-sim's SUMO model derives the assignment
+/// from the program so). Max-pressure does not use it: a yielding movement does discharge
+/// in the phase where it yields.
+///
+/// Where an entry leaves a phase none of its movements, the phase answers to all of them,
+/// yielding ones too, and their calls then do not bring up their protected phase from it.
 pub fn assigned_movements(plan: &PhasePlan, assigned: &[MovementSet], phase: usize) -> MovementSet {
     let all = plan
         .phases()

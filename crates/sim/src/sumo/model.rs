@@ -714,7 +714,8 @@ fn build_one(
 /// left turn permitted beside the opposing through and protected in a phase of its own
 /// belongs to that phase only. SUMO's actuated controller does the same: a lane's loop does
 /// not extend a phase where its link is minor green but major in another phase
-/// (MSActuatedTrafficLightLogic, "check1a"). Without this, the waiting left turners hold
+/// (MSActuatedTrafficLightLogic, "check1a"; its exceptions for single-lane approaches and
+/// for conflicts only with pedestrians or bikes are not mirrored). Without this, the waiting left turners hold
 /// the through phase to max green and never call their protected phase, which serves
 /// nothing the through phase does not (tools/README.md, "Net variants nobody tuned on").
 fn detector_assignment(
