@@ -51,11 +51,9 @@ impl ActuatedSignal {
     /// Actuated control with passage `passage_s` and max greens `max_green` (per phase in
     /// plan order; phases beyond the slice, or beyond [`MAX_PHASES`], use the plan's).
     pub fn new(passage_s: f32, max_green: &[Millis]) -> Self {
-        let n = max_green.len().min(MAX_PHASES);
         ActuatedSignal {
             passage_s,
-            // Cannot fail: at most MAX_PHASES entries.
-            max_green: Vec::from_slice(&max_green[..n]).unwrap_or_default(),
+            max_green: per_phase(max_green),
             assigned: Vec::new(),
         }
     }
@@ -63,9 +61,7 @@ impl ActuatedSignal {
     /// The same rule with `assigned` (per phase in plan order; phases beyond the slice, or
     /// beyond [`MAX_PHASES`], keep all their movements) as its detector-to-phase assignment.
     pub fn with_assigned(mut self, assigned: &[MovementSet]) -> Self {
-        let n = assigned.len().min(MAX_PHASES);
-        // Cannot fail: at most MAX_PHASES entries.
-        self.assigned = Vec::from_slice(&assigned[..n]).unwrap_or_default();
+        self.assigned = per_phase(assigned);
         self
     }
 
@@ -106,6 +102,13 @@ impl ActuatedSignal {
             })
             .map_or(phase.0, |q| q as u8)
     }
+}
+
+/// The first [`MAX_PHASES`] entries of a per-phase slice.
+fn per_phase<T: Copy>(values: &[T]) -> Vec<T, MAX_PHASES> {
+    let n = values.len().min(MAX_PHASES);
+    // Cannot fail: at most MAX_PHASES entries.
+    Vec::from_slice(&values[..n]).unwrap_or_default()
 }
 
 #[cfg(test)]

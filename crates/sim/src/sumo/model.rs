@@ -723,31 +723,24 @@ fn detector_assignment(
     links: &[LinkRole],
     states: &[String],
 ) -> Vec<MovementSet> {
-    let shows = |p: usize, m: usize, c: u8| {
-        links.iter().enumerate().any(|(i, role)| {
-            *role == LinkRole::Movement(m as u8)
-                && states.get(p).and_then(|s| s.as_bytes().get(i)) == Some(&c)
-        })
-    };
-    let n = plan.movements().len();
-    let major: Vec<Vec<bool>> = (0..plan.n_phases())
-        .map(|p| (0..n).map(|m| shows(p, m, b'G')).collect())
-        .collect();
-    plan.phases()
-        .iter()
-        .enumerate()
-        .map(|(p, phase)| {
+    // Per phase, the movements with a link showing `G` (right of way) there.
+    let major: Vec<MovementSet> = (0..plan.n_phases())
+        .map(|p| {
+            let state = states.get(p).map_or(&[][..], |s| s.as_bytes());
             let mut set = MovementSet::EMPTY;
-            for m in phase.movements.iter() {
-                let k = m.0 as usize;
-                let yields_here = !major[p][k];
-                let leads_elsewhere = (0..major.len()).any(|q| q != p && major[q][k]);
-                if !(yields_here && leads_elsewhere) {
-                    set.insert(m);
+            for (role, &c) in links.iter().zip(state) {
+                if let (LinkRole::Movement(m), b'G') = (role, c) {
+                    set.insert(MovementId(*m));
                 }
             }
             set
         })
+        .collect();
+    let ever_major = major.iter().fold(MovementSet::EMPTY, |a, &b| a.or(b));
+    plan.phases()
+        .iter()
+        .zip(&major)
+        .map(|(phase, &here)| phase.movements.minus(ever_major.minus(here)))
         .collect()
 }
 
