@@ -78,7 +78,8 @@ pub struct MovementDetector {
     /// Seconds since a vehicle last passed this movement's stop-line detector
     /// (gap for actuated control); large when none has.
     pub gap_s: f32,
-    /// Whether a vehicle is waiting at or approaching the stop line (a detector call).
+    /// Whether a vehicle is waiting at or approaching the stop line, or a pedestrian at
+    /// the kerb of a crossing the movement serves (a detector call; a push button).
     pub call: bool,
 }
 

@@ -73,6 +73,39 @@ fn crossing_readings(c: CrossingCount) -> [LaneReading; 2] {
     ]
 }
 
+/// Per signal, per movement of `models`: the indices (per `signal_crossings`, as
+/// [`CrossingCounts::for_signals`] gives them) of the observed crossings the movement
+/// serves. A crossing not observed (`--pedestrian-zones off`) has none.
+fn crossings_by_movement(
+    models: &[TlsModel],
+    signal_crossings: &[Vec<usize>],
+) -> Vec<Vec<Vec<usize>>> {
+    models
+        .iter()
+        .zip(signal_crossings)
+        .map(|(m, counted)| {
+            m.movement_crossings
+                .iter()
+                .map(|ids| {
+                    ids.iter()
+                        .filter_map(|id| m.crossings.iter().position(|c| c == id))
+                        .filter_map(|k| counted.get(k).copied())
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether a pedestrian is at the kerb of one of the crossings `of` (indices into
+/// `counts`), about to step onto it: a push button's call, which says that someone waits,
+/// not how many.
+fn pedestrian_call(counts: &[CrossingCount], of: &[usize]) -> bool {
+    of.iter()
+        .filter_map(|&c| counts.get(c))
+        .any(|c| c.at_kerb > 0)
+}
+
 /// Seconds of free-flow travel before the stop line that a lane's detector zone covers:
 /// the loop sits that far upstream (at the lane's speed limit), like SUMO's own actuated
 /// detectors and the embedded simulator's `detector_zone_s`.
@@ -351,6 +384,9 @@ pub struct SumoEnv {
     crossings: CrossingCounts,
     /// Per signal: indices of its observed crossings in `crossings`.
     signal_crossings: Vec<Vec<usize>>,
+    /// Per signal, per movement: indices in `crossings` of the observed crossings it
+    /// serves (its pedestrians' calls, [`SumoEnv::detectors`]).
+    movement_crossings: Vec<Vec<Vec<usize>>>,
     queue_sum: f64,
     queue_samples: u64,
     metrics: EpisodeMetrics,
@@ -421,6 +457,7 @@ impl SumoEnv {
                 .zip(lanes.role.iter().copied()),
             &pending_edges,
         );
+        let movement_crossings = crossings_by_movement(&models, &signal_crossings);
         let mut env = SumoEnv {
             seed: cfg.seed,
             cfg,
@@ -446,6 +483,7 @@ impl SumoEnv {
             accrual,
             crossings,
             signal_crossings,
+            movement_crossings,
             queue_sum: 0.0,
             queue_samples: 0,
             metrics: EpisodeMetrics::default(),
@@ -1583,10 +1621,17 @@ impl Env for SumoEnv {
             return Vec::new();
         };
         let l = &self.lanes;
+        let no_crossings = Vec::new();
+        let crossings = self.movement_crossings.get(signal).unwrap_or(&no_crossings);
         sl.movement_in
             .iter()
             .zip(&sl.movement_out)
-            .map(|(ins, outs)| {
+            .enumerate()
+            .map(|(mv, (ins, outs))| {
+                let pedestrians = pedestrian_call(
+                    &self.crossings.counts,
+                    crossings.get(mv).map_or(&[][..], Vec::as_slice),
+                );
                 let queue_veh = l.sum(ins, &l.halting);
                 // Time since the detector zone last held a vehicle: since the loop last
                 // saw one, less its travel from the loop to the stop line.
@@ -1605,7 +1650,7 @@ impl Env for SumoEnv {
                     downstream_veh: l.sum(outs, &l.vehicles),
                     downstream_storage_veh: l.sum(outs, &l.storage_veh),
                     gap_s,
-                    call: queue_veh > 0.0 || gap_s == 0.0,
+                    call: queue_veh > 0.0 || gap_s == 0.0 || pedestrians,
                 }
             })
             .collect()
