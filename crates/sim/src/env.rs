@@ -165,10 +165,18 @@ pub trait Env {
     fn detectors(&self, signal: usize) -> Vec<MovementDetector>;
 
     /// Signal `signal`'s green time per phase in the program greenwave replaces, where it
-    /// has one (a SUMO light's own program). Actuated control derives its max greens from
-    /// it, as from a Webster plan. None by default.
+    /// has one (a SUMO light's own program): the fixed-time fallback's cycle. None by
+    /// default.
     fn program_greens(&self, _signal: usize) -> Option<Vec<Millis>> {
         None
+    }
+
+    /// The program green per phase that actuated control derives its max greens from, as
+    /// from a Webster plan: [`Env::program_greens`], except that a phase its vehicles go
+    /// on in after a walk stage (a SUMO program's short stage that ends the crossings
+    /// while the vehicles keep green) counts the walk stage's green too.
+    fn actuated_greens(&self, signal: usize) -> Option<Vec<Millis>> {
+        self.program_greens(signal)
     }
 
     /// Signal `signal`'s detector-to-phase assignment, per phase in plan order: the

@@ -104,9 +104,10 @@ impl Fallback {
 
     /// Each signal's own program (`env`'s [`program_greens`](greenwave_sim::Env::program_greens),
     /// one entry per signal of `plans`) as its fixed cycle, each green within its phase's
-    /// min and max green, and 1.5 × those greens as actuated max greens with the program's
-    /// detector-to-phase assignment (`env`'s `detector_assignment`): what a cabinet on
-    /// a SUMO net falls back to (`greenwave site` writes the same into a site
+    /// min and max green, and 1.5 × its actuated greens (`env`'s `actuated_greens`: a walk
+    /// stage's green counted in the stage its vehicles go on in) as actuated max greens with
+    /// the program's detector-to-phase assignment (`env`'s `detector_assignment`): what a
+    /// cabinet on a SUMO net falls back to (`greenwave site` writes the same into a site
     /// configuration). A signal without a program gets its plan's midpoint cycle.
     #[cfg(feature = "sim")]
     pub fn from_programs(env: &dyn greenwave_sim::Env, plans: &[&PhasePlan]) -> Self {
@@ -116,7 +117,8 @@ impl Fallback {
             .map(|(i, plan)| {
                 let greens = env.program_greens(i).unwrap_or_default();
                 let assigned = env.detector_assignment(i).unwrap_or_default();
-                let actuated = program_actuated(&greens).with_assigned(&assigned);
+                let actuated_greens = env.actuated_greens(i).unwrap_or_default();
+                let actuated = program_actuated(&actuated_greens).with_assigned(&assigned);
                 (program_cycle(plan, &greens), actuated)
             })
             .unzip();

@@ -17,8 +17,9 @@ pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 ///
 /// **Max green.** Where `max_green` gives none for a signal, a signal that replaces a
 /// program of its own (a SUMO light) caps each phase at [`MAX_GREEN_OVER_WEBSTER`] times
-/// the program's green for it, as a timing plan caps actuated greens at 1.25–1.5 times the
-/// fixed-time greens; near saturation, gap-out alone lets each long red's queue earn the
+/// the program's green for it ([`Env::actuated_greens`]: a stage its vehicles go on in
+/// after a walk stage counts the walk stage's green too), as a timing plan caps actuated
+/// greens at 1.25–1.5 times the fixed-time greens; near saturation, gap-out alone lets each long red's queue earn the
 /// next long green, and the cycle grows until every phase maxes out at the plan's max green.
 #[derive(Clone, Debug)]
 pub struct Actuated {
@@ -92,7 +93,7 @@ impl Controller for Actuated {
                 let max_green = match self.max_green.get(i) {
                     Some(given) if !given.is_empty() => given.clone(),
                     _ => env
-                        .program_greens(i)
+                        .actuated_greens(i)
                         .map(|greens| greens.into_iter().map(max_green_over).collect())
                         .unwrap_or_default(),
                 };

@@ -1606,6 +1606,10 @@ impl Env for SumoEnv {
         self.models.get(signal).map(|m| m.program_greens.clone())
     }
 
+    fn actuated_greens(&self, signal: usize) -> Option<Vec<Millis>> {
+        self.models.get(signal).map(|m| m.actuated_greens.clone())
+    }
+
     fn detector_assignment(&self, signal: usize) -> Option<Vec<MovementSet>> {
         self.models
             .get(signal)

@@ -77,6 +77,11 @@ pub struct TlsModel {
     /// For each plan phase, its green time in the light's program (an actuated program's
     /// initial duration), to the millisecond.
     pub program_greens: Vec<Millis>,
+    /// For each plan phase, the program's green time that actuated control's max green
+    /// scales: its own, plus that of each walk stage whose vehicles it goes on serving
+    /// ([`walk_stages`]): SUMO's 5 s stage after a 37 s walk stage serves its vehicles
+    /// for 42 s of the program.
+    pub actuated_greens: Vec<Millis>,
     /// For each movement, its incoming and outgoing edge.
     pub movement_edges: Vec<(String, String)>,
     /// For each movement, its incoming lanes (shared lanes appear in several movements).
@@ -683,17 +688,21 @@ fn build_one(
         .iter()
         .map(|g| g.program.phases[g.index].state.clone())
         .collect();
+    let program_greens: Vec<Millis> = greens
+        .iter()
+        .map(|g| secs_to_ms(g.program.phases[g.index].duration_s))
+        .collect();
+    let walks = walk_stages(&plan);
+    let assignment = detector_assignment(&plan, &links, &phase_states);
     Ok(TlsModel {
-        detector_assignment: detector_assignment(&plan, &links, &phase_states),
+        detector_assignment: with_walk_stages(assignment, &plan, &walks),
+        actuated_greens: actuated_greens(&program_greens, &walks),
         id: id.to_string(),
         program_id: program.program_id.clone(),
         plan,
         links,
         static_phases: greens.iter().map(|g| g.index).collect(),
-        program_greens: greens
-            .iter()
-            .map(|g| secs_to_ms(g.program.phases[g.index].duration_s))
-            .collect(),
+        program_greens,
         phase_states,
         movement_edges: table.edges,
         movement_in_lanes: table.in_lanes,
@@ -742,6 +751,73 @@ fn detector_assignment(
         .zip(&major)
         .map(|(phase, &here)| phase.movements.minus(ever_major.minus(here)))
         .collect()
+}
+
+/// Per plan phase, the phase it is a walk stage of, if any: a phase `q` that serves all of
+/// its movements but some pedestrian ones (the one serving most, where several do). SUMO
+/// lays out a junction with crossings so: a stage with the crossings green beside the
+/// vehicles, then a short one without them (the pedestrians' clearance), the vehicles
+/// going on.
+fn walk_stages(plan: &PhasePlan) -> Vec<Option<usize>> {
+    let walking = plan
+        .movements()
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.turn == greenwave_core::Turn::Pedestrian)
+        .fold(MovementSet::EMPTY, |mut set, (i, _)| {
+            set.insert(MovementId(i as u8));
+            set
+        });
+    let phases = plan.phases();
+    phases
+        .iter()
+        .map(|p| {
+            (0..phases.len())
+                .filter(|&q| {
+                    let (inner, outer) = (phases[q].movements, p.movements);
+                    let extra = outer.minus(inner);
+                    inner.minus(outer).is_empty()
+                        && !extra.is_empty()
+                        && extra.minus(walking).is_empty()
+                })
+                .max_by_key(|&q| phases[q].movements.len())
+        })
+        .collect()
+}
+
+/// `assignment` with each walk stage answering to its own pedestrians only (those its
+/// vehicle stage lacks; [`walk_stages`]): a pedestrian's call brings it up, it holds its
+/// min green (the walk; a pedestrian does not extend a green), then its vehicles go on in
+/// their own stage, where their calls and gaps count. Without this, the vehicles held the
+/// walk stage, its crossings green, to max green: turning vehicles yielding to a steady
+/// stream of pedestrians kept their loops occupied, and the stage without the crossings,
+/// serving nothing the walk stage does not, was never called (BENCHMARKS.md, "Pedestrian
+/// calls").
+fn with_walk_stages(
+    mut assignment: Vec<MovementSet>,
+    plan: &PhasePlan,
+    walks: &[Option<usize>],
+) -> Vec<MovementSet> {
+    for (p, walk) in walks.iter().enumerate() {
+        if let (Some(&q), Some(entry)) = (walk.as_ref(), assignment.get_mut(p)) {
+            *entry = plan.phases()[p].movements.minus(plan.phases()[q].movements);
+        }
+    }
+    assignment
+}
+
+/// [`TlsModel::actuated_greens`]: `program_greens`, each vehicle stage's plus its walk
+/// stages'.
+fn actuated_greens(program_greens: &[Millis], walks: &[Option<usize>]) -> Vec<Millis> {
+    let mut greens = program_greens.to_vec();
+    for (p, walk) in walks.iter().enumerate() {
+        if let (Some(&q), Some(&own)) = (walk.as_ref(), program_greens.get(p)) {
+            if let Some(g) = greens.get_mut(q) {
+                *g = Millis(g.0.saturating_add(own.0));
+            }
+        }
+    }
+    greens
 }
 
 /// The distinct green phases the agent chooses between (amber and short transition
@@ -1357,5 +1433,81 @@ impl<'a> Audit<'a> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use greenwave_core::{ConflictMatrix, Movement, Phase, PhaseTiming, Turn};
+    use proptest::prelude::*;
+
+    /// A plan of `turns` (no conflicts) whose phases are the non-empty sets of `phases`.
+    fn plan(turns: &[bool], phases: &[u32]) -> Option<PhasePlan> {
+        let movements: Vec<Movement> = turns
+            .iter()
+            .enumerate()
+            .map(|(i, &walk)| {
+                let turn = if walk {
+                    Turn::Pedestrian
+                } else {
+                    Turn::Through
+                };
+                Movement::new((i % 4) as u8, turn)
+            })
+            .collect();
+        let all = (1u32 << turns.len()) - 1;
+        let phases: Vec<Phase> = phases
+            .iter()
+            .map(|&bits| bits & all)
+            .filter(|&bits| bits != 0)
+            .map(|bits| Phase {
+                movements: MovementSet(bits),
+                timing: PhaseTiming::from_secs(5, 60, 3, 0),
+            })
+            .collect();
+        PhasePlan::new(&movements, ConflictMatrix::from_pairs(&[]), &phases).ok()
+    }
+
+    proptest! {
+        /// On any plan: a walk stage's vehicle stage serves all its movements but some
+        /// pedestrian ones; a walk stage answers to those, a non-empty subset of its own;
+        /// every other phase keeps its assignment; and actuated greens add up each walk
+        /// stage's green to its vehicle stage's.
+        #[test]
+        fn walk_stages_keep_every_phase_a_non_empty_subset(
+            turns in proptest::collection::vec(any::<bool>(), 1..12),
+            phases in proptest::collection::vec(any::<u32>(), 2..8),
+            greens_s in proptest::collection::vec(1u32..100, 8),
+        ) {
+            let Some(plan) = plan(&turns, &phases) else { return Ok(()) };
+            let walks = walk_stages(&plan);
+            let base: Vec<MovementSet> = plan.phases().iter().map(|p| p.movements).collect();
+            let assigned = with_walk_stages(base.clone(), &plan, &walks);
+            let greens: Vec<Millis> = greens_s[..plan.n_phases()]
+                .iter()
+                .map(|&s| Millis::from_secs(s))
+                .collect();
+            let actuated = actuated_greens(&greens, &walks);
+            let mut added = vec![0u32; plan.n_phases()];
+            for (p, walk) in walks.iter().enumerate() {
+                let own = plan.phases()[p].movements;
+                prop_assert!(!assigned[p].is_empty() && assigned[p].minus(own).is_empty());
+                match walk {
+                    Some(q) => {
+                        let inner = plan.phases()[*q].movements;
+                        prop_assert!(inner.minus(own).is_empty() && inner != own);
+                        prop_assert!(assigned[p]
+                            .iter()
+                            .all(|m| plan.movements()[m.0 as usize].turn == Turn::Pedestrian));
+                        added[*q] += greens[p].0;
+                    }
+                    None => prop_assert_eq!(assigned[p], base[p]),
+                }
+            }
+            for q in 0..plan.n_phases() {
+                prop_assert_eq!(actuated[q].0, greens[q].0 + added[q]);
+            }
+        }
     }
 }
