@@ -125,25 +125,42 @@ fn walk_stages_answer_to_their_pedestrians_only() {
             plan.phases()[vehicles].movements,
         );
         assert!(v.minus(w).is_empty() && walking(w.minus(v)) && !w.minus(v).is_empty());
-        assert_eq!(m.detector_assignment[walk], w.minus(v), "phase {walk}");
-        assert_eq!(m.detector_assignment[vehicles], v, "phase {vehicles}");
+        assert_eq!(m.walk_stages[walk], Some(vehicles));
+        let (assigned, greens) = (m.actuated_assignment(), m.actuated_greens());
+        assert_eq!(assigned[walk], w.minus(v), "phase {walk}");
+        assert_eq!(assigned[vehicles], v, "phase {vehicles}");
         assert_eq!(
             m.program_greens[vehicles],
             greenwave_core::Millis::from_secs(5)
         );
-        assert_eq!(
-            m.actuated_greens[vehicles],
-            greenwave_core::Millis::from_secs(42)
-        );
-        assert_eq!(m.actuated_greens[walk], m.program_greens[walk]);
+        assert_eq!(greens[vehicles], greenwave_core::Millis::from_secs(42));
+        assert_eq!(greens[walk], m.program_greens[walk]);
     }
     // A net without crossings keeps its assignment and greens.
     let net = NetFile::read(&fixture("single.net.xml")).unwrap();
     let m = &net_models(&net)[0];
-    assert_eq!(m.actuated_greens, m.program_greens);
+    assert_eq!(m.actuated_greens(), m.program_greens);
     for (p, phase) in m.plan.phases().iter().enumerate() {
-        assert_eq!(m.detector_assignment[p], phase.movements);
+        assert_eq!(m.actuated_assignment()[p], phase.movements);
     }
+}
+
+/// With `--pedestrian-zones off` nothing counts pedestrians, so none calls: a walk stage
+/// then answers to its vehicles as before walk stages were told apart, and actuated
+/// control's greens are the program's (otherwise the walk stage would never be called).
+#[test]
+fn without_pedestrian_zones_walk_stages_answer_to_their_vehicles() {
+    let mut cfg = config("peds", 60.0);
+    cfg.routes.push(fixture("peds.walks.xml"));
+    cfg.pedestrian_zones = false;
+    let env = SumoEnv::new(cfg).unwrap();
+    assert!(env.models()[0].walk_stages.iter().all(Option::is_none));
+    let plan = &env.signals()[0].plan;
+    let assigned = env.detector_assignment(0).unwrap();
+    for (p, phase) in plan.phases().iter().enumerate() {
+        assert_eq!(assigned[p], phase.movements, "phase {p}");
+    }
+    assert_eq!(env.actuated_greens(0), env.program_greens(0));
 }
 
 fn seq_state(m: &greenwave_sim::sumo::TlsModel, seq: &greenwave_core::Sequencer) -> String {
@@ -468,15 +485,36 @@ fn pedestrians_only_actuated() -> (Vec<[bool; 3]>, f64) {
         .filter(|&m| spec.plan.movements()[m].turn == Turn::Pedestrian)
         .collect();
     assert_eq!(walking.len(), 4, "four crossings");
+    // Per observed crossing (its zones are lanes 8 + 2k and 9 + 2k), the movements it serves.
+    let model = &env.models()[0];
+    let serving: Vec<Vec<usize>> = model
+        .crossings
+        .iter()
+        .map(|c| {
+            (0..model.movement_crossings.len())
+                .filter(|&m| model.movement_crossings[m].contains(c))
+                .collect()
+        })
+        .collect();
+    assert_eq!(serving.len(), 4);
+    assert!(serving.iter().all(|s| !s.is_empty()));
     let mut obs = vec![0.0; spec.layout.dim()];
     let mut controller = greenwave_sim::controllers::Actuated::default();
     greenwave_sim::Controller::reset(&mut controller, &env);
     let mut seen = Vec::new();
     loop {
         env.observe(0, &mut obs).unwrap();
-        // Lanes 8, 10, 12, 14: the crossings' kerb zones (density: anyone there).
-        let at_kerb = (8..16).step_by(2).any(|k| obs[k] > 0.0);
         let det = env.detectors(0);
+        // Crossing by crossing: anyone in its kerb zone (density) if and only if the
+        // movements it serves call.
+        for (k, movements) in serving.iter().enumerate() {
+            let at_kerb = obs[8 + 2 * k] > 0.0;
+            assert!(
+                movements.iter().all(|&m| det[m].call == at_kerb),
+                "crossing {k}"
+            );
+        }
+        let at_kerb = (8..16).step_by(2).any(|k| obs[k] > 0.0);
         let called = walking.iter().any(|&m| det[m].call);
         let max_red_sees = phases_with_calls(&spec.plan, &det).count() > 0;
         seen.push([at_kerb, called, max_red_sees]);
@@ -544,20 +582,28 @@ fn actuated_control_runs_a_walk_stage_then_the_vehicles_own() {
     };
     let mut actuated = Actuated::default();
     actuated.reset(&env);
-    let mut vehicle_stage_green = 0;
+    let (mut vehicle_stage, mut walk_stage) = (0, 0);
     loop {
-        let green = env.sequencer(0).green_phase();
-        vehicle_stage_green += usize::from(green.is_some_and(|p| vehicles_only(p.0 as usize)));
+        if let Some(p) = env.sequencer(0).green_phase() {
+            match vehicles_only(p.0 as usize) {
+                true => vehicle_stage += 1,
+                false => walk_stage += 1,
+            }
+        }
         let actions = actuated.decide(&env);
         if env.step(&actions).unwrap().done {
             break;
         }
     }
     let actuated_s = env.metrics().mean_delay_s;
-    assert!(vehicle_stage_green > 20, "{vehicle_stage_green} decisions");
+    assert!(
+        vehicle_stage > 20 && walk_stage > 20,
+        "{vehicle_stage}, {walk_stage} decisions"
+    );
+    // Max-pressure on the same seed (the configuration's).
     let mut env = SumoEnv::new(cfg()).unwrap();
     let episode = env.episode();
-    let mp = greenwave_sim::run_episode(&mut env, &mut MaxPressure::default(), 3, episode).unwrap();
+    let mp = greenwave_sim::run_episode(&mut env, &mut MaxPressure::default(), 7, episode).unwrap();
     assert!(
         actuated_s < mp.mean_delay_s,
         "actuated {actuated_s} s, max-pressure {} s",

@@ -19,14 +19,15 @@ pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 /// program of its own (a SUMO light) caps each phase at [`MAX_GREEN_OVER_WEBSTER`] times
 /// the program's green for it ([`Env::actuated_greens`]: a stage its vehicles go on in
 /// after a walk stage counts the walk stage's green too), as a timing plan caps actuated
-/// greens at 1.25–1.5 times the fixed-time greens; near saturation, gap-out alone lets each long red's queue earn the
-/// next long green, and the cycle grows until every phase maxes out at the plan's max green.
+/// greens at 1.25–1.5 times the fixed-time greens; near saturation, gap-out alone lets each
+/// long red's queue earn the next long green, and the cycle grows until every phase maxes
+/// out at the plan's max green.
 #[derive(Clone, Debug)]
 pub struct Actuated {
     /// Largest gap (s) since the detector zone emptied that still extends the green.
     pub passage_s: f32,
     /// Max green per signal and phase; a signal or phase missing here uses
-    /// [`MAX_GREEN_OVER_WEBSTER`] times its program's green (see above), else its plan's max
+    /// [`MAX_GREEN_OVER_WEBSTER`] times its actuated green (see above), else its plan's max
     /// green (which the sequencer enforces in any case).
     pub max_green: Vec<Vec<Millis>>,
     /// Each signal's rule for this episode: `max_green`, completed at reset.

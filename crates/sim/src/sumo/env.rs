@@ -430,8 +430,12 @@ impl SumoEnv {
         )?;
         if !cfg.pedestrian_zones {
             // Nothing observes them then: the layout, incidence and subscriptions are those
-            // of before pedestrian zones existed.
-            models.iter_mut().for_each(|m| m.crossings.clear());
+            // of before pedestrian zones existed. Nor does a pedestrian call, so a walk
+            // stage answers to its vehicles again, as before walk stages were told apart.
+            for m in &mut models {
+                m.crossings.clear();
+                m.walk_stages.iter_mut().for_each(|w| *w = None);
+            }
         }
         let program_switches = program_switches(&net, cfg.program.as_deref());
         let (lanes, signal_lanes) = lanes_of(&net, &models);
@@ -1607,13 +1611,11 @@ impl Env for SumoEnv {
     }
 
     fn actuated_greens(&self, signal: usize) -> Option<Vec<Millis>> {
-        self.models.get(signal).map(|m| m.actuated_greens.clone())
+        self.models.get(signal).map(TlsModel::actuated_greens)
     }
 
     fn detector_assignment(&self, signal: usize) -> Option<Vec<MovementSet>> {
-        self.models
-            .get(signal)
-            .map(|m| m.detector_assignment.clone())
+        self.models.get(signal).map(TlsModel::actuated_assignment)
     }
 
     fn program_clock(&self, signal: usize) -> Option<ProgramClock> {
