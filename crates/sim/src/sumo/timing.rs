@@ -9,7 +9,8 @@
 //!   and no yellow (0 when the program has none);
 //! * **max green**: the phase's `maxDur` in an actuated or delay-based program, else the
 //!   larger of [`DEFAULT_MAX_GREEN_S`] and the static green's own duration (so no
-//!   controller is held to a shorter green than the program it is compared with);
+//!   controller is held to a shorter green than the program it is compared with), at
+//!   most [`MAX_GREEN_CEILING_S`];
 //! * **min green**: [`DEFAULT_MIN_GREEN_S`];
 //! * **intergreens**: for each pair of conflicting movements, the shortest time the program
 //!   keeps between the end of one's green and the start of the other's
@@ -18,8 +19,8 @@
 //!   sequencer then starts that movement later, alone.
 //!
 //! Net values are rounded up to the SUMO step. A net yellow below the ITE floor of
-//! greenwave-core ([`YELLOW_RANGE`], 3 s) is raised to it, and a clearance above the ceiling
-//! lowered to it, each with a note; a value given by the user outside those bounds is
+//! greenwave-core ([`YELLOW_RANGE`], 3 s) is raised to it, and a clearance or max green above
+//! its ceiling lowered to it, each with a note; a value given by the user outside those bounds is
 //! refused. Overrides apply in this order, each beating the one before: the net, the timing
 //! file's `[defaults]`, its `[signals.ID]` table, then the command line.
 //!
@@ -51,7 +52,7 @@ use super::SumoError;
 pub const DEFAULT_MIN_GREEN_S: f64 = 5.0;
 /// Max green of a static program's phase whose own green is shorter (s).
 pub const DEFAULT_MAX_GREEN_S: f64 = 60.0;
-/// Longest max green accepted from a user (s): a green held longer starves the others.
+/// Longest max green (s), from a user or the net: a green held longer starves the others.
 pub const MAX_GREEN_CEILING_S: f64 = 300.0;
 
 /// Timing values that replace the net's, each optional (absent: keep the value below).
@@ -292,6 +293,27 @@ fn clamp_net(
     }
 }
 
+/// The net's max green, brought below `ceiling` (a program that holds a green for hours, as
+/// SUMO's game nets do for their player, would otherwise let actuated control hold it as
+/// long) and above `min_green`, each with a note.
+fn net_max_green(
+    net: Millis,
+    min_green: Millis,
+    ceiling: Millis,
+    step_ms: u32,
+    notes: &mut Vec<String>,
+) -> Millis {
+    let max_green = clamp_net(net, (Millis::ZERO, ceiling), "max green", notes);
+    if max_green > min_green {
+        return max_green;
+    }
+    let raised = min_green.saturating_add(Millis(step_ms.max(1)));
+    notes.push(format!(
+        "max green {max_green} raised above min green to {raised}"
+    ));
+    raised
+}
+
 /// A user's value in seconds: a whole number of SUMO steps inside `[lo, hi]`.
 fn user_value(
     signal: &str,
@@ -344,15 +366,7 @@ pub fn resolve(
         .unwrap_or(secs_to_step(DEFAULT_MIN_GREEN_S, step_ms));
     let max_green = match user(over.max_green_s, "max green", green_range)? {
         Some(v) => v,
-        None if net.max_green > min_green => net.max_green,
-        None => {
-            let raised = min_green.saturating_add(Millis(step_ms.max(1)));
-            notes.push(format!(
-                "max green {} raised above min green to {raised}",
-                net.max_green
-            ));
-            raised
-        }
+        None => net_max_green(net.max_green, min_green, green_range.1, step_ms, notes),
     };
     if min_green >= max_green {
         return Err(SumoError::Config(format!(
@@ -543,6 +557,32 @@ mod tests {
             ..Default::default()
         };
         assert!(resolve("J", net, &over, 1000, &mut notes).is_err());
+        // A program that holds its green for hours (SUMO's game nets, for their player).
+        let hold = NetPhaseTiming {
+            max_green: Millis(10_000_000),
+            ..net
+        };
+        let mut notes = Vec::new();
+        let t = resolve("J", hold, &TimingOverrides::default(), 1000, &mut notes).unwrap();
+        assert_eq!(t.max_green, Millis(300_000));
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("max green") && n.contains("lowered")),
+            "{notes:?}"
+        );
+        let over = TimingOverrides {
+            max_green_s: Some(90.0),
+            ..Default::default()
+        };
+        let mut notes = Vec::new();
+        let t = resolve("J", hold, &over, 1000, &mut notes).unwrap();
+        assert_eq!(
+            t.max_green,
+            Millis(90_000),
+            "the user's value beats the net's"
+        );
+        assert!(!notes.iter().any(|n| n.contains("max green")), "{notes:?}");
     }
 
     #[test]
