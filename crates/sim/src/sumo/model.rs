@@ -692,7 +692,7 @@ fn build_one(
         .map(|g| secs_to_ms(g.program.phases[g.index].duration_s))
         .collect();
     Ok(TlsModel {
-        detector_assignment: detector_assignment(&plan, &links, &phase_states),
+        detector_assignment: detector_assignment(&plan, &links, &phase_states, &table.in_lanes),
         walk_stages: walk_stages(&plan),
         id: id.to_string(),
         program_id: program.program_id.clone(),
@@ -716,18 +716,26 @@ fn build_one(
 
 /// Per plan phase (with `phase_states`, its program state), the movements whose detectors
 /// speak for it: all it serves, less those that yield in it (none of their links shows `G`
-/// there) and have right of way in another phase (one of their links shows `G` there): a
-/// left turn permitted beside the opposing through and protected in a phase of its own
-/// belongs to that phase only. SUMO's actuated controller does the same: a lane's loop does
-/// not extend a phase where its link is minor green but major in another phase
-/// (MSActuatedTrafficLightLogic, "check1a"; its exceptions for single-lane approaches and
-/// for conflicts only with pedestrians or bikes are not mirrored). Without this, the waiting left turners hold
-/// the through phase to max green and never call their protected phase, which serves
-/// nothing the through phase does not (tools/README.md, "Net variants nobody tuned on").
+/// there) and have right of way in another phase (one of their links shows `G` there) on
+/// lanes of their own there: a left turn permitted beside the opposing through and
+/// protected in a phase of its own, from a pocket or a lane only the movements of that
+/// phase use, belongs to that phase only. SUMO's actuated controller does the same: a
+/// lane's loop does not extend a phase where its link is minor green but major in another
+/// phase (MSActuatedTrafficLightLogic, "check1a"), nor one in which another link from the
+/// lane may not drive ("check1"; its exceptions for single-lane approaches and for
+/// conflicts only with pedestrians or bikes are not mirrored). Without this, the waiting
+/// left turners hold the through phase to max green and never call their protected phase,
+/// which serves nothing the through phase does not (tools/README.md, "Net variants nobody
+/// tuned on"). A left turn that shares its lane with the through traffic (`in_lanes`, per
+/// movement) stays with every phase that shows it green: a vehicle on that lane may be
+/// going straight on, so it would call the protected phase and hold it green while it
+/// cannot move (game/bs3d: 28 s to 478 s under actuated control, BENCHMARKS.md, "Max
+/// green from a program that holds its greens").
 fn detector_assignment(
     plan: &PhasePlan,
     links: &[LinkRole],
     states: &[String],
+    in_lanes: &[Vec<String>],
 ) -> Vec<MovementSet> {
     // Per phase, the movements with a link showing `G` (right of way) there.
     let major: Vec<MovementSet> = (0..plan.n_phases())
@@ -743,11 +751,40 @@ fn detector_assignment(
         })
         .collect();
     let ever_major = major.iter().fold(MovementSet::EMPTY, |a, &b| a.or(b));
+    // Those whose lanes carry only movements that drive wherever they have right of way.
+    let own_lanes = ever_major
+        .iter()
+        .filter(|&m| {
+            let mates = lane_mates(m, in_lanes);
+            plan.phases()
+                .iter()
+                .zip(&major)
+                .filter(|(_, here)| here.contains(m))
+                .all(|(phase, _)| mates.minus(phase.movements).is_empty())
+        })
+        .fold(MovementSet::EMPTY, |mut set, m| {
+            set.insert(m);
+            set
+        });
     plan.phases()
         .iter()
         .zip(&major)
-        .map(|(phase, &here)| phase.movements.minus(ever_major.minus(here)))
+        .map(|(phase, &here)| phase.movements.minus(own_lanes.minus(here)))
         .collect()
+}
+
+/// The other movements that leave from one of `m`'s incoming lanes (`in_lanes`, per
+/// movement).
+fn lane_mates(m: MovementId, in_lanes: &[Vec<String>]) -> MovementSet {
+    let own = in_lanes.get(m.0 as usize).map_or(&[][..], |v| v);
+    in_lanes
+        .iter()
+        .enumerate()
+        .filter(|&(k, lanes)| k != m.0 as usize && lanes.iter().any(|l| own.contains(l)))
+        .fold(MovementSet::EMPTY, |mut set, (k, _)| {
+            set.insert(MovementId(k as u8));
+            set
+        })
 }
 
 /// Per plan phase, the phase it is a walk stage of, if any: a phase `q` that serves all of

@@ -40,7 +40,8 @@ fn python() -> String {
     std::env::var("GREENWAVE_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-fn game(home: &Path, name: &str, net: &str, routes: &[&str]) -> DevNet {
+/// One of SUMO's `tools/game` nets, `name` its folder.
+pub fn game(home: &Path, name: &str, net: &str, routes: &[&str]) -> DevNet {
     let dir = home.join("tools/game").join(name);
     DevNet {
         name: format!("game/{name}"),
