@@ -729,7 +729,7 @@ fn build_one(
 /// tuned on"). A left turn that shares its lane with the through traffic (`in_lanes`, per
 /// movement) stays with every phase that shows it green: a vehicle on that lane may be
 /// going straight on, so it would call the protected phase and hold it green while it
-/// cannot move (game/bs3d: 28 s to 478 s under actuated control, BENCHMARKS.md, "Max
+/// cannot move (game/bs3d: 28.42 s to 344.37 s under actuated control, BENCHMARKS.md, "Max
 /// green from a program that holds its greens").
 fn detector_assignment(
     plan: &PhasePlan,
