@@ -73,6 +73,18 @@ pub struct PhaseId(pub u8);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MovementSet(pub u32);
 
+impl FromIterator<MovementId> for MovementSet {
+    /// The set of the movements yielded (those ≥ [`MAX_MOVEMENTS`] ignored, as by
+    /// [`MovementSet::insert`]).
+    fn from_iter<I: IntoIterator<Item = MovementId>>(movements: I) -> Self {
+        let mut set = MovementSet::EMPTY;
+        for m in movements {
+            set.insert(m);
+        }
+        set
+    }
+}
+
 impl MovementSet {
     /// The empty set.
     pub const EMPTY: MovementSet = MovementSet(0);

@@ -12,7 +12,7 @@ use greenwave_core::{
 };
 
 use super::approach::{approach_zone, Feeders, ZoneLane, APPROACH_RANGE_M};
-use super::model::{build_models, ModelOptions, NetModels, StaticSignal, TlsModel};
+use super::model::{build_models, movements_at, ModelOptions, NetModels, StaticSignal, TlsModel};
 use super::net::{NetFile, NetLane};
 use super::process::{SumoProcess, WorkDir};
 use super::readings::{number, Answer, LaneRole, ReadMode, ReadPlan, Slot, LOOP_PREFIX};
@@ -34,20 +34,14 @@ pub const VEHICLE_SPACING_M: f64 = 7.5;
 /// The movements each observed incoming lane of `m` carries (a shared lane, several), then
 /// those each observed pedestrian crossing carries: the observation's lane order.
 fn lane_movements(m: &TlsModel) -> Vec<MovementSet> {
-    let carrying = |of: &[Vec<String>], id: &String| {
-        let mut set = MovementSet::EMPTY;
-        for (mv, ids) in of.iter().enumerate() {
-            if ids.contains(id) {
-                set.insert(greenwave_core::MovementId(mv as u8));
-            }
-        }
-        set
-    };
-    let lanes = m.in_lanes.iter().map(|l| carrying(&m.movement_in_lanes, l));
+    let lanes = m
+        .in_lanes
+        .iter()
+        .map(|l| movements_at(&m.movement_in_lanes, l));
     let crossings = m
         .crossings
         .iter()
-        .map(|c| carrying(&m.movement_crossings, c));
+        .map(|c| movements_at(&m.movement_crossings, c));
     lanes.chain(crossings).collect()
 }
 

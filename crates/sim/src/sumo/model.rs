@@ -12,7 +12,7 @@
 //!   junction uncontrolled.
 //! * **Timing** per phase from the program (see [`timing`](super::timing)): yellow and
 //!   all-red from the intervals that follow each green, max green from `maxDur` or the
-//!   green itself (at least 60 s), min green 5 s; then the user's overrides.
+//!   green itself (at least 60 s, at most 300 s), min green 5 s; then the user's overrides.
 //! * **Movements** are the traffic light's controlled links grouped by incoming edge,
 //!   outgoing edge and green pattern in the static program (so every link of a movement
 //!   is green in exactly the same static phases). Links never green in the static program
@@ -100,7 +100,7 @@ pub struct TlsModel {
     pub approaches: Vec<String>,
     /// Per plan phase, the movements whose detectors speak for it (greenwave-core's
     /// [`assigned_movements`](greenwave_core::control::assigned_movements)) by the
-    /// program's `G`/`g` ([`detector_assignment`]), before walk stages
+    /// program's `G`/`g` and the movements' shared lanes ([`detector_assignment`]), before walk stages
     /// ([`TlsModel::actuated_assignment`]).
     pub detector_assignment: Vec<MovementSet>,
     /// Whether the conflicts came from junction foe tables (false: from the program only).
@@ -719,18 +719,20 @@ fn build_one(
 /// there) and have right of way in another phase (one of their links shows `G` there) on
 /// lanes of their own there: a left turn permitted beside the opposing through and
 /// protected in a phase of its own, from a pocket or a lane only the movements of that
-/// phase use, belongs to that phase only. SUMO's actuated controller does the same: a
+/// phase use, belongs to that phase only. SUMO's actuated controller does the like: a
 /// lane's loop does not extend a phase where its link is minor green but major in another
-/// phase (MSActuatedTrafficLightLogic, "check1a"), nor one in which another link from the
-/// lane may not drive ("check1"; its exceptions for single-lane approaches and for
-/// conflicts only with pedestrians or bikes are not mirrored). Without this, the waiting
-/// left turners hold the through phase to max green and never call their protected phase,
-/// which serves nothing the through phase does not (tools/README.md, "Net variants nobody
-/// tuned on"). A left turn that shares its lane with the through traffic (`in_lanes`, per
-/// movement) stays with every phase that shows it green: a vehicle on that lane may be
-/// going straight on, so it would call the protected phase and hold it green while it
-/// cannot move (game/bs3d: 28.42 s to 344.37 s under actuated control, BENCHMARKS.md, "Max
-/// green from a program that holds its greens").
+/// phase (MSActuatedTrafficLightLogic, "check1a"; its exceptions for single-lane approaches
+/// and for conflicts only with pedestrians or bikes are not mirrored). Without this, the
+/// waiting left turners hold the through phase to max green and never call their
+/// protected phase, which serves nothing the through phase does not (tools/README.md, "Net
+/// variants nobody tuned on"). A left turn that shares its lane with the through traffic
+/// (`in_lanes`, per movement) stays with every phase that shows it green: a vehicle on that
+/// lane may be going straight on, so it would call the protected phase and hold it green
+/// while it cannot move (game/bs3d: 28.42 s to 344.37 s under actuated control,
+/// BENCHMARKS.md, "Max green from a program that holds its greens"). SUMO instead uses
+/// such a lane's loop in neither phase ("check1": none speaks for a phase in which another
+/// link from its lane may not drive); greenwave's detectors are per movement, not per
+/// lane, so the through movement's detector, which reads that lane too, still does.
 fn detector_assignment(
     plan: &PhasePlan,
     links: &[LinkRole],
@@ -752,7 +754,7 @@ fn detector_assignment(
         .collect();
     let ever_major = major.iter().fold(MovementSet::EMPTY, |a, &b| a.or(b));
     // Those whose lanes carry only movements that drive wherever they have right of way.
-    let own_lanes = ever_major
+    let on_own_lanes: MovementSet = ever_major
         .iter()
         .filter(|&m| {
             let mates = lane_mates(m, in_lanes);
@@ -762,14 +764,21 @@ fn detector_assignment(
                 .filter(|(_, here)| here.contains(m))
                 .all(|(phase, _)| mates.minus(phase.movements).is_empty())
         })
-        .fold(MovementSet::EMPTY, |mut set, m| {
-            set.insert(m);
-            set
-        });
+        .collect();
     plan.phases()
         .iter()
         .zip(&major)
-        .map(|(phase, &here)| phase.movements.minus(own_lanes.minus(here)))
+        .map(|(phase, &here)| phase.movements.minus(on_own_lanes.minus(here)))
+        .collect()
+}
+
+/// The movements whose entry in `of` (per movement: its incoming lanes, or its crossings)
+/// names `id`: more than one where they share a lane.
+pub(crate) fn movements_at(of: &[Vec<String>], id: &str) -> MovementSet {
+    of.iter()
+        .enumerate()
+        .filter(|(_, ids)| ids.iter().any(|i| i == id))
+        .map(|(m, _)| MovementId(m as u8))
         .collect()
 }
 
@@ -777,14 +786,11 @@ fn detector_assignment(
 /// movement).
 fn lane_mates(m: MovementId, in_lanes: &[Vec<String>]) -> MovementSet {
     let own = in_lanes.get(m.0 as usize).map_or(&[][..], |v| v);
-    in_lanes
-        .iter()
-        .enumerate()
-        .filter(|&(k, lanes)| k != m.0 as usize && lanes.iter().any(|l| own.contains(l)))
-        .fold(MovementSet::EMPTY, |mut set, (k, _)| {
-            set.insert(MovementId(k as u8));
-            set
+    own.iter()
+        .fold(MovementSet::EMPTY, |set, lane| {
+            set.or(movements_at(in_lanes, lane))
         })
+        .minus(MovementSet::from_ids(&[m.0]))
 }
 
 /// Per plan phase, the phase it is a walk stage of, if any: a phase `q` that serves all of
@@ -794,15 +800,13 @@ fn lane_mates(m: MovementId, in_lanes: &[Vec<String>]) -> MovementSet {
 /// vehicles, then a short one without them (the pedestrians' clearance), the vehicles
 /// going on. Each step of a chain (`p ⊃ q ⊃ r`) drops pedestrians only, so none loops.
 fn walk_stages(plan: &PhasePlan) -> Vec<Option<usize>> {
-    let walking = plan
+    let walking: MovementSet = plan
         .movements()
         .iter()
         .enumerate()
         .filter(|(_, m)| m.turn == greenwave_core::Turn::Pedestrian)
-        .fold(MovementSet::EMPTY, |mut set, (i, _)| {
-            set.insert(MovementId(i as u8));
-            set
-        });
+        .map(|(i, _)| MovementId(i as u8))
+        .collect();
     let phases = plan.phases();
     let n = phases.len();
     (0..n)
@@ -1533,6 +1537,97 @@ mod tests {
             })
             .collect();
         PhasePlan::new(&movements, ConflictMatrix::from_pairs(&[]), &phases).ok()
+    }
+
+    /// Per phase, a state string with link `m` (movement `m`) `G` where `major` has it,
+    /// `g` where only the phase has it, `r` elsewhere.
+    fn states(plan: &PhasePlan, major: &[u32]) -> Vec<String> {
+        plan.phases()
+            .iter()
+            .zip(major)
+            .map(|(phase, &bits)| {
+                (0..plan.movements().len())
+                    .map(|m| {
+                        match (
+                            bits >> m & 1 == 1,
+                            phase.movements.contains(MovementId(m as u8)),
+                        ) {
+                            (_, false) => 'r',
+                            (true, true) => 'G',
+                            (false, true) => 'g',
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn lanes(ids: &[&[&str]]) -> Vec<Vec<String>> {
+        ids.iter()
+            .map(|l| l.iter().map(|s| s.to_string()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_left_goes_to_its_protected_phase_only_from_a_lane_of_its_own() {
+        // Movement 0 through, 1 left, 2 U-turn; phase 0 the through with the left and
+        // U-turn yielding, phase 1 those two protected.
+        let plan = plan(&[false; 3], &[0b111, 0b110]).unwrap();
+        let links: Vec<LinkRole> = (0..3).map(LinkRole::Movement).collect();
+        let st = states(&plan, &[0b001, 0b110]);
+        assert_eq!(st, ["Ggg", "rGG"]);
+        let set = |ids: &[u8]| MovementSet::from_ids(ids);
+        // A pocket for the left and the U-turn: they answer to their protected phase only.
+        let pocket = lanes(&[&["in_0", "in_1"], &["in_2"], &["in_2"]]);
+        assert_eq!(
+            detector_assignment(&plan, &links, &st, &pocket),
+            [set(&[0]), set(&[1, 2])]
+        );
+        // The left and U-turn share the through's inner lane: they stay with both phases.
+        let shared = lanes(&[&["in_0", "in_1"], &["in_1"], &["in_1"]]);
+        assert_eq!(
+            detector_assignment(&plan, &links, &st, &shared),
+            [set(&[0, 1, 2]), set(&[1, 2])]
+        );
+        assert_eq!(lane_mates(MovementId(1), &shared), set(&[0, 2]));
+        assert_eq!(movements_at(&shared, "in_1"), set(&[0, 1, 2]));
+    }
+
+    proptest! {
+        /// On any plan, program and lanes: each phase answers to a subset of its movements
+        /// that holds every movement with right of way there; a movement left out yields
+        /// there, has right of way elsewhere, and every movement sharing a lane with it
+        /// is served wherever it has right of way.
+        #[test]
+        fn detector_assignment_drops_only_yielding_movements_on_lanes_of_their_own(
+            n in 1usize..8,
+            phases in proptest::collection::vec(any::<u32>(), 2..6),
+            major in proptest::collection::vec(any::<u32>(), 6),
+            lane_of in proptest::collection::vec((0u8..4, 0u8..4), 8),
+        ) {
+            let Some(plan) = plan(&vec![false; n], &phases) else { return Ok(()) };
+            let major: Vec<u32> = plan.phases().iter().zip(&major).map(|(p, &b)| b & p.movements.0).collect();
+            let st = states(&plan, &major);
+            let links: Vec<LinkRole> = (0..n as u8).map(LinkRole::Movement).collect();
+            let in_lanes: Vec<Vec<String>> = lane_of[..n]
+                .iter()
+                .map(|&(a, b)| vec![format!("in_{a}"), format!("in_{b}")])
+                .collect();
+            let assigned = detector_assignment(&plan, &links, &st, &in_lanes);
+            for (p, phase) in plan.phases().iter().enumerate() {
+                prop_assert!(assigned[p].minus(phase.movements).is_empty());
+                prop_assert!(MovementSet(major[p]).minus(assigned[p]).is_empty());
+                for m in phase.movements.minus(assigned[p]).iter() {
+                    let protected: Vec<usize> =
+                        (0..plan.n_phases()).filter(|&q| major[q] >> m.0 & 1 == 1).collect();
+                    prop_assert!(!protected.is_empty());
+                    for q in protected {
+                        let mates = lane_mates(m, &in_lanes);
+                        prop_assert!(mates.minus(plan.phases()[q].movements).is_empty());
+                    }
+                }
+            }
+        }
     }
 
     proptest! {

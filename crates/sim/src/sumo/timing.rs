@@ -362,7 +362,12 @@ pub fn resolve(
         Some(v) => v,
         None => clamp_net(net.all_red, ALL_RED_RANGE, "all-red", notes),
     };
-    let min_green = user(over.min_green_s, "min green", green_range)?
+    // Below the ceiling by a step, so that a max green above it stays within it.
+    let min_green_range = (
+        green_range.0,
+        green_range.1.saturating_sub(Millis(step_ms.max(1))),
+    );
+    let min_green = user(over.min_green_s, "min green", min_green_range)?
         .unwrap_or(secs_to_step(DEFAULT_MIN_GREEN_S, step_ms));
     let max_green = match user(over.max_green_s, "max green", green_range)? {
         Some(v) => v,
@@ -583,6 +588,15 @@ mod tests {
             "the user's value beats the net's"
         );
         assert!(!notes.iter().any(|n| n.contains("max green")), "{notes:?}");
+        // A min green at the ceiling would need a max green above it.
+        let over = TimingOverrides {
+            min_green_s: Some(300.0),
+            ..Default::default()
+        };
+        let err = resolve("J", hold, &over, 1000, &mut notes)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("min green 300 s"), "{err}");
     }
 
     #[test]
