@@ -183,8 +183,8 @@ pub trait Env {
     /// movements whose detectors extend and call each phase under actuated control
     /// (greenwave-core's [`assigned_movements`](greenwave_core::control::assigned_movements)),
     /// where its program says more than the plan (a SUMO light whose program shows a
-    /// movement yielding, `g`, in one phase and with right of way, `G`, in another; a walk
-    /// stage, which answers to its pedestrians only). None by default: every phase answers
+    /// movement yielding, `g`, in one phase and with right of way, `G`, from a lane of its
+    /// own, in another; a walk stage, which answers to its pedestrians only). None by default: every phase answers
     /// to all its movements.
     fn detector_assignment(&self, _signal: usize) -> Option<Vec<MovementSet>> {
         None

@@ -16,9 +16,9 @@ use crate::units::Millis;
 /// after it, in plan order, with a call on a movement assigned to it and not to the green;
 /// with no call anywhere the green rests. A phase's movements are all assigned to it unless
 /// `assigned` says otherwise ([`assigned_movements`](super::assigned_movements)): a left
-/// turn that yields in the through phase and has a protected phase of its own is assigned
-/// to that one only, so its queue, waiting for a gap, neither holds the through phase to
-/// max green nor leaves its protected phase uncalled. A movement whose downstream is nearly full
+/// turn that yields in the through phase and has a protected phase of its own, from a lane
+/// of its own, is assigned to that one only, so its queue, waiting for a gap, neither holds
+/// the through phase to max green nor leaves its protected phase uncalled. A movement whose downstream is nearly full
 /// ([`SPILLBACK_FRACTION`](super::SPILLBACK_FRACTION)) neither extends a green nor places a
 /// call: its vehicles could not leave the junction (spill-back gating). Decisions come once
 /// per decision interval, so a gap-out takes effect at the next decision point.

@@ -38,10 +38,12 @@ use crate::plan::{MovementSet, PhasePlan};
 ///
 /// A movement served in two phases, yielding in one (SUMO's minor green `g`: a left turn
 /// beside the opposing through) and with right of way in the other (its protected phase),
-/// belongs to the second only: its queue, waiting for a gap, says nothing about whether
-/// the first still moves traffic, and its calls must bring up the protected phase, which
-/// serves nothing the first does not (greenwave-sim's SUMO model derives the assignment
-/// from the program so). Max-pressure does not use it: a yielding movement does discharge
+/// belongs to the second only where its lane is its own (a pocket): its queue, waiting
+/// for a gap, says nothing about whether the first still moves traffic, and its calls must
+/// bring up the protected phase, which serves nothing the first does not. From a lane it
+/// shares with the through traffic it belongs to both, since a vehicle there may be going
+/// straight on (greenwave-sim's SUMO model derives the assignment from the program and the
+/// lanes so). Max-pressure does not use it: a yielding movement does discharge
 /// in the phase where it yields.
 ///
 /// Where an entry leaves a phase none of its movements, the phase answers to all of them,
