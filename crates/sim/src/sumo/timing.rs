@@ -541,9 +541,7 @@ mod tests {
             yellow_s: Some(2.0),
             ..Default::default()
         };
-        let err = resolve("J", net, &over, 1000, &mut notes)
-            .unwrap_err()
-            .to_string();
+        let err = refusal(net, &over);
         assert!(
             err.contains("signal J") && err.contains("yellow 2 s"),
             "{err}"
@@ -552,9 +550,7 @@ mod tests {
             all_red_s: Some(1.5),
             ..Default::default()
         };
-        let err = resolve("J", net, &over, 1000, &mut notes)
-            .unwrap_err()
-            .to_string();
+        let err = refusal(net, &over);
         assert!(err.contains("multiple of the SUMO step"), "{err}");
         let over = TimingOverrides {
             min_green_s: Some(30.0),
@@ -562,10 +558,22 @@ mod tests {
             ..Default::default()
         };
         assert!(resolve("J", net, &over, 1000, &mut notes).is_err());
+    }
+
+    /// The error `resolve` gives for `net` with `over`.
+    fn refusal(net: NetPhaseTiming, over: &TimingOverrides) -> String {
+        resolve("J", net, over, 1000, &mut Vec::new())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_net_max_green_above_the_ceiling_is_lowered_with_a_note() {
         // A program that holds its green for hours (SUMO's game nets, for their player).
         let hold = NetPhaseTiming {
+            yellow: Millis(3000),
+            all_red: Millis::ZERO,
             max_green: Millis(10_000_000),
-            ..net
         };
         let mut notes = Vec::new();
         let t = resolve("J", hold, &TimingOverrides::default(), 1000, &mut notes).unwrap();
@@ -593,9 +601,7 @@ mod tests {
             min_green_s: Some(300.0),
             ..Default::default()
         };
-        let err = resolve("J", hold, &over, 1000, &mut notes)
-            .unwrap_err()
-            .to_string();
+        let err = refusal(hold, &over);
         assert!(err.contains("min green 300 s"), "{err}");
     }
 
