@@ -5,8 +5,9 @@
 //! Fallback timing: on the embedded simulator, Webster's cycle for the scenario's demand and
 //! actuated max greens of 1.5 × those greens (what `greenwave sim` runs); on SUMO, each
 //! light's own program as the fixed cycle (greens kept within the plan's min and max green)
-//! and actuated max greens of 1.5 × the program's greens (a walk stage's counted in the
-//! stage its vehicles go on in: `Env::actuated_greens`) with the detector-to-phase
+//! and actuated max greens of 1.5 × the program's greens within the plan's max greens (a
+//! walk stage's counted in the stage its vehicles go on in: `Env::actuated_greens`;
+//! `greenwave_sim::controllers::max_greens_over`) with the detector-to-phase
 //! assignment the program implies (what actuated control on SUMO runs).
 
 use std::path::PathBuf;

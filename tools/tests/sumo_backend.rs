@@ -637,7 +637,8 @@ fn site_from_the_net_gives_the_program_clock(d: &Path, sumo: [&str; 6]) {
         "n_lanes counts the detector zones"
     );
     // The fallback is the light's own program (42 s + 42 s; `Fallback::from_programs`,
-    // what the controller's SUMO field falls back to as well), and 1.5 × it as max greens.
+    // what the controller's SUMO field falls back to as well), and 1.5 × it as max greens
+    // within the plan's (60 s: 63 s would never be reached, the sequencer ends it first).
     let stages: Vec<(u8, u32)> = cfg.signals[0]
         .fixed_cycle
         .iter()
@@ -647,7 +648,7 @@ fn site_from_the_net_gives_the_program_clock(d: &Path, sumo: [&str; 6]) {
     let actuated = cfg.signals[0].actuated.as_ref().unwrap();
     assert_eq!(
         actuated.max_green.as_slice(),
-        [greenwave_core::Millis(63_000); 2]
+        [greenwave_core::Millis(60_000); 2]
     );
     // And the program's detector-to-phase assignment (no movement yields here: each phase
     // answers to all its movements), written and read back.

@@ -105,7 +105,8 @@ impl Fallback {
     /// Each signal's own program (`env`'s [`program_greens`](greenwave_sim::Env::program_greens),
     /// one entry per signal of `plans`) as its fixed cycle, each green within its phase's
     /// min and max green, and 1.5 × its actuated greens (`env`'s `actuated_greens`: a walk
-    /// stage's green counted in the stage its vehicles go on in) as actuated max greens with
+    /// stage's green counted in the stage its vehicles go on in), within the plan's max
+    /// greens, as actuated max greens with
     /// the program's detector-to-phase assignment (`env`'s `detector_assignment`): what a
     /// cabinet on a SUMO net falls back to (`greenwave site` writes the same into a site
     /// configuration). A signal without a program gets its plan's midpoint cycle.
@@ -118,7 +119,7 @@ impl Fallback {
                 let greens = env.program_greens(i).unwrap_or_default();
                 let assigned = env.detector_assignment(i).unwrap_or_default();
                 let actuated_greens = env.actuated_greens(i).unwrap_or_default();
-                let actuated = program_actuated(&actuated_greens).with_assigned(&assigned);
+                let actuated = program_actuated(plan, &actuated_greens).with_assigned(&assigned);
                 (program_cycle(plan, &greens), actuated)
             })
             .unzip();
@@ -204,10 +205,9 @@ fn program_cycle(plan: &PhasePlan, greens: &[Millis]) -> FixedCycle {
     }
 }
 
-/// Actuated control with 1.5 × a program's greens as max greens.
+/// Actuated control with 1.5 × a program's greens as max greens, within `plan`'s.
 #[cfg(feature = "sim")]
-fn program_actuated(greens: &[Millis]) -> ActuatedSignal {
-    use greenwave_sim::controllers::max_green_over;
-    let max: Vec<Millis> = greens.iter().copied().map(max_green_over).collect();
+fn program_actuated(plan: &PhasePlan, greens: &[Millis]) -> ActuatedSignal {
+    let max = greenwave_sim::controllers::max_greens_over(plan, greens);
     ActuatedSignal::new(ActuatedSignal::default().passage_s, &max)
 }

@@ -1,6 +1,6 @@
 //! Vehicle-actuated control: gap-out / max-out on detector calls.
 
-use greenwave_core::{ActuatedSignal, Millis};
+use greenwave_core::{ActuatedSignal, Millis, PhasePlan};
 
 use super::{Controller, FixedTime};
 use crate::env::Env;
@@ -17,7 +17,8 @@ pub const MAX_GREEN_OVER_WEBSTER: f64 = 1.5;
 ///
 /// **Max green.** Where `max_green` gives none for a signal, a signal that replaces a
 /// program of its own (a SUMO light) caps each phase at [`MAX_GREEN_OVER_WEBSTER`] times
-/// the program's green for it ([`Env::actuated_greens`]: a stage its vehicles go on in
+/// the program's green for it, within the plan's max green ([`max_greens_over`];
+/// [`Env::actuated_greens`]: a stage its vehicles go on in
 /// after a walk stage counts the walk stage's green too), as a timing plan caps actuated
 /// greens at 1.25–1.5 times the fixed-time greens; near saturation, gap-out alone lets each
 /// long red's queue earn the next long green, and the cycle grows until every phase maxes
@@ -41,12 +42,25 @@ impl Default for Actuated {
     }
 }
 
-/// The max green of a phase whose fixed-time green (Webster's, or the replaced program's)
-/// is `green`: [`MAX_GREEN_OVER_WEBSTER`] times it, to the millisecond (half a millisecond
-/// rounds up; saturates at `u32::MAX` ms).
-pub fn max_green_over(green: Millis) -> Millis {
-    // Exact: 1.5 times a u32 is a multiple of 0.5 well inside f64's integers.
-    Millis((f64::from(green.0) * MAX_GREEN_OVER_WEBSTER).round() as u32)
+/// The actuated max green of a phase whose fixed-time green (Webster's, or the replaced
+/// program's) is `green` and whose plan max green is `plan_max`: [`MAX_GREEN_OVER_WEBSTER`]
+/// times `green`, to the millisecond (half a millisecond rounds up), and never above
+/// `plan_max`, where the sequencer would end the green in any case. A program that holds a
+/// green for 1,000 s (SUMO's game nets) thus gives its plan's 300 s, not 1,500 s.
+pub fn max_green_over(green: Millis, plan_max: Millis) -> Millis {
+    // Exact: 1.5 times a u32 is a multiple of 0.5 well inside f64's integers; the cast
+    // saturates at u32::MAX ms before the cap.
+    Millis((f64::from(green.0) * MAX_GREEN_OVER_WEBSTER).round() as u32).min(plan_max)
+}
+
+/// [`max_green_over`] for each phase of `plan` whose fixed-time green `greens` gives (in plan
+/// order; phases beyond `greens` get none, and so keep the plan's max green).
+pub fn max_greens_over(plan: &PhasePlan, greens: &[Millis]) -> Vec<Millis> {
+    plan.phases()
+        .iter()
+        .zip(greens)
+        .map(|(phase, &green)| max_green_over(green, phase.timing.max_green))
+        .collect()
 }
 
 impl Actuated {
@@ -73,7 +87,7 @@ impl Actuated {
                     plan.phases().iter().map(|p| p.timing.max_green).collect();
                 for stage in &fixed.stages {
                     if let Some(m) = max.get_mut(stage.phase as usize) {
-                        *m = (*m).min(max_green_over(stage.green));
+                        *m = max_green_over(stage.green, *m);
                     }
                 }
                 max
@@ -95,7 +109,7 @@ impl Controller for Actuated {
                     Some(given) if !given.is_empty() => given.clone(),
                     _ => env
                         .actuated_greens(i)
-                        .map(|greens| greens.into_iter().map(max_green_over).collect())
+                        .map(|greens| max_greens_over(env.sequencer(i).plan(), &greens))
                         .unwrap_or_default(),
                 };
                 let assigned = env.detector_assignment(i).unwrap_or_default();

@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use greenwave_core::{Interval, Millis, PhaseId, Sequencer};
 
-pub use actuated::{max_green_over, Actuated, MAX_GREEN_OVER_WEBSTER};
+pub use actuated::{max_green_over, max_greens_over, Actuated, MAX_GREEN_OVER_WEBSTER};
 pub use fixed_time::{webster_plan, FixedTime, FixedTimePlan};
 pub use max_pressure::{MaxPressure, DETECTION_RANGE_M};
 

@@ -283,3 +283,34 @@ fn run_episode_resets_and_runs_to_the_end() {
         assert!(m.throughput_veh > 50, "{kind}: {m:?}");
     }
 }
+
+proptest::proptest! {
+    /// An actuated max green is 1.5 × the fixed-time green, never above the plan's max
+    /// green: a program holding a green for 1,000 s or more (SUMO's game nets) gives the
+    /// plan's bound, which the sequencer enforces in any case, not 1.5 × the program's.
+    #[test]
+    fn an_actuated_max_green_is_one_and_a_half_greens_within_the_plans(
+        greens_ms in proptest::collection::vec(0u32..=u32::MAX, 0..4),
+    ) {
+        let plan = two_phase_plan();
+        let greens: Vec<Millis> = greens_ms.iter().copied().map(Millis).collect();
+        let max = max_greens_over(&plan, &greens);
+        proptest::prop_assert_eq!(max.len(), greens.len().min(plan.n_phases()));
+        for ((m, g), phase) in max.iter().zip(&greens).zip(plan.phases()) {
+            let plan_max = phase.timing.max_green;
+            proptest::prop_assert!(*m <= plan_max, "{m:?} above {plan_max:?}");
+            let over = (f64::from(g.0) * 1.5).round().min(f64::from(u32::MAX));
+            proptest::prop_assert_eq!(f64::from(m.0), over.min(f64::from(plan_max.0)));
+        }
+    }
+}
+
+#[test]
+fn a_program_green_of_a_thousand_seconds_gives_the_plans_max_green() {
+    let plan = two_phase_plan();
+    let plan_max = plan.phases()[0].timing.max_green;
+    assert!(plan_max < secs(1000));
+    assert_eq!(max_green_over(secs(1000), plan_max), plan_max);
+    assert_eq!(max_green_over(secs(12), plan_max), secs(18));
+    assert_eq!(max_greens_over(&plan, &[secs(1000)]), vec![plan_max]);
+}
