@@ -3,7 +3,8 @@
 //! cuda` and run on a machine with a GPU (never in CI): `cargo test --release -p
 //! greenwave-learn --features cuda --test cuda`. Written after the one GPU session so far
 //! (BENCHMARKS.md, "The learner on a GPU"), whose end-to-end runs trained on CUDA; it
-//! compiles, but has not yet run on a GPU. On the CPU the lane encoder is the fused op with the
+//! compiles, but has not yet run on a GPU (`tools/diagnostics/issue14/gpu/` builds it for
+//! one and runs it there). On the CPU the lane encoder is the fused op with the
 //! rational tanh (`lane_pool.rs`), on CUDA candle's own ops, so the two agree up to that
 //! approximation and float order, not bit for bit.
 #![cfg(feature = "cuda")]
