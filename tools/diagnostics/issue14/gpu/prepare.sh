@@ -23,7 +23,9 @@ cargo build --release -p greenwave-tools -p greenwave-learn \
 test_bin=$(cargo test --release -p greenwave-learn --features cuda --test cuda --no-run 2>&1 |
   sed -n 's/.*Executable tests\/cuda.rs (\(.*\))$/\1/p')
 [ -x "$test_bin" ] || { echo "no CUDA test binary was built" >&2; exit 1; }
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
 rm -rf .gpu && mkdir -p .gpu/lib
 strip -o .gpu/greenwave "$CARGO_TARGET_DIR/release/greenwave"
 strip -o .gpu/shared_update_bench "$CARGO_TARGET_DIR/release/examples/shared_update_bench"
