@@ -21,7 +21,7 @@ cd "$root"
 cargo build --release -p greenwave-tools -p greenwave-learn \
   --features greenwave-tools/cuda,greenwave-learn/cuda --bin greenwave --example shared_update_bench
 test_bin=$(cargo test --release -p greenwave-learn --features cuda --test cuda --no-run 2>&1 |
-  sed -n 's/.*Executable tests\/cuda.rs (\(.*\))$/\1/p')
+  tee /dev/stderr | sed -n 's/.*Executable tests\/cuda.rs (\(.*\))$/\1/p')
 [ -x "$test_bin" ] || { echo "no CUDA test binary was built" >&2; exit 1; }
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
