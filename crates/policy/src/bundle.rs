@@ -412,7 +412,9 @@ fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, Bu
     };
     let beside: Manifest =
         serde_json::from_slice(get(MANIFEST_FILE)?).map_err(BundleError::Manifest)?;
-    let inside = onnx::read_manifest(get(MODEL_FILE)?).map_err(BundleError::Model)?;
+    let model = get(MODEL_FILE)?;
+    let inside = onnx::read_manifest(model).map_err(BundleError::Model)?;
+    onnx::check_finite(model).map_err(BundleError::Model)?;
     if beside != inside {
         return Err(BundleError::ManifestMismatch {
             fields: differing_fields(&beside, &inside),

@@ -44,6 +44,9 @@ pub enum WriteError {
     /// The manifest could not be serialised.
     #[error("manifest JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// The weights are not a sound policy (a NaN or infinite weight).
+    #[error("the policy's weights: {0}")]
+    Weights(#[from] onnx::OnnxError),
 }
 
 /// Paths of the side files of an ONNX model path: `X.blob`, `X.int8.blob`, `X.manifest.json`.
@@ -70,25 +73,28 @@ pub fn write_policy_files(
     plan_hash: u64,
     out: &Path,
 ) -> Result<PolicyFiles, WriteError> {
+    // Every file is made, and checked, before the first is written: a policy that cannot be
+    // exported whole leaves the files of an earlier export as they were, never a mix.
+    let model = onnx::export(weights, manifest);
+    onnx::check_finite(&model)?;
+    let mlp = weights.actor_mlp(plan_hash, manifest.policy_version);
+    let blob_of = |int8: bool, which: &'static str| {
+        mlp.to_blob(int8)
+            .map_err(|source| WriteError::Blob { which, source })
+    };
+    let (f32_bytes, int8_bytes) = (blob_of(false, "f32")?, blob_of(true, "int8")?);
+    let manifest_json = serde_json::to_string_pretty(manifest)?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| WriteError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
     }
-    write(out, &onnx::export(weights, manifest))?;
     let (blob, blob_int8, manifest_path) = side_paths(out);
-    let mlp = weights.actor_mlp(plan_hash, manifest.policy_version);
-    for (path, int8, which) in [(&blob, false, "f32"), (&blob_int8, true, "int8")] {
-        let bytes = mlp
-            .to_blob(int8)
-            .map_err(|source| WriteError::Blob { which, source })?;
-        write(path, &bytes)?;
-    }
-    write(
-        &manifest_path,
-        serde_json::to_string_pretty(manifest)?.as_bytes(),
-    )?;
+    write(out, &model)?;
+    write(&blob, &f32_bytes)?;
+    write(&blob_int8, &int8_bytes)?;
+    write(&manifest_path, manifest_json.as_bytes())?;
     Ok(PolicyFiles {
         onnx: out.to_path_buf(),
         blob,

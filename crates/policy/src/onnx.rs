@@ -310,6 +310,33 @@ fn read_head(
     Ok(layers)
 }
 
+/// Checks that every float initialiser of an ONNX model holds finite numbers only: a
+/// policy with a NaN or infinite weight is corrupt, whatever graph it has (per-signal MLP or
+/// shared network), even where a runtime's activation happens to hide it (tract's ReLU
+/// turns NaN into 0, ONNX Runtime's keeps it). The first bad element is named.
+pub fn check_finite(bytes: &[u8]) -> Result<(), OnnxError> {
+    let model = pb::ModelProto::decode(bytes)?;
+    let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
+    let float = pb::tensor_proto::DataType::Float as i32;
+    for t in graph.initializer.iter().filter(|t| t.data_type == float) {
+        let from_raw = t
+            .raw_data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        let values = from_raw.chain(t.float_data.iter().copied());
+        if let Some(i) = values
+            .enumerate()
+            .find_map(|(i, v)| (!v.is_finite()).then_some(i))
+        {
+            return Err(OnnxError::BadInitializer {
+                name: t.name.clone(),
+                problem: format!("element {i} is not finite"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Reads a greenwave policy (weights from the initialisers, and the manifest) from ONNX.
 pub fn import(bytes: &[u8]) -> Result<(PolicyWeights, Manifest), OnnxError> {
     let model = pb::ModelProto::decode(bytes)?;

@@ -222,3 +222,84 @@ fn packing_refuses_inconsistent_inputs_and_existing_output() {
     );
     let _ = fs::remove_dir_all(&fx.dir);
 }
+
+/// A policy with a NaN weight is refused everywhere it could enter: export writes none of
+/// its files (an earlier export's stay whole), packing refuses it, a bundle holding one
+/// (signed after the fact) does not verify, and no backend loads it, tract included,
+/// whose ReLU would turn the NaN into a finite but meaningless output. The NaN sits in
+/// the critic, which the firmware blob does not carry, so only the model shows it.
+#[test]
+fn a_policy_with_a_nan_weight_is_refused_at_export_pack_verify_and_load() {
+    let fx = fixture("nan-weight");
+    let key = bundle::load_signing_key(&fx.keys.secret).unwrap();
+    let mut bad = synthetic_weights(fx.layout, &[64, 64], 2024);
+    bad.critic[1].weights[7] = f32::NAN;
+
+    // Export over the good files: refused by name, every earlier file unchanged.
+    let manifest = greenwave_policy::onnx::read_manifest(&fs::read(&fx.onnx).unwrap()).unwrap();
+    let before: Vec<Vec<u8>> = fx_files(&fx.onnx)
+        .iter()
+        .map(|p| fs::read(p).unwrap())
+        .collect();
+    let err =
+        greenwave_policy::files::write_policy_files(&bad, &manifest, fx.plan.hash(), &fx.onnx)
+            .unwrap_err();
+    assert!(err.to_string().contains("not finite"), "{err}");
+    let after: Vec<Vec<u8>> = fx_files(&fx.onnx)
+        .iter()
+        .map(|p| fs::read(p).unwrap())
+        .collect();
+    assert_eq!(
+        before, after,
+        "a refused export changed the files of the one before"
+    );
+
+    // The NaN model beside the good manifest and blobs (as a hand-made export would be).
+    let d = fx.dir.join("nan");
+    copy_dir(&fx.bundle, &d);
+    let nan_model = greenwave_policy::onnx::export(&bad, &manifest);
+    let staged = fx.dir.join("staged");
+    fs::create_dir_all(&staged).unwrap();
+    let staged_onnx = staged.join("policy.onnx");
+    fs::write(&staged_onnx, &nan_model).unwrap();
+    for side in ["manifest.json", "blob", "int8.blob"] {
+        fs::copy(
+            fx.onnx.with_extension(side),
+            staged_onnx.with_extension(side),
+        )
+        .unwrap();
+    }
+    let err = pack_and_sign(&inputs(&staged_onnx), &key, &fx.dir.join("b")).unwrap_err();
+    assert!(matches!(err, BundleError::Model(_)), "{err}");
+    assert!(err.to_string().contains("not finite"), "{err}");
+    assert!(
+        !fx.dir.join("b").exists(),
+        "nothing written for refused inputs"
+    );
+
+    fs::write(d.join(MODEL_FILE), &nan_model).unwrap();
+    resign(&d, &key);
+    let err = verify_and_load(&d, &[fx.public], &fx.plan, fx.layout).unwrap_err();
+    assert!(err.to_string().contains("not finite"), "{err}");
+
+    for kind in [
+        greenwave_runtime::BackendKind::Tract,
+        greenwave_runtime::BackendKind::Matvec,
+    ] {
+        let err = greenwave_runtime::inference::load_backend(kind, &nan_model, fx.layout, None)
+            .err()
+            .expect("a NaN model loaded");
+        assert!(err.to_string().contains("not finite"), "{kind}: {err}");
+    }
+    let _ = fs::remove_dir_all(&fx.dir);
+}
+
+/// The four files of an export at `onnx`.
+fn fx_files(onnx: &Path) -> [std::path::PathBuf; 4] {
+    [
+        onnx.to_path_buf(),
+        onnx.with_extension("blob"),
+        onnx.with_extension("int8.blob"),
+        onnx.with_extension("manifest.json"),
+    ]
+}

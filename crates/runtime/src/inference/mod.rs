@@ -151,6 +151,11 @@ pub fn load_backend(
     layout: ObsLayout,
     ort_lib: Option<&Path>,
 ) -> Result<Box<dyn PolicyBackend>, InferenceError> {
+    // A NaN or infinite weight is a corrupt policy on every backend, also where one hides it.
+    greenwave_policy::onnx::check_finite(onnx).map_err(|e| InferenceError::Load {
+        backend: kind.name(),
+        message: e.to_string(),
+    })?;
     let mut backend: Box<dyn PolicyBackend> = match kind {
         BackendKind::Tract => Box::new(TractBackend::load(onnx, layout)?),
         BackendKind::Matvec => Box::new(MatvecBackend::load(onnx, layout)?),
