@@ -70,3 +70,21 @@ fn actuated_fallback_replays_its_decisions_from_recorded_movement_readings() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.lines().nth(1).unwrap().contains("\"movements\""));
 }
+
+/// A recording never replaces a file: not an earlier recording, not the replay being read
+/// (`--record` naming the `--replay` file once truncated it as it was read).
+#[test]
+fn a_recording_refuses_an_existing_file_and_leaves_it_whole() {
+    let s = scenario();
+    let dir = common::tmp("record-exists");
+    let path = dir.join("field.jsonl");
+    std::fs::write(&path, "an earlier recording\n").unwrap();
+    let sim = SimField::new(EmbeddedEnv::from_scenario(&s, 7));
+    let specs = sim.signal_specs();
+    let err = ReplayRecorder::create(sim, &path, &specs, s.decision_interval()).unwrap_err();
+    assert!(err.to_string().contains("already exists"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "an earlier recording\n"
+    );
+}

@@ -86,6 +86,24 @@ pub struct MovementDetector {
 }
 
 impl MovementDetector {
+    /// Why this reading cannot be a detector's, if it cannot: a count, length, storage or
+    /// gap that is negative or not a finite number (a faulty loop, a damaged recording).
+    /// The fields are named as in the struct.
+    pub fn problem(&self) -> Option<&'static str> {
+        let fields = [
+            ("queue_veh", self.queue_veh),
+            ("upstream_veh", self.upstream_veh),
+            ("upstream_length_m", self.upstream_length_m),
+            ("downstream_veh", self.downstream_veh),
+            ("downstream_storage_veh", self.downstream_storage_veh),
+            ("gap_s", self.gap_s),
+        ];
+        fields
+            .into_iter()
+            .find(|(_, v)| !(v.is_finite() && *v >= 0.0))
+            .map(|(name, _)| name)
+    }
+
     /// Whether this movement can discharge: its downstream lanes are not (nearly) full.
     /// Movements without downstream storage (leaving the network) can always discharge.
     pub fn can_discharge(&self) -> bool {
@@ -103,5 +121,44 @@ impl MovementDetector {
     /// leave the junction.
     pub fn calls(&self) -> bool {
         (self.call || self.queue_veh > 0.0) && self.can_discharge()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reading_that_no_detector_gives_is_named() {
+        let ok = MovementDetector {
+            gap_s: 1.0e6,
+            ..MovementDetector::default()
+        };
+        assert_eq!(ok.problem(), None);
+        let bad = [
+            MovementDetector {
+                queue_veh: f32::NAN,
+                ..ok
+            },
+            MovementDetector {
+                upstream_veh: -1.0,
+                ..ok
+            },
+            MovementDetector {
+                downstream_storage_veh: f32::INFINITY,
+                ..ok
+            },
+            MovementDetector { gap_s: -0.5, ..ok },
+        ];
+        let named: std::vec::Vec<_> = bad.iter().map(MovementDetector::problem).collect();
+        assert_eq!(
+            named,
+            [
+                Some("queue_veh"),
+                Some("upstream_veh"),
+                Some("downstream_storage_veh"),
+                Some("gap_s")
+            ]
+        );
     }
 }

@@ -15,7 +15,7 @@
 //! full clearance intervals, so switching to or from a fallback never cuts a yellow or an
 //! all-red.
 
-use greenwave_core::{ActuatedSignal, Millis, PhasePlan, Sequencer};
+use greenwave_core::{ActuatedSignal, Millis, MovementDetector, PhasePlan, Sequencer};
 
 pub use greenwave_core::{CycleStage, FixedCycle};
 
@@ -165,7 +165,8 @@ impl Fallback {
         field: &(impl super::DetectorSource + ?Sized),
     ) -> u8 {
         if self.kind == FallbackKind::Actuated && detectors_ok {
-            match (self.actuated.get(signal), field.movement_detectors(signal)) {
+            let readings = usable_readings(signal, seq.plan(), field.movement_detectors(signal));
+            match (self.actuated.get(signal), readings) {
                 (Some(rule), Some(d)) => return rule.decide(seq, &d),
                 (Some(_), None) if !self.no_movement_readings => {
                     self.no_movement_readings = true;
@@ -183,6 +184,40 @@ impl Fallback {
             None => seq.interval().target().0,
         }
     }
+}
+
+/// A field's movement readings for `signal` if they can be a detector's: one per movement
+/// of `plan`, each a finite number ≥ 0 ([`MovementDetector::problem`]). Others are dropped
+/// with a warning, as if the field gave none: the actuated fallback then runs its fixed
+/// cycle and the max-red rule forces nothing, rather than acting on a faulty loop.
+pub(crate) fn usable_readings(
+    signal: usize,
+    plan: &PhasePlan,
+    readings: Option<Vec<MovementDetector>>,
+) -> Option<Vec<MovementDetector>> {
+    let readings = readings?;
+    let n = plan.movements().len();
+    if readings.len() != n {
+        tracing::warn!(
+            signal,
+            "{} movement readings for a plan of {n} movements: not used",
+            readings.len()
+        );
+        return None;
+    }
+    if let Some((m, field)) = readings
+        .iter()
+        .enumerate()
+        .find_map(|(m, d)| d.problem().map(|f| (m, f)))
+    {
+        tracing::warn!(
+            signal,
+            "movement {m}: {field} is negative or not a number: this decision's movement \
+             readings are not used"
+        );
+        return None;
+    }
+    Some(readings)
 }
 
 /// A program's greens (per plan phase, 0 where it does not serve one) as a fixed cycle.

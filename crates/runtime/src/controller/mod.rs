@@ -518,7 +518,7 @@ impl Controller {
         let now = Millis(now as u32);
         let seq = &self.seqs[i];
         self.max_red[i].note(seq, now);
-        let detectors = field.movement_detectors(i)?;
+        let detectors = fallback::usable_readings(i, seq.plan(), field.movement_detectors(i))?;
         let calls = phases_with_calls(seq.plan(), &detectors);
         self.max_red[i].starved(seq, seq.action_mask(), calls, now)
     }

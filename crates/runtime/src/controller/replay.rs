@@ -90,6 +90,8 @@ pub struct ReplaySource<R = BufReader<File>> {
     interval: Millis,
     current: Line,
     reward_kind: Option<RewardKind>,
+    /// Per signal, its plan's movement count: what a line's movement readings must hold.
+    movements: Vec<usize>,
 }
 
 impl ReplaySource {
@@ -124,6 +126,7 @@ impl<R: BufRead> ReplaySource<R> {
                 movements: Vec::new(),
             },
             reward_kind: None,
+            movements: signals.iter().map(|s| s.plan.movements().len()).collect(),
         };
         let header: Header = src
             .next_json()?
@@ -133,6 +136,16 @@ impl<R: BufRead> ReplaySource<R> {
             return Err(src.err(&format!(
                 "format {} v{} is not {FORMAT} v{VERSION}",
                 header.format, header.version
+            )));
+        }
+        let ids = header.signals.iter().map(|s| s.id.as_str());
+        if let Some((i, (recorded, ours))) = ids
+            .zip(signals.iter().map(|s| s.id.as_str()))
+            .enumerate()
+            .find(|(_, (r, o))| r != o)
+        {
+            return Err(src.err(&format!(
+                "signal {i} was recorded as '{recorded}', the controller's is '{ours}'"
             )));
         }
         let lanes: Vec<u16> = header.signals.iter().map(|s| s.n_lanes).collect();
@@ -152,7 +165,7 @@ impl<R: BufRead> ReplaySource<R> {
             .next_json()?
             .ok_or_else(|| src.err_at(src.line_no + 1, "no decision records after the header"))?;
         src.current_line = src.line_no;
-        src.check_line(signals.len())?;
+        src.check_line()?;
         // A header with the layout's lanes: the lines must still hold the detector lanes
         // (in a SUMO recording with its program clock they hold the clock's too).
         for (i, (line, &w)) in src.current.lanes.iter().zip(&want).enumerate() {
@@ -231,16 +244,42 @@ impl<R: BufRead> ReplaySource<R> {
         self.torn_tail
     }
 
-    fn check_line(&self, n_signals: usize) -> Result<(), DetectorError> {
-        if self.current.lanes.len() != n_signals || self.current.rewards.len() != n_signals {
+    fn check_line(&self) -> Result<(), DetectorError> {
+        let n_signals = self.movements.len();
+        let line = &self.current;
+        if line.lanes.len() != n_signals || line.rewards.len() != n_signals {
             return Err(self.err(&format!(
                 "expected lanes and rewards for {n_signals} signals"
             )));
         }
-        if !self.current.movements.is_empty() && self.current.movements.len() != n_signals {
+        if let Some(i) = line.rewards.iter().position(|r| !r.is_finite()) {
+            return Err(self.err(&format!(
+                "signal {i}: reward {} is not finite",
+                line.rewards[i]
+            )));
+        }
+        if !line.movements.is_empty() && line.movements.len() != n_signals {
             return Err(self.err(&format!(
                 "expected movement readings for {n_signals} signals (or none)"
             )));
+        }
+        for (signal, (readings, &want)) in line.movements.iter().zip(&self.movements).enumerate() {
+            let Some(readings) = readings else { continue };
+            if readings.len() != want {
+                return Err(self.err(&format!(
+                    "signal {signal}: {} movement readings, its plan has {want} movements",
+                    readings.len()
+                )));
+            }
+            if let Some((m, field)) = readings
+                .iter()
+                .enumerate()
+                .find_map(|(m, d)| d.problem().map(|f| (m, f)))
+            {
+                return Err(self.err(&format!(
+                    "signal {signal}, movement {m}: {field} is negative or not a number"
+                )));
+            }
         }
         Ok(())
     }
@@ -274,14 +313,24 @@ impl<R: BufRead> DetectorSource for ReplaySource<R> {
                 self.interval
             )));
         }
-        let n = self.current.lanes.len();
         let next = std::mem::replace(&mut self.next, Ok(None));
         let Some((next, line)) = next? else {
             return Ok(None);
         };
+        let (was, want) = (
+            self.current.t_ms,
+            self.current.t_ms.checked_add(dt.0.into()),
+        );
         self.current = next;
         self.current_line = line;
-        self.check_line(n)?;
+        if Some(self.current.t_ms) != want {
+            return Err(self.err(&format!(
+                "t_ms goes from {was} to {}: a recording advances by its decision interval \
+                 ({}) each line",
+                self.current.t_ms, self.interval
+            )));
+        }
+        self.check_line()?;
         self.read_ahead();
         Ok(Some(self.current.rewards.clone()))
     }
@@ -311,6 +360,8 @@ pub struct ReplayRecorder<D> {
 
 impl<D: DetectorSource> ReplayRecorder<D> {
     /// Records what `inner` reads for `signals`, every `interval`, into a new file `path`.
+    /// An existing file is refused, never truncated: it may be an earlier recording, or the
+    /// very replay being read.
     pub fn create(
         inner: D,
         path: &Path,
@@ -318,8 +369,20 @@ impl<D: DetectorSource> ReplayRecorder<D> {
         interval: Millis,
     ) -> Result<Self, DetectorError> {
         let io =
-            |e: std::io::Error| DetectorError::Source(format!("replay {}: {e}", path.display()));
-        let mut out = BufWriter::new(File::create(path).map_err(io)?);
+            |e: std::io::Error| DetectorError::Source(format!("recording {}: {e}", path.display()));
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => DetectorError::Source(format!(
+                    "recording {}: it already exists; a recording never replaces a file \
+                     (remove it, or record elsewhere)",
+                    path.display()
+                )),
+                _ => io(e),
+            })?;
+        let mut out = BufWriter::new(file);
         let header = Header {
             format: FORMAT.into(),
             version: VERSION,
@@ -359,7 +422,7 @@ impl<D: DetectorSource> ReplayRecorder<D> {
 
     fn write_line(&mut self) -> Result<(), DetectorError> {
         let io = |e: std::io::Error| {
-            DetectorError::Source(format!("replay {}: {e}", self.path.display()))
+            DetectorError::Source(format!("recording {}: {e}", self.path.display()))
         };
         serde_json::to_writer(&mut self.out, &self.line).map_err(|e| io(e.into()))?;
         self.out.write_all(b"\n").map_err(io)
@@ -412,9 +475,9 @@ impl<D: DetectorSource> DetectorSource for ReplayRecorder<D> {
 
     fn finish(&mut self) -> Result<(), DetectorError> {
         self.write_line()?;
-        self.out
-            .flush()
-            .map_err(|e| DetectorError::Source(format!("replay {}: {e}", self.path.display())))?;
+        self.out.flush().map_err(|e| {
+            DetectorError::Source(format!("recording {}: {e}", self.path.display()))
+        })?;
         self.inner.finish()
     }
 }
@@ -476,6 +539,67 @@ mod tests {
             line(0),
             line(5000)
         )
+    }
+
+    /// A file of two records for signal `id`: the second at `t1_ms`, with `reward` and,
+    /// where given, the movement readings `movements` (a JSON array) on both.
+    fn file_of(id: &str, t1_ms: u64, reward: &str, movements: Option<&str>) -> String {
+        let lanes = ["[0.25,0.5]"; 12].join(",");
+        let mv = movements.map_or(String::new(), |m| format!(",\"movements\":[{m}]"));
+        let line = |t: u64, r: &str| {
+            format!("{{\"t_ms\":{t},\"rewards\":[{r}],\"lanes\":[[{lanes}]]{mv}}}\n")
+        };
+        format!(
+            "{{\"format\":\"greenwave-replay\",\"version\":1,\"decision_interval_ms\":5000,\
+             \"signals\":[{{\"id\":\"{id}\",\"n_lanes\":12}}]}}\n{}{}",
+            line(0, "0.0"),
+            line(t1_ms, reward)
+        )
+    }
+
+    /// Replays `text` to its end; the first error, if any.
+    fn replay_all(text: &str) -> Result<(), DetectorError> {
+        let mut src =
+            ReplaySource::from_reader(text.as_bytes(), Path::new("r.jsonl"), &[spec(false)])?;
+        while src.advance(Millis(5000))?.is_some() {}
+        Ok(())
+    }
+
+    #[test]
+    fn a_recording_no_controller_could_have_written_is_refused_naming_its_line() {
+        let n = spec(false).plan.movements().len();
+        let reading = |d: MovementDetector| serde_json::to_string(&d).unwrap();
+        let good = MovementDetector {
+            gap_s: 2.0,
+            ..MovementDetector::default()
+        };
+        let all = |d: MovementDetector| format!("[{}]", vec![reading(d); n].join(","));
+        let short = format!("[{}]", vec![reading(good); n - 1].join(","));
+        let nan_queue = all(MovementDetector {
+            queue_veh: -1.0e30,
+            ..good
+        });
+        assert!(replay_all(&file_of("c", 5000, "1.5", Some(&all(good)))).is_ok());
+        for (text, says) in [
+            (file_of("other", 5000, "0.0", None), "recorded as 'other'"),
+            (file_of("c", 4000, "0.0", None), "t_ms goes from 0 to 4000"),
+            (
+                file_of("c", 1_239_567, "0.0", None),
+                "t_ms goes from 0 to 1239567",
+            ),
+            (file_of("c", 5000, "1e39", None), "line 3: signal 0: reward"),
+            (
+                file_of("c", 5000, "0.0", Some(&short)),
+                "movement readings, its plan has",
+            ),
+            (
+                file_of("c", 5000, "0.0", Some(&nan_queue)),
+                "movement 0: queue_veh",
+            ),
+        ] {
+            let err = replay_all(&text).expect_err(says).to_string();
+            assert!(err.contains(says), "{says}: {err}");
+        }
     }
 
     #[test]
