@@ -29,7 +29,8 @@ pub struct CollectReport {
     pub bytes: u64,
     /// Frames that decoded and were appended.
     pub appended: u64,
-    /// Frames refused (CRC, COBS, record decoding, too long), with the first reasons.
+    /// Frames refused (CRC, COBS, record decoding, too long, or a record no controller
+    /// writes: [`Transition::problem`]), with the first reasons.
     pub refused: u64,
     /// Up to 10 refusal reasons, in order.
     pub refusals: Vec<String>,
@@ -37,6 +38,17 @@ pub struct CollectReport {
     pub incomplete_tail_bytes: u64,
     /// The log's counts after the final commit.
     pub commit: Commit,
+}
+
+impl CollectReport {
+    /// Counts a refused frame, keeping the first reasons.
+    fn refuse(&mut self, why: &str) {
+        self.refused += 1;
+        if self.refusals.len() < 10 {
+            self.refusals.push(why.to_string());
+        }
+        tracing::warn!(error = %why, "collect: firmware frame refused");
+    }
 }
 
 /// Why collecting stopped.
@@ -74,16 +86,15 @@ pub fn collect_frames(
                 None => {}
                 Some(Ok(t)) => {
                     let t: Transition = t;
-                    log.append(&t)?;
-                    report.appended += 1;
-                }
-                Some(Err(e)) => {
-                    report.refused += 1;
-                    if report.refusals.len() < 10 {
-                        report.refusals.push(e.to_string());
+                    match t.problem() {
+                        None => {
+                            log.append(&t)?;
+                            report.appended += 1;
+                        }
+                        Some(why) => report.refuse(why),
                     }
-                    tracing::warn!(error = %e, "collect: firmware frame refused");
                 }
+                Some(Err(e)) => report.refuse(&e.to_string()),
             }
         }
     }
@@ -134,4 +145,59 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
         println!("refused: {r}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use greenwave_core::frames::encode_frame;
+    use greenwave_core::{ActionSource, RewardKind};
+
+    use super::*;
+
+    fn transition(obs: f32, log_prob: f32, action: u8) -> Transition {
+        Transition {
+            timestamp_ms: 5000,
+            signal: 0,
+            obs: heapless::Vec::from_slice(&[obs, 0.5]).unwrap(),
+            requested: action,
+            action,
+            log_prob,
+            reward: -2.0,
+            next_obs: heapless::Vec::from_slice(&[0.25, 1.0]).unwrap(),
+            done: false,
+            policy_version: 1,
+            source: ActionSource::Policy,
+            reward_kind: Some(RewardKind::Queue),
+        }
+    }
+
+    /// Frames that pass their CRC but hold a record no controller writes (a NaN
+    /// observation, a positive log-probability, phase 200) are refused by reason; the
+    /// sound one around them reaches the log.
+    #[test]
+    fn sound_frames_reach_the_log_and_impossible_records_are_refused_by_reason() {
+        let dir = std::env::temp_dir().join(format!("gw-collect-refuse-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut bytes = Vec::new();
+        for t in [
+            transition(f32::NAN, -0.3, 1),
+            transition(0.5, 5.0, 1),
+            transition(0.5, -0.3, 200),
+            transition(0.5, -0.3, 1),
+        ] {
+            let mut buf = [0u8; MAX_FRAME_BYTES];
+            bytes.extend_from_slice(encode_frame(&t, &mut buf).unwrap());
+        }
+        let (mut log, _) = LogWriter::open(LogConfig::new(&dir)).unwrap();
+        let report = collect_frames(bytes.as_slice(), &mut log).unwrap();
+        assert_eq!((report.appended, report.refused), (1, 3), "{report:?}");
+        for (reason, says) in report
+            .refusals
+            .iter()
+            .zip(["observation", "log_prob", "phase"])
+        {
+            assert!(reason.contains(says), "{reason}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

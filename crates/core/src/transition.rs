@@ -107,6 +107,26 @@ impl<const OBS: usize> From<LegacyTransition<OBS>> for Transition<OBS> {
 }
 
 impl<const OBS: usize> Transition<OBS> {
+    /// Why this record cannot be a controller's, if it cannot: an observation or reward
+    /// that is not a finite number, a `log_prob` that is NaN or above 0 (no log-probability
+    /// is), or a phase index no plan has. A controller never writes such a record; a
+    /// firmware frame or log record that decodes to one is damaged or forged, and learning
+    /// from it would spread its NaN through every weight.
+    pub fn problem(&self) -> Option<&'static str> {
+        let finite = |v: &[f32]| v.iter().all(|x| x.is_finite());
+        if !finite(&self.obs) || !finite(&self.next_obs) {
+            Some("an observation value is not a finite number")
+        } else if !self.reward.is_finite() {
+            Some("the reward is not a finite number")
+        } else if self.log_prob.is_nan() || self.log_prob > 0.0 {
+            Some("log_prob is NaN or above 0, not a log-probability")
+        } else if usize::from(self.action.max(self.requested)) >= crate::plan::MAX_PHASES {
+            Some("a phase index beyond the largest plan's")
+        } else {
+            None
+        }
+    }
+
     /// Decodes exactly one record (the whole of `bytes`): the current layout, or the
     /// layout before reward kinds were recorded (then `reward_kind` is `None`). The two
     /// cannot be confused: the current layout is the old one plus a last field, so old

@@ -38,7 +38,8 @@ pub struct LogSummary {
     pub records_used: u64,
     /// Records skipped because their observation does not fit the policy's layout.
     pub records_skipped_layout: u64,
-    /// Records skipped because a value is not finite.
+    /// Records skipped because a value is not finite or not what a controller writes
+    /// (`Transition::problem`: a NaN, a `log_prob` above 0, a phase no plan has).
     pub records_skipped_non_finite: u64,
     /// Used records by who chose the served phase ("policy", "supervisor", "fallback").
     pub by_source: BTreeMap<String, u64>,
@@ -187,7 +188,7 @@ impl<'a> Reading<'a> {
         self.count_used(rec);
     }
 
-    /// Checks that `t` fits the layout and is finite, and appends its masks (recovered
+    /// Checks that `t` fits the layout and is sound (`Transition::problem`), and appends its masks (recovered
     /// from its observations); `false`, with the reason counted and nothing appended, if
     /// it cannot be used.
     fn push_masks(&mut self, t: &Transition) -> bool {
@@ -197,10 +198,7 @@ impl<'a> Reading<'a> {
             summary.records_skipped_layout += 1;
             return false;
         }
-        let finite = t.reward.is_finite()
-            && t.obs.iter().all(|v| v.is_finite())
-            && t.next_obs.iter().all(|v| v.is_finite());
-        if !finite {
+        if t.problem().is_some() {
             summary.records_skipped_non_finite += 1;
             return false;
         }
