@@ -173,6 +173,9 @@ struct FinetuneCliReport<'a> {
 /// in the candidate; [`Exit::Rejected`] when the gate refuses it.
 pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
     let cfg = finetune_config(&args)?;
+    if let Some(path) = &args.report {
+        check_report_path(path)?;
+    }
     let key = bundle::load_signing_key(&args.key)?;
     let mut keys = trusted_keys(&args.trust)?;
     // The controller trusts its own key for its own updates.
@@ -207,19 +210,45 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
         report,
     };
     let json = serde_json::to_string_pretty(&out)?;
-    if let Some(path) = &args.report {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
-    }
     if args.json {
         println!("{json}");
     } else {
         print_report(report, switched.as_ref(), args.dry_run, parent_version);
+    }
+    if let Some(path) = &args.report {
+        std::fs::write(path, &json).with_context(|| {
+            let done = match &switched {
+                Some(s) => format!("the store did switch to version {}; ", s.version),
+                None => String::new(),
+            };
+            format!("{done}writing the report {}", path.display())
+        })?;
     }
     Ok(if report.gate.accepted {
         Exit::Ok
     } else {
         Exit::Rejected
     })
+}
+
+/// Refuses a `--report` path whose folder is missing, or that is a folder, before anything
+/// is fine-tuned or switched: the report is written last, after the store may have changed.
+fn check_report_path(path: &Path) -> Result<()> {
+    let folder = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !folder.is_dir() {
+        bail!(
+            "--report {}: its folder {} does not exist",
+            path.display(),
+            folder.display()
+        );
+    }
+    if path.is_dir() {
+        bail!("--report {}: is a folder, not a file", path.display());
+    }
+    Ok(())
 }
 
 /// The store's current bundle; a store without one adopts `--bundle` as its first version.
