@@ -31,7 +31,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub steps: u64,
     /// Evaluation seeds.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub seeds: u64,
     /// Seed of the training run.
     #[arg(long, default_value_t = 1)]
@@ -71,7 +71,7 @@ pub fn run_demo(args: &DemoArgs) -> Result<PathBuf> {
         "[3/6] evaluating against fixed-time, actuated and max-pressure on {} seeds",
         args.seeds
     );
-    let seeds: Vec<u64> = (1000..1000 + args.seeds.max(1)).collect();
+    let seeds: Vec<u64> = (1000..1000 + args.seeds).collect();
     let rows = compare(&model, &scenario, &seeds, scenario.episode())?;
 
     eprintln!("[4/6] signing a bundle; the controller runs it for a simulated hour, logging");

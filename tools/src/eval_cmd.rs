@@ -429,13 +429,13 @@ pub struct EvalArgs {
     #[command(flatten)]
     pub sim: BackendArgs,
     /// Number of evaluation seeds.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub seeds: u64,
     /// First seed (evaluation seeds are `first..first+seeds`; keep them apart from training).
     #[arg(long, default_value_t = 1000)]
     pub first_seed: u64,
     /// Seconds per episode (default: the scenario's episode length; 3600 on SUMO).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub seconds: Option<u32>,
     /// One JSON row per controller instead of a table.
     #[arg(long)]
@@ -540,7 +540,15 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let rule = action_rule(args)?;
     let source = EnvSource::from_args(&args.sim, &args.scenario, args.demand.as_deref())?;
     let source = source_for_model(source, &args.model, &args.sim)?;
-    let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds.max(1)).collect();
+    let Some(end) = args.first_seed.checked_add(args.seeds) else {
+        bail!(
+            "--first-seed {} with --seeds {} runs past the largest seed ({})",
+            args.first_seed,
+            args.seeds,
+            u64::MAX
+        );
+    };
+    let seeds: Vec<u64> = (args.first_seed..end).collect();
     let episode = match args.seconds {
         Some(s) => episode_of_secs(s)?,
         None => source.episode(),

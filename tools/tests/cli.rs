@@ -300,3 +300,48 @@ fn train_stops_at_its_time_limit_and_refuses_a_bad_one() {
     }
     let _ = std::fs::remove_dir_all(&run);
 }
+
+/// A fresh run never replaces an earlier one in the same folder: without `--resume` the
+/// second `train` is refused by name and the first run's weights stay as they were.
+#[test]
+fn train_refuses_to_replace_an_earlier_run() {
+    let run = common::tmp("train-twice");
+    let out = run.to_str().unwrap();
+    ok(&greenwave(&tiny_train("240", out)));
+    let weights = std::fs::read(run.join("policy.safetensors")).unwrap();
+    let mut again = tiny_train("240", out);
+    again.extend(["--seed", "2"]);
+    let o = greenwave(&again);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("already holds a training run"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read(run.join("policy.safetensors")).unwrap(),
+        weights
+    );
+    let _ = std::fs::remove_dir_all(&run);
+}
+
+/// Settings that can only give NaN weights are refused before training starts.
+#[test]
+fn train_refuses_a_learning_rate_or_target_kl_that_is_not_a_positive_number() {
+    for (flag, value) in [
+        ("--learning-rate", "nan"),
+        ("--learning-rate", "inf"),
+        ("--learning-rate", "-1"),
+        ("--target-kl", "nan"),
+        ("--target-kl", "-1"),
+    ] {
+        let run = common::tmp("train-bad-rate");
+        let set = format!("{flag}={value}");
+        let mut args = tiny_train("240", run.to_str().unwrap());
+        args.push(&set);
+        let o = greenwave(&args);
+        assert!(!o.status.success(), "{flag} {value} was accepted");
+        assert!(stderr(&o).contains(flag), "{flag} {value}: {}", stderr(&o));
+        let _ = std::fs::remove_dir_all(&run);
+    }
+}

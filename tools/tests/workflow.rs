@@ -28,6 +28,21 @@ fn plot_redraws_the_curves(run: &Path, not_a_run: &Path) {
         String::from_utf8_lossy(&o.stderr).contains("no metrics.csv"),
         "{o:?}"
     );
+    // A metrics.csv cut off mid-row (a run killed while writing it) is named, line and
+    // all, not a panic; the curves drawn before stay.
+    let csv = run.join("metrics.csv");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let drawn = std::fs::read(run.join("training.png")).unwrap();
+    std::fs::write(&csv, &text[..text.len() - 20]).unwrap();
+    let o = greenwave(&["plot", run.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cut off mid-write") && err.contains("metrics.csv: line"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(run.join("training.png")).unwrap(), drawn);
+    std::fs::write(&csv, text).unwrap();
 }
 
 #[test]

@@ -394,9 +394,27 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
+/// The tensors of a weights file, each checked finite: a NaN or infinite weight (a diverged
+/// or damaged run) is refused by name, so that nothing resumes from it or exports it.
 fn load_tensors(path: &Path) -> Result<HashMap<String, Tensor>> {
-    candle_core::safetensors::load(path, &Device::Cpu)
-        .with_context(|| format!("reading {}", path.display()))
+    let map = candle_core::safetensors::load(path, &Device::Cpu)
+        .with_context(|| format!("reading {}", path.display()))?;
+    for (name, t) in &map {
+        let values = t
+            .flatten_all()
+            .and_then(|t| t.to_dtype(candle_core::DType::F64))
+            .and_then(|t| t.to_vec1::<f64>())
+            .with_context(|| format!("reading {} of {}", name, path.display()))?;
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            bail!(
+                "{}: tensor {name}, element {i}, is {} (the run diverged or the file is \
+                 damaged; its weights cannot be used)",
+                path.display(),
+                values[i]
+            );
+        }
+    }
+    Ok(map)
 }
 
 /// Loads the latest checkpoint of `out` for `cfg`.
@@ -685,15 +703,37 @@ pub fn write_csv_row(w: &mut BufWriter<File>, r: &IterationRow) -> Result<()> {
 
 /// Reads `metrics.csv` back (for plots).
 pub fn read_csv(path: &Path) -> Result<Vec<Vec<f64>>> {
+    let file = File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = BufReader::new(file).lines();
+    let header = lines
+        .next()
+        .transpose()
+        .with_context(|| format!("reading {}", path.display()))?
+        .unwrap_or_default();
+    if header != CSV_HEADER {
+        bail!(
+            "{}: line 1 is not greenwave's metrics header (expected `{CSV_HEADER}`)",
+            path.display()
+        );
+    }
+    let columns = CSV_HEADER.split(',').count();
     let mut rows = Vec::new();
-    for (i, line) in BufReader::new(File::open(path)?)
-        .lines()
-        .enumerate()
-        .skip(1)
-    {
-        let line = line?;
-        let row: Result<Vec<f64>, _> = line.split(',').map(|s| s.parse::<f64>()).collect();
-        rows.push(row.with_context(|| format!("{}: line {}", path.display(), i + 1))?);
+    for (i, line) in lines.enumerate() {
+        let at = || format!("{}: line {}", path.display(), i + 2);
+        let line = line.with_context(at)?;
+        let row: Vec<f64> = line
+            .split(',')
+            .map(|s| s.parse::<f64>())
+            .collect::<Result<_, _>>()
+            .with_context(at)?;
+        if row.len() != columns {
+            bail!(
+                "{}: {} values, expected {columns} (a row cut off mid-write?)",
+                at(),
+                row.len()
+            );
+        }
+        rows.push(row);
     }
     Ok(rows)
 }

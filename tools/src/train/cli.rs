@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Args;
 
 use super::checkpoint::{self, RunInfo};
@@ -273,6 +273,7 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     cfg.ppo.anneal_ent_coef = args.anneal_ent_coef;
     cfg.discount = greenwave_learn::Discount::from_half_life_s(args.discount_half_life_s)?;
     cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
+    refuse_to_replace(&args.out, args.resume)?;
     let s = train(&cfg, &args.out, args.resume, !args.quiet)?;
     print_summary(&s, &args.out);
     Ok(())
@@ -320,6 +321,19 @@ fn configure_sumo(cfg: &mut TrainConfig, args: &TrainArgs) -> Result<()> {
     let (interval, probe) = sumo_decision_interval(args, resumed.as_ref())?;
     cfg.sim.timing.decision_interval = interval;
     cfg.demand_probe = probe;
+    Ok(())
+}
+
+/// Refuses to start a fresh run in a folder that already holds one (its `run.json`):
+/// without `--resume` training would replace that run's weights and metrics.
+fn refuse_to_replace(out: &Path, resume: bool) -> Result<()> {
+    if !resume && out.join("run.json").exists() {
+        bail!(
+            "{} already holds a training run (run.json): `--resume` continues it; to train \
+             afresh, choose another --out or remove that folder (nothing was changed)",
+            out.display()
+        );
+    }
     Ok(())
 }
 

@@ -493,6 +493,14 @@ struct RunSource<'a> {
     scenario: Option<&'a Scenario>,
 }
 
+/// Most hidden layers, and units per layer, `--hidden` takes: far past any policy a
+/// controller runs (64,64 by default), short of sizes that only exhaust memory.
+pub const MAX_HIDDEN_LAYERS: usize = 8;
+/// See [`MAX_HIDDEN_LAYERS`].
+pub const MAX_HIDDEN_WIDTH: usize = 4096;
+/// Most parallel environments `--envs` takes (each holds a simulator; on SUMO a process).
+pub const MAX_ENVS: usize = 1024;
+
 /// Runs (or resumes) training into `out`, on the backend `cfg.sim` names.
 pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Result<TrainSummary> {
     if cfg.n_envs == 0 || cfg.rollout_steps == 0 || cfg.total_steps == 0 {
@@ -500,6 +508,29 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
     }
     if cfg.ppo.epochs == 0 || cfg.ppo.minibatch == 0 {
         bail!("--epochs and --minibatch must both be at least 1");
+    }
+    if cfg.hidden.is_empty()
+        || cfg.hidden.len() > MAX_HIDDEN_LAYERS
+        || cfg.hidden.iter().any(|&w| w == 0 || w > MAX_HIDDEN_WIDTH)
+    {
+        bail!(
+            "--hidden {:?}: 1 to {MAX_HIDDEN_LAYERS} layers of 1 to {MAX_HIDDEN_WIDTH} units each",
+            cfg.hidden
+        );
+    }
+    if cfg.n_envs > MAX_ENVS {
+        bail!("--envs {}: at most {MAX_ENVS}", cfg.n_envs);
+    }
+    let lr = cfg.ppo.learning_rate;
+    if !(lr.is_finite() && lr > 0.0) {
+        bail!("--learning-rate must be a finite number > 0, got {lr}");
+    }
+    if let Some(kl) = cfg
+        .ppo
+        .target_kl
+        .filter(|kl| !(kl.is_finite() && *kl > 0.0))
+    {
+        bail!("--target-kl must be a finite number > 0, got {kl}");
     }
     if !(cfg.ppo.ent_coef.is_finite() && cfg.ppo.ent_coef >= 0.0) {
         bail!(
