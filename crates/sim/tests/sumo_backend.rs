@@ -207,6 +207,14 @@ fn net_without_traffic_lights_is_refused() {
 }
 
 #[test]
+fn a_program_no_light_has_is_refused() {
+    let mut cfg = config("single", 60.0);
+    cfg.program = Some("nosuch".into());
+    let err = cfg.models().err().expect("a program no light has");
+    assert!(err.to_string().contains("--program nosuch"), "{err}");
+}
+
+#[test]
 fn missing_binary_says_how_to_install() {
     let mut cfg = config("single", 60.0);
     cfg.sumo_binary = Some("/nonexistent/sumo-home/bin/sumo".into());

@@ -339,6 +339,9 @@ impl SumoConfig {
             .chain(self.routes.iter().map(|r| ("route file", r)))
             .chain(self.additional.iter().map(|a| ("additional file", a)))
         {
+            if p.is_dir() {
+                return bad(format!("{what} {} is a folder, not a file", p.display()));
+            }
             if !p.is_file() {
                 return bad(format!("{what} {} does not exist", p.display()));
             }

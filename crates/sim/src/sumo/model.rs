@@ -180,10 +180,30 @@ impl From<SumoError> for Refusal {
     }
 }
 
+/// Refuses a `--program` that no light of the net (or of its additional files) has: every
+/// light would silently keep its own program, as if the option were not given.
+fn check_program_exists(net: &NetFile, wanted: &str) -> Result<(), SumoError> {
+    if net.tl_logics.iter().any(|t| t.program_id == wanted) {
+        return Ok(());
+    }
+    let mut ids: Vec<&str> = net
+        .tl_logics
+        .iter()
+        .map(|t| t.program_id.as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    Err(SumoError::Config(format!(
+        "--program {wanted}: no traffic light of the net or its additional files has a \
+         program with that id (the ids there: {})",
+        ids.join(", ")
+    )))
+}
+
 /// Builds the model of every traffic light of `net` that greenwave can control; the
 /// others are listed with the reason and keep their program (a net where none can be
-/// controlled still loads, with no signals). Fails when the net has no light at all or
-/// the timing settings are refused.
+/// controlled still loads, with no signals). Fails when the net has no light at all, no
+/// light has the program asked for, or the timing settings are refused.
 pub fn build_models(net: &NetFile, opts: ModelOptions<'_>) -> Result<NetModels, SumoError> {
     let ids = net.tls_ids();
     if ids.is_empty() {
@@ -192,6 +212,9 @@ pub fn build_models(net: &NetFile, opts: ModelOptions<'_>) -> Result<NetModels, 
         });
     }
     opts.timing.check_signal_ids(ids.iter().copied())?;
+    if let Some(wanted) = opts.program {
+        check_program_exists(net, wanted)?;
+    }
     let foes = FoeIndex::new(net);
     let mut out = NetModels {
         models: Vec::new(),
