@@ -210,7 +210,9 @@ fn net_without_traffic_lights_is_refused() {
 fn a_program_no_light_has_is_refused() {
     let mut cfg = config("single", 60.0);
     cfg.program = Some("nosuch".into());
-    let err = cfg.models().err().expect("a program no light has");
+    let Err(err) = cfg.models() else {
+        panic!("a program no light has was accepted");
+    };
     assert!(err.to_string().contains("--program nosuch"), "{err}");
 }
 
