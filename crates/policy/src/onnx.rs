@@ -312,8 +312,9 @@ fn read_head(
 
 /// Checks that every float initialiser of an ONNX model holds finite numbers only: a
 /// policy with a NaN or infinite weight is corrupt, whatever graph it has (per-signal MLP or
-/// shared network), even where a runtime's activation happens to hide it (tract's ReLU
-/// turns NaN into 0, ONNX Runtime's keeps it). The first bad element is named.
+/// shared network), even where a runtime's output does not show it (a bad-input sweep saw
+/// tract run one with finite logits where ONNX Runtime gives NaN; why was not traced).
+/// The first bad element is named.
 pub fn check_finite(bytes: &[u8]) -> Result<(), OnnxError> {
     let model = pb::ModelProto::decode(bytes)?;
     let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;

@@ -225,9 +225,9 @@ fn packing_refuses_inconsistent_inputs_and_existing_output() {
 
 /// A policy with a NaN weight is refused everywhere it could enter: export writes none of
 /// its files (an earlier export's stay whole), packing refuses it, a bundle holding one
-/// (signed after the fact) does not verify, and no backend loads it, tract included,
-/// whose ReLU would turn the NaN into a finite but meaningless output. The NaN sits in
-/// the critic, which the firmware blob does not carry, so only the model shows it.
+/// (signed after the fact) does not verify, and no backend loads it, tract included (which
+/// once ran such a model with finite logits and no fault). The NaN sits in the critic,
+/// which the firmware blob does not carry, so only the model shows it.
 #[test]
 fn a_policy_with_a_nan_weight_is_refused_at_export_pack_verify_and_load() {
     let fx = fixture("nan-weight");
