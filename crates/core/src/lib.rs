@@ -34,7 +34,7 @@ pub mod units;
 
 pub use control::{
     ActuatedSignal, ClockStage, CycleStage, FixedCycle, FixedCycleError, MaxRed, MovementDetector,
-    ProgramClock, ProgramClockError,
+    ProgramClock, ProgramClockError, ReadingsProblem,
 };
 pub use observation::{LaneReading, ObsError, ObsLayout};
 pub use plan::{

@@ -501,8 +501,9 @@ pub const MAX_HIDDEN_WIDTH: usize = 4096;
 /// Most parallel environments `--envs` takes (each holds a simulator; on SUMO a process).
 pub const MAX_ENVS: usize = 1024;
 
-/// Runs (or resumes) training into `out`, on the backend `cfg.sim` names.
-pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Result<TrainSummary> {
+/// Refuses settings that cannot train: zero sizes, sizes that only exhaust memory, and
+/// learning settings that can only give NaN weights.
+fn check_settings(cfg: &TrainConfig) -> Result<()> {
     if cfg.n_envs == 0 || cfg.rollout_steps == 0 || cfg.total_steps == 0 {
         bail!("--envs, --rollout-steps and --steps must all be at least 1");
     }
@@ -538,6 +539,12 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
             cfg.ppo.ent_coef
         );
     }
+    Ok(())
+}
+
+/// Runs (or resumes) training into `out`, on the backend `cfg.sim` names.
+pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Result<TrainSummary> {
+    check_settings(cfg)?;
     cfg.sim.check()?;
     cfg.validation.check()?;
     // Fail before any simulator starts when this build cannot give the asked device.

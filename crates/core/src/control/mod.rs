@@ -85,6 +85,41 @@ pub struct MovementDetector {
     pub call: bool,
 }
 
+/// Why a signal's movement readings cannot be used ([`MovementDetector::check_readings`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadingsProblem {
+    /// Not one reading per plan movement.
+    Count {
+        /// Readings given.
+        got: usize,
+        /// The plan's movements.
+        want: usize,
+    },
+    /// A reading no detector gives ([`MovementDetector::problem`]).
+    Field {
+        /// Which movement.
+        movement: usize,
+        /// Which field.
+        field: &'static str,
+    },
+}
+
+impl core::fmt::Display for ReadingsProblem {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ReadingsProblem::Count { got, want } => {
+                write!(f, "{got} movement readings, its plan has {want} movements")
+            }
+            ReadingsProblem::Field { movement, field } => {
+                write!(
+                    f,
+                    "movement {movement}: {field} is negative or not a number"
+                )
+            }
+        }
+    }
+}
+
 impl MovementDetector {
     /// Why this reading cannot be a detector's, if it cannot: a count, length, storage or
     /// gap that is negative or not a finite number (a faulty loop, a damaged recording).
@@ -102,6 +137,26 @@ impl MovementDetector {
             .into_iter()
             .find(|(_, v)| !(v.is_finite() && *v >= 0.0))
             .map(|(name, _)| name)
+    }
+
+    /// What is wrong with one signal's readings `readings` for a plan of `n_movements`
+    /// movements, if anything: not one reading per movement, or the first reading with a
+    /// [`problem`](Self::problem). The one check of a field's movement readings, a replay's
+    /// and a live field's alike.
+    pub fn check_readings(
+        readings: &[MovementDetector],
+        n_movements: usize,
+    ) -> Option<ReadingsProblem> {
+        if readings.len() != n_movements {
+            return Some(ReadingsProblem::Count {
+                got: readings.len(),
+                want: n_movements,
+            });
+        }
+        readings.iter().enumerate().find_map(|(movement, d)| {
+            d.problem()
+                .map(|field| ReadingsProblem::Field { movement, field })
+        })
     }
 
     /// Whether this movement can discharge: its downstream lanes are not (nearly) full.

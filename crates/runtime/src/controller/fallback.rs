@@ -196,28 +196,16 @@ pub(crate) fn usable_readings(
     readings: Option<Vec<MovementDetector>>,
 ) -> Option<Vec<MovementDetector>> {
     let readings = readings?;
-    let n = plan.movements().len();
-    if readings.len() != n {
-        tracing::warn!(
-            signal,
-            "{} movement readings for a plan of {n} movements: not used",
-            readings.len()
-        );
-        return None;
+    match MovementDetector::check_readings(&readings, plan.movements().len()) {
+        None => Some(readings),
+        Some(problem) => {
+            tracing::warn!(
+                signal,
+                "{problem}: this decision's movement readings are not used"
+            );
+            None
+        }
     }
-    if let Some((m, field)) = readings
-        .iter()
-        .enumerate()
-        .find_map(|(m, d)| d.problem().map(|f| (m, f)))
-    {
-        tracing::warn!(
-            signal,
-            "movement {m}: {field} is negative or not a number: this decision's movement \
-             readings are not used"
-        );
-        return None;
-    }
-    Some(readings)
 }
 
 /// A program's greens (per plan phase, 0 where it does not serve one) as a fixed cycle.

@@ -265,20 +265,8 @@ impl<R: BufRead> ReplaySource<R> {
         }
         for (signal, (readings, &want)) in line.movements.iter().zip(&self.movements).enumerate() {
             let Some(readings) = readings else { continue };
-            if readings.len() != want {
-                return Err(self.err(&format!(
-                    "signal {signal}: {} movement readings, its plan has {want} movements",
-                    readings.len()
-                )));
-            }
-            if let Some((m, field)) = readings
-                .iter()
-                .enumerate()
-                .find_map(|(m, d)| d.problem().map(|f| (m, f)))
-            {
-                return Err(self.err(&format!(
-                    "signal {signal}, movement {m}: {field} is negative or not a number"
-                )));
+            if let Some(problem) = MovementDetector::check_readings(readings, want) {
+                return Err(self.err(&format!("signal {signal}: {problem}")));
             }
         }
         Ok(())
