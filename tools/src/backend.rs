@@ -773,6 +773,31 @@ impl EnvSource {
         }
     }
 
+    /// A note when no vehicle entered the SUMO net in any of `runs` (none arrived, none
+    /// left in it): their delays of 0 s say nothing. A begin past the routes' departures
+    /// gives such runs.
+    #[cfg_attr(not(feature = "sumo"), allow(unused_mut, unused_variables))]
+    pub fn empty_runs_note<'a>(
+        &self,
+        mut runs: impl Iterator<Item = &'a EpisodeMetrics>,
+    ) -> Option<String> {
+        match self {
+            EnvSource::Embedded(_) => None,
+            #[cfg(feature = "sumo")]
+            EnvSource::Sumo(cfg) => runs
+                .all(|m| m.throughput_veh == 0 && m.backlog_veh == 0)
+                .then(|| {
+                    format!(
+                        "note: no vehicle entered {} in these runs (throughput 0, backlog 0), \
+                         so their delays say nothing: do the routes depart between begin {} s \
+                         and the episode's end?",
+                        cfg.net.display(),
+                        cfg.begin_s
+                    )
+                }),
+        }
+    }
+
     /// One episode of a classic controller, seeded `seed`, `episode` long. On SUMO,
     /// `fixed-time` is the network's own static program and actuated control uses its
     /// default max greens (there is no scenario demand to derive Webster greens from),

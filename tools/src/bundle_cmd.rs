@@ -45,11 +45,11 @@ pub struct KeygenArgs {
 /// Runs `greenwave keygen`.
 pub fn run_keygen(args: &KeygenArgs) -> Result<()> {
     let (paths, public) = keygen(&args.out, args.force)?;
-    println!(
+    say!(
         "wrote {} (secret: keep it off controllers)",
         paths.secret.display()
     );
-    println!(
+    say!(
         "wrote {} (public key {public}: install on controllers as --trust)",
         paths.public.display()
     );
@@ -72,6 +72,6 @@ pub struct BundleArgs {
 /// Runs `greenwave bundle`.
 pub fn run_bundle(args: &BundleArgs) -> Result<()> {
     let signer = bundle(&args.model, &args.key, &args.out)?;
-    println!("wrote bundle {} signed by {signer}", args.out.display());
+    say!("wrote bundle {} signed by {signer}", args.out.display());
     Ok(())
 }

@@ -27,9 +27,9 @@ pub struct DemoArgs {
     /// Folder for everything the demo writes (the report goes to `OUT/report`).
     #[arg(long, default_value = "runs/demo")]
     pub out: PathBuf,
-    /// Training decisions.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub steps: u64,
+    /// Training decisions [default: 1,000,000; 2,000 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: Option<u64>,
     /// Evaluation seeds.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub seeds: u64,
@@ -41,6 +41,14 @@ pub struct DemoArgs {
     pub quick: bool,
 }
 
+impl DemoArgs {
+    /// Training decisions: `--steps`, else the full or the `--quick` budget.
+    pub fn steps(&self) -> u64 {
+        let default = if self.quick { 2_000 } else { 1_000_000 };
+        self.steps.unwrap_or(default)
+    }
+}
+
 /// Runs the demo and returns the report's path.
 pub fn run_demo(args: &DemoArgs) -> Result<PathBuf> {
     let start = Instant::now();
@@ -49,12 +57,10 @@ pub fn run_demo(args: &DemoArgs) -> Result<PathBuf> {
     let report = out.join("report");
     std::fs::create_dir_all(&report).with_context(|| format!("creating {}", report.display()))?;
 
-    eprintln!(
-        "[1/6] training PPO on single-4way ({} decisions)",
-        args.steps
-    );
-    let mut cfg = TrainConfig::new("single-4way", Algo::Ppo, args.steps, args.seed);
-    cfg.command = format!("greenwave demo --steps {} --seed {}", args.steps, args.seed);
+    let steps = args.steps();
+    eprintln!("[1/6] training PPO on single-4way ({steps} decisions)");
+    let mut cfg = TrainConfig::new("single-4way", Algo::Ppo, steps, args.seed);
+    cfg.command = format!("greenwave demo --steps {steps} --seed {}", args.seed);
     if args.quick {
         cfg.n_envs = 2;
         cfg.rollout_steps = 60;
@@ -266,7 +272,7 @@ fn finetune_after_shift(
 /// Runs `greenwave demo`.
 pub fn run(args: &DemoArgs) -> Result<()> {
     let report = run_demo(args)?;
-    println!("report: {}", report.display());
+    say!("report: {}", report.display());
     Ok(())
 }
 

@@ -328,6 +328,9 @@ pub fn compare_on(
             temperature: None,
         });
     }
+    if let Some(note) = source.empty_runs_note(rows.iter().map(|r| &r.metrics)) {
+        eprintln!("{note}");
+    }
     Ok(rows)
 }
 
@@ -482,6 +485,21 @@ fn first_manifest(model: &Path, specs: &[SignalSpec]) -> Result<Manifest> {
         Some(s) if !model.exists() => crate::export_cmd::signal_path(model, &s.id),
         _ => model.to_path_buf(),
     };
+    if !path.exists() {
+        let beside = if path == model {
+            String::new()
+        } else {
+            format!(
+                ", nor its export for signal '{}' ({})",
+                specs[0].id,
+                path.display()
+            )
+        };
+        bail!(
+            "no policy at {}{beside}: give the --out of `greenwave export`",
+            model.display()
+        );
+    }
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     onnx::read_manifest(&bytes)
         .with_context(|| format!("reading the manifest of {}", path.display()))
@@ -564,14 +582,14 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let rows = compare_on(&args.model, &source, &seeds, episode, max_red, rule)?;
     if args.json {
         for r in &rows {
-            println!("{}", serde_json::to_string(r)?);
+            say!("{}", serde_json::to_string(r)?);
         }
         // One JSON row per controller on stdout; the verdict goes beside it.
         if let Some(v) = verdict(&rows) {
             eprintln!("{v}");
         }
     } else {
-        println!(
+        say!(
             "{} on '{}', {} seeds ({}..{}), {} s each\n",
             args.model.display(),
             source.name(),
@@ -580,9 +598,9 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             seeds[seeds.len() - 1],
             f64::from(episode.0) / 1000.0
         );
-        print!("{}", table(&rows));
+        say!("{}", table(&rows).trim_end());
         if let Some(v) = verdict(&rows) {
-            println!("\n{v}");
+            say!("\n{v}");
         }
     }
     Ok(())

@@ -371,10 +371,10 @@ pub struct ExportArgs {
 }
 
 fn print_files(e: &Exported) {
-    println!("wrote {}", e.onnx.display());
-    println!("wrote {} (f32 firmware blob)", e.blob.display());
-    println!("wrote {} (int8 firmware blob)", e.blob_int8.display());
-    println!("wrote {}", e.manifest.display());
+    say!("wrote {}", e.onnx.display());
+    say!("wrote {} (f32 firmware blob)", e.blob.display());
+    say!("wrote {} (int8 firmware blob)", e.blob_int8.display());
+    say!("wrote {}", e.manifest.display());
 }
 
 /// Runs `greenwave export`.
@@ -390,13 +390,13 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     // Read once: the weights exported and the provenance are of the same selection.
     let selected = choice.resolve(&args.run)?;
     match &selected {
-        Some(s) => println!(
+        Some(s) => say!(
             "exporting the weights of iteration {} selected on validation seeds {:?} (greedy delay {:.2} s; --last for the last weights)",
             s.policy.iteration,
             s.validation.seeds,
             s.validation.mean_delay_s()
         ),
-        None => println!("exporting the run's last weights"),
+        None => say!("exporting the run's last weights"),
     }
     match info.policy() {
         PolicyKind::Mlp => {
@@ -407,12 +407,12 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 );
             }
             if plans_differ(&trained_plans(&args.run, &info)?) {
-                println!(
+                say!(
                     "its signals have different phase plans: one export per signal, each \
                      bound to its own plan"
                 );
                 for e in export_mlp_per_signal(&args.run, &args.out, selected.as_ref())? {
-                    println!("signal {}:", e.signal_id);
+                    say!("signal {}:", e.signal_id);
                     print_files(&e.files);
                 }
             } else {
@@ -445,7 +445,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             };
             let target = target.as_ref().map(|(specs, c)| (specs.as_slice(), *c));
             for e in export_signals_at(&args.run, &args.out, target, selected.as_ref())? {
-                println!("signal {}:", e.signal_id);
+                say!("signal {}:", e.signal_id);
                 print_files(&e.files);
             }
         }

@@ -1,7 +1,7 @@
 //! `greenwave sim`: run the embedded simulator (or SUMO, `--backend sumo`) under the
 //! classic controllers.
 
-use std::io::Write;
+use greenwave_tools::say;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -98,8 +98,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     let scenario = resolve_scenario(args)?;
     if args.print_scenario {
-        let mut out = std::io::stdout().lock();
-        out.write_all(scenario.to_toml_string().as_bytes())?;
+        say!("{}", scenario.to_toml_string().trim_end());
         return Ok(());
     }
     let episode = match args.seconds {
@@ -134,7 +133,6 @@ fn print_runs(
     args: &SimArgs,
     runs: &[ControllerRun],
 ) -> Result<()> {
-    let mut out = std::io::stdout().lock();
     if args.json {
         let json = match runs {
             [one] => serde_json::to_string_pretty(&SingleReport {
@@ -150,9 +148,9 @@ fn print_runs(
                 controllers: all,
             }),
         }?;
-        writeln!(out, "{json}")?;
+        say!("{json}");
     } else {
-        write!(out, "{}", table(title, args.seed, runs))?;
+        say!("{}", table(title, args.seed, runs).trim_end());
     }
     Ok(())
 }
@@ -191,6 +189,9 @@ fn run_sumo(args: &SimArgs) -> Result<()> {
         show(&mut args.sim.net.iter()),
         show(&mut args.sim.routes.iter()),
     );
+    if let Some(note) = source.empty_runs_note(runs.iter().map(|r| &r.metrics)) {
+        eprintln!("{note}");
+    }
     let title = format!("SUMO net {net} (routes {routes})");
     print_runs(&net, &routes, &title, args, &runs)
 }

@@ -68,7 +68,7 @@ pub fn run(args: &SiteArgs) -> Result<()> {
         .to_toml()
         .context("writing the site configuration as TOML")?;
     std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
-    println!(
+    say!(
         "site configuration: {} ({} signals, decision every {interval}, from {})",
         args.out.display(),
         specs.len(),

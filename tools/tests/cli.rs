@@ -345,3 +345,32 @@ fn train_refuses_a_learning_rate_or_target_kl_that_is_not_a_positive_number() {
         let _ = std::fs::remove_dir_all(&run);
     }
 }
+
+/// A reader of standard output that has gone (`greenwave sim --json | head -c1`) costs the
+/// rest of the report, never a panic or the command's own exit status.
+#[test]
+fn a_reader_that_went_away_stops_no_command() {
+    for args in [
+        &[
+            "sim",
+            "--scenario",
+            "single-4way",
+            "--seconds",
+            "60",
+            "--json",
+        ][..],
+        &["sim", "--scenario", "single-4way", "--seconds", "60"][..],
+        &["sim", "--scenario", "single-4way", "--print-scenario"][..],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader); // gone before the command writes a byte
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_greenwave"))
+            .args(args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

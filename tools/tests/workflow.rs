@@ -227,8 +227,6 @@ fn demo_quick_writes_a_report() {
     let out = ok(&greenwave(&[
         "demo",
         "--quick",
-        "--steps",
-        "1200",
         "--seeds",
         "1",
         "--out",

@@ -130,7 +130,7 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
     };
     let report = collect_frames(std::io::BufReader::new(input), &mut log)?;
     log.close()?;
-    println!(
+    say!(
         "{} frames appended, {} refused{}; {} bytes read",
         report.appended,
         report.refused,
@@ -142,7 +142,7 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
         report.bytes
     );
     for r in &report.refusals {
-        println!("refused: {r}");
+        say!("refused: {r}");
     }
     Ok(())
 }

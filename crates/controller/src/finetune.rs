@@ -211,7 +211,7 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
     };
     let json = serde_json::to_string_pretty(&out)?;
     if args.json {
-        println!("{json}");
+        say!("{json}");
     } else {
         print_report(report, switched.as_ref(), args.dry_run, parent_version);
     }
@@ -330,7 +330,7 @@ fn print_report(
 ) {
     let u = &report.update;
     let g = &report.gate;
-    println!(
+    say!(
         "log: {} records used ({} decision states) of {} read, {} segment problem(s) skipped",
         report.log.records_used,
         report.log.decision_states,
@@ -338,9 +338,9 @@ fn print_report(
         report.log.issues.len()
     );
     for i in &report.log.issues {
-        println!("  skipped: {i}");
+        say!("  skipped: {i}");
     }
-    println!(
+    say!(
         "update: critic loss {:.4}; {} policy epoch(s){}, KL {:.4}, objective {:+.5}{}",
         u.critic_loss,
         u.policy.epochs,
@@ -357,21 +357,23 @@ fn print_report(
             ""
         }
     );
-    println!(
+    say!(
         "gate: held back {} records ({} decision states); {}",
-        g.held_back_records, g.held_back_decision_states, g.reason
+        g.held_back_records,
+        g.held_back_decision_states,
+        g.reason
     );
     match (switched, dry_run, g.accepted) {
-        (Some(s), _, _) => println!(
+        (Some(s), _, _) => say!(
             "switched: v{} -> v{} ({}), previous kept for rollback",
             parent_version,
             s.version,
             s.dir.display()
         ),
-        (None, true, true) => println!("dry run: would switch in a new version"),
-        _ => println!("kept v{parent_version}"),
+        (None, true, true) => say!("dry run: would switch in a new version"),
+        _ => say!("kept v{parent_version}"),
     }
-    println!(
+    say!(
         "{:.1} s, peak RSS {} KiB",
         report.wall_s,
         report.peak_rss_kib.map_or("?".into(), |k| k.to_string())

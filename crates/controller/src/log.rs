@@ -89,13 +89,13 @@ pub fn run(args: LogArgs) -> Result<()> {
             .or_default() += 1;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        say!("{}", serde_json::to_string_pretty(&s)?);
     } else {
-        println!("{} records in {} segments", s.records, s.segments);
-        println!("by source: {:?}", s.by_source);
-        println!("by policy version: {:?}", s.policy_versions);
+        say!("{} records in {} segments", s.records, s.segments);
+        say!("by source: {:?}", s.by_source);
+        say!("by policy version: {:?}", s.policy_versions);
         for d in &s.damaged {
-            println!(
+            say!(
                 "damaged: segment {} offset {} length {}: {} ({})",
                 d.segment,
                 d.offset,
@@ -105,7 +105,7 @@ pub fn run(args: LogArgs) -> Result<()> {
             );
         }
         for q in &s.quarantined {
-            println!(
+            say!(
                 "quarantined: segment {} offset {} length {} in {}",
                 q.segment,
                 q.offset,

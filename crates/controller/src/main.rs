@@ -13,6 +13,17 @@
 //! Each subcommand lives in its own module with its `clap` arguments and a `run`
 //! function; add one by adding a module, a variant to [`Command`] and a match arm.
 
+/// `println!` that never stops the command: when the reader of standard output has gone
+/// (`… | head -c1`), the rest of the report is dropped, and the command still finishes its
+/// work (files written, records committed) and returns its own exit status. (`println!`
+/// panics there.)
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod collect;
 mod finetune;
 mod follow;

@@ -29,7 +29,7 @@ pub fn run(args: RollbackArgs) -> Result<Exit> {
     let store = greenwave_finetune::PolicyStore::open(&args.store)
         .with_context(|| format!("opening the policy store {}", args.store.display()))?;
     let s = store.rollback(&keys, &args.reason)?;
-    println!(
+    say!(
         "rolled back: v{} -> v{} ({})",
         s.from.map_or("?".into(), |v| v.to_string()),
         s.version,

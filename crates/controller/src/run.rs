@@ -168,8 +168,9 @@ pub struct RunArgs {
     /// Pace decisions and signal changes by the wall clock.
     #[arg(long)]
     realtime: bool,
-    /// Seconds to run (default: the scenario's episode length; 3600 for SUMO).
-    #[arg(long)]
+    /// Seconds to run, above 0 (default: the scenario's episode length; 3600 for SUMO; a
+    /// replay to its last line).
+    #[arg(long, value_parser = parse_run_seconds)]
     seconds: Option<f64>,
     /// Simulation seed.
     #[arg(long, default_value_t = 0)]
@@ -223,6 +224,18 @@ fn parse_budget_ms(s: &str) -> Result<f64, String> {
         ));
     }
     Ok(ms)
+}
+
+/// `--seconds`: above 0 (a run of no decision did nothing and said it succeeded) and at
+/// most [`MAX_SECONDS`], the longest controller time a [`Millis`] holds.
+fn parse_run_seconds(s: &str) -> Result<f64, String> {
+    let secs: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(secs.is_finite() && secs > 0.0 && secs <= MAX_SECONDS as f64) {
+        return Err(format!(
+            "{s} is not a number of seconds above 0 and at most {MAX_SECONDS}"
+        ));
+    }
+    Ok(secs)
 }
 
 /// `--epsilon`: a number from 0 to [`MAX_EPSILON`] (not NaN), refused as the flags are
@@ -721,7 +734,7 @@ fn show_progress(bar: &ProgressBar, c: &Controller) {
 /// Prints the report, and fails the run where the store or the log failed during it.
 fn finish(args: &RunArgs, report: &RunReport) -> Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        say!("{}", serde_json::to_string_pretty(report)?);
     } else {
         print_report(report);
     }
@@ -921,45 +934,48 @@ fn field_metrics<F: Field>(_field: &F, _started: Instant) -> Option<Metrics> {
 fn print_report(r: &RunReport) {
     #[cfg(feature = "sim")]
     if let Some(m) = &r.metrics {
-        println!(
+        say!(
             "mean delay {:.1} s, mean wait {:.1} s, mean travel time {:.1} s, throughput {} veh, backlog {} veh",
             m.mean_delay_s, m.mean_wait_s, m.mean_travel_time_s, m.throughput_veh, m.backlog_veh
         );
-        println!(
+        say!(
             "{:.0} simulated s in {:.2} wall s",
-            m.sim_seconds, m.wall_seconds
+            m.sim_seconds,
+            m.wall_seconds
         );
     }
     if let Some(origin) = r.program_clock_unix_origin_ms {
-        println!("program clocks on Unix time, controller time 0 at {origin} ms");
+        say!("program clocks on Unix time, controller time 0 at {origin} ms");
     }
     match &r.policy.error {
-        None => println!(
+        None => say!(
             "policy v{} on {}: {} decisions, {} by the fallback",
             r.policy.policy_version.unwrap_or(0),
             r.policy.backend,
             r.decisions,
             r.fallback_decisions
         ),
-        Some(e) => println!(
+        Some(e) => say!(
             "no policy ({e}): all {} decisions by the fallback",
             r.decisions
         ),
     }
     for b in &r.policy.bundles {
-        println!(
+        say!(
             "signal {} ran bundle {} (signed by {})",
-            b.signal, b.bundle, b.signer
+            b.signal,
+            b.bundle,
+            b.signer
         );
     }
     if let Some(store) = &r.store {
         print_store(store);
     }
-    println!(
+    say!(
         "fallback switches {}, returns to policy {}, supervisor overrides {} ({} by the max-red rule)",
         r.fallback_switches, r.policy_returns, r.supervisor_overrides, r.controller.max_red_overrides
     );
-    println!(
+    say!(
         "transitions logged {} (committed {}, dropped {}, log errors {}), inference p50 {:.0} µs \
          p99 {:.0} µs, peak RSS {} KiB",
         r.transitions_logged,
@@ -975,7 +991,7 @@ fn print_report(r: &RunReport) {
 /// The `--store` lines of the report.
 fn print_store(s: &StoreReport) {
     if let (true, Some(cur)) = (s.current_unjudged_at_start, &s.current_at_start) {
-        println!(
+        say!(
             "policy store: {} had no live-watch verdict at the start",
             cur.display()
         );
@@ -985,17 +1001,17 @@ fn print_store(s: &StoreReport) {
             .from_version
             .map_or("the fallback".into(), |v| format!("v{v}"));
         let how = if w.watched { " (watched)" } else { "" };
-        println!(
+        say!(
             "at {:.0} s: {from} -> v{}{how}",
             w.at_ms as f64 / 1000.0,
             w.to_version
         );
     }
     for r in &s.recorded {
-        println!("policy store: recorded {r}");
+        say!("policy store: recorded {r}");
     }
     for r in &s.refused {
-        println!("policy store: refused {r}");
+        say!("policy store: refused {r}");
     }
 }
 
@@ -1003,6 +1019,16 @@ fn print_store(s: &StoreReport) {
 mod tests {
     use super::*;
     use greenwave_core::{ClockStage, ProgramClock};
+
+    #[test]
+    fn a_run_of_no_time_or_of_more_than_a_millis_holds_is_refused() {
+        for bad in ["0", "-5", "nan", "inf", "1e300", "4294968"] {
+            let e = parse_run_seconds(bad).unwrap_err();
+            assert!(e.contains("above 0 and at most 4294967"), "{bad}: {e}");
+        }
+        assert_eq!(parse_run_seconds("0.5"), Ok(0.5));
+        assert_eq!(parse_run_seconds("4294967"), Ok(4_294_967.0));
+    }
 
     /// `--sumocfg` gives the field's files, begin and traffic options; the `--sumo-*` flags
     /// replace what it names; without either, no SUMO options are accepted.

@@ -50,24 +50,24 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         let what = path.display().to_string();
         let specs = site.signal_specs();
         check_set(&bundles, &specs, Some(site.decision_interval()), &what)?;
-        println!("matches every signal of {what}");
+        say!("matches every signal of {what}");
     }
     #[cfg(feature = "sim")]
     if let Some(name) = &args.scenario {
         check_set(&bundles, &scenario_specs(name)?, None, name)?;
-        println!("matches every signal of {name}");
+        say!("matches every signal of {name}");
     }
     Ok(())
 }
 
 fn describe(b: &VerifiedBundle) {
     let m = &b.manifest;
-    println!(
+    say!(
         "bundle {}: signature by {} verified",
         b.dir.display(),
         key_hex(&b.signer)
     );
-    println!(
+    say!(
         "policy v{} for plan {} ({} lanes × {} phases, decisions every {} s), trained by `{}` (code revision {})",
         m.policy_version,
         m.plan_hash,
@@ -109,7 +109,7 @@ fn check_set(
         check_signals(b, &own, what).with_context(|| format!("bundle {}", b.dir.display()))?;
     }
     for (s, &k) in specs.iter().zip(set.of_signal()) {
-        println!("signal {} runs {}", s.id, set.bundles()[k].dir.display());
+        say!("signal {} runs {}", s.id, set.bundles()[k].dir.display());
     }
     Ok(())
 }

@@ -184,6 +184,38 @@ fn the_binary_runs_verifies_and_reads_back_a_signed_bundle() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("matches every signal"));
+    // A reader of stdout that has gone costs the report, not the run or its records.
+    let (log2_s, log3) = (log2.to_str().unwrap(), dir.join("log3"));
+    let log3_s = log3.to_str().unwrap();
+    let run = [
+        "run",
+        "--bundle",
+        bundle_s,
+        "--trust",
+        trust,
+        "--scenario",
+        "single-4way",
+    ];
+    let run: Vec<&str> = [&run[..], &["--log-dir", log3_s, "--seconds", "60"]].concat();
+    for args in [run, vec!["log", "--log-dir", log2_s, "--json"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = controller_bin()
+            .args(&args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    let summary = run_json(&["log", "--log-dir", log3.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        summary["records"], 12,
+        "every decision committed: {summary}"
+    );
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }
 

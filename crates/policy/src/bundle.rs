@@ -85,6 +85,12 @@ pub enum BundleError {
     /// `keygen` or `pack_and_sign` would overwrite something.
     #[error("{0} already exists (remove it or write elsewhere; `greenwave keygen --force` replaces a key pair)")]
     Exists(PathBuf),
+    /// A key pair's path prefix names a folder, not a file name to add `.key` and `.pub` to.
+    #[error(
+        "{0} is a folder, not a key pair's path prefix: give one such as {0}/site \
+         (which writes site.key and site.pub there)"
+    )]
+    KeyPrefixIsFolder(PathBuf),
     /// No trusted key was given.
     #[error(
         "no trusted public key given: a controller loads only bundles signed by a key it trusts"
@@ -253,6 +259,13 @@ pub struct KeyPairPaths {
 /// Makes an ed25519 key pair from the OS random source and writes `PREFIX.key` (mode 0600)
 /// and `PREFIX.pub`. Refuses to overwrite existing files unless `force`.
 pub fn keygen(prefix: &Path, force: bool) -> Result<(KeyPairPaths, VerifyingKey), BundleError> {
+    let ends_in_separator = prefix.as_os_str().to_string_lossy().ends_with(['/', '\\']);
+    if prefix.file_name().is_none() || ends_in_separator || prefix.is_dir() {
+        let folder = prefix.to_string_lossy();
+        let trimmed = folder.trim_end_matches(['/', '\\']);
+        let folder = if trimmed.is_empty() { &folder } else { trimmed };
+        return Err(BundleError::KeyPrefixIsFolder(PathBuf::from(folder)));
+    }
     let paths = KeyPairPaths {
         secret: with_suffix(prefix, ".key"),
         public: with_suffix(prefix, ".pub"),
@@ -842,6 +855,14 @@ mod tests {
             keygen(&dir.join("site"), false),
             Err(BundleError::Exists(_))
         ));
+        // A folder is not a prefix: no hidden `.key` / `.pub` written into it.
+        let slash = PathBuf::from(format!("{}/", dir.display()));
+        for folder in [dir.clone(), slash] {
+            let err = keygen(&folder, true).unwrap_err();
+            assert!(matches!(err, BundleError::KeyPrefixIsFolder(_)), "{err}");
+            assert!(err.to_string().contains("/site"), "{err}");
+        }
+        assert!(!dir.join(".key").exists() && !dir.join(".pub").exists());
         let secret = load_signing_key(&paths.secret).unwrap();
         assert_eq!(secret.verifying_key(), public);
         assert_eq!(load_public_key(&paths.public).unwrap(), public);

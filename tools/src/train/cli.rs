@@ -345,18 +345,21 @@ fn print_summary(s: &TrainSummary, out: &Path) {
     } else {
         "no training episode finished (the budget is shorter than an episode)".into()
     };
-    println!(
+    say!(
         "trained {} decisions in {} iterations, {:.1} s ({:.0} decisions/s); {recent}",
-        s.env_steps, s.iterations, s.wall_s, s.steps_per_s
+        s.env_steps,
+        s.iterations,
+        s.wall_s,
+        s.steps_per_s
     );
     if let Some(total) = s.stopped_short_of {
-        println!(
+        say!(
             "stopped by the time limit at iteration {} of {}: `--resume` (with a new limit, or none) continues the run",
             s.iterations, total
         );
     }
     if let Some(v) = &s.selected {
-        println!(
+        say!(
             "selected the weights of iteration {} ({} decisions): greedy delay {:.2} s on validation seeds {:?}; `greenwave export` takes them (validation.csv has every validation)",
             v.iteration,
             v.env_steps,
@@ -364,7 +367,7 @@ fn print_summary(s: &TrainSummary, out: &Path) {
             v.seeds
         );
     }
-    println!(
+    say!(
         "run folder: {} (metrics.csv, training.png, losses.png, policy.safetensors{})",
         out.display(),
         match (&s.selected, out.join(checkpoint::END_TEST_FILE).exists()) {

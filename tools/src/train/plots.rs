@@ -26,7 +26,7 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         );
     }
     write_plots(&csv, &args.run).with_context(|| format!("plotting {}", csv.display()))?;
-    println!(
+    say!(
         "wrote {0}/training.png and {0}/losses.png",
         args.run.display()
     );
