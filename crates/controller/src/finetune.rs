@@ -180,8 +180,14 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
     let mut keys = trusted_keys(&args.trust)?;
     // The controller trusts its own key for its own updates.
     keys.push(key.verifying_key());
+    if args.bundle.is_none() {
+        // Nothing to adopt: the store must exist (a mistyped path is named, not created).
+        PolicyStore::attach(&args.store)
+            .with_context(|| format!("opening the policy store {}", args.store.display()))?;
+    }
     let store = PolicyStore::open(&args.store)
         .with_context(|| format!("opening the policy store {}", args.store.display()))?;
+    crate::follow::warn_of_history_damage(&store)?;
     let current = current_bundle(&store, &args, &keys)?;
     let running = bundle::verify(&current, &keys)
         .with_context(|| format!("verifying the running bundle {}", current.display()))?;

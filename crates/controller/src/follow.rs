@@ -43,6 +43,16 @@ use serde::Serialize;
 
 use crate::run::MAX_SECONDS;
 
+/// Warns (on stderr) of damaged lines in the store's history before a command acts on its
+/// verdicts (`run --store`, `finetune`, `rollback`); the command goes on, as the store reads
+/// such lines as no verdict.
+pub fn warn_of_history_damage(store: &PolicyStore) -> Result<()> {
+    if let Some(damage) = store.history_damage()? {
+        tracing::warn!("policy store history: {damage}");
+    }
+    Ok(())
+}
+
 /// The `run` options of a controller that follows a policy store.
 #[derive(Args, Clone, Debug)]
 pub struct FollowArgs {
@@ -143,6 +153,7 @@ impl StoreFollower {
         keys: Vec<VerifyingKey>,
     ) -> Result<(Self, Vec<PathBuf>)> {
         let store = PolicyStore::attach(dir)?;
+        warn_of_history_damage(&store)?;
         let current = store
             .current()?
             .ok_or_else(|| StoreError::Empty(dir.to_path_buf()))?;

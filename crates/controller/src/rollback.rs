@@ -26,8 +26,10 @@ pub struct RollbackArgs {
 /// `greenwave-controller rollback`: switches the store to its previous version.
 pub fn run(args: RollbackArgs) -> Result<Exit> {
     let keys = trusted_keys(&args.trust)?;
-    let store = greenwave_finetune::PolicyStore::open(&args.store)
+    // An existing store only: a mistyped path is named, not made into an empty store.
+    let store = greenwave_finetune::PolicyStore::attach(&args.store)
         .with_context(|| format!("opening the policy store {}", args.store.display()))?;
+    crate::follow::warn_of_history_damage(&store)?;
     let s = store.rollback(&keys, &args.reason)?;
     say!(
         "rolled back: v{} -> v{} ({})",

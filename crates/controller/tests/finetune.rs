@@ -401,13 +401,30 @@ fn run_current_then_roll_back(s: &Site, store: &str) {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["policy"]["policy_version"], 2);
 
+    // A mistyped store is named, not created.
+    let typo = format!("{store}-typo");
+    let out = controller(&["rollback", "--store", &typo, "--trust", &site_pub]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&typo), "{err}");
+    assert!(
+        !Path::new(&typo).exists(),
+        "rollback made a store at {typo}"
+    );
+
+    // A history whose last line was cut off mid-write: named, and the rollback's own
+    // line still lands whole after it.
+    let history = Path::new(store).join("history.jsonl");
+    let mut bytes = std::fs::read(&history).unwrap();
+    bytes.extend_from_slice(b"{\"unix_ms\":17965");
+    std::fs::write(&history, bytes).unwrap();
     let out = controller(&[
         "rollback", "--store", store, "--trust", &site_pub, "--trust", &own_pub,
     ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        err.contains("1 of its 5 lines fail their checksum"),
+        "{err}"
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("v2 -> v1"));
 }

@@ -88,7 +88,7 @@ use serde::{Deserialize, Serialize};
 pub use data::{LogPosition, LogSummary, RecordMeta};
 pub use gate::{GateConfig, GateReport};
 pub use standing::{standing, Standing};
-pub use store::{PolicyStore, StoreError};
+pub use store::{HistoryDamage, PolicyStore, StoreError};
 
 /// Why a fine-tune could not be carried out (a *rejected* candidate is not an error: see
 /// [`GateReport`]).

@@ -323,17 +323,53 @@ impl PolicyStore {
         f()
     }
 
-    /// Appends a line to `history.jsonl` (synced); the caller holds the lock.
+    /// Appends a line to `history.jsonl` (synced); the caller holds the lock. A file whose
+    /// last line was cut off (a crash, damaged bytes) gets a newline first, so the new
+    /// line is never glued to the damaged one and lost with it.
     fn append_history(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
         let path = self.dir.join(HISTORY);
         let mut f = fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(&path)
             .map_err(io("opening", &path))?;
-        writeln!(f, "{}", history_line(entry))
+        let start = if ends_mid_line(&mut f).map_err(io("reading", &path))? {
+            "\n"
+        } else {
+            ""
+        };
+        writeln!(f, "{start}{}", history_line(entry))
             .and_then(|_| f.sync_data())
             .map_err(io("appending to", &path))
+    }
+
+    /// What is wrong with `history.jsonl`, if anything: lines that fail their checksum or
+    /// do not parse (all skipped by [`PolicyStore::history`]), or no readable line at all
+    /// while the store holds versions. For the commands to name before they act on the
+    /// history's verdicts.
+    pub fn history_damage(&self) -> Result<Option<HistoryDamage>, StoreError> {
+        let path = self.dir.join(HISTORY);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io("reading", &path)(e)),
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let unreadable: Vec<usize> = (1..=lines.len())
+            .filter(|&n| parse_history_line(lines[n - 1]).is_none())
+            .collect();
+        let versions = self.versions()?.len();
+        let readable = lines.len() - unreadable.len();
+        Ok(
+            (!unreadable.is_empty() || (readable == 0 && versions > 0)).then_some(HistoryDamage {
+                path,
+                lines: lines.len(),
+                unreadable,
+                versions,
+            }),
+        )
     }
 
     /// The history, oldest first. A line that fails its checksum or does not parse
@@ -655,6 +691,68 @@ impl PolicyStore {
     }
 }
 
+/// Whether the file (opened for reading) is non-empty and does not end in a newline.
+fn ends_mid_line(f: &mut File) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    if f.metadata()?.len() == 0 {
+        return Ok(false);
+    }
+    f.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8];
+    f.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
+}
+
+/// What [`PolicyStore::history_damage`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryDamage {
+    /// The history file.
+    pub path: PathBuf,
+    /// Its non-blank lines.
+    pub lines: usize,
+    /// Which of them (1-based, counting non-blank lines) fail their checksum or do not parse.
+    pub unreadable: Vec<usize>,
+    /// Version folders the store holds.
+    pub versions: usize,
+}
+
+impl std::fmt::Display for HistoryDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = self.path.display();
+        if self.unreadable.is_empty() {
+            write!(
+                f,
+                "{path} holds no line, yet the store holds {} versions",
+                self.versions
+            )?;
+        } else {
+            let shown: Vec<String> = self
+                .unreadable
+                .iter()
+                .take(8)
+                .map(|n| n.to_string())
+                .collect();
+            let more = if self.unreadable.len() > 8 {
+                ", …"
+            } else {
+                ""
+            };
+            write!(
+                f,
+                "{path}: {} of its {} lines fail their checksum or do not parse (line {}{more}) \
+                 and are skipped",
+                self.unreadable.len(),
+                self.lines,
+                shown.join(", ")
+            )?;
+        }
+        write!(
+            f,
+            "; a version with no readable verdict counts as not yet judged by the live watch"
+        )
+    }
+}
+
 /// The entries of `history.jsonl`'s bytes, as [`PolicyStore::history`] reads them: a line
 /// that fails its checksum or does not parse is skipped, and damaged bytes are read
 /// lossily.
@@ -941,6 +1039,38 @@ mod tests {
         let legacy = serde_json::to_string(&written[0]).unwrap();
         fs::write(&path, format!("{legacy}\n")).unwrap();
         assert_eq!(s.history().unwrap(), written[..1]);
+    }
+
+    /// Damaged history lines are named (by number) and skipped, and a line appended after
+    /// a cut-off one starts on its own line, so the new verdict is read back.
+    #[test]
+    fn a_damaged_history_is_named_and_a_new_line_never_joins_a_cut_one() {
+        let s = store("history-damage");
+        assert_eq!(
+            s.history_damage().unwrap().map(|d| d.versions),
+            Some(2),
+            "none read"
+        );
+        line(&s, event::ADOPT, None, 1);
+        assert_eq!(s.history_damage().unwrap(), None);
+        let path = s.dir().join(HISTORY);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"\xff\x00garbage, cut off");
+        fs::write(&path, &bytes).unwrap();
+        line(&s, event::FINETUNE_ACCEPTED, Some(1), 2);
+        let read: Vec<_> = s.history().unwrap().iter().map(|h| h.to_version).collect();
+        assert_eq!(
+            read,
+            [Some(1), Some(2)],
+            "the new line survives the cut one"
+        );
+        let damage = s.history_damage().unwrap().expect("the cut line is named");
+        assert_eq!((damage.lines, damage.unreadable.clone()), (3, vec![2]));
+        let said = damage.to_string();
+        assert!(
+            said.contains("1 of its 3 lines") && said.contains("line 2"),
+            "{said}"
+        );
     }
 
     /// The store's lock orders writers: a verdict recorded while another writer holds the
