@@ -1034,3 +1034,32 @@ fn the_step_length_reaches_sumo_and_must_divide_the_decision_interval() {
     let o = greenwave(&["sim", "--step-length", "0.5"]);
     assert!(failed(&o).contains("add `--backend sumo`"));
 }
+
+/// A begin past the routes' last departure runs, but says that no vehicle entered (its
+/// delays of 0 s say nothing); a begin past TraCI's "forever" (2^30 s) is refused by name
+/// before SUMO starts.
+#[test]
+fn a_begin_past_the_demand_is_noted_and_one_past_tracis_forever_refused() {
+    if !greenwave_sim::sumo::available_for_tests() {
+        return;
+    }
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let files = [
+        "--net",
+        net.to_str().unwrap(),
+        "--routes",
+        routes.to_str().unwrap(),
+    ];
+    let (throughput, _, said) = sim_600s_fixed_time(&[&files[..], &["--begin", "100000"]].concat());
+    assert_eq!(throughput, 0);
+    assert!(said.contains("no vehicle entered"), "{said}");
+    let (throughput, _, said) = sim_600s_fixed_time(&files);
+    assert!(
+        throughput > 0 && !said.contains("no vehicle entered"),
+        "{said}"
+    );
+    let mut late = vec!["sim", "--backend", "sumo", "--begin", "1e12"];
+    late.extend(files);
+    let err = failed(&greenwave(&late));
+    assert!(err.contains("TraCI's \"forever\""), "{err}");
+}

@@ -309,6 +309,14 @@ impl SumoConfig {
                 ));
             }
         }
+        let forever_s = traci::SUBSCRIBE_FOREVER.1;
+        if self.begin_s + self.seconds > forever_s {
+            return bad(format!(
+                "begin_s + seconds = {} s ends after {forever_s} s, where TraCI's \"forever\" \
+                 ends (SUMO would end greenwave's subscriptions there)",
+                self.begin_s + self.seconds
+            ));
+        }
         let step_ms = (self.step_length_s * 1000.0).round();
         if step_ms < 1.0 || (self.step_length_s * 1000.0 - step_ms).abs() > 1e-6 {
             return bad(format!(
@@ -531,6 +539,11 @@ mod tests {
             .to_string()
             .contains("u32 milliseconds"));
         cfg.seconds = 60.0;
+        cfg.begin_s = 1e12;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("TraCI's \"forever\""), "{err}");
+        cfg.begin_s = 1e9;
+        cfg.validate().unwrap();
         cfg.routes = vec!["/no/such.rou.xml".into()];
         assert!(cfg
             .validate()

@@ -113,7 +113,7 @@ mod ty {
 
 /// Subscription begin/end meaning "from now on, forever" (SUMO's INVALID_DOUBLE_VALUE and
 /// its negation, as the reference clients send).
-const SUBSCRIBE_FOREVER: (f64, f64) = (-1_073_741_824.0, 1_073_741_824.0);
+pub(crate) const SUBSCRIBE_FOREVER: (f64, f64) = (-1_073_741_824.0, 1_073_741_824.0);
 
 /// Largest reply accepted; anything bigger is taken as a corrupt length prefix.
 const MAX_REPLY_BYTES: usize = 256 << 20;
