@@ -374,3 +374,18 @@ fn a_reader_that_went_away_stops_no_command() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A model that is not there is named as given, with the per-signal export looked for
+/// beside it.
+#[test]
+fn eval_names_a_missing_model_as_given() {
+    let missing = std::env::temp_dir().join("gw-no-such-model.onnx");
+    let o = greenwave(&["eval", "--model", missing.to_str().unwrap(), "--seeds", "1"]);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("no policy at") && err.contains("gw-no-such-model.onnx,"),
+        "{err}"
+    );
+    assert!(err.contains("gw-no-such-model.center.onnx"), "{err}");
+}

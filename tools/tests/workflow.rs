@@ -224,15 +224,21 @@ fn an_mlp_for_signals_of_two_plans_is_exported_per_signal() {
 #[test]
 fn demo_quick_writes_a_report() {
     let d = tmp("demo");
-    let out = ok(&greenwave(&[
+    let o = greenwave(&[
         "demo",
         "--quick",
         "--seeds",
         "1",
         "--out",
         d.to_str().unwrap(),
-    ]));
+    ]);
+    let out = ok(&o);
     assert!(out.contains("report:"), "{out}");
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains("(2000 decisions)"),
+        "--quick trains its own budget: {said}"
+    );
     let report = d.join("report");
     for f in [
         "README.md",

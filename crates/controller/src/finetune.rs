@@ -20,8 +20,8 @@ use crate::Exit;
 /// Arguments of `greenwave-controller finetune`.
 #[derive(Args)]
 pub struct FinetuneArgs {
-    /// The controller's policy store (created if missing); the controller runs
-    /// `--bundle <STORE>/current`.
+    /// The controller's policy store (created if missing only with --bundle, which it
+    /// adopts); the controller runs `--bundle <STORE>/current`.
     #[arg(long)]
     store: PathBuf,
     /// The flashed bundle, adopted as the store's first version when the store has none.

@@ -43,9 +43,9 @@ use serde::Serialize;
 
 use crate::run::MAX_SECONDS;
 
-/// Warns (on stderr) of damaged lines in the store's history before a command acts on its
-/// verdicts (`run --store`, `finetune`, `rollback`); the command goes on, as the store reads
-/// such lines as no verdict.
+/// Warns (a log warning on stderr; `--quiet` shows errors only) of damaged lines in the
+/// store's history before a command acts on its verdicts (`run --store`, `finetune`,
+/// `rollback`); the command goes on, as the store reads such lines as no verdict.
 pub fn warn_of_history_damage(store: &PolicyStore) -> Result<()> {
     if let Some(damage) = store.history_damage()? {
         tracing::warn!("policy store history: {damage}");

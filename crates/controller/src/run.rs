@@ -168,8 +168,8 @@ pub struct RunArgs {
     /// Pace decisions and signal changes by the wall clock.
     #[arg(long)]
     realtime: bool,
-    /// Seconds to run, above 0 (default: the scenario's episode length; 3600 for SUMO; a
-    /// replay to its last line).
+    /// Seconds to run, at least 1 (default: the scenario's episode length, also with a
+    /// replay on a scenario; 3600 for SUMO; a site's replay to its last line).
     #[arg(long, value_parser = parse_run_seconds)]
     seconds: Option<f64>,
     /// Simulation seed.
@@ -226,13 +226,14 @@ fn parse_budget_ms(s: &str) -> Result<f64, String> {
     Ok(ms)
 }
 
-/// `--seconds`: above 0 (a run of no decision did nothing and said it succeeded) and at
-/// most [`MAX_SECONDS`], the longest controller time a [`Millis`] holds.
+/// `--seconds`: at least 1 (a run of no decision — 0 s, or under a millisecond — did
+/// nothing and said it succeeded) and at most [`MAX_SECONDS`], the longest controller time
+/// a [`Millis`] holds.
 fn parse_run_seconds(s: &str) -> Result<f64, String> {
     let secs: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if !(secs.is_finite() && secs > 0.0 && secs <= MAX_SECONDS as f64) {
+    if !(secs.is_finite() && (1.0..=MAX_SECONDS as f64).contains(&secs)) {
         return Err(format!(
-            "{s} is not a number of seconds above 0 and at most {MAX_SECONDS}"
+            "{s} is not a number of seconds from 1 to {MAX_SECONDS}"
         ));
     }
     Ok(secs)
@@ -1022,11 +1023,11 @@ mod tests {
 
     #[test]
     fn a_run_of_no_time_or_of_more_than_a_millis_holds_is_refused() {
-        for bad in ["0", "-5", "nan", "inf", "1e300", "4294968"] {
+        for bad in ["0", "0.0005", "0.5", "-5", "nan", "inf", "1e300", "4294968"] {
             let e = parse_run_seconds(bad).unwrap_err();
-            assert!(e.contains("above 0 and at most 4294967"), "{bad}: {e}");
+            assert!(e.contains("from 1 to 4294967"), "{bad}: {e}");
         }
-        assert_eq!(parse_run_seconds("0.5"), Ok(0.5));
+        assert_eq!(parse_run_seconds("1.5"), Ok(1.5));
         assert_eq!(parse_run_seconds("4294967"), Ok(4_294_967.0));
     }
 

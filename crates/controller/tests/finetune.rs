@@ -410,6 +410,24 @@ fn run_current_then_roll_back(s: &Site, store: &str) {
         !Path::new(&typo).exists(),
         "rollback made a store at {typo}"
     );
+    let (own_key, log) = (p(&s.own_key), p(&s.dir.join("log")));
+    let out = controller(&[
+        "finetune",
+        "--store",
+        &typo,
+        "--trust",
+        &site_pub,
+        "--key",
+        &own_key,
+        "--log-dir",
+        &log,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&typo), "{err}");
+    assert!(
+        !Path::new(&typo).exists(),
+        "finetune made a store at {typo}"
+    );
 
     // A history whose last line was cut off mid-write: named, and the rollback's own
     // line still lands whole after it.

@@ -356,9 +356,14 @@ impl PolicyStore {
             Err(e) => return Err(io("reading", &path)(e)),
         };
         let text = String::from_utf8_lossy(&bytes);
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        let unreadable: Vec<usize> = (1..=lines.len())
-            .filter(|&n| parse_history_line(lines[n - 1]).is_none())
+        let lines: Vec<(usize, &str)> = (1..)
+            .zip(text.lines())
+            .filter(|(_, l)| !l.trim().is_empty())
+            .collect();
+        let unreadable: Vec<usize> = lines
+            .iter()
+            .filter(|(_, l)| parse_history_line(l).is_none())
+            .map(|&(n, _)| n)
             .collect();
         let versions = self.versions()?.len();
         let readable = lines.len() - unreadable.len();
@@ -710,7 +715,7 @@ pub struct HistoryDamage {
     pub path: PathBuf,
     /// Its non-blank lines.
     pub lines: usize,
-    /// Which of them (1-based, counting non-blank lines) fail their checksum or do not parse.
+    /// Which of them (line numbers of the file, from 1) fail their checksum or do not parse.
     pub unreadable: Vec<usize>,
     /// Version folders the store holds.
     pub versions: usize,
@@ -720,9 +725,10 @@ impl std::fmt::Display for HistoryDamage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let path = self.path.display();
         if self.unreadable.is_empty() {
+            let plural = if self.versions == 1 { "" } else { "s" };
             write!(
                 f,
-                "{path} holds no line, yet the store holds {} versions",
+                "{path} holds no line, yet the store holds {} version{plural}",
                 self.versions
             )?;
         } else {

@@ -136,7 +136,7 @@ impl ValidationConfig {
         }
         let c = checkpoint_every.max(1);
         let every = total.div_ceil(VALIDATIONS_PER_RUN).div_ceil(c) * c;
-        iteration == total || (2 * iteration > total && iteration % every == 0)
+        iteration == total || (2 * iteration > total && iteration.is_multiple_of(every))
     }
 }
 

@@ -313,7 +313,7 @@ impl Scenario {
     /// The same scenario with another episode length (whole seconds, at least one
     /// decision interval: the embedded simulator steps whole seconds).
     pub fn with_episode(&self, episode: Millis) -> Result<Scenario, ScenarioError> {
-        if episode.0 % 1000 != 0 || episode < self.decision_interval() {
+        if !episode.0.is_multiple_of(1000) || episode < self.decision_interval() {
             return Err(self.setting(format!(
                 "episode of {episode} must be whole seconds and at least one decision interval"
             )));
@@ -324,7 +324,8 @@ impl Scenario {
     /// The same scenario with another decision interval (whole seconds ≥ 1 s, within the
     /// episode: the embedded simulator steps whole seconds).
     pub fn with_decision_interval(&self, interval: Millis) -> Result<Scenario, ScenarioError> {
-        if interval.0 % 1000 != 0 || interval == Millis::ZERO || interval > self.episode() {
+        if !interval.0.is_multiple_of(1000) || interval == Millis::ZERO || interval > self.episode()
+        {
             return Err(self.setting(format!(
                 "decision interval of {interval} must be whole seconds ≥ 1 s and within the episode"
             )));
