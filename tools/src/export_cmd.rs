@@ -379,10 +379,7 @@ fn print_files(e: &Exported) {
 
 /// Runs `greenwave export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
-    let info: RunInfo = serde_json::from_str(
-        &std::fs::read_to_string(args.run.join("run.json"))
-            .with_context(|| format!("reading {}", args.run.join("run.json").display()))?,
-    )?;
+    let info: RunInfo = crate::train::checkpoint::read_run_info(&args.run)?;
     let choice = match args.last {
         true => PolicyChoice::Last,
         false => PolicyChoice::Selected,

@@ -389,3 +389,24 @@ fn eval_names_a_missing_model_as_given() {
     );
     assert!(err.contains("gw-no-such-model.center.onnx"), "{err}");
 }
+
+/// A damaged run.json is named when exporting (it said only "EOF while parsing a value").
+#[test]
+fn export_names_a_damaged_run_json() {
+    let run = std::env::temp_dir().join(format!("gw-damaged-run-{}", std::process::id()));
+    std::fs::create_dir_all(&run).unwrap();
+    for text in ["", "{\"steps\": -"] {
+        std::fs::write(run.join("run.json"), text).unwrap();
+        let out = run.join("p.onnx");
+        let o = greenwave(&[
+            "export",
+            run.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.contains("parsing"), "{err}");
+        assert!(err.contains("run.json"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(run);
+}

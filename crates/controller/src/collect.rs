@@ -144,6 +144,14 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
     for r in &report.refusals {
         say!("refused: {r}");
     }
+    if report.bytes > 0 && report.appended + report.refused == 0 {
+        anyhow::bail!(
+            "{}: {} bytes and not one frame delimiter (0x00) in them: not the firmware's \
+             transition frames",
+            args.from.display(),
+            report.bytes
+        );
+    }
     Ok(())
 }
 

@@ -597,3 +597,22 @@ fn out_of_range_flags_are_refused_before_anything_runs() {
         assert!(!log.exists(), "{flag} {value}: the log was opened");
     }
 }
+
+/// Bytes that hold no frame at all (a JSON file given by mistake) are an error that says
+/// so, not "0 frames appended" with exit status 0.
+#[test]
+fn collect_refuses_input_without_a_single_frame() {
+    let dir = std::env::temp_dir().join(format!("gw-collect-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let from = dir.join("readings.jsonl");
+    std::fs::write(&from, "{\"t_ms\": 0, \"readings\": []}\n").unwrap();
+    let out = controller_bin()
+        .args(["collect", "--from", from.to_str().unwrap(), "--log-dir"])
+        .arg(dir.join("log"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("not one frame delimiter"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

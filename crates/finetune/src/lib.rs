@@ -235,9 +235,34 @@ impl FinetuneConfig {
         if let Expectation::Sampled(0) = u.expectation {
             return bad("a sampled expectation needs at least one sample".into());
         }
+        if let Expectation::Sampled(m) = u.expectation {
+            if m > MAX_SAMPLED_ACTIONS {
+                return bad(format!(
+                    "a sampled expectation of {m} actions: at most {MAX_SAMPLED_ACTIONS} \
+                     (`exact` sums over every phase)"
+                ));
+            }
+        }
+        if u.q_epochs == 0 {
+            return bad("critic epochs 0: the update would act on a critic never fitted".into());
+        }
+        if u.epochs > MAX_EPOCHS || u.q_epochs > MAX_EPOCHS {
+            return bad(format!(
+                "policy epochs {} and critic epochs {}: each at most {MAX_EPOCHS} (a \
+                 controller fine-tunes in minutes)",
+                u.epochs, u.q_epochs
+            ));
+        }
         Ok(())
     }
 }
+
+/// Most policy or critic epochs [`FinetuneConfig::validate`] accepts: far above the
+/// defaults (10 and 20), and a bound on the time a fine-tune takes on a controller.
+pub const MAX_EPOCHS: usize = 1_000;
+/// Most sampled actions per expectation [`FinetuneConfig::validate`] accepts (`exact`
+/// sums over a plan's at most 16 phases).
+pub const MAX_SAMPLED_ACTIONS: usize = 4_096;
 
 /// What the update did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -582,4 +607,30 @@ pub fn candidate_manifest(
     put("config", serde_json::to_value(cfg).unwrap_or_default());
     p.details = details;
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sizes that would run for hours on a controller, or a critic never fitted, are
+    /// refused by name before any record is read.
+    #[test]
+    fn a_fine_tune_too_long_to_finish_or_on_an_unfitted_critic_is_refused() {
+        let refused = |f: fn(&mut FinetuneConfig)| {
+            let mut cfg = FinetuneConfig::default();
+            f(&mut cfg);
+            cfg.validate().unwrap_err().to_string()
+        };
+        FinetuneConfig::default().validate().unwrap();
+        assert!(refused(|c| c.update.q_epochs = 0).contains("never fitted"));
+        assert!(refused(|c| c.update.q_epochs = 99_999_999).contains("at most 1000"));
+        assert!(refused(|c| c.update.epochs = 1_001).contains("at most 1000"));
+        let e = refused(|c| c.update.expectation = Expectation::Sampled(99_999_999_999));
+        assert!(e.contains("at most 4096"), "{e}");
+        let mut cfg = FinetuneConfig::default();
+        (cfg.update.epochs, cfg.update.q_epochs) = (MAX_EPOCHS, MAX_EPOCHS);
+        cfg.update.expectation = Expectation::Sampled(MAX_SAMPLED_ACTIONS);
+        cfg.validate().unwrap();
+    }
 }

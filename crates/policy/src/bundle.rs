@@ -82,9 +82,14 @@ pub enum BundleError {
         /// What is wrong.
         problem: String,
     },
-    /// `keygen` or `pack_and_sign` would overwrite something.
-    #[error("{0} already exists (remove it or write elsewhere; `greenwave keygen --force` replaces a key pair)")]
+    /// `pack_and_sign` would overwrite something (a non-empty folder or a file).
+    #[error(
+        "{0} already exists and is not an empty folder (remove it or write the bundle elsewhere)"
+    )]
     Exists(PathBuf),
+    /// `keygen` would overwrite a key file.
+    #[error("{0} already exists (`greenwave keygen --force` replaces a key pair)")]
+    KeyExists(PathBuf),
     /// A key pair's path prefix names a folder, not a file name to add `.key` and `.pub` to.
     #[error(
         "{0} is a folder, not a key pair's path prefix: give one such as {0}/site \
@@ -272,7 +277,7 @@ pub fn keygen(prefix: &Path, force: bool) -> Result<(KeyPairPaths, VerifyingKey)
     };
     for p in [&paths.secret, &paths.public] {
         if p.exists() && !force {
-            return Err(BundleError::Exists(p.clone()));
+            return Err(BundleError::KeyExists(p.clone()));
         }
     }
     let mut seed = [0u8; 32];
@@ -509,10 +514,11 @@ pub fn pack_and_sign(
     }
     let contents = check_contents(files)?;
     if out.exists()
-        && fs::read_dir(out)
-            .map_err(io_err("listing", out))?
-            .next()
-            .is_some()
+        && (!out.is_dir()
+            || fs::read_dir(out)
+                .map_err(io_err("listing", out))?
+                .next()
+                .is_some())
     {
         return Err(BundleError::Exists(out.to_path_buf()));
     }
@@ -853,7 +859,7 @@ mod tests {
         let (paths, public) = keygen(&dir.join("site"), false).unwrap();
         assert!(matches!(
             keygen(&dir.join("site"), false),
-            Err(BundleError::Exists(_))
+            Err(BundleError::KeyExists(_))
         ));
         // A folder is not a prefix: no hidden `.key` / `.pub` written into it.
         let slash = PathBuf::from(format!("{}/", dir.display()));

@@ -390,6 +390,16 @@ impl SiteConfig {
                         ));
                     }
                 }
+                for (i, (max, phase)) in a.max_green.iter().zip(s.plan.phases()).enumerate() {
+                    if *max < phase.timing.min_green {
+                        return Err(format!(
+                            "{name}: actuated.max_green[{i}] = {} ms is below the phase's min \
+                             green {} ms: the fallback would max out the phase as soon as \
+                             min green is served",
+                            max.0, phase.timing.min_green.0
+                        ));
+                    }
+                }
             }
         }
         Ok(())
@@ -579,6 +589,11 @@ mod tests {
         long.signals[0].actuated = Some(a.with_assigned(&vec![MovementSet(1); n + 1]));
         let e = err(&long.to_toml().unwrap());
         assert!(e.contains("actuated.assigned has"), "{e}");
+        let mut short = site();
+        let zeros = vec![Millis::ZERO; short.signals[0].plan.n_phases()];
+        short.signals[0].actuated = Some(ActuatedSignal::new(1.0, &zeros));
+        let e = err(&short.to_toml().unwrap());
+        assert!(e.contains("actuated.max_green[0] = 0 ms is below"), "{e}");
     }
 
     #[test]

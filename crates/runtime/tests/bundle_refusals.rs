@@ -199,6 +199,12 @@ fn packing_refuses_inconsistent_inputs_and_existing_output() {
     let key = bundle::load_signing_key(&fx.keys.secret).unwrap();
     let err = pack_and_sign(&inputs(&fx.onnx), &key, &fx.bundle).unwrap_err();
     assert!(matches!(err, BundleError::Exists(_)), "{err}");
+    // A file where the bundle's folder would go: named as such, left as it was.
+    let file = fx.dir.join("a-file");
+    fs::write(&file, "kept").unwrap();
+    let err = pack_and_sign(&inputs(&fx.onnx), &key, &file).unwrap_err();
+    assert!(err.to_string().contains("is not an empty folder"), "{err}");
+    assert_eq!(fs::read_to_string(&file).unwrap(), "kept");
     // A model exported for another plan, with this plan's manifest beside it.
     let other = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(7, 50, 4, 2)).unwrap();
     let d = fx.dir.join("other");
