@@ -60,6 +60,23 @@ fn greedy(env: &SumoEnv, signal: usize) -> u8 {
         .unwrap_or(0)
 }
 
+/// A program that gives crossing links priority (`G`) together is named in the light's
+/// notes; the fixture's own program (its left turns yield, `g`) gets no such note.
+#[test]
+fn a_program_that_greens_crossing_links_with_priority_is_noted() {
+    let text = std::fs::read_to_string(fixture("single.net.xml")).unwrap();
+    let notes = |text: &str| {
+        let net = NetFile::parse(std::io::Cursor::new(text)).unwrap();
+        net_models(&net).remove(0).timing_notes
+    };
+    let said = |n: &[String]| n.iter().any(|n| n.contains("both with priority (G)"));
+    assert!(!said(&notes(&text)), "{:?}", notes(&text));
+    let unyielding = text
+        .replace("GGGgrrrrGGGgrrrr", "GGGGrrrrGGGGrrrr")
+        .replace("rrrrGGGgrrrrGGGg", "rrrrGGGGrrrrGGGG");
+    assert!(said(&notes(&unyielding)), "{:?}", notes(&unyielding));
+}
+
 #[test]
 fn single_intersection_plan_from_the_net() {
     let net = NetFile::read(&fixture("single.net.xml")).unwrap();

@@ -26,7 +26,9 @@
 //!   left out.
 //! * **Conflicts**: two movements conflict when SUMO's junction lists any of their links
 //!   as foes (`<request foes=...>`) and the static program never shows them green together.
-//!   Pairs the static program runs together are permissive (one yields, `g`) and allowed.
+//!   Pairs the static program runs together are permissive (one yields, `g`) and allowed;
+//!   where neither yields (both `G`) the light's notes name the pair, as the program itself
+//!   then greens crossing links.
 //!   Without internal links (`--no-internal-links`) there are no foe tables; then two
 //!   movements conflict whenever the static program never shows them green together.
 //! * **Display**: green uses the static program's own `G`/`g` for that link in the phase
@@ -645,6 +647,53 @@ fn conflicts_of(
     (conflicts, from_junction)
 }
 
+/// A note where the static program shows two links green together, both with priority
+/// (`G`: neither yields), that the junction's foe table says cross or merge. greenwave
+/// takes the program's phases as the safe sets of movements (such pairs run together, as
+/// the program runs them, and get no clearance between them); a program like that is
+/// worth checking before any controller runs it. `None` for a sound program.
+fn unyielding_foes_note(
+    foes: &FoeIndex<'_>,
+    conns: &LinkConns<'_>,
+    greens: &[GreenPhase<'_>],
+) -> Option<String> {
+    let slots: Vec<Vec<(&str, usize)>> = conns
+        .iter()
+        .map(|cs| cs.iter().filter_map(|c| foes.slot_of(c)).collect())
+        .collect();
+    let crossing = |a: usize, b: usize| {
+        slots[a]
+            .iter()
+            .any(|&sa| slots[b].iter().any(|&sb| foes.foes(sa, sb)))
+    };
+    let mut pairs = std::collections::BTreeSet::new();
+    let mut first = None;
+    for g in greens {
+        let state = g.program.phases[g.index].state.as_bytes();
+        let prior: Vec<usize> = (0..state.len().min(slots.len()))
+            .filter(|&i| state[i] == b'G')
+            .collect();
+        for (k, &a) in prior.iter().enumerate() {
+            for &b in &prior[k + 1..] {
+                if crossing(a, b) && pairs.insert((a, b)) && first.is_none() {
+                    first = Some((a, b, g.index));
+                }
+            }
+        }
+    }
+    let (a, b, phase) = first?;
+    let more = match pairs.len() - 1 {
+        0 => String::new(),
+        k => format!(" ({k} more such pairs)"),
+    };
+    Some(format!(
+        "its program shows links {a} and {b} green together in its phase {phase}, both with \
+         priority (G), though the junction has them cross or merge{more}: greenwave runs \
+         them together as the program does, without clearance between them; check the \
+         program (a link that yields is g)"
+    ))
+}
+
 /// Sorted, deduplicated road lanes of a movement's links (`f` picks the end).
 fn movement_lanes(
     net: &NetFile,
@@ -703,6 +752,7 @@ fn build_one(
         false => plan,
     };
     timing_notes.extend(intergreen_note(&short, keep));
+    timing_notes.extend(unyielding_foes_note(foes, &conns, &greens));
     timing_notes.extend(net.waut_note(id, &program.program_id));
     let (in_lanes, out_lanes) = observed_lanes(&groups, &table);
     let crossings = observed_crossings(&groups, &table);
