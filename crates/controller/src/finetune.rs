@@ -45,7 +45,10 @@ pub struct FinetuneArgs {
     #[cfg(feature = "sim")]
     #[arg(long)]
     scenario: Option<String>,
-    /// Fine-tune and gate, but switch nothing and write no bundle.
+    /// Fine-tune and gate, but switch nothing, write no bundle and adopt no --bundle into
+    /// an empty store. The gate's verdict still counts as an attempt against the log (see
+    /// --max-attempts), and a rejection is recorded in the store's history if it has a
+    /// version.
     #[arg(long)]
     dry_run: bool,
     /// Print the report as JSON on stdout.
@@ -266,6 +269,10 @@ fn current_bundle(
 ) -> Result<PathBuf> {
     Ok(match (store.current()?, &args.bundle) {
         (None, None) => bail!(ft::StoreError::Empty(args.store.clone())),
+        (None, Some(b)) if args.dry_run => {
+            eprintln!("dry run: {} is fine-tuned without adopting it", b.display());
+            b.clone()
+        }
         (None, Some(b)) => {
             let s = store
                 .adopt(b, keys)
@@ -313,7 +320,8 @@ fn apply_verdict(
             .context("writing and switching to the fine-tuned version")?;
         return Ok(Some(s));
     }
-    if !report.gate.accepted {
+    // A dry run on an empty store adopted nothing: no version for the line to be about.
+    if !report.gate.accepted && store.current()?.is_some() {
         store.record(&HistoryEntry {
             unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -477,6 +477,21 @@ fn the_finetune_and_rollback_commands() {
         "--min-records",
         "500",
     ];
+    // A dry run on the empty store: judged (and counted as an attempt), but the flashed
+    // bundle is not adopted and nothing is recorded.
+    let j = finetune_refused(&base, &["--lr", "0", "--dry-run"]);
+    assert_eq!(
+        (j["switched"].clone(), j["dry_run"].clone()),
+        (false.into(), true.into())
+    );
+    let empty = PolicyStore::attach(&store).unwrap();
+    assert_eq!(
+        empty.current().unwrap(),
+        None,
+        "a dry run adopted the bundle"
+    );
+    assert!(empty.history().unwrap().is_empty());
+
     // A deliberately harmful update: rejected, exit status 2, nothing switched.
     let harmful = [
         "--diagnostic-flip-reward-sign",
