@@ -31,6 +31,9 @@ struct LogSummary {
     damaged: Vec<ByteRange>,
     /// Damaged bytes a writer copied out before cutting them.
     quarantined: Vec<ByteRange>,
+    /// Entries named for the log (`.gwlog`) that it does not read: misnamed segments,
+    /// folders.
+    ignored: Vec<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -55,6 +58,7 @@ pub fn run(args: LogArgs) -> Result<()> {
         by_source: Default::default(),
         policy_versions: Default::default(),
         issues: issues.iter().map(|i| i.to_string()).collect(),
+        ignored: greenwave_runtime::log::foreign_entries(&args.log_dir)?,
         damaged: issues
             .iter()
             .map(|i| ByteRange {
@@ -102,6 +106,12 @@ pub fn run(args: LogArgs) -> Result<()> {
                 d.length,
                 d.kind.as_deref().unwrap_or(""),
                 d.path.display()
+            );
+        }
+        for i in &s.ignored {
+            say!(
+                "ignored: {} (segments are files named seg-<20 digits>.gwlog)",
+                i.display()
             );
         }
         for q in &s.quarantined {

@@ -31,7 +31,8 @@ pub struct TrainArgs {
     /// Learning algorithm.
     #[arg(long, value_enum, default_value_t = Algo::Ppo)]
     pub algo: Algo,
-    /// Agent decisions to train for (all environments and signals together).
+    /// Agent decisions to train for (all environments and signals together), rounded up
+    /// to whole iterations (one rollout of every environment and signal).
     #[arg(long, default_value_t = 300_000)]
     pub steps: u64,
     /// Seed: the same seed gives the same policy on CPU.

@@ -60,9 +60,9 @@ pub use reader::{read_all, LogReader, LogRecord, Records, SegmentIssue};
 #[doc(hidden)]
 pub use segment::{encode_frame_v1, encode_header};
 pub use segment::{
-    scan_segment, Damage, Header, IssueKind, QuarantineFile, SegmentFile, SegmentScan, FRAME_MAGIC,
-    FRAME_OVERHEAD, HEADER_BYTES, MAX_RECORD_BYTES, SEGMENT_MAGIC, SEGMENT_VERSION,
-    SEGMENT_VERSION_V1, SEGMENT_VERSION_V2,
+    foreign_entries, scan_segment, Damage, Header, IssueKind, QuarantineFile, SegmentFile,
+    SegmentScan, FRAME_MAGIC, FRAME_OVERHEAD, HEADER_BYTES, MAX_RECORD_BYTES, SEGMENT_MAGIC,
+    SEGMENT_VERSION, SEGMENT_VERSION_V1, SEGMENT_VERSION_V2,
 };
 pub use writer::{
     Commit, LogConfig, LogStats, LogWriter, OpenReport, QuarantinedRange, SyncPolicy, TailRepair,

@@ -156,8 +156,9 @@ pub(crate) fn list_quarantine(dir: &Path) -> Result<Vec<QuarantineFile>, LogErro
     Ok(out)
 }
 
-/// Segment files of `dir`, oldest first. Other files (`*.corrupt`, anything foreign) are
-/// left alone.
+/// Segment files of `dir`, oldest first. Other files (`*.corrupt`, anything foreign), and
+/// anything named like a segment that is not a file (a folder), are left alone; see
+/// [`foreign_entries`].
 pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentFile>, LogError> {
     let entries = fs::read_dir(dir).map_err(|e| LogError::io("listing", dir, e))?;
     let mut out = Vec::new();
@@ -168,13 +169,40 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentFile>, LogError> {
             continue;
         };
         let path = entry.path();
-        let bytes = entry
-            .metadata()
-            .map_err(|e| LogError::io("reading metadata of", &path, e))?
-            .len();
-        out.push(SegmentFile { index, path, bytes });
+        let meta =
+            fs::metadata(&path).map_err(|e| LogError::io("reading metadata of", &path, e))?;
+        if !meta.is_file() {
+            continue;
+        }
+        out.push(SegmentFile {
+            index,
+            path,
+            bytes: meta.len(),
+        });
     }
     out.sort_by_key(|s| s.index);
+    Ok(out)
+}
+
+/// Entries of `dir` that look meant for the log (`.gwlog` in their name) but that no
+/// reader or writer uses: misnamed segments (`seg-7.gwlog`, `weird.gwlog`), segment names
+/// that are not files. Sorted. Quarantine and `.corrupt` files are the log's own.
+pub fn foreign_entries(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
+    let used: Vec<PathBuf> = list_segments(dir)?.into_iter().map(|s| s.path).collect();
+    let entries = fs::read_dir(dir).map_err(|e| LogError::io("listing", dir, e))?;
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("listing", dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let own = parse_quarantine_name(&name).is_some()
+            || name
+                .strip_suffix(".corrupt")
+                .is_some_and(|s| parse_segment_name(s).is_some());
+        if name.contains(SUFFIX) && !own && !used.contains(&entry.path()) {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
     Ok(out)
 }
 
@@ -484,6 +512,34 @@ pub fn scan_segment(bytes: &[u8]) -> SegmentScan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Misnamed segments and a folder named like a segment are not read, and are named as
+    /// foreign; the log's own quarantine files are not.
+    #[test]
+    fn entries_named_for_the_log_that_it_does_not_read_are_foreign() {
+        let dir = std::env::temp_dir().join(format!("gw-foreign-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join(segment_name(9))).unwrap();
+        for name in [
+            segment_name(1),
+            quarantine_name(1, 40),
+            "weird.gwlog".into(),
+            "seg-7.gwlog".into(),
+            "notes.txt".into(),
+        ] {
+            fs::write(dir.join(name), b"").unwrap();
+        }
+        let segments: Vec<u64> = list_segments(&dir)
+            .unwrap()
+            .iter()
+            .map(|s| s.index)
+            .collect();
+        assert_eq!(segments, [1], "the folder is no segment");
+        let foreign = foreign_entries(&dir).unwrap();
+        let names: Vec<_> = foreign.iter().map(|p| p.file_name().unwrap()).collect();
+        assert_eq!(names, [&*segment_name(9), "seg-7.gwlog", "weird.gwlog"]);
+        let _ = fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn names_round_trip_and_foreign_names_are_ignored() {
