@@ -136,7 +136,7 @@ fn the_binary_runs_verifies_and_reads_back_a_signed_bundle() {
     let bundle_s = bundle_dir.to_str().unwrap();
     let trust = keys.public.to_str().unwrap();
     let log2 = dir.join("log2");
-    let v = run_json(&[
+    let run = [
         "run",
         "--bundle",
         bundle_s,
@@ -144,15 +144,10 @@ fn the_binary_runs_verifies_and_reads_back_a_signed_bundle() {
         trust,
         "--scenario",
         "single-4way",
-        "--log-dir",
-        log2.to_str().unwrap(),
-        "--seconds",
-        "600",
-        "--seed",
-        "3",
-        "--json",
-        "-q",
-    ]);
+    ];
+    let log2_s = log2.to_str().unwrap();
+    let flags = ["--seconds", "600", "--seed", "3", "--json", "-q"];
+    let v = run_json(&[&run[..], &["--log-dir", log2_s], &flags].concat());
     for key in [
         "mean_delay_s",
         "mean_wait_s",
@@ -170,7 +165,7 @@ fn the_binary_runs_verifies_and_reads_back_a_signed_bundle() {
     assert_eq!(v["policy"]["loaded"], true);
     assert_eq!(v["transitions_logged"], 120);
     assert_eq!(v["transitions_committed"], 120);
-    let summary = run_json(&["log", "--log-dir", log2.to_str().unwrap(), "--json"]);
+    let summary = run_json(&["log", "--log-dir", log2_s, "--json"]);
     assert_eq!(summary["records"], 120);
     assert_eq!(summary["issues"].as_array().unwrap().len(), 0);
     let out = controller_bin()
@@ -185,17 +180,8 @@ fn the_binary_runs_verifies_and_reads_back_a_signed_bundle() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("matches every signal"));
     // A reader of stdout that has gone costs the report, not the run or its records.
-    let (log2_s, log3) = (log2.to_str().unwrap(), dir.join("log3"));
+    let log3 = dir.join("log3");
     let log3_s = log3.to_str().unwrap();
-    let run = [
-        "run",
-        "--bundle",
-        bundle_s,
-        "--trust",
-        trust,
-        "--scenario",
-        "single-4way",
-    ];
     let run: Vec<&str> = [&run[..], &["--log-dir", log3_s, "--seconds", "60"]].concat();
     for args in [run, vec!["log", "--log-dir", log2_s, "--json"]] {
         let (reader, writer) = std::io::pipe().unwrap();

@@ -349,12 +349,7 @@ impl PolicyStore {
     /// while the store holds versions. For the commands to name before they act on the
     /// history's verdicts.
     pub fn history_damage(&self) -> Result<Option<HistoryDamage>, StoreError> {
-        let path = self.dir.join(HISTORY);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io("reading", &path)(e)),
-        };
+        let bytes = self.history_bytes()?;
         let text = String::from_utf8_lossy(&bytes);
         let lines: Vec<(usize, &str)> = (1..)
             .zip(text.lines())
@@ -369,7 +364,7 @@ impl PolicyStore {
         let readable = lines.len() - unreadable.len();
         Ok(
             (!unreadable.is_empty() || (readable == 0 && versions > 0)).then_some(HistoryDamage {
-                path,
+                path: self.dir.join(HISTORY),
                 lines: lines.len(),
                 unreadable,
                 versions,
@@ -381,15 +376,16 @@ impl PolicyStore {
     /// (damaged bytes included) is skipped: the verdicts read from the history err
     /// towards watching (see [`standing`]).
     pub fn history(&self) -> Result<Vec<HistoryEntry>, StoreError> {
+        Ok(parse_history(&self.history_bytes()?))
+    }
+
+    /// The bytes of `history.jsonl` (none before the first line is written).
+    fn history_bytes(&self) -> Result<Vec<u8>, StoreError> {
         let path = self.dir.join(HISTORY);
         match fs::read(&path) {
-            Ok(t) => Ok(parse_history(&t)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
-            Err(e) => Err(StoreError::Io {
-                op: "reading",
-                path,
-                source: e,
-            }),
+            Ok(b) => Ok(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(io("reading", &path)(e)),
         }
     }
 

@@ -274,10 +274,7 @@ fn read_tensor(graph: &pb::GraphProto, name: &str, dims: &[usize]) -> Result<Vec
                 4 * n
             )));
         }
-        t.raw_data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        raw_floats(&t.raw_data).collect()
     } else {
         if t.float_data.len() != n {
             return Err(bad(format!("{} floats, expected {n}", t.float_data.len())));
@@ -288,6 +285,12 @@ fn read_tensor(graph: &pb::GraphProto, name: &str, dims: &[usize]) -> Result<Vec
         return Err(bad(format!("element {i} is not finite")));
     }
     Ok(data)
+}
+
+/// The floats of a tensor's `raw_data` (little-endian, 4 bytes each).
+fn raw_floats(raw: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    raw.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
 }
 
 fn read_head(
@@ -320,11 +323,7 @@ pub fn check_finite(bytes: &[u8]) -> Result<(), OnnxError> {
     let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
     let float = pb::tensor_proto::DataType::Float as i32;
     for t in graph.initializer.iter().filter(|t| t.data_type == float) {
-        let from_raw = t
-            .raw_data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-        let values = from_raw.chain(t.float_data.iter().copied());
+        let values = raw_floats(&t.raw_data).chain(t.float_data.iter().copied());
         if let Some(i) = values
             .enumerate()
             .find_map(|(i, v)| (!v.is_finite()).then_some(i))

@@ -563,7 +563,7 @@ mod tests {
         };
         let all = |d: MovementDetector| format!("[{}]", vec![reading(d); n].join(","));
         let short = format!("[{}]", vec![reading(good); n - 1].join(","));
-        let nan_queue = all(MovementDetector {
+        let negative_queue = all(MovementDetector {
             queue_veh: -1.0e30,
             ..good
         });
@@ -581,7 +581,7 @@ mod tests {
                 "movement readings, its plan has",
             ),
             (
-                file_of("c", 5000, "0.0", Some(&nan_queue)),
+                file_of("c", 5000, "0.0", Some(&negative_queue)),
                 "movement 0: queue_veh",
             ),
         ] {

@@ -186,7 +186,8 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentFile>, LogError> {
 
 /// Entries of `dir` that look meant for the log (`.gwlog` in their name) but that no
 /// reader or writer uses: misnamed segments (`seg-7.gwlog`, `weird.gwlog`), segment names
-/// that are not files. Sorted. Quarantine and `.corrupt` files are the log's own.
+/// that are not files. Sorted. Quarantine files, and the `.corrupt` files writers before
+/// format v2 set damaged segments aside as, are the log's own.
 pub fn foreign_entries(dir: &Path) -> Result<Vec<PathBuf>, LogError> {
     let used: Vec<PathBuf> = list_segments(dir)?.into_iter().map(|s| s.path).collect();
     let entries = fs::read_dir(dir).map_err(|e| LogError::io("listing", dir, e))?;
