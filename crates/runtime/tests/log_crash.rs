@@ -207,6 +207,39 @@ fn rotation_and_disk_cap_drop_the_oldest_segments_first() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A folder named like a later segment does not stop a reopened log: the writer starts
+/// above its name, rotates on, and every record written before and after reads back.
+#[test]
+fn a_folder_named_like_a_later_segment_takes_no_segment_name() {
+    let dir = tmp("folder-ahead");
+    let mut cfg = config(&dir, SyncPolicy::EveryRecords(NonZeroU32::new(1).unwrap()));
+    cfg.max_segment_bytes = 4096;
+    write(cfg.clone(), 0..40);
+    let before = segment_paths(&dir).len();
+    let ahead = before as u64 + 1;
+    std::fs::create_dir_all(dir.join(format!("seg-{ahead:020}.gwlog"))).unwrap();
+    write(cfg, 40..200);
+    let (n, issues) = read_checked(&dir);
+    assert_eq!(n, 200, "{issues:?}");
+    assert!(issues.is_empty(), "{issues:?}");
+    let names: Vec<String> = segment_paths(&dir)
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.len() > before + 1,
+        "the new writer rotated: {names:?}"
+    );
+    assert!(
+        names[before..]
+            .iter()
+            .all(|n| n > &format!("seg-{ahead:020}.gwlog")),
+        "{names:?}"
+    );
+    assert!(dir.join(format!("seg-{ahead:020}.gwlog")).is_dir());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn torn_and_corrupt_headers_are_handled_without_losing_records() {
     let dir = tmp("headers");

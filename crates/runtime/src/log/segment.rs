@@ -184,6 +184,19 @@ pub(crate) fn list_segments(dir: &Path) -> Result<Vec<SegmentFile>, LogError> {
     Ok(out)
 }
 
+/// The highest index any entry of `dir` is named for, file or not: a writer starts its
+/// segment above it, so a folder named like a later segment never takes a segment's name.
+pub(crate) fn highest_segment_name(dir: &Path) -> Result<Option<u64>, LogError> {
+    let entries = fs::read_dir(dir).map_err(|e| LogError::io("listing", dir, e))?;
+    let mut highest = None;
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("listing", dir, e))?;
+        let index = entry.file_name().to_str().and_then(parse_segment_name);
+        highest = highest.max(index);
+    }
+    Ok(highest)
+}
+
 /// Entries of `dir` that look meant for the log (`.gwlog` in their name) but that no
 /// reader or writer uses: misnamed segments (`seg-7.gwlog`, `weird.gwlog`), segment names
 /// that are not files. Sorted. Quarantine files, and the `.corrupt` files writers before
@@ -539,6 +552,11 @@ mod tests {
         let foreign = foreign_entries(&dir).unwrap();
         let names: Vec<_> = foreign.iter().map(|p| p.file_name().unwrap()).collect();
         assert_eq!(names, [&*segment_name(9), "seg-7.gwlog", "weird.gwlog"]);
+        assert_eq!(
+            highest_segment_name(&dir).unwrap(),
+            Some(9),
+            "the folder's name counts"
+        );
         let _ = fs::remove_dir_all(dir);
     }
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use greenwave_core::Transition;
 
 use super::segment::{
-    encode_frame, list_segments, quarantine_name, scan_segment, segment_name, Damage, Header,
-    IssueKind, SegmentFile, HEADER_BYTES, SEGMENT_VERSION,
+    encode_frame, highest_segment_name, list_segments, quarantine_name, scan_segment, segment_name,
+    Damage, Header, IssueKind, SegmentFile, HEADER_BYTES, SEGMENT_VERSION,
 };
 use super::LogError;
 
@@ -227,7 +227,14 @@ impl LogWriter {
         fs::create_dir_all(&cfg.dir).map_err(|e| LogError::io("creating", &cfg.dir, e))?;
         let mut segments = list_segments(&cfg.dir)?;
         let segments_found = segments.len();
-        let next_index = segments.last().map_or(0, |s| s.index + 1);
+        let highest = highest_segment_name(&cfg.dir)?;
+        let next_index = highest.map_or(0, |i| i + 1);
+        if highest != segments.last().map(|s| s.index) {
+            tracing::warn!(
+                dir = %cfg.dir.display(), next = next_index,
+                "transition log: an entry named like a later segment is no segment file; the new segment goes above it"
+            );
+        }
         let mut recovery = Recovery::default();
         if let Some(last) = segments.pop() {
             recovery = recover_tail(&last)?;
