@@ -126,7 +126,7 @@ fn average(runs: &[EpisodeMetrics]) -> EpisodeMetrics {
     EpisodeMetrics {
         mean_delay_s: f(|m| m.mean_delay_s),
         mean_wait_s: f(|m| m.mean_wait_s),
-        mean_travel_time_s: f(|m| m.mean_travel_time_s),
+        mean_travel_time_s: mean_travel_time_s(runs),
         throughput_veh: (f(|m| m.throughput_veh as f64)).round() as u64,
         backlog_veh: (f(|m| m.backlog_veh as f64)).round() as u64,
         pedestrians: (f(|m| m.pedestrians as f64)).round() as u64,
@@ -135,6 +135,16 @@ fn average(runs: &[EpisodeMetrics]) -> EpisodeMetrics {
         sim_seconds: f(|m| m.sim_seconds),
         wall_seconds: f(|m| m.wall_seconds),
     }
+}
+
+/// The mean over runs of their mean travel time, leaving out runs in which no vehicle
+/// completed its trip (whose 0 is a mean over no vehicles); 0 when no run had one.
+fn mean_travel_time_s(runs: &[EpisodeMetrics]) -> f64 {
+    let travel: Vec<f64> = runs
+        .iter()
+        .filter_map(EpisodeMetrics::travel_time_s)
+        .collect();
+    travel.iter().sum::<f64>() / travel.len().max(1) as f64
 }
 
 /// Runs `episode(seed)` for every seed of `seeds`, split over 2 threads; results in seed
@@ -338,6 +348,9 @@ fn secs(t: Millis) -> f64 {
     f64::from(t.0) / 1000.0
 }
 
+/// What a table shows for the mean travel time where no vehicle completed its trip.
+pub const NO_TRIP: &str = "–";
+
 /// Renders rows as a Markdown table; with two more columns, pedestrians and their mean wait,
 /// where any run had pedestrians.
 pub fn table(rows: &[EvalRow]) -> String {
@@ -351,11 +364,12 @@ pub fn table(rows: &[EvalRow]) -> String {
     for r in rows {
         let m = &r.metrics;
         s.push_str(&format!(
-            "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {:.2} |",
+            "| {} | {:.2} | {:.2} | {} | {} | {} | {:.2} |",
             r.controller,
             m.mean_delay_s,
             m.mean_wait_s,
-            m.mean_travel_time_s,
+            m.travel_time_s()
+                .map_or_else(|| NO_TRIP.to_string(), |t| format!("{t:.2}")),
             m.throughput_veh,
             m.backlog_veh,
             m.mean_queue_veh
@@ -437,7 +451,8 @@ pub struct EvalArgs {
     /// First seed (evaluation seeds are `first..first+seeds`; keep them apart from training).
     #[arg(long, default_value_t = 1000)]
     pub first_seed: u64,
-    /// Seconds per episode (default: the scenario's episode length; 3600 on SUMO).
+    /// Seconds per episode (default: the scenario's episode length; 3600 on SUMO), rounded
+    /// up to whole decision intervals: the last decision runs its full interval.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub seconds: Option<u32>,
     /// One JSON row per controller instead of a table.
@@ -621,6 +636,33 @@ mod tests {
             decision_interval_s: 5.0,
             temperature: None,
         }
+    }
+
+    /// A seed in which no vehicle finished has no mean travel time: the average leaves it
+    /// out rather than counting its 0, and the table shows a dash where no seed had one.
+    #[test]
+    fn a_run_with_no_finished_trip_has_no_travel_time() {
+        let run = |throughput_veh, mean_travel_time_s| EpisodeMetrics {
+            throughput_veh,
+            mean_travel_time_s,
+            ..EpisodeMetrics::default()
+        };
+        let mean = average(&[run(10, 30.0), run(0, 0.0), run(20, 50.0)]);
+        assert_eq!(mean.mean_travel_time_s, 40.0);
+        assert_eq!(mean.travel_time_s(), Some(40.0));
+        let none = average(&[run(0, 0.0), run(0, 0.0)]);
+        assert_eq!(none.travel_time_s(), None);
+        let mut stuck = row("fixed-time", 900.0);
+        stuck.metrics = none;
+        let mut moving = row("actuated", 20.0);
+        moving.metrics.throughput_veh = 3;
+        moving.metrics.mean_travel_time_s = 61.5;
+        let t = table(&[stuck, moving]);
+        assert!(
+            t.contains(&format!("| fixed-time | 0.00 | 0.00 | {NO_TRIP} | 0 |")),
+            "{t}"
+        );
+        assert!(t.contains("| actuated | 20.00 | 0.00 | 61.50 | 3 |"), "{t}");
     }
 
     /// grid6's held-out rows (BENCHMARKS.md): the net's own program is the best classic

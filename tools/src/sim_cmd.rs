@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use greenwave_sim::{run_episode, scenario, ControllerKind, EmbeddedEnv, EpisodeMetrics, Scenario};
 use greenwave_tools::backend::{episode_of_secs, Backend, BackendArgs, EnvSource};
+use greenwave_tools::eval_cmd::NO_TRIP;
 use serde::Serialize;
 
 /// Arguments of `greenwave sim`.
@@ -21,7 +22,8 @@ pub struct SimArgs {
     /// Controller to run; `all` runs each on the same arrivals and prints them side by side.
     #[arg(long, value_enum, default_value_t = ControllerChoice::All)]
     pub controller: ControllerChoice,
-    /// Seconds to simulate (default: the scenario's episode length).
+    /// Seconds to simulate (default: the scenario's episode length), rounded up to whole
+    /// decision intervals: the last decision runs its full interval.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub seconds: Option<u32>,
     /// Random seed (the same seed gives the same arrivals to every controller).
@@ -228,11 +230,12 @@ fn table(title: &str, seed: u64, runs: &[ControllerRun]) -> String {
             f64::INFINITY
         };
         s.push_str(&format!(
-            "{:<12} {:>8.1} {:>7.1} {:>9.1} {:>15} {:>12} {:>10.1} {:>6.0} {:>14.0}",
+            "{:<12} {:>8.1} {:>7.1} {:>9} {:>15} {:>12} {:>10.1} {:>6.0} {:>14.0}",
             r.controller,
             m.mean_delay_s,
             m.mean_wait_s,
-            m.mean_travel_time_s,
+            m.travel_time_s()
+                .map_or_else(|| NO_TRIP.to_string(), |t| format!("{t:.1}")),
             m.throughput_veh,
             m.backlog_veh,
             m.mean_queue_veh,

@@ -935,9 +935,13 @@ fn field_metrics<F: Field>(_field: &F, _started: Instant) -> Option<Metrics> {
 fn print_report(r: &RunReport) {
     #[cfg(feature = "sim")]
     if let Some(m) = &r.metrics {
+        let travel = m.travel_time_s().map_or_else(
+            || "none (no vehicle finished its trip)".to_string(),
+            |t| format!("{t:.1} s"),
+        );
         say!(
-            "mean delay {:.1} s, mean wait {:.1} s, mean travel time {:.1} s, throughput {} veh, backlog {} veh",
-            m.mean_delay_s, m.mean_wait_s, m.mean_travel_time_s, m.throughput_veh, m.backlog_veh
+            "mean delay {:.1} s, mean wait {:.1} s, mean travel time {travel}, throughput {} veh, backlog {} veh",
+            m.mean_delay_s, m.mean_wait_s, m.throughput_veh, m.backlog_veh
         );
         say!(
             "{:.0} simulated s in {:.2} wall s",

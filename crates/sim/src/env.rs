@@ -52,7 +52,8 @@ pub struct EpisodeMetrics {
     pub mean_delay_s: f64,
     /// Mean stopped (halted) time per vehicle (s).
     pub mean_wait_s: f64,
-    /// Mean travel time of vehicles that completed their trip (s).
+    /// Mean travel time of vehicles that completed their trip (s); 0 when none did, which
+    /// [`EpisodeMetrics::travel_time_s`] tells apart.
     pub mean_travel_time_s: f64,
     /// Vehicles that completed their trip.
     pub throughput_veh: u64,
@@ -72,6 +73,14 @@ pub struct EpisodeMetrics {
     pub sim_seconds: f64,
     /// Wall-clock seconds spent simulating.
     pub wall_seconds: f64,
+}
+
+impl EpisodeMetrics {
+    /// The mean travel time of completed trips, or `None` when no vehicle completed its
+    /// trip (a mean over no vehicles, which `mean_travel_time_s` holds as 0).
+    pub fn travel_time_s(&self) -> Option<f64> {
+        (self.throughput_veh > 0).then_some(self.mean_travel_time_s)
+    }
 }
 
 /// What one decision interval produced.

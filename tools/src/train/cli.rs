@@ -96,7 +96,8 @@ pub struct TrainArgs {
     /// the same definition and default, 60 s, as on-device fine-tuning).
     #[arg(long, default_value_t = greenwave_learn::discount::DEFAULT_HALF_LIFE_S)]
     pub discount_half_life_s: f64,
-    /// Episode length override (s); on SUMO the default is 3600 s from `--begin`.
+    /// Episode length override (s); on SUMO the default is 3600 s from `--begin`. Rounded
+    /// up to whole decision intervals: the last decision runs its full interval.
     #[arg(long)]
     pub episode_seconds: Option<u32>,
     /// Stop after this many iterations (resume later with `--resume`).
