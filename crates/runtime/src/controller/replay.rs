@@ -385,7 +385,9 @@ impl<D: DetectorSource> ReplayRecorder<D> {
                 .collect(),
         };
         serde_json::to_writer(&mut out, &header).map_err(|e| io(e.into()))?;
-        out.write_all(b"\n").map_err(io)?;
+        out.write_all(b"\n")
+            .and_then(|()| out.flush())
+            .map_err(io)?;
         let n = signals.len();
         Ok(ReplayRecorder {
             inner,
@@ -408,12 +410,18 @@ impl<D: DetectorSource> ReplayRecorder<D> {
         &self.inner
     }
 
+    /// Writes the current line and hands it to the file: a controller stopped by a signal
+    /// or killed keeps every line recorded before (at most the line being written is cut,
+    /// which [`ReplaySource`] reads as the end). One write a decision interval.
     fn write_line(&mut self) -> Result<(), DetectorError> {
         let io = |e: std::io::Error| {
             DetectorError::Source(format!("recording {}: {e}", self.path.display()))
         };
         serde_json::to_writer(&mut self.out, &self.line).map_err(|e| io(e.into()))?;
-        self.out.write_all(b"\n").map_err(io)
+        self.out
+            .write_all(b"\n")
+            .and_then(|()| self.out.flush())
+            .map_err(io)
     }
 }
 
@@ -623,6 +631,30 @@ mod tests {
         let text = file_with(16, 16);
         let e = ReplaySource::from_reader(text.as_bytes(), path, &[spec(true)]).unwrap_err();
         assert!(e.to_string().contains("16 lanes recorded"), "{e}");
+    }
+
+    /// Every line a recorder has written is in its file at once, not only when it
+    /// finishes: a controller killed mid-run leaves a recording that replays to the kill.
+    #[test]
+    fn a_recording_holds_every_line_while_it_is_written() {
+        let dir = std::env::temp_dir().join(format!("gw-rec-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.jsonl");
+        let text = file(12);
+        let src =
+            ReplaySource::from_reader(text.as_bytes(), Path::new("in"), &[spec(false)]).unwrap();
+        let mut rec = ReplayRecorder::create(src, &path, &[spec(false)], Millis(5000)).unwrap();
+        let lines = || std::fs::read_to_string(&path).unwrap().lines().count();
+        assert_eq!(lines(), 1, "the header");
+        let mut lanes = [LaneReading::default(); 12];
+        rec.read(0, &mut lanes).unwrap();
+        rec.advance(Millis(5000)).unwrap();
+        assert_eq!(lines(), 2, "the first decision point's line");
+        std::mem::forget(rec);
+        let recorded = std::fs::read_to_string(&path).unwrap();
+        assert!(recorded.ends_with('\n'), "{recorded}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A recording cut off while writing its last line (the controller killed) replays up
