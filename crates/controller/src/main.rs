@@ -31,6 +31,7 @@ mod keys;
 mod log;
 mod rollback;
 mod run;
+mod stop;
 mod verify;
 
 // The runtime's test fixtures and the signed test site, for the in-process tests of

@@ -29,6 +29,7 @@ use serde::Serialize;
 
 use crate::follow::{load_first, FollowArgs, StoreFollower, StoreReport};
 use crate::keys::trusted_keys;
+use crate::stop::StopSignals;
 
 mod per_signal;
 
@@ -388,6 +389,9 @@ struct RunReport {
     /// program clocks put at the controller's time 0.
     #[serde(skip_serializing_if = "Option::is_none")]
     program_clock_unix_origin_ms: Option<u64>,
+    /// The signal (SIGINT or SIGTERM) that ended the run before its time, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stopped_by: Option<&'static str>,
     policy: PolicyReport,
     /// With `--store`: the switches made while running, the live watch's verdicts recorded
     /// in the store, and versions refused.
@@ -399,6 +403,7 @@ struct RunReport {
 /// `greenwave-controller run`: builds the field (SUMO, replay or embedded simulator) and
 /// the fallback, and drives the controller on it.
 pub fn run(args: RunArgs, quiet: bool) -> Result<()> {
+    StopSignals::install()?;
     // Refused before anything starts (checked again where the controller is configured).
     args.follow.rollback_config()?;
     if let Some(path) = &args.site {
@@ -506,6 +511,9 @@ fn sumo_config(args: &RunArgs, quiet: bool) -> Result<greenwave_sim::sumo::SumoC
     cfg.additional = files.additional;
     cfg.begin_s = files.begin_s.unwrap_or(0.0);
     cfg.extra_args = file.passed;
+    // A Ctrl-C stops the run cleanly (`stop`), closing SUMO after the last interval: it
+    // must not reach SUMO first.
+    cfg.own_process_group = true;
     Ok(cfg)
 }
 
@@ -637,13 +645,28 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     let bar = progress_bar(quiet, total);
     let started = Instant::now();
     let mut load = |dir: &Path| load_policy(args, dir, &loader_specs, interval).map(|l| l.policy);
+    let stop = StopSignals::install()?;
     let stats = controller.run_with(field, seconds, |c| {
+        if stop.received().is_some() {
+            c.request_stop();
+            return;
+        }
         if let Some(f) = &mut follower {
             f.between(c, &mut load);
         }
         show_progress(&bar, c);
     })?;
     bar.finish_and_clear();
+    let stopped_by = stop.received().filter(|_| controller.stop_requested());
+    if let Some(signal) = stopped_by {
+        eprintln!(
+            "stopped by {signal} after {} decision{} ({:.0} s of controller time); the \
+             interval under way was shown whole and its transitions are committed",
+            stats.decisions,
+            if stats.decisions == 1 { "" } else { "s" },
+            controller.now_ms() as f64 / 1000.0
+        );
+    }
     let commit = controller
         .close_log()
         .context("closing the transition log")?;
@@ -659,6 +682,7 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         transitions_committed: commit.map_or(stats.transitions_committed, |c| c.committed),
         peak_rss_kib: greenwave_runtime::peak_rss_kib(),
         program_clock_unix_origin_ms: unix_origin_ms,
+        stopped_by,
         policy: policy_report,
         store: follower.map(|f| f.report).or(detached),
         controller: stats,

@@ -602,3 +602,67 @@ fn collect_refuses_input_without_a_single_frame() {
     assert!(err.contains("not one frame delimiter"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// SIGTERM stops a run cleanly: the interval under way ends, every transition made is
+/// committed (the last one `done`), the report is printed with `stopped_by`, the status is
+/// 0, and the recording replays on the site to the same decisions.
+#[test]
+fn sigterm_stops_a_run_with_its_log_committed_and_its_recording_whole() {
+    let fx = fixture("sigterm");
+    let dir = &fx.dir;
+    let (_, site_file) = single_4way_site(dir);
+    let path = |p: &str| dir.join(p).to_str().unwrap().to_string();
+    let (bundle, key) = (
+        fx.bundle.to_str().unwrap(),
+        fx.keys.public.to_str().unwrap(),
+    );
+    let common = ["run", "--bundle", bundle, "--trust", key, "--json", "-q"];
+    let child = controller_bin()
+        .args(common)
+        .args([
+            "--scenario",
+            "single-4way",
+            "--realtime",
+            "--seconds",
+            "3600",
+        ])
+        .args(["--record", &path("r.jsonl"), "--log-dir", &path("live")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The header and the first decision point's line: the run is under way.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(path("r.jsonl")).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no decision in 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stopped_by"], "SIGTERM", "{v}");
+    let decisions = v["decisions"].as_u64().unwrap();
+    assert!((1..720).contains(&decisions), "{v}");
+    assert_eq!(v["transitions_committed"], decisions, "{v}");
+    let (records, issues) = read_all(dir.join("live")).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(records.len() as u64, decisions);
+    assert!(records.last().unwrap().transition.done);
+    let replayed = run_json(
+        &[
+            &common[..],
+            &["--site", site_file.to_str().unwrap()],
+            &["--replay", &path("r.jsonl"), "--log-dir", &path("replayed")],
+        ]
+        .concat(),
+    );
+    assert_eq!(replayed["decisions"], decisions, "{replayed}");
+    assert!(replayed.get("stopped_by").is_none(), "{replayed}");
+    same_logged_actions(&dir.join("live"), &dir.join("replayed"), decisions as usize);
+}

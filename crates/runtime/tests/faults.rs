@@ -282,14 +282,7 @@ fn a_log_that_fails_mid_run_is_counted_and_its_committed_records_kept() {
     let (log, _) = LogWriter::open(cfg).unwrap();
     // The second segment's name is taken by a folder: rotation fails (even as root).
     std::fs::create_dir_all(log_dir.join("seg-00000000000000000001.gwlog")).unwrap();
-    let mut c = Controller::new(
-        specs,
-        Err("fallback only".into()),
-        Fallback::for_scenario(&fx.scenario, FallbackKind::FixedTime),
-        ControllerConfig::new(Millis(INTERVAL_MS as u32)),
-        Some(log),
-    )
-    .unwrap();
+    let mut c = fallback_only(&fx, specs, log);
     let stats = c.run(&mut field, 600.0, |_| {}).unwrap();
     assert!(
         c.close_log().unwrap().is_none(),
@@ -310,4 +303,54 @@ fn a_log_that_fails_mid_run_is_counted_and_its_committed_records_kept() {
         stats.decisions,
         "{stats:?}"
     );
+}
+
+/// A controller with no policy (every signal on fixed-time fallback) logging to `log`.
+fn fallback_only(
+    fx: &common::Fixture,
+    specs: Vec<greenwave_runtime::controller::SignalSpec>,
+    log: LogWriter,
+) -> Controller {
+    Controller::new(
+        specs,
+        Err("fallback only".into()),
+        Fallback::for_scenario(&fx.scenario, FallbackKind::FixedTime),
+        ControllerConfig::new(Millis(INTERVAL_MS as u32)),
+        Some(log),
+    )
+    .unwrap()
+}
+
+/// A stop asked for between decisions (an operator's SIGTERM in the binary) ends the run
+/// at once, before another decision, and every transition it made is completed and
+/// committed to the log.
+#[test]
+fn a_stop_between_decisions_ends_the_run_with_every_transition_committed() {
+    let fx = fixture("stop");
+    let mut field = TestField::new(&fx.scenario, 5);
+    let specs = field.inner.signal_specs();
+    let log_dir = fx.dir.join("log");
+    let mut cfg = LogConfig::new(&log_dir);
+    cfg.sync = SyncPolicy::EveryRecords(1000.try_into().unwrap());
+    let (log, _) = LogWriter::open(cfg).unwrap();
+    let mut c = fallback_only(&fx, specs, log);
+    let stats = c
+        .run_with(&mut field, 3600.0, |c| {
+            if c.stats().decisions == 7 {
+                c.request_stop();
+            }
+        })
+        .unwrap();
+    assert!(c.stop_requested());
+    assert_eq!(stats.decisions, 7);
+    let commit = c.close_log().unwrap().unwrap();
+    assert_eq!(commit.committed, 7);
+    let (records, issues) = read_all(&log_dir).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(records.len(), 7);
+    assert!(
+        records.last().unwrap().transition.done,
+        "the last one is done"
+    );
+    check_invariants(&fx.plan, &field.shown[0]).unwrap();
 }

@@ -280,6 +280,8 @@ pub struct Controller {
     stats: ControllerStats,
     segments: Vec<(u64, usize, Segment)>,
     ended: bool,
+    /// [`Controller::request_stop`] was called: `run_with` ends after the interval.
+    stop_requested: bool,
     started: Instant,
 }
 
@@ -342,6 +344,7 @@ impl Controller {
             stats: ControllerStats::default(),
             segments: Vec::new(),
             ended: false,
+            stop_requested: false,
             started: Instant::now(),
             watch: rollback::RegressionWatch::new(cfg.rollback.clone()),
             previous: None,
@@ -852,10 +855,27 @@ impl Controller {
     ) -> Result<ControllerStats, ControllerError> {
         self.started = Instant::now();
         let end_ms = (seconds * 1000.0).max(0.0) as u64;
-        while self.now_ms() < end_ms && !field.exhausted() && self.step(field)? {
+        while !self.stop_requested
+            && self.now_ms() < end_ms
+            && !field.exhausted()
+            && self.step(field)?
+        {
             between(self);
         }
         self.finish(field)
+    }
+
+    /// Asks [`run_with`](Self::run_with) to end before its next decision, as if its
+    /// `seconds` were up (from `between`, on an operator's stop signal say). The interval
+    /// under way has been shown whole, clearances included, and
+    /// [`finish`](Self::finish) then completes the transitions and commits the log.
+    pub fn request_stop(&mut self) {
+        self.stop_requested = true;
+    }
+
+    /// Whether [`request_stop`](Self::request_stop) was called.
+    pub fn stop_requested(&self) -> bool {
+        self.stop_requested
     }
 
     /// Completes the last transitions (their next observation read now, marked `done`),

@@ -683,6 +683,7 @@ impl SumoEnv {
                 work,
                 Duration::from_secs_f64(self.cfg.startup_timeout_s),
                 Duration::from_secs_f64(self.cfg.reply_timeout_s),
+                self.cfg.own_process_group,
             );
             match started {
                 Err(e) if attempt < 2 && SumoProcess::lost_startup_race(&e) => attempt += 1,

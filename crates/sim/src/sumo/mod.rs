@@ -237,6 +237,14 @@ pub struct SumoConfig {
     /// trained before finding 36 of tools/README.md observe none). A net without crossings
     /// observes the same either way.
     pub pedestrian_zones: bool,
+    /// Whether SUMO runs in a process group of its own (Unix), out of reach of a Ctrl-C
+    /// at the terminal: for a caller that stops cleanly on SIGINT and then closes SUMO
+    /// itself (`greenwave-controller run`), under which SUMO would otherwise die mid-step.
+    /// Off by default, so that a Ctrl-C ends SUMO with greenwave, even while SUMO still
+    /// loads the net (in a group of its own it would then wait for a connection that
+    /// never comes). Once connected SUMO ends with greenwave either way: it quits when
+    /// the TraCI socket closes.
+    pub own_process_group: bool,
 }
 
 impl SumoConfig {
@@ -271,6 +279,7 @@ impl SumoConfig {
             read_mode: ReadMode::default(),
             program_clock: true,
             pedestrian_zones: true,
+            own_process_group: false,
         }
     }
 

@@ -153,6 +153,7 @@ impl SumoProcess {
         work: WorkDir,
         startup_timeout: Duration,
         reply_timeout: Duration,
+        own_process_group: bool,
     ) -> Result<Self, SumoError> {
         let port = PortLease::new()?;
         let log = work.file("sumo.log");
@@ -165,7 +166,14 @@ impl SumoProcess {
             source,
         })?;
         // SUMO's output goes to a file, never a pipe: a full pipe would block SUMO.
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        #[cfg(unix)]
+        if own_process_group {
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        }
+        #[cfg(not(unix))]
+        let _ = own_process_group;
+        let child = command
             .args(args)
             .arg("--remote-port")
             .arg(port.port.to_string())
