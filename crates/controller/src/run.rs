@@ -170,7 +170,9 @@ pub struct RunArgs {
     #[arg(long)]
     realtime: bool,
     /// Seconds to run, at least 1 (default: the scenario's episode length, also with a
-    /// replay on a scenario; 3600 for SUMO; a site's replay to its last line).
+    /// replay on a scenario; 3600 for SUMO; a site's replay to its last line), rounded up
+    /// to whole decision intervals. SIGINT or SIGTERM stops the run sooner, cleanly (see
+    /// the README).
     #[arg(long, value_parser = parse_run_seconds)]
     seconds: Option<f64>,
     /// Simulation seed.
@@ -645,31 +647,37 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     let bar = progress_bar(quiet, total);
     let started = Instant::now();
     let mut load = |dir: &Path| load_policy(args, dir, &loader_specs, interval).map(|l| l.policy);
+    // Installed by `run` before anything started; a signal since then stops the run
+    // before its first decision.
     let stop = StopSignals::install()?;
-    let stats = controller.run_with(field, seconds, |c| {
+    let stop_if_asked = |c: &mut Controller| {
         if stop.received().is_some() {
+            stop.arm();
             c.request_stop();
-            return;
         }
+    };
+    stop_if_asked(&mut controller);
+    let stats = controller.run_with(field, seconds, |c| {
         if let Some(f) = &mut follower {
             f.between(c, &mut load);
         }
+        stop_if_asked(c);
         show_progress(&bar, c);
     })?;
     bar.finish_and_clear();
+    let commit = controller
+        .close_log()
+        .context("closing the transition log")?;
     let stopped_by = stop.received().filter(|_| controller.stop_requested());
     if let Some(signal) = stopped_by {
         eprintln!(
-            "stopped by {signal} after {} decision{} ({:.0} s of controller time); the \
-             interval under way was shown whole and its transitions are committed",
+            "stopped by {signal} after {} decision{} ({:.0} s of controller time), at the \
+             end of the interval under way; its transitions are committed",
             stats.decisions,
             if stats.decisions == 1 { "" } else { "s" },
             controller.now_ms() as f64 / 1000.0
         );
     }
-    let commit = controller
-        .close_log()
-        .context("closing the transition log")?;
     let metrics = field_metrics(field, started);
     let report = RunReport {
         metrics,

@@ -1,12 +1,16 @@
 //! Stopping a run cleanly on SIGINT or SIGTERM (Ctrl-C, `systemctl stop`, `kill`).
 //!
-//! The first signal asks the controller to stop before its next decision: the interval
-//! under way is shown whole (a yellow or all-red in it is never cut), the last
-//! transitions are completed and committed to the log, a `--record`ing gets its last
-//! line, and the report is printed; the run exits 0. A second signal while that happens
-//! ends the process at once, with the status a shell gives a death by that signal
-//! (128 + its number). Without this, a signal killed the process where it stood: the
-//! records appended since the last fsync and the report were lost.
+//! A signal asks the controller to stop before its next decision, as if its `--seconds`
+//! were up: the interval under way is played to its end, the last transitions are
+//! completed and committed to the log, a `--record`ing gets its last line, and the report
+//! is printed; the run exits 0. Once the run has seen the signal, a second one ends the
+//! process at once, with the status a shell gives a death by that signal (128 + its
+//! number). Before the first decision (a SUMO field's `sumo` may still be loading the net,
+//! in a process group of its own) signals only ask for the stop: were the process to end
+//! there, `sumo` would be left waiting for a connection that never comes. Without this
+//! module a signal killed the controller where it stood: the report, the transitions
+//! still waiting for their next observation and the unwritten end of a recording were
+//! lost (records already appended were not: they are written through to the file).
 //!
 //! `signal-hook` installs the handlers: it is the maintained crate for signal handling
 //! in Rust, and its `flag` module is exactly "set an atomic, act on it between
@@ -19,17 +23,18 @@ use anyhow::{Context, Result};
 use signal_hook::consts::signal::{SIGINT, SIGTERM};
 use signal_hook::flag;
 
-/// The signals a run stops on, and the one that came first (0: none yet).
+/// The signals a run stops on: the last one received (0: none yet), and whether a further
+/// one ends the process at once.
 pub struct StopSignals {
     received: Arc<AtomicUsize>,
+    armed: Arc<AtomicBool>,
 }
 
 static INSTALLED: OnceLock<StopSignals> = OnceLock::new();
 
 impl StopSignals {
-    /// Installs the handlers for SIGINT and SIGTERM, once a process: `run` does so before
-    /// anything starts (a SUMO field's `sumo`, in a process group of its own, must never
-    /// be left waiting for a controller that a signal killed while it loaded).
+    /// The handlers for SIGINT and SIGTERM, installed on the first call of the process:
+    /// `run` calls this before it starts anything.
     pub fn install() -> Result<&'static Self> {
         if let Some(s) = INSTALLED.get() {
             return Ok(s);
@@ -43,17 +48,13 @@ impl StopSignals {
         let received = Arc::new(AtomicUsize::new(0));
         for signal in [SIGINT, SIGTERM] {
             let name = signal_name(signal as usize);
-            // Order matters: the shutdown is checked before the flag that arms it is set,
-            // so the first signal only arms it.
+            // The shutdown is checked first: once armed, a signal ends the process
+            // before anything else is done with it.
             flag::register_conditional_shutdown(signal, 128 + signal, Arc::clone(&armed))
-                .and_then(|_| flag::register(signal, Arc::clone(&armed)))
-                .with_context(|| format!("installing the {name} handler"))?;
-            // On a second signal the shutdown above ends the process before this runs,
-            // so the number kept is the first signal's.
-            flag::register_usize(signal, Arc::clone(&received), signal as usize)
+                .and_then(|_| flag::register_usize(signal, Arc::clone(&received), signal as usize))
                 .with_context(|| format!("installing the {name} handler"))?;
         }
-        Ok(StopSignals { received })
+        Ok(StopSignals { received, armed })
     }
 
     /// The name of the stop signal received, if one was.
@@ -62,6 +63,13 @@ impl StopSignals {
             0 => None,
             n => Some(signal_name(n)),
         }
+    }
+
+    /// From now on a further signal ends the process at once. The run calls this when it
+    /// has seen a signal between two decisions, with everything it started (a `sumo`
+    /// connected) ending with it.
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
     }
 }
 
