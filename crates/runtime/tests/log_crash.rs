@@ -237,6 +237,11 @@ fn a_folder_named_like_a_later_segment_takes_no_segment_name() {
         "{names:?}"
     );
     assert!(dir.join(format!("seg-{ahead:020}.gwlog")).is_dir());
+    // A name no segment index can follow is refused, naming the folder; nothing is lost.
+    std::fs::create_dir_all(dir.join(format!("seg-{:020}.gwlog", u64::MAX))).unwrap();
+    let e = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap_err();
+    assert!(e.to_string().contains("no segment can follow"), "{e}");
+    assert_eq!(read_checked(&dir).0, 200);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

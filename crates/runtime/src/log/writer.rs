@@ -228,7 +228,16 @@ impl LogWriter {
         let mut segments = list_segments(&cfg.dir)?;
         let segments_found = segments.len();
         let highest = highest_segment_name(&cfg.dir)?;
-        let next_index = highest.map_or(0, |i| i + 1);
+        let next_index = match highest {
+            None => 0,
+            Some(i) => i.checked_add(1).ok_or_else(|| {
+                LogError::Config(format!(
+                    "{} holds an entry named for the last segment index there can be ({i}); \
+                     no segment can follow it (move it away)",
+                    cfg.dir.display()
+                ))
+            })?,
+        };
         if highest != segments.last().map(|s| s.index) {
             tracing::warn!(
                 dir = %cfg.dir.display(), next = next_index,
