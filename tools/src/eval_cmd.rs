@@ -126,25 +126,25 @@ fn average(runs: &[EpisodeMetrics]) -> EpisodeMetrics {
     EpisodeMetrics {
         mean_delay_s: f(|m| m.mean_delay_s),
         mean_wait_s: f(|m| m.mean_wait_s),
-        mean_travel_time_s: mean_travel_time_s(runs),
+        mean_travel_time_s: mean_where(runs, EpisodeMetrics::travel_time_s),
         throughput_veh: (f(|m| m.throughput_veh as f64)).round() as u64,
         backlog_veh: (f(|m| m.backlog_veh as f64)).round() as u64,
         pedestrians: (f(|m| m.pedestrians as f64)).round() as u64,
-        mean_pedestrian_wait_s: f(|m| m.mean_pedestrian_wait_s),
+        mean_pedestrian_wait_s: mean_where(runs, |m| {
+            (m.pedestrians > 0).then_some(m.mean_pedestrian_wait_s)
+        }),
         mean_queue_veh: f(|m| m.mean_queue_veh),
         sim_seconds: f(|m| m.sim_seconds),
         wall_seconds: f(|m| m.wall_seconds),
     }
 }
 
-/// The mean over runs of their mean travel time, leaving out runs in which no vehicle
-/// completed its trip (whose 0 is a mean over no vehicles); 0 when no run had one.
-fn mean_travel_time_s(runs: &[EpisodeMetrics]) -> f64 {
-    let travel: Vec<f64> = runs
-        .iter()
-        .filter_map(EpisodeMetrics::travel_time_s)
-        .collect();
-    travel.iter().sum::<f64>() / travel.len().max(1) as f64
+/// The mean over runs of a per-run mean that some runs lack (a mean travel time where no
+/// vehicle finished, a pedestrian wait where no one walked: their 0 is a mean over
+/// nobody): those runs are left out; 0 when every run lacks it.
+fn mean_where(runs: &[EpisodeMetrics], value: impl Fn(&EpisodeMetrics) -> Option<f64>) -> f64 {
+    let values: Vec<f64> = runs.iter().filter_map(value).collect();
+    values.iter().sum::<f64>() / values.len().max(1) as f64
 }
 
 /// Runs `episode(seed)` for every seed of `seeds`, split over 2 threads; results in seed
@@ -650,6 +650,17 @@ mod tests {
         let mean = average(&[run(10, 30.0), run(0, 0.0), run(20, 50.0)]);
         assert_eq!(mean.mean_travel_time_s, 40.0);
         assert_eq!(mean.travel_time_s(), Some(40.0));
+        // One trip in three seeds: the mean throughput rounds to 0, the trip still shows.
+        let rare = average(&[run(1, 90.0), run(0, 0.0), run(0, 0.0)]);
+        assert_eq!((rare.throughput_veh, rare.travel_time_s()), (0, Some(90.0)));
+        // Likewise a pedestrian wait: seeds no one walked in are left out.
+        let walkers = |pedestrians, mean_pedestrian_wait_s| EpisodeMetrics {
+            pedestrians,
+            mean_pedestrian_wait_s,
+            ..EpisodeMetrics::default()
+        };
+        let peds = average(&[walkers(4, 12.0), walkers(0, 0.0)]);
+        assert_eq!(peds.mean_pedestrian_wait_s, 12.0);
         let none = average(&[run(0, 0.0), run(0, 0.0)]);
         assert_eq!(none.travel_time_s(), None);
         let mut stuck = row("fixed-time", 900.0);

@@ -75,6 +75,26 @@ fn sim_compares_all_controllers_side_by_side() {
     assert!(runs.iter().all(|r| r["mean_delay_s"].is_number()));
 }
 
+/// Five seconds are too short for any trip through single-4way: the table shows no mean
+/// travel time (a dash), not a mean of 0 over no vehicles.
+#[test]
+fn sim_shows_no_travel_time_where_no_trip_finished() {
+    let o = greenwave(&["sim", "--scenario", "single-4way", "--seconds", "5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains("max-pressure"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{table}");
+    let cells: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(
+        (cells[3], cells[4]),
+        ("–", "0"),
+        "travel, throughput: {table}"
+    );
+}
+
 #[test]
 fn sim_is_deterministic_per_seed() {
     let run = || {

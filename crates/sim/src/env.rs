@@ -77,9 +77,12 @@ pub struct EpisodeMetrics {
 
 impl EpisodeMetrics {
     /// The mean travel time of completed trips, or `None` when no vehicle completed its
-    /// trip (a mean over no vehicles, which `mean_travel_time_s` holds as 0).
+    /// trip (a mean over no vehicles, which `mean_travel_time_s` holds as 0; a trip takes
+    /// time, so a mean of 0 is never a real one, even in an average over seeds whose
+    /// throughput rounds to 0).
     pub fn travel_time_s(&self) -> Option<f64> {
-        (self.throughput_veh > 0).then_some(self.mean_travel_time_s)
+        (self.throughput_veh > 0 || self.mean_travel_time_s > 0.0)
+            .then_some(self.mean_travel_time_s)
     }
 }
 
