@@ -23,6 +23,25 @@ def pack(obs: np.ndarray, mask: np.ndarray, mask_in_obs: bool):
     return {"observation": obs, "action_mask": mask.astype(np.int8)}
 
 
+def phase_index(action, who: str) -> int:
+    """An action as a phase index: an integer (Python's, NumPy's, or a one-element integer
+    array, as Stable-Baselines3 hands them). A float (even 2.0: a phase is not a
+    quantity), a bool, a string or None is refused, naming it: ``int()`` turned 2.5 into
+    phase 2 without a word."""
+    a = np.asarray(action)
+    if a.size == 1 and np.issubdtype(a.dtype, np.integer):
+        return int(a.reshape(()))
+    raise TypeError(f"{who}: action {action!r} is not a phase index (an integer)")
+
+
+def phase_indices(actions) -> np.ndarray:
+    """An array of actions as phase indices (int64), refusing any that are not integers."""
+    a = np.asarray(actions)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"actions of dtype {a.dtype} are not phase indices (integers)")
+    return a.astype(np.int64, copy=False)
+
+
 def metrics(native) -> dict:
     """The episode metrics (same fields as ``greenwave eval``)."""
     return json.loads(native.metrics_json())

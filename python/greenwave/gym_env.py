@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ._native import NativeEnv
-from ._spaces import metrics, observation_space, pack
+from ._spaces import metrics, observation_space, pack, phase_index
 
 
 class SignalEnv(gym.Env):
@@ -56,7 +56,7 @@ class SignalEnv(gym.Env):
         return self._out(obs)
 
     def step(self, action):
-        obs, rewards, done = self._native.step([int(action)])
+        obs, rewards, done = self._native.step([phase_index(action, "step")])
         observation, info = self._out(obs)
         if done:
             info["episode_metrics"] = metrics(self._native)

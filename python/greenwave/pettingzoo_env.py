@@ -10,7 +10,7 @@ from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
 from ._native import NativeEnv
-from ._spaces import metrics, observation_space, pack
+from ._spaces import metrics, observation_space, pack, phase_index
 
 
 class ParallelSignalEnv(ParallelEnv):
@@ -62,7 +62,9 @@ class ParallelSignalEnv(ParallelEnv):
         missing = [a for a in self.agents if a not in actions]
         if missing:
             raise ValueError(f"no action for agent(s) {', '.join(missing)}")
-        obs, rewards, done = self._native.step([int(actions[a]) for a in self.possible_agents])
+        obs, rewards, done = self._native.step(
+            [phase_index(actions[a], f"agent {a}") for a in self.possible_agents]
+        )
         observations, infos = self._out(obs)
         rew = {a: float(r) for a, r in zip(self.possible_agents, rewards)}
         terminations = {a: False for a in self.possible_agents}

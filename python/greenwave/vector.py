@@ -8,6 +8,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ._native import NativeVecEnv
+from ._spaces import phase_indices
 
 
 class VecSignalEnv:
@@ -30,7 +31,7 @@ class VecSignalEnv:
         return self._native.reset(seed)
 
     def step(self, actions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self._native.step(np.asarray(actions, dtype=np.int64))
+        return self._native.step(phase_indices(actions))
 
     def action_masks(self) -> np.ndarray:
         return self._native.action_masks()

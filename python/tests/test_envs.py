@@ -134,6 +134,11 @@ def test_bad_input_is_a_clear_error():
     env.reset(seed=0)
     with pytest.raises(ValueError, match="action 9 is not a phase"):
         env.step(9)
+    for bad in [2.5, 2.0, float("nan"), None, "1", True, np.array([1, 2])]:
+        with pytest.raises(TypeError, match="is not a phase index"):
+            env.step(bad)
+    env.step(np.int64(1))
+    env.step(np.array([1]))
     native = NativeEnv(scenario="arterial-3")
     native.reset(0)
     with pytest.raises(ValueError, match="expected 3 actions"):
@@ -254,6 +259,8 @@ def test_vectorised_step_stacks_and_resets_each_copy():
     assert all(vec.last_metrics(k)["sim_seconds"] == 100 for k in range(4))
     with pytest.raises(ValueError, match="expected actions for 4 environments"):
         vec.step(np.zeros((3, 1), dtype=np.int64))
+    with pytest.raises(TypeError, match="not phase indices"):
+        vec.step(np.full((4, 1), 1.5, dtype=np.float32))
 
 
 def test_vectorised_copies_equal_single_environments():
