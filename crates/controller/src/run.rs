@@ -657,6 +657,7 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         }
     };
     stop_if_asked(&mut controller);
+    stop.arm_on_signal()?;
     let stats = controller.run_with(field, seconds, |c| {
         if let Some(f) = &mut follower {
             f.between(c, &mut load);

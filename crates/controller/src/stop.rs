@@ -3,14 +3,15 @@
 //! A signal asks the controller to stop before its next decision, as if its `--seconds`
 //! were up: the interval under way is played to its end, the last transitions are
 //! completed and committed to the log, a `--record`ing gets its last line, and the report
-//! is printed; the run exits 0. Once the run has seen the signal, a second one ends the
-//! process at once, with the status a shell gives a death by that signal (128 + its
-//! number). Before the first decision (a SUMO field's `sumo` may still be loading the net,
-//! in a process group of its own) signals only ask for the stop: were the process to end
-//! there, `sumo` would be left waiting for a connection that never comes. Without this
-//! module a signal killed the controller where it stood: the report, the transitions
-//! still waiting for their next observation and the unwritten end of a recording were
-//! lost (records already appended were not: they are written through to the file).
+//! is printed; the run exits 0. Once decisions have begun, a second signal ends the
+//! process at once (even mid-interval), with the status a shell gives a death by that
+//! signal (128 + its number). Before that (a SUMO field's `sumo` may still be loading the
+//! net, in a process group of its own) signals only ask for the stop, and the run ends
+//! before its first decision: were the process to end there, `sumo` would be left waiting
+//! for a connection that never comes. Without this module a signal killed the controller
+//! where it stood: the report, the transitions still waiting for their next observation
+//! and the unwritten end of a recording were lost (records already appended were not:
+//! they are written through to the file).
 //!
 //! `signal-hook` installs the handlers: it is the maintained crate for signal handling
 //! in Rust, and its `flag` module is exactly "set an atomic, act on it between
@@ -70,6 +71,20 @@ impl StopSignals {
     /// connected) ending with it.
     pub fn arm(&self) {
         self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// From now on the first signal also arms the hard exit, so that a second one ends the
+    /// process at once even while a decision interval runs (a `--realtime` wait, a slow
+    /// SUMO step). The run calls this as its loop starts, with its `sumo` connected.
+    /// The handlers run in the order installed, so the signal that arms does not also
+    /// exit.
+    pub fn arm_on_signal(&self) -> Result<()> {
+        for signal in [SIGINT, SIGTERM] {
+            flag::register(signal, Arc::clone(&self.armed)).with_context(|| {
+                format!("installing the {} handler", signal_name(signal as usize))
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -605,7 +605,8 @@ fn collect_refuses_input_without_a_single_frame() {
 
 /// SIGTERM stops a run cleanly: the interval under way ends, every transition made is
 /// committed (the last one `done`), the report is printed with `stopped_by`, the status is
-/// 0, and the recording replays on the site to the same decisions.
+/// 0, and the recording replays on the site to the same decisions. A second SIGTERM ends
+/// the process at once.
 #[test]
 fn sigterm_stops_a_run_with_its_log_committed_and_its_recording_whole() {
     let fx = fixture("sigterm");
@@ -617,31 +618,47 @@ fn sigterm_stops_a_run_with_its_log_committed_and_its_recording_whole() {
         fx.keys.public.to_str().unwrap(),
     );
     let common = ["run", "--bundle", bundle, "--trust", key, "--json", "-q"];
-    let child = controller_bin()
-        .args(common)
-        .args([
-            "--scenario",
-            "single-4way",
-            "--realtime",
-            "--seconds",
-            "3600",
-        ])
-        .args(["--record", &path("r.jsonl"), "--log-dir", &path("live")])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The header and the first decision point's line: the run is under way.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::fs::read_to_string(path("r.jsonl")).map_or(0, |t| t.lines().count()) < 2 {
-        assert!(std::time::Instant::now() < deadline, "no decision in 60 s");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    // A realtime run, under way (its recording has the first decision point's line).
+    let start = |record: &str, log: &str| {
+        let child = controller_bin()
+            .args(common)
+            .args([
+                "--scenario",
+                "single-4way",
+                "--realtime",
+                "--seconds",
+                "3600",
+            ])
+            .args(["--record", &path(record), "--log-dir", &path(log)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::read_to_string(path(record)).map_or(0, |t| t.lines().count()) < 2 {
+            assert!(std::time::Instant::now() < deadline, "no decision in 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        child
+    };
+    let sigterm = |child: &std::process::Child| {
+        let kill = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+    };
+    // A second signal mid-interval ends the process at once, as a death by SIGTERM reads.
+    let twice = start("r2.jsonl", "live2");
+    sigterm(&twice);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    sigterm(&twice);
+    let out = twice.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + 15), "{:?}", out.status);
+    assert!(out.stdout.is_empty(), "no report");
+
+    let child = start("r.jsonl", "live");
+    sigterm(&child);
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}: {err}", out.status);

@@ -866,9 +866,10 @@ impl Controller {
     }
 
     /// Asks [`run_with`](Self::run_with) to end before its next decision, as if its
-    /// `seconds` were up (from `between`, on an operator's stop signal say). The interval
-    /// under way has been shown whole, clearances included, and
-    /// [`finish`](Self::finish) then completes the transitions and commits the log.
+    /// `seconds` were up (from `between`, on an operator's stop signal say): the interval
+    /// under way has been played to its end (a change may still be in its yellow or
+    /// all-red there, as at any end of a run), and [`finish`](Self::finish) then completes
+    /// the transitions and commits the log.
     pub fn request_stop(&mut self) {
         self.stop_requested = true;
     }
