@@ -384,7 +384,13 @@ impl LogWriter {
 
     fn rotate(&mut self) -> Result<(), LogError> {
         self.sync()?;
-        let (file, path) = create_segment(&self.cfg.dir, self.index + 1, self.cfg.epoch_unix_ms)?;
+        let next = self.index.checked_add(1).ok_or_else(|| {
+            LogError::Config(format!(
+                "segment {} is the last index there can be; no segment can follow it",
+                self.index
+            ))
+        })?;
+        let (file, path) = create_segment(&self.cfg.dir, next, self.cfg.epoch_unix_ms)?;
         let old_path = std::mem::replace(&mut self.path, path);
         self.sealed.push_back(SegmentFile {
             index: self.index,
@@ -393,7 +399,7 @@ impl LogWriter {
         });
         self.sealed_bytes += self.seg_bytes;
         self.file = file;
-        self.index += 1;
+        self.index = next;
         self.seg_bytes = HEADER_BYTES as u64;
         self.stats.segments_started += 1;
         self.enforce_cap()
