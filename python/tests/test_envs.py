@@ -134,9 +134,11 @@ def test_bad_input_is_a_clear_error():
     env.reset(seed=0)
     with pytest.raises(ValueError, match="action 9 is not a phase"):
         env.step(9)
-    for bad in [2.5, 2.0, float("nan"), None, "1", True, np.array([1, 2])]:
+    for bad in [2.5, 2.0, float("nan"), None, "1", True, np.array([1, 2]), [[1], [2, 3]]]:
         with pytest.raises(TypeError, match="is not a phase index"):
             env.step(bad)
+    with pytest.raises(ValueError, match="is not a phase"):
+        env.step(np.uint64(2**63))
     env.step(np.int64(1))
     env.step(np.array([1]))
     native = NativeEnv(scenario="arterial-3")

@@ -354,7 +354,10 @@ pub const NO_TRIP: &str = "–";
 /// Renders rows as a Markdown table; with two more columns, pedestrians and their mean wait,
 /// where any run had pedestrians.
 pub fn table(rows: &[EvalRow]) -> String {
-    let walkers = rows.iter().any(|r| r.metrics.pedestrians > 0);
+    // An average over seeds can round a few walkers to 0 pedestrians; their wait shows.
+    let walkers = rows
+        .iter()
+        .any(|r| r.metrics.pedestrians > 0 || r.metrics.mean_pedestrian_wait_s > 0.0);
     let mut s = String::from("| controller | mean delay (s) | mean wait (s) | mean travel time (s) | throughput (veh) | backlog (veh) | mean queue (veh) |");
     s.push_str(if walkers {
         " pedestrians | mean pedestrian wait (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
@@ -661,6 +664,15 @@ mod tests {
         };
         let peds = average(&[walkers(4, 12.0), walkers(0, 0.0)]);
         assert_eq!(peds.mean_pedestrian_wait_s, 12.0);
+        // One walker in three seeds rounds to 0 pedestrians; the columns still show.
+        let mut few = row("actuated", 20.0);
+        few.metrics = average(&[walkers(1, 9.0), walkers(0, 0.0), walkers(0, 0.0)]);
+        assert_eq!(few.metrics.pedestrians, 0);
+        let t = table(&[few]);
+        assert!(
+            t.contains("mean pedestrian wait (s)") && t.ends_with("| 0 | 9.00 |\n"),
+            "{t}"
+        );
         let none = average(&[run(0, 0.0), run(0, 0.0)]);
         assert_eq!(none.travel_time_s(), None);
         let mut stuck = row("fixed-time", 900.0);
