@@ -349,7 +349,14 @@ fn secs(t: Millis) -> f64 {
 }
 
 /// What a table shows for the mean travel time where no vehicle completed its trip.
-pub const NO_TRIP: &str = "–";
+const NO_TRIP: &str = "–";
+
+/// A table's mean travel time cell, to `decimals` places, or [`NO_TRIP`] where no vehicle
+/// completed its trip (the `sim` and `eval` tables).
+pub fn travel_time_cell(m: &EpisodeMetrics, decimals: usize) -> String {
+    m.travel_time_s()
+        .map_or_else(|| NO_TRIP.to_string(), |t| format!("{t:.decimals$}"))
+}
 
 /// Renders rows as a Markdown table; with two more columns, pedestrians and their mean wait,
 /// where any run had pedestrians.
@@ -371,8 +378,7 @@ pub fn table(rows: &[EvalRow]) -> String {
             r.controller,
             m.mean_delay_s,
             m.mean_wait_s,
-            m.travel_time_s()
-                .map_or_else(|| NO_TRIP.to_string(), |t| format!("{t:.2}")),
+            travel_time_cell(m, 2),
             m.throughput_veh,
             m.backlog_veh,
             m.mean_queue_veh

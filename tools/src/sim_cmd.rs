@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use greenwave_sim::{run_episode, scenario, ControllerKind, EmbeddedEnv, EpisodeMetrics, Scenario};
 use greenwave_tools::backend::{episode_of_secs, Backend, BackendArgs, EnvSource};
-use greenwave_tools::eval_cmd::NO_TRIP;
+use greenwave_tools::eval_cmd::travel_time_cell;
 use serde::Serialize;
 
 /// Arguments of `greenwave sim`.
@@ -234,8 +234,7 @@ fn table(title: &str, seed: u64, runs: &[ControllerRun]) -> String {
             r.controller,
             m.mean_delay_s,
             m.mean_wait_s,
-            m.travel_time_s()
-                .map_or_else(|| NO_TRIP.to_string(), |t| format!("{t:.1}")),
+            travel_time_cell(m, 1),
             m.throughput_veh,
             m.backlog_veh,
             m.mean_queue_veh,

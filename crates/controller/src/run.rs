@@ -652,7 +652,6 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     let stop = StopSignals::install()?;
     let stop_if_asked = |c: &mut Controller| {
         if stop.received().is_some() {
-            stop.arm();
             c.request_stop();
         }
     };

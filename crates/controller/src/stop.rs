@@ -66,23 +66,19 @@ impl StopSignals {
         }
     }
 
-    /// From now on a further signal ends the process at once. The run calls this when it
-    /// has seen a signal between two decisions, with everything it started (a `sumo`
-    /// connected) ending with it.
-    pub fn arm(&self) {
-        self.armed.store(true, Ordering::SeqCst);
-    }
-
-    /// From now on the first signal also arms the hard exit, so that a second one ends the
-    /// process at once even while a decision interval runs (a `--realtime` wait, a slow
-    /// SUMO step). The run calls this as its loop starts, with its `sumo` connected.
-    /// The handlers run in the order installed, so the signal that arms does not also
-    /// exit.
+    /// From now on a signal arms the hard exit, so that the next one ends the process at
+    /// once even while a decision interval runs (a `--realtime` wait, a slow SUMO step);
+    /// one received already arms it now. The run calls this as its loop starts, with its
+    /// `sumo` connected. The handlers run in the order installed, so the signal that arms
+    /// does not also exit.
     pub fn arm_on_signal(&self) -> Result<()> {
         for signal in [SIGINT, SIGTERM] {
             flag::register(signal, Arc::clone(&self.armed)).with_context(|| {
                 format!("installing the {} handler", signal_name(signal as usize))
             })?;
+        }
+        if self.received().is_some() {
+            self.armed.store(true, Ordering::SeqCst);
         }
         Ok(())
     }
