@@ -33,7 +33,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{value_parser, Args};
 use ed25519_dalek::VerifyingKey;
 use greenwave_core::Millis;
@@ -82,14 +82,10 @@ impl FollowArgs {
         let d = RollbackConfig::default();
         let window = self.rollback_window_s.map_or(d.window, Millis::from_secs);
         let batch = self.rollback_batch_s.map_or(d.batch, Millis::from_secs);
-        if u64::from(batch.0) * 2 > u64::from(window.0) {
-            anyhow::bail!(
-                "a rollback batch of {batch} must be at most half of the window, {window}: the \
-                 watch compares at least two batches on each side of a switch \
-                 (--rollback-batch-s, --rollback-window-s)"
-            );
-        }
-        Ok(RollbackConfig { window, batch, ..d })
+        let cfg = RollbackConfig { window, batch, ..d };
+        cfg.check()
+            .context("--rollback-window-s and --rollback-batch-s")?;
+        Ok(cfg)
     }
 }
 
@@ -469,12 +465,27 @@ mod tests {
             args(None, None).rollback_config().unwrap(),
             RollbackConfig::default()
         );
-        let c = args(Some(600), Some(300)).rollback_config().unwrap();
-        assert_eq!((c.window.0, c.batch.0), (600_000, 300_000));
+        let c = args(Some(1200), Some(300)).rollback_config().unwrap();
+        assert_eq!((c.window.0, c.batch.0), (1_200_000, 300_000));
         let e = args(Some(600), Some(301)).rollback_config().unwrap_err();
-        assert!(e.to_string().contains("at most half"), "{e}");
+        assert!(format!("{e:#}").contains("at most half"), "{e:#}");
         let e = args(None, Some(1000)).rollback_config().unwrap_err();
-        assert!(e.to_string().contains("1800.000 s"), "{e}");
+        assert!(format!("{e:#}").contains("1800.000 s"), "{e:#}");
+        // Two or three batches a side: the exact test could never reach alpha/2 = 0.025
+        // (its smallest p-values are 1/6 and 1/20), so every version would be kept.
+        for (window, batch) in [(600, 300), (1800, 600), (1800, 900)] {
+            let e = args(Some(window), Some(batch))
+                .rollback_config()
+                .unwrap_err();
+            let text = format!("{e:#}");
+            assert!(
+                text.contains("no regression could be rolled back"),
+                "{text}"
+            );
+            assert!(text.contains("--rollback-batch-s"), "{text}");
+            assert!(text.contains("needs 4 batches a side"), "{text}");
+        }
+        assert!(args(Some(1800), Some(450)).rollback_config().is_ok());
     }
 }
 

@@ -36,7 +36,7 @@ pub use field::{
     DetectorError, DetectorSource, Field, NullSink, Readback, SignalSink, SinkError, Split,
 };
 pub use replay::{ReplayRecorder, ReplaySource};
-pub use rollback::{KpiBatch, KpiTest, RollbackConfig, RollbackEvent};
+pub use rollback::{KpiBatch, KpiTest, RollbackConfig, RollbackConfigError, RollbackEvent};
 #[cfg(feature = "sim")]
 pub use sim_field::{env_signal_specs, SimField};
 pub use watchdog::{Fault, FaultKind, Mode, Watchdog, WatchdogCounts};
@@ -167,6 +167,9 @@ pub enum ControllerError {
     /// No signals to run.
     #[error("no signals to control")]
     NoSignals,
+    /// The rollback watch's settings cannot work.
+    #[error(transparent)]
+    Rollback(#[from] RollbackConfigError),
     /// A signal's layout does not fit its plan or the transition record.
     #[error("signal {signal} ({id}): {problem}")]
     Signal {
@@ -317,6 +320,7 @@ impl Controller {
         if signals.is_empty() {
             return Err(ControllerError::NoSignals);
         }
+        cfg.rollback.check()?;
         let seqs = signals
             .iter()
             .enumerate()

@@ -50,6 +50,123 @@ impl Default for RollbackConfig {
     }
 }
 
+/// Why a [`RollbackConfig`] cannot watch.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RollbackConfigError {
+    /// The window holds fewer than two batches, or a batch is zero long.
+    #[error(
+        "a rollback batch of {batch} must be longer than 0 and at most half of the window, \
+         {window}: the watch compares at least two batches on each side of a switch"
+    )]
+    TooFewBatches {
+        /// The window.
+        window: Millis,
+        /// The batch.
+        batch: Millis,
+    },
+    /// With so few batches on each side the exact test's smallest p-value is not below
+    /// `alpha / 2`, so no regression, however large, could be rolled back.
+    #[error(
+        "a rollback window of {window} in batches of {batch} compares {per_side} batches on \
+         each side of a switch, whose exact test cannot give a p-value below 1/{splits} = \
+         {smallest_p:.3}: no regression could be rolled back at alpha/2 = {each:.3}; the \
+         watch needs {needed} batches a side (a batch of at most {longest_batch})"
+    )]
+    CannotReject {
+        /// The window.
+        window: Millis,
+        /// The batch.
+        batch: Millis,
+        /// Batches on each side of a switch.
+        per_side: usize,
+        /// Splits of the pooled batches (the exact test's denominator).
+        splits: u64,
+        /// The smallest p-value the test can give.
+        smallest_p: f64,
+        /// The level each KPI is tested at.
+        each: f64,
+        /// The fewest batches a side that can reject at that level.
+        needed: usize,
+        /// The longest batch giving that many in the window.
+        longest_batch: Millis,
+    },
+    /// `alpha` outside (0, 1), or `min_relative_increase` negative or not a number.
+    #[error("rollback watch: {0}")]
+    Level(String),
+}
+
+impl RollbackConfig {
+    /// Batches on each side of a switch: the window's whole batches (at least two).
+    pub fn batches_per_side(&self) -> usize {
+        (self.window.0 / self.batch.0.max(1)).max(2) as usize
+    }
+
+    /// Whether the watch can work at all: a window of at least two batches, levels in
+    /// range, and enough batches a side for the exact permutation test to reach a p-value
+    /// below `alpha / 2` (the smallest it gives is 1 / C(2k, k): 1/6 with two batches a
+    /// side, 1/20 with three, 1/70 with four). A disabled watch is not checked.
+    pub fn check(&self) -> Result<(), RollbackConfigError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        if !(self.alpha > 0.0 && self.alpha < 1.0) {
+            return Err(RollbackConfigError::Level(format!(
+                "alpha {} is not between 0 and 1",
+                self.alpha
+            )));
+        }
+        if self.min_relative_increase.is_nan() || self.min_relative_increase < 0.0 {
+            return Err(RollbackConfigError::Level(format!(
+                "the smallest relative rise {} is not a number of at least 0",
+                self.min_relative_increase
+            )));
+        }
+        if self.batch.0 == 0 || u64::from(self.batch.0) * 2 > u64::from(self.window.0) {
+            return Err(RollbackConfigError::TooFewBatches {
+                window: self.window,
+                batch: self.batch,
+            });
+        }
+        let each = self.alpha / 2.0;
+        let per_side = self.batches_per_side();
+        let splits = exact_splits(per_side);
+        if splits.is_some_and(|n| 1.0 / n as f64 >= each) {
+            let needed = (per_side..)
+                .find(|&k| exact_splits(k).is_none_or(|n| 1.0 / (n as f64) < each))
+                .unwrap_or(per_side);
+            return Err(RollbackConfigError::CannotReject {
+                window: self.window,
+                batch: self.batch,
+                per_side,
+                splits: splits.unwrap_or(0),
+                smallest_p: 1.0 / splits.unwrap_or(1) as f64,
+                each,
+                needed,
+                longest_batch: Millis(self.window.0 / needed as u32),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// C(2k, k), the exact test's number of splits with `k` batches a side; `None` past the
+/// 4096 the exact test enumerates (the random splits then can give any p-value).
+fn exact_splits(k: usize) -> Option<u64> {
+    split_count(2 * k, k)
+}
+
+/// C(n, k), or `None` when there are more than the 4096 the exact test enumerates.
+fn split_count(n: usize, k: usize) -> Option<u64> {
+    let mut count = 1u128;
+    for i in 0..k.min(n) {
+        count = count * (n - i) as u128 / (i + 1) as u128;
+        if count > 4096 {
+            return None;
+        }
+    }
+    Some(count as u64)
+}
+
 /// The KPIs of one batch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct KpiBatch {
@@ -125,7 +242,7 @@ impl RegressionWatch {
     }
 
     fn batches_per_window(&self) -> usize {
-        (self.cfg.window.0 / self.cfg.batch.0.max(1)).max(2) as usize
+        self.cfg.batches_per_side()
     }
 
     /// One decision interval's readings (all signals' lanes observed in it).
@@ -302,13 +419,7 @@ pub(crate) fn permutation_p(before: &[f64], after: &[f64]) -> f64 {
 
 /// Every `k`-subset of `0..n`, or `None` when there are more than 4096.
 fn combinations(n: usize, k: usize) -> Option<Vec<Vec<usize>>> {
-    let mut count = 1u128;
-    for i in 0..k.min(n) {
-        count = count * (n - i) as u128 / (i + 1) as u128;
-        if count > 4096 {
-            return None;
-        }
-    }
+    split_count(n, k)?;
     let mut out = Vec::new();
     let mut cur: Vec<usize> = (0..k).collect();
     loop {
@@ -384,6 +495,97 @@ mod tests {
         assert!(bad.rolled_back, "{bad:?}");
         assert!(bad.at_ms - bad.switched_at_ms <= 60_000 + 10_000);
         assert!(!run(0.2).rolled_back);
+    }
+
+    /// Runs `cfg`'s watch on 1 s intervals: queues of about 0.2 until the watch is ready,
+    /// a switch, then about 0.6 (three times as high) until its verdict.
+    fn verdict_on_a_clear_regression(cfg: &RollbackConfig) -> RollbackEvent {
+        let mut w = RegressionWatch::new(cfg.clone());
+        for i in 1..=10_000u64 {
+            let q = if w.watching.is_some() { 0.6 } else { 0.2 };
+            let lane = [LaneReading {
+                queue: q + 0.01 * ((i * 7 % 5) as f32),
+                density: 0.3,
+            }];
+            w.record(&[&lane]);
+            if let Some(v) = w.tick(i * 1000) {
+                return v;
+            }
+            if w.watching.is_none() && w.ready() {
+                assert!(w.start(i * 1000, 2, 1));
+            }
+        }
+        panic!("no verdict for {cfg:?}");
+    }
+
+    #[test]
+    fn the_watch_needs_four_batches_a_side_at_the_default_level() {
+        let with = |window, batch| RollbackConfig {
+            window: Millis::from_secs(window),
+            batch: Millis::from_secs(batch),
+            ..Default::default()
+        };
+        assert!(RollbackConfig::default().check().is_ok());
+        for (window, batch, per_side) in [(600, 300, 2), (1800, 600, 3), (1800, 900, 2)] {
+            match with(window, batch).check() {
+                Err(RollbackConfigError::CannotReject {
+                    per_side: k,
+                    needed,
+                    longest_batch,
+                    ..
+                }) => {
+                    assert_eq!((k, needed), (per_side, 4));
+                    assert_eq!(longest_batch, Millis::from_secs(window / 4));
+                }
+                other => panic!("{window}/{batch}: {other:?}"),
+            }
+        }
+        assert!(with(1200, 300).check().is_ok());
+        assert!(matches!(
+            with(600, 301).check(),
+            Err(RollbackConfigError::TooFewBatches { .. })
+        ));
+        let off = RollbackConfig {
+            enabled: false,
+            ..with(600, 300)
+        };
+        assert!(off.check().is_ok(), "a disabled watch is not checked");
+        for alpha in [0.0, 1.0, f64::NAN] {
+            assert!(RollbackConfig {
+                alpha,
+                ..Default::default()
+            }
+            .check()
+            .is_err());
+        }
+        let rise = f64::NAN;
+        let bad = RollbackConfig {
+            min_relative_increase: rise,
+            ..Default::default()
+        };
+        assert!(bad.check().is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// The check passes exactly the settings under which a clear regression (queues
+        /// three times as high after the switch) is rolled back.
+        #[test]
+        fn the_check_passes_the_settings_that_can_roll_back(
+            batch_s in 2u32..=30,
+            per_side in 2u32..=9,
+            extra_s in 0u32..2,
+            alpha in proptest::sample::select(vec![0.02, 0.05, 0.1, 0.2]),
+        ) {
+            let cfg = RollbackConfig {
+                window: Millis::from_secs(batch_s * per_side + extra_s.min(batch_s - 1)),
+                batch: Millis::from_secs(batch_s),
+                alpha,
+                ..Default::default()
+            };
+            let v = verdict_on_a_clear_regression(&cfg);
+            proptest::prop_assert_eq!(v.rolled_back, cfg.check().is_ok(), "{:?}: {:?}", cfg, v);
+        }
     }
 
     /// Queues where there were none are a regression, however small (the relative
