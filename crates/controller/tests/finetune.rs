@@ -298,6 +298,48 @@ fn the_store_switches_atomically_keeps_the_previous_version_and_rolls_back() {
     assert_eq!(events, ["adopt", "finetune-accepted", "rollback"]);
 }
 
+/// A fine-tune of v2 that finishes after an operator rolled the store back to v1 is not
+/// installed: it was gated against v2 only, and installing it would undo the rollback.
+#[test]
+fn a_fine_tune_is_not_installed_once_current_moved_off_its_parent() {
+    let s = site("ft-moved");
+    let store = PolicyStore::open(s.dir.join("store")).unwrap();
+    store.adopt(&s.bundle, &[s.site]).unwrap();
+    let (w, m) = onnx::import(&model()).unwrap();
+    let own = bundle::load_signing_key(&s.own_key).unwrap();
+    let child = |v: u32, parent: u32| {
+        let mut c = m.clone();
+        c.policy_version = v;
+        c.provenance.parent_version = Some(parent);
+        c
+    };
+    store
+        .install(&w, &child(2, 1), &own, &[s.site], "test")
+        .unwrap();
+    let trusted = [s.site, own.verifying_key()];
+    store.rollback(&trusted, "operator").unwrap();
+    let before = store.history().unwrap().len();
+    let e = store
+        .install(&w, &child(3, 2), &own, &[s.site], "test")
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            greenwave_finetune::store::StoreError::ParentNotCurrent { .. }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("v000002"), "{e}");
+    assert!(store.current().unwrap().unwrap().ends_with("v000001"));
+    assert!(!s.dir.join("store/versions/v000003").exists());
+    assert_eq!(store.history().unwrap().len(), before, "no line for it");
+    // A fine-tune of the current version is installed as before.
+    store
+        .install(&w, &child(3, 1), &own, &[s.site], "test")
+        .unwrap();
+    assert!(store.current().unwrap().unwrap().ends_with("v000003"));
+}
+
 #[test]
 fn rollback_refuses_a_tampered_previous_version() {
     let s = site("ft-tamper");

@@ -99,6 +99,21 @@ pub enum StoreError {
         /// What `current` names now.
         current: String,
     },
+    /// `current` moved while a candidate was fine-tuned from (and gated against) the
+    /// version it named.
+    #[error(
+        "policy store {store}: `current` is {current}, no longer {parent}, the version the \
+         candidate was fine-tuned from and gated against: not installed (fine-tune the \
+         current version instead)"
+    )]
+    ParentNotCurrent {
+        /// The store.
+        store: PathBuf,
+        /// The candidate's parent version folder.
+        parent: String,
+        /// What `current` names now.
+        current: String,
+    },
     /// A link points somewhere other than one of the store's version folders.
     #[error("policy store {store}: `{link}` points at {target}, not at a folder of versions/")]
     StrayLink {
@@ -432,26 +447,34 @@ impl PolicyStore {
     /// `previous` unless it is `v` itself, and records `event` with `detail`; under the
     /// lock.
     fn make_current(&self, v: u32, event: &str, detail: &str) -> Result<Switched, StoreError> {
+        self.locked(|| self.make_current_locked(v, event, detail))
+    }
+
+    /// [`make_current`](Self::make_current) with the lock already held.
+    fn make_current_locked(
+        &self,
+        v: u32,
+        event: &str,
+        detail: &str,
+    ) -> Result<Switched, StoreError> {
         let dest = self.dir.join(VERSIONS).join(version_dir_name(v));
-        self.locked(|| {
-            let cur = self.current()?;
-            let from = cur.as_deref().and_then(Self::version_of);
-            if let Some(cur) = cur.filter(|c| *c != dest) {
-                self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
-            }
-            self.set_link(CURRENT, Some(&version_dir_name(v)))?;
-            self.append_history(&HistoryEntry {
-                unix_ms: now_ms(),
-                event: event.into(),
-                from_version: from,
-                to_version: Some(v),
-                detail: detail.into(),
-            })?;
-            Ok(Switched {
-                version: v,
-                dir: dest.clone(),
-                from,
-            })
+        let cur = self.current()?;
+        let from = cur.as_deref().and_then(Self::version_of);
+        if let Some(cur) = cur.filter(|c| *c != dest) {
+            self.set_link(PREVIOUS, cur.file_name().and_then(|n| n.to_str()))?;
+        }
+        self.set_link(CURRENT, Some(&version_dir_name(v)))?;
+        self.append_history(&HistoryEntry {
+            unix_ms: now_ms(),
+            event: event.into(),
+            from_version: from,
+            to_version: Some(v),
+            detail: detail.into(),
+        })?;
+        Ok(Switched {
+            version: v,
+            dir: dest,
+            from,
         })
     }
 
@@ -465,6 +488,11 @@ impl PolicyStore {
     /// Writes `weights` with `manifest` as a new bundle signed by `key`, checks it verifies
     /// (against `trusted` plus `key`'s own public half), and switches `current` to it, the
     /// old current becoming `previous`. `detail` goes to the history.
+    ///
+    /// The candidate was gated against its parent (the manifest's `parent_version`), so
+    /// it is installed only while that version is still `current`: if `current` moved
+    /// while it was fine-tuned (an operator's `rollback`, the watch's), nothing is
+    /// installed ([`StoreError::ParentNotCurrent`]), and the rollback stands.
     pub fn install(
         &self,
         weights: &PolicyWeights,
@@ -485,9 +513,28 @@ impl PolicyStore {
         let inputs = write_bundle_inputs(weights, manifest, &work.join("inputs"))?;
         let stage = work.join("bundle");
         sign_and_check(&inputs, key, trusted, &stage, v)?;
-        self.commit_staged(&stage, &dest)?;
+        let installed = self.locked(|| {
+            self.check_parent_current(manifest.provenance.parent_version)?;
+            self.commit_staged(&stage, &dest)?;
+            self.make_current_locked(v, event::FINETUNE_ACCEPTED, detail)
+        });
         let _ = fs::remove_dir_all(&work);
-        self.make_current(v, event::FINETUNE_ACCEPTED, detail)
+        installed
+    }
+
+    /// That `current` is still version `parent` (the lock held).
+    fn check_parent_current(&self, parent: Option<u32>) -> Result<(), StoreError> {
+        let cur = self.current()?;
+        let now = cur.as_deref().and_then(Self::version_of);
+        if parent.is_some() && now == parent {
+            return Ok(());
+        }
+        let name = |v: Option<u32>| v.map_or("none".to_string(), version_dir_name);
+        Err(StoreError::ParentNotCurrent {
+            store: self.dir.clone(),
+            parent: name(parent),
+            current: cur.map_or("none".to_string(), |c| c.display().to_string()),
+        })
     }
 
     /// Switches back to the previous version (verified against `trusted` first). The new
