@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use common::{log_record as record, tmp};
 use greenwave_runtime::log::{
-    read_all, IssueKind, LogConfig, LogReader, LogWriter, SyncPolicy, TailRepair, HEADER_BYTES,
+    encode_header, read_all, IssueKind, LogConfig, LogError, LogReader, LogWriter, SyncPolicy,
+    TailRepair, HEADER_BYTES, SEGMENT_VERSION,
 };
 use rand::{Rng, SeedableRng};
 
@@ -243,6 +244,89 @@ fn a_folder_named_like_a_later_segment_takes_no_segment_name() {
     assert!(e.to_string().contains("no segment can follow"), "{e}");
     assert_eq!(read_checked(&dir).0, 200);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A second writer on a folder (a `collect` beside a `run`) is refused while the first
+/// lives: its tail recovery would remove or cut the segment the first is appending to
+/// (a segment with only its header is removed as empty), losing committed records.
+#[test]
+fn a_second_writer_is_refused_while_the_first_appends() {
+    let base = tmp("two-writers");
+    let dir = base.join("new/log");
+    let cfg = config(&dir, SyncPolicy::EveryRecord);
+    let (mut first, _) = LogWriter::open(cfg.clone()).unwrap();
+    for (before, after) in [(0, 0), (0, 3)] {
+        for s in before..after {
+            first.append(&record(s)).unwrap();
+        }
+        let e = LogWriter::open(cfg.clone()).unwrap_err();
+        assert!(matches!(e, LogError::InUse(_)), "{e}");
+        assert!(e.to_string().contains("another writer"), "{e}");
+    }
+    for s in 3..10 {
+        first.append(&record(s)).unwrap();
+    }
+    first.close().unwrap();
+    let (n, issues) = read_checked(&dir);
+    assert_eq!(n, 10, "every committed record is there");
+    assert!(issues.is_empty(), "{issues:?}");
+    // Once the first has closed, the folder takes a writer again.
+    write(cfg, 10..12);
+    assert_eq!(read_checked(&dir).0, 12);
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        2,
+        "two segments, nothing else"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A segment whose intact header names a newer format (software downgraded under a log)
+/// is refused by reader and writer alike, and left as it is: its records are not the
+/// damage they would look like to this software, so nothing is cut, removed or skipped.
+#[test]
+fn a_segment_of_a_newer_format_is_refused_and_left_alone() {
+    let dir = tmp("newer-format");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..5);
+    let newest = segment_paths(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let index = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+    let epoch = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+    let future = SEGMENT_VERSION + 1;
+    bytes[..HEADER_BYTES].copy_from_slice(&encode_header(index, epoch, future));
+    std::fs::write(&newest, &bytes).unwrap();
+    let e = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap_err();
+    assert!(
+        matches!(&e, LogError::NewerFormat { version, .. } if *version == future),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("newer than this software reads"),
+        "{e}"
+    );
+    let e = LogReader::open(&dir).unwrap_err();
+    assert!(matches!(e, LogError::NewerFormat { .. }), "{e}");
+    assert_eq!(std::fs::read(&newest).unwrap(), bytes, "left as it was");
+    assert_eq!(
+        segment_paths_on_disk(&dir).len(),
+        1,
+        "no segment added or removed"
+    );
+    // A header whose CRC fails is damage, as before: read around, not refused.
+    bytes[4] ^= 0x01;
+    std::fs::write(&newest, &bytes).unwrap();
+    assert!(LogReader::open(&dir).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn segment_paths_on_disk(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".gwlog"))
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]

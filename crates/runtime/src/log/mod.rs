@@ -42,6 +42,11 @@
 //! only if it holds no valid record. Damage followed by valid records stays in place. Each
 //! writer session then starts a new segment. See [`OpenReport`].
 //!
+//! One writer per directory: a writer holds an advisory lock (`flock`) on the directory
+//! itself while it lives, and a second one is refused ([`LogError::InUse`]), since its recovery
+//! of "the newest segment" would cut or remove the segment the first is appending to.
+//! Readers take no lock.
+//!
 //! ## Rotation and disk cap
 //!
 //! A segment is sealed and a new one started when the next record would take it past
@@ -95,6 +100,26 @@ pub enum LogError {
     /// A configuration value is unusable.
     #[error("transition log: {0}")]
     Config(String),
+    /// A segment's intact header names a format this software does not know (newer
+    /// software wrote it): refused rather than read as damage or cut.
+    #[error(
+        "transition log: {path} is in segment format version {version}, newer than this \
+         software reads (up to {max}): read or write this log with the software that \
+         wrote it",
+        max = SEGMENT_VERSION
+    )]
+    NewerFormat {
+        /// The segment.
+        path: PathBuf,
+        /// Its format version.
+        version: u16,
+    },
+    /// Another writer (a running `run` or `collect`) holds the folder.
+    #[error(
+        "transition log {0}: another writer is appending to this folder (its writer lock is \
+         held): one writer per log folder"
+    )]
+    InUse(PathBuf),
     /// A record was appended after a write failed (the segment's end is unknown).
     #[error("transition log: writer is unusable after an earlier write failure; reopen it")]
     Poisoned,

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use greenwave_core::Transition;
 
 use super::segment::{
-    list_quarantine, list_segments, scan_segment, Header, IssueKind, QuarantineFile, SegmentFile,
-    HEADER_BYTES,
+    list_quarantine, list_segments, refuse_newer_formats, scan_segment, Header, IssueKind,
+    QuarantineFile, SegmentFile, HEADER_BYTES,
 };
 use super::LogError;
 
@@ -64,6 +64,7 @@ impl LogReader {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, LogError> {
         let dir = dir.as_ref().to_path_buf();
         let segments = list_segments(&dir)?;
+        refuse_newer_formats(&segments)?;
         Ok(LogReader { dir, segments })
     }
 

@@ -281,6 +281,38 @@ impl Header {
     }
 }
 
+/// The format version of a segment header that is intact (its CRC and magic check out)
+/// but of a format this software does not know: a newer one's. Such a segment is refused
+/// whole ([`refuse_newer_formats`]), never scanned as damage, cut or removed.
+pub(crate) fn newer_format(bytes: &[u8]) -> Option<u16> {
+    let h = bytes.get(..HEADER_BYTES)?;
+    if u32_at(h, 24) != crc32fast::hash(&h[..24]) || h[0..4] != SEGMENT_MAGIC {
+        return None;
+    }
+    Header::decode(h)
+        .is_err()
+        .then(|| u16::from_le_bytes([h[4], h[5]]))
+}
+
+/// Refuses a log holding a segment of a newer format (by its intact header): this software
+/// would take its records for damage, and a writer would cut or remove them.
+pub(crate) fn refuse_newer_formats(segments: &[SegmentFile]) -> Result<(), LogError> {
+    use std::io::Read as _;
+    for seg in segments {
+        let mut head = Vec::with_capacity(HEADER_BYTES);
+        fs::File::open(&seg.path)
+            .and_then(|f| f.take(HEADER_BYTES as u64).read_to_end(&mut head))
+            .map_err(|e| LogError::io("reading the header of", &seg.path, e))?;
+        if let Some(version) = newer_format(&head) {
+            return Err(LogError::NewerFormat {
+                path: seg.path.clone(),
+                version,
+            });
+        }
+    }
+    Ok(())
+}
+
 fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use greenwave_core::Transition;
 
 use super::segment::{
-    encode_frame, highest_segment_name, list_segments, quarantine_name, scan_segment, segment_name,
-    Damage, Header, IssueKind, SegmentFile, HEADER_BYTES, SEGMENT_VERSION,
+    encode_frame, highest_segment_name, list_segments, quarantine_name, refuse_newer_formats,
+    scan_segment, segment_name, Damage, Header, IssueKind, SegmentFile, HEADER_BYTES,
+    SEGMENT_VERSION,
 };
 use super::LogError;
 
@@ -217,6 +218,42 @@ pub struct LogWriter {
     frame: Vec<u8>,
     stats: LogStats,
     poisoned: bool,
+    /// The folder itself, locked ([`lock_for_writing`]) while the writer lives.
+    _lock: File,
+}
+
+/// Locks the log folder `dir` for this writer (an advisory `flock` on the folder itself,
+/// so that nothing is added to it), or says that another writer holds it: a second
+/// writer's recovery would cut or remove the segment the first is appending to. The lock
+/// goes with the returned handle, or with the process.
+fn lock_for_writing(dir: &Path) -> Result<File, LogError> {
+    let folder = File::open(dir).map_err(|e| LogError::io("opening", dir, e))?;
+    match folder.try_lock() {
+        Ok(()) => Ok(folder),
+        Err(fs::TryLockError::WouldBlock) => Err(LogError::InUse(dir.to_path_buf())),
+        Err(fs::TryLockError::Error(e)) => Err(LogError::io("locking", dir, e)),
+    }
+}
+
+/// Creates `dir` and any missing folders above it, syncing the folder that holds each new
+/// one, so that a record committed into it cannot vanish with a folder entry a power cut
+/// lost.
+fn create_dir_durably(dir: &Path) -> Result<(), LogError> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing.push(d.to_path_buf());
+        at = d.parent();
+    }
+    fs::create_dir_all(dir).map_err(|e| LogError::io("creating", dir, e))?;
+    for d in missing.iter().rev() {
+        let parent = match d.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        sync_dir(parent)?;
+    }
+    Ok(())
 }
 
 impl LogWriter {
@@ -224,8 +261,10 @@ impl LogWriter {
     /// the module docs), starts a new segment, and applies the disk cap.
     pub fn open(cfg: LogConfig) -> Result<(LogWriter, OpenReport), LogError> {
         cfg.validate()?;
-        fs::create_dir_all(&cfg.dir).map_err(|e| LogError::io("creating", &cfg.dir, e))?;
+        create_dir_durably(&cfg.dir)?;
+        let lock = lock_for_writing(&cfg.dir)?;
         let mut segments = list_segments(&cfg.dir)?;
+        refuse_newer_formats(&segments)?;
         let segments_found = segments.len();
         let highest = highest_segment_name(&cfg.dir)?;
         let next_index = match highest {
@@ -279,6 +318,7 @@ impl LogWriter {
                 ..LogStats::default()
             },
             poisoned: false,
+            _lock: lock,
             cfg,
         };
         w.enforce_cap()?;
