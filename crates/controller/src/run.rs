@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::{value_parser, Args};
 use greenwave_core::Millis;
 use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
+use greenwave_runtime::bundle_set::check_runs_on;
 #[cfg(feature = "sim")]
 use greenwave_runtime::controller::SimField;
 use greenwave_runtime::controller::{
@@ -293,9 +294,10 @@ fn load_policy(
     let first = &signals[0];
     let b = bundle::verify_and_load(dir, &keys, &first.plan, first.layout)
         .with_context(|| format!("signal 0 ({})", first.id))?;
-    for (i, s) in signals.iter().enumerate().skip(1) {
+    for (i, s) in signals.iter().enumerate() {
         b.check_signal(&s.plan, s.layout)
             .with_context(|| format!("signal {i} ({})", s.id))?;
+        check_runs_on(&b, i, s)?;
     }
     check_run_timing(args, &b, &b, signals, interval)?;
     let backend = load_backend(
@@ -337,11 +339,16 @@ fn check_run_timing(
         let _ = args;
         false
     };
-    let supplied = match simulated_sumo {
-        true => field.manifest.program_clock,
-        false => signals.iter().all(|s| s.program_clock.is_some()),
-    };
-    b.check_program_clock(supplied)?;
+    if simulated_sumo {
+        b.check_program_clock(field.manifest.program_clock)?;
+    } else {
+        // Signal by signal: the controller writes a clock into the lanes of each signal
+        // that has one, and only those.
+        for (i, s) in signals.iter().enumerate() {
+            b.check_program_clock(s.program_clock.is_some())
+                .with_context(|| format!("signal {i} ({})", s.id))?;
+        }
+    }
     b.check_decision_interval(interval)?;
     Ok(())
 }

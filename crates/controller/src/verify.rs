@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use greenwave_core::Millis;
 use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
-use greenwave_runtime::bundle_set::BundleSet;
+use greenwave_runtime::bundle_set::{check_runs_on, BundleSet};
 use greenwave_runtime::controller::SignalSpec;
 #[cfg(feature = "sim")]
 use greenwave_runtime::controller::SimField;
@@ -131,11 +131,12 @@ pub fn check_site(b: &VerifiedBundle, path: &std::path::Path) -> Result<()> {
 /// Checks the bundle against every signal of `specs` (plan, layout, program clock), `what`
 /// naming them.
 fn check_signals(b: &VerifiedBundle, specs: &[SignalSpec], what: &str) -> Result<()> {
-    b.check_program_clock(specs.iter().all(|s| s.program_clock.is_some()))
-        .with_context(|| what.to_string())?;
     for (i, s) in specs.iter().enumerate() {
-        b.check_signal(&s.plan, s.layout)
-            .with_context(|| format!("signal {i} ({}) of {what}", s.id))?;
+        let context = || format!("signal {i} ({}) of {what}", s.id);
+        b.check_program_clock(s.program_clock.is_some())
+            .with_context(context)?;
+        b.check_signal(&s.plan, s.layout).with_context(context)?;
+        check_runs_on(b, i, s).with_context(|| what.to_string())?;
     }
     Ok(())
 }

@@ -229,6 +229,38 @@ fn a_set_that_does_not_fit_the_field_is_refused_by_name() {
     refused(&out, "exported for it");
 }
 
+/// A per-signal export given alone is held to the signal it names, as in a set: on a
+/// junction of the same plan and layout under another id, `run` and `verify` refuse it.
+#[test]
+fn a_bundle_exported_for_one_signal_is_refused_alone_on_another() {
+    let dir = tmp("per-signal-alone");
+    let (keys, _) = bundle::keygen(&dir.join("site"), false).unwrap();
+    let scenario = greenwave_sim::load("single-4way").unwrap();
+    let spec = SimField::new(EmbeddedEnv::from_scenario(&scenario, 0)).signal_specs()[0].clone();
+    let other = signed(&dir, "other", &spec, Some("NOT-HERE"), 1, &keys.secret);
+    let own = signed(&dir, "own", &spec, Some(&spec.id), 1, &keys.secret);
+    let command = |what: &str, b: &Path, log: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_greenwave-controller"));
+        c.args([what, "--bundle"])
+            .arg(b)
+            .arg("--trust")
+            .arg(&keys.public);
+        c.args(["--scenario", "single-4way"]);
+        if what == "run" {
+            c.arg("--log-dir").arg(dir.join(log));
+            c.args(["--seconds", "60", "--require-policy"]);
+        }
+        c.output().unwrap()
+    };
+    let said = "was exported for signal NOT-HERE and runs on no other";
+    refused(&command("run", &other, "log-a"), said);
+    refused(&command("verify", &other, ""), said);
+    for what in ["run", "verify"] {
+        let out = command(what, &own, "log-b");
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+    }
+}
+
 #[test]
 fn without_require_policy_a_refused_set_runs_every_fallback() {
     let f = fixture("per-signal-fallback");

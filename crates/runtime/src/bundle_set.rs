@@ -75,6 +75,23 @@ pub enum BundleSetError {
         /// Why not.
         why: String,
     },
+    /// A bundle exported for one signal, given for another.
+    #[error(
+        "signal {signal} ({id}): bundle {} was exported for signal {exported} and runs on no \
+         other, even one of the same plan and layout (its network was compiled for that \
+         signal's lanes)",
+        dir.display()
+    )]
+    OtherSignal {
+        /// The signal's index.
+        signal: usize,
+        /// Its id.
+        id: String,
+        /// The bundle.
+        dir: PathBuf,
+        /// The signal it was exported for.
+        exported: String,
+    },
     /// Bundles of different policy versions.
     #[error(
         "bundle {} holds policy version {version}, bundle {} version {first_version}: the \
@@ -156,6 +173,20 @@ impl BundleSet {
     /// The bundles and, for each signal, the index of its bundle.
     pub fn into_parts(self) -> (Vec<VerifiedBundle>, Vec<usize>) {
         (self.bundles, self.of_signal)
+    }
+}
+
+/// That `b` may run signal `i` (`s`): a bundle exported for one signal runs on no other.
+/// A bundle given alone is held to it as a set's are.
+pub fn check_runs_on(b: &VerifiedBundle, i: usize, s: &SignalSpec) -> Result<(), BundleSetError> {
+    match exported_for(b) {
+        Some(id) if id != s.id => Err(BundleSetError::OtherSignal {
+            signal: i,
+            id: s.id.clone(),
+            dir: b.dir.clone(),
+            exported: id.to_string(),
+        }),
+        _ => Ok(()),
     }
 }
 
