@@ -71,7 +71,8 @@ pub struct FollowArgs {
     /// 1800].
     #[arg(long, conflicts_with = "bundle", value_parser = value_parser!(u32).range(1..=MAX_SECONDS))]
     pub rollback_window_s: Option<u32>,
-    /// The watch's batch (s): the test's unit, at most half the window [default: 300].
+    /// The watch's batch (s): the test's unit, at most a quarter of the window (four a side:
+    /// fewer could never give a significant test at the default level) [default: 300].
     #[arg(long, conflicts_with = "bundle", value_parser = value_parser!(u32).range(1..=MAX_SECONDS))]
     pub rollback_batch_s: Option<u32>,
 }
