@@ -82,7 +82,8 @@ pub struct FinetuneArgs {
     /// Fewest held-back records where exploration served the candidate's changed choice.
     #[arg(long)]
     gate_min_covered: Option<usize>,
-    /// Candidates judged against the same log before the gate refuses (default 3).
+    /// Candidates of one version judged on overlapping held-back records before the gate
+    /// refuses (default 3; new data: held-back records all newer than those judged).
     #[arg(long)]
     max_attempts: Option<u32>,
     /// Discount half-life in seconds (update and gate; γ per decision follows from the

@@ -1,8 +1,11 @@
-//! Attempts against the same log: every candidate judged by the gate is counted under a key
-//! naming the log (first and last record, record count) and the running version, in a
-//! small JSON file. Retrying with other seeds until one candidate passes would multiply the
-//! gate's error rate; past [`super::FinetuneConfig::max_attempts`] the gate refuses without
-//! judging.
+//! Attempts against the same data: every candidate judged by the gate is counted under a
+//! key naming the running version and the held-back records it was judged on (the first
+//! and last), in a small JSON file. Retrying with other seeds until one candidate passes
+//! would multiply the gate's error rate, so a candidate whose held-back records overlap
+//! those of [`super::FinetuneConfig::max_attempts`] earlier candidates of the same version
+//! is refused without judging; one judged on held-back records all newer than theirs is a
+//! fresh test. (Keying on the whole log let a log that a running controller grew by a few
+//! records count as new data.)
 //!
 //! The file is part of the gate's guarantee, so it fails closed: one that cannot be read,
 //! does not parse, or whose CRC-32 does not match its counts (a flipped bit can turn a 2
@@ -14,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{FinetuneConfig, LogSummary};
+use super::{FinetuneConfig, LogPosition};
 
 /// The attempts file.
 pub(super) struct Ledger {
@@ -51,19 +54,53 @@ pub(super) enum Attempt {
     Exhausted { tried: u32 },
 }
 
-/// The key of a log and running version.
-pub(super) fn key(log: &LogSummary, version: u32) -> String {
-    let pos = |p: &Option<super::LogPosition>| {
-        p.map_or("-".to_string(), |p| {
-            format!("{}:{}:{}", p.segment, p.offset, p.unix_ms)
-        })
+/// The key of an attempt: the running version, and the first and last held-back records
+/// the candidate was judged on (segment:offset:unix_ms each).
+pub(super) fn key(held: Option<(LogPosition, LogPosition)>, version: u32) -> String {
+    let pos = |p: LogPosition| format!("{}:{}:{}", p.segment, p.offset, p.unix_ms);
+    match held {
+        Some((first, last)) => format!("v{version} held {}..{}", pos(first), pos(last)),
+        None => format!("v{version} held -"),
+    }
+}
+
+/// A range of log positions, (segment, offset) from first to last; `None` where a key does
+/// not say (it then overlaps every range).
+type Span = Option<((u64, u64), (u64, u64))>;
+
+/// A key's version and span; `None` for a key no writer of this file makes (it then counts
+/// against every attempt: the file is the gate's guarantee, so it fails closed). Keys from
+/// before held-back ranges (`v<version> <first>..<last> n=<records>`) name the whole log
+/// their candidates were judged on, which holds their held-back records.
+fn parse_key(key: &str) -> Option<(u32, Span)> {
+    let (version, rest) = key.strip_prefix('v')?.split_once(' ')?;
+    let version = version.parse().ok()?;
+    let range = match rest.strip_prefix("held ") {
+        Some(r) => r,
+        None => rest.split(" n=").next()?,
     };
-    format!(
-        "v{version} {}..{} n={}",
-        pos(&log.first),
-        pos(&log.last),
-        log.records_used
-    )
+    let pos = |p: &str| -> Option<(u64, u64)> {
+        let mut parts = p.split(':');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    let span = range
+        .split_once("..")
+        .and_then(|(a, b)| Some((pos(a)?, pos(b)?)));
+    Some((version, span))
+}
+
+/// Whether two attempts share held-back records: the same version and overlapping spans.
+fn overlap(a: &str, b: &str) -> bool {
+    match (parse_key(a), parse_key(b)) {
+        (Some((va, sa)), Some((vb, sb))) => {
+            va == vb
+                && match (sa, sb) {
+                    (Some((a1, a2)), Some((b1, b2))) => a1 <= b2 && b1 <= a2,
+                    _ => true,
+                }
+        }
+        _ => true,
+    }
 }
 
 impl Ledger {
@@ -125,14 +162,17 @@ impl Ledger {
     /// at once could both read the same count.
     pub(super) fn begin(&self, key: &str, max: u32) -> Result<Attempt, LedgerError> {
         let (mut counts, legacy) = self.read()?;
-        let tried = counts.get(key).copied().unwrap_or(0);
+        let tried = counts
+            .iter()
+            .filter(|(k, _)| overlap(k, key))
+            .fold(0u32, |sum, (_, n)| sum.saturating_add(*n));
         if tried >= max {
             if legacy {
                 self.write(counts)?;
             }
             return Ok(Attempt::Exhausted { tried });
         }
-        counts.insert(key.to_string(), tried + 1);
+        *counts.entry(key.to_string()).or_default() += 1;
         self.write(counts)?;
         Ok(Attempt::Counted { number: tried + 1 })
     }
@@ -184,12 +224,48 @@ mod tests {
         (Ledger::at(&FinetuneConfig::default(), &dir), dir)
     }
 
+    fn at(segment: u64, offset: u64) -> LogPosition {
+        LogPosition {
+            segment,
+            offset,
+            unix_ms: 1_000 * offset,
+        }
+    }
+
     fn keys() -> (String, String) {
-        let log = LogSummary {
-            records_used: 10,
-            ..Default::default()
-        };
-        (key(&log, 1), key(&log, 2))
+        let held = Some((at(0, 100), at(0, 900)));
+        (key(held, 1), key(held, 2))
+    }
+
+    /// Attempts on one version count against each other when their held-back records
+    /// overlap, so a log grown by a few records is not new data; held-back records all
+    /// newer than those judged are.
+    #[test]
+    fn attempts_count_against_overlapping_held_back_records() {
+        let (l, dir) = ledger("overlap");
+        let a = key(Some((at(0, 100), at(0, 900))), 1);
+        let grown = key(Some((at(0, 500), at(1, 200))), 1);
+        let fresh = key(Some((at(1, 300), at(2, 10))), 1);
+        assert_eq!(l.begin(&a, 2).unwrap(), Attempt::Counted { number: 1 });
+        assert_eq!(l.begin(&grown, 2).unwrap(), Attempt::Counted { number: 2 });
+        assert_eq!(l.begin(&a, 2).unwrap(), Attempt::Exhausted { tried: 2 });
+        assert_eq!(l.begin(&grown, 2).unwrap(), Attempt::Exhausted { tried: 2 });
+        // Disjoint from `a`, but overlapping `grown`: still counted against it.
+        let mid = key(Some((at(0, 950), at(1, 250))), 1);
+        assert_eq!(l.begin(&mid, 3).unwrap(), Attempt::Counted { number: 2 });
+        assert_eq!(l.begin(&fresh, 2).unwrap(), Attempt::Counted { number: 1 });
+        assert_eq!(
+            l.begin(&key(None, 1), 9).unwrap(),
+            Attempt::Counted { number: 5 }
+        );
+        // A key from before held-back ranges spans its whole log.
+        let (l2, dir2) = ledger("overlap-legacy");
+        std::fs::write(&l2.path, "{\"v1 0:0:0..1:250:0 n=10\": 3}").unwrap();
+        assert_eq!(l2.begin(&a, 3).unwrap(), Attempt::Exhausted { tried: 3 });
+        assert_eq!(l2.begin(&fresh, 3).unwrap(), Attempt::Counted { number: 1 });
+        assert!(overlap("not a key", &a), "fails closed");
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&dir2).unwrap();
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct LoggedData {
     pub batch: ReplayBatch,
     /// Per record of `batch`: source and behaviour probability.
     pub meta: Vec<RecordMeta>,
+    /// Per record of `batch`: where it is in the log.
+    pub positions: Vec<LogPosition>,
     /// Summary.
     pub summary: LogSummary,
     /// The problems, as the reader reported them.
@@ -163,6 +165,7 @@ impl<'a> Reading<'a> {
             data: LoggedData {
                 batch,
                 meta: Vec::new(),
+                positions: Vec::new(),
                 summary,
                 issues: Vec::new(),
             },
@@ -270,6 +273,7 @@ impl<'a> Reading<'a> {
         };
         summary.first.get_or_insert(pos);
         summary.last = Some(pos);
+        self.data.positions.push(pos);
     }
 }
 

@@ -30,7 +30,7 @@
 //! 4. **Gate** ([`gate::judge`]): a one-sided test on the held-back records that the
 //!    candidate's greedy policy beats the running one's (doubly-robust off-policy estimate,
 //!    block bootstrap over time × an ensemble of evaluation critics), with coverage and
-//!    critic-fit checks; and a limit on attempts against the same log
+//!    critic-fit checks; and a limit on attempts judged on overlapping held-back records
 //!    ([`FinetuneConfig::max_attempts`]), so that retrying with other seeds until something
 //!    passes is refused.
 //!
@@ -148,9 +148,9 @@ pub struct FinetuneConfig {
     pub gate: GateConfig,
     /// The most recent fraction of the records, held back for the gate.
     pub holdout_fraction: f64,
-    /// Attempts (candidates judged) allowed against the same log; later ones are refused
-    /// without judging, so the gate's error rate is not multiplied by retries. Counted in
-    /// `attempts_file`.
+    /// Attempts (candidates judged) of one running version allowed on overlapping held-back
+    /// records; later ones are refused without judging, so the gate's error rate is not
+    /// multiplied by retries. Counted in `attempts_file`.
     pub max_attempts: u32,
     /// Where attempts are counted (default: `.finetune-attempts.json` in the log
     /// directory).
@@ -322,6 +322,8 @@ pub struct Prepared {
     pub held: offpolicy::ReplayBatch,
     /// Sources and behaviour probabilities of `held`.
     pub held_meta: Vec<RecordMeta>,
+    /// Where `held` starts and ends in the log (what an attempt is counted against).
+    pub held_range: Option<(LogPosition, LogPosition)>,
     /// γ per decision: the discount at the policy's decision interval.
     pub gamma: f32,
 }
@@ -385,6 +387,10 @@ pub fn prepare(
         train: logged.batch.select(&train_idx),
         held: logged.batch.select(&held_idx),
         held_meta: held_idx.iter().map(|&i| logged.meta[i]).collect(),
+        held_range: held_idx
+            .first()
+            .zip(held_idx.last())
+            .map(|(&a, &b)| (logged.positions[a], logged.positions[b])),
         weights,
         parent,
         summary,
@@ -440,7 +446,7 @@ pub fn finetune(
     let (actor, update) = update_actor(&p, &train, &ucfg, cfg, progress)?;
     drop(train);
     let attempts = attempts::Ledger::at(cfg, log_dir);
-    let key = attempts::key(&p.summary, p.parent.policy_version);
+    let key = attempts::key(p.held_range, p.parent.policy_version);
     let refused = |reason: String| GateReport {
         held_back_records: p.held.len(),
         reason,
@@ -453,9 +459,13 @@ pub fn finetune(
              since it was last good"
         )),
         Ok(attempts::Attempt::Exhausted { tried }) => refused(format!(
-            "refused: {tried} candidates of v{} were already judged on this log (limit {}); \
-             retrying on the same data until one passes would defeat the test: log new data",
-            p.parent.policy_version, cfg.max_attempts
+            "refused: {tried} candidates of v{} were already judged on held-back records that \
+             overlap these (limit {}); retrying on the same data until one passes would \
+             defeat the test: log new data (the gate's held-back records, the most recent \
+             {:.0} %, must all be newer than those already judged)",
+            p.parent.policy_version,
+            cfg.max_attempts,
+            cfg.holdout_fraction * 100.0
         )),
         Ok(attempts::Attempt::Counted { number }) => {
             progress(&format!(
