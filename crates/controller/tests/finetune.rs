@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::tmp;
+use greenwave_finetune::store::Switched;
 use greenwave_finetune::{
-    self as finetune, candidate_manifest, sim, FinetuneConfig, Outcome, PolicyStore,
+    self as finetune, candidate_manifest, sim, FinetuneConfig, Outcome, PolicyStore, StoreError,
 };
 use greenwave_policy::onnx;
 use greenwave_runtime::bundle;
@@ -202,8 +203,13 @@ fn attempts_against_the_same_log_are_limited() {
         "{}",
         g.reason
     );
-    // New data (another session appended) is a new log: judged again.
+    // A session appended (a quarter more records) is not new data: the held-back records
+    // (the most recent 30 %) still overlap those already judged.
     log_sessions(&log, 1, 1800);
+    let g = run(&log, &cfg).report.gate;
+    assert!(g.reason.contains("already judged"), "{}", g.reason);
+    // Held-back records all newer than those judged are: judged again.
+    log_sessions(&log, 1, 3600);
     let g = run(&log, &cfg).report.gate;
     assert!(!g.reason.contains("already judged"), "{}", g.reason);
     // A damaged attempts file refuses the gate rather than forgetting the count.
@@ -298,46 +304,76 @@ fn the_store_switches_atomically_keeps_the_previous_version_and_rolls_back() {
     assert_eq!(events, ["adopt", "finetune-accepted", "rollback"]);
 }
 
+/// A store that adopted the site's bundle (v1), and a way to install the repo's model as
+/// version `v` fine-tuned from `parent`, signed with the controller's own key.
+struct Adopted {
+    s: Site,
+    store: PolicyStore,
+    trusted: [bundle::VerifyingKey; 2],
+}
+
+impl Adopted {
+    fn new(name: &str) -> Self {
+        let s = site(name);
+        let store = PolicyStore::open(s.dir.join("store")).unwrap();
+        store.adopt(&s.bundle, &[s.site]).unwrap();
+        let own = bundle::load_signing_key(&s.own_key).unwrap();
+        let trusted = [s.site, own.verifying_key()];
+        Adopted { s, store, trusted }
+    }
+
+    fn install(&self, v: u32, parent: u32) -> Result<Switched, StoreError> {
+        let (w, mut m) = onnx::import(&model()).unwrap();
+        m.policy_version = v;
+        m.provenance.parent_version = Some(parent);
+        let own = bundle::load_signing_key(&self.s.own_key).unwrap();
+        self.store.install(&w, &m, &own, &[self.s.site], "test")
+    }
+
+    fn version(&self, v: u32) -> PathBuf {
+        self.s.dir.join(format!("store/versions/v{v:06}"))
+    }
+}
+
 /// A fine-tune of v2 that finishes after an operator rolled the store back to v1 is not
 /// installed: it was gated against v2 only, and installing it would undo the rollback.
 #[test]
 fn a_fine_tune_is_not_installed_once_current_moved_off_its_parent() {
-    let s = site("ft-moved");
-    let store = PolicyStore::open(s.dir.join("store")).unwrap();
-    store.adopt(&s.bundle, &[s.site]).unwrap();
-    let (w, m) = onnx::import(&model()).unwrap();
-    let own = bundle::load_signing_key(&s.own_key).unwrap();
-    let child = |v: u32, parent: u32| {
-        let mut c = m.clone();
-        c.policy_version = v;
-        c.provenance.parent_version = Some(parent);
-        c
-    };
-    store
-        .install(&w, &child(2, 1), &own, &[s.site], "test")
-        .unwrap();
-    let trusted = [s.site, own.verifying_key()];
-    store.rollback(&trusted, "operator").unwrap();
-    let before = store.history().unwrap().len();
-    let e = store
-        .install(&w, &child(3, 2), &own, &[s.site], "test")
-        .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            greenwave_finetune::store::StoreError::ParentNotCurrent { .. }
-        ),
-        "{e}"
-    );
+    let a = Adopted::new("ft-moved");
+    a.install(2, 1).unwrap();
+    a.store.rollback(&a.trusted, "operator").unwrap();
+    let before = a.store.history().unwrap().len();
+    let e = a.install(3, 2).unwrap_err();
+    assert!(matches!(e, StoreError::ParentNotCurrent { .. }), "{e}");
     assert!(e.to_string().contains("v000002"), "{e}");
-    assert!(store.current().unwrap().unwrap().ends_with("v000001"));
-    assert!(!s.dir.join("store/versions/v000003").exists());
-    assert_eq!(store.history().unwrap().len(), before, "no line for it");
+    assert!(a.store.current().unwrap().unwrap().ends_with("v000001"));
+    assert!(!a.version(3).exists());
+    assert_eq!(a.store.history().unwrap().len(), before, "no line for it");
     // A fine-tune of the current version is installed as before.
-    store
-        .install(&w, &child(3, 1), &own, &[s.site], "test")
-        .unwrap();
-    assert!(store.current().unwrap().unwrap().ends_with("v000003"));
+    a.install(3, 1).unwrap();
+    assert!(a.store.current().unwrap().unwrap().ends_with("v000003"));
+}
+
+/// A version the watch rolled back after `current` had moved on (v2, while its child v3
+/// ran) is never brought back by `rollback`: going back from v3 skips to v1.
+#[test]
+fn rollback_never_returns_to_a_version_the_watch_rolled_back() {
+    let a = Adopted::new("ft-skip-rolled-back");
+    a.install(2, 1).unwrap();
+    a.install(3, 2).unwrap();
+    // The watch, which ran v2, rolls it back to v1; current is v3 by then.
+    let unapplied = a
+        .store
+        .watch_rollback(&a.version(2), &a.version(1), &a.trusted, "{}");
+    assert!(matches!(unapplied, Err(StoreError::Moved { .. })));
+    a.install(4, 3).unwrap();
+    assert!(a.store.previous().unwrap().unwrap().ends_with("v000003"));
+    assert_eq!(a.store.rollback(&a.trusted, "operator").unwrap().version, 3);
+    assert!(
+        a.store.previous().unwrap().unwrap().ends_with("v000001"),
+        "v3's parent v2 was rolled back: previous is where the watch returned to"
+    );
+    assert_eq!(a.store.rollback(&a.trusted, "again").unwrap().version, 1);
 }
 
 #[test]

@@ -406,41 +406,62 @@ impl PolicyStore {
 
     /// Makes the (flashed) bundle `bundle`, verified against `trusted`, the store's
     /// current version, copying it in as `versions/v<its version>`. If that version is
-    /// already present with the same signature, it is reused.
+    /// already present with the same signature, it is reused. The copy is verified again
+    /// before it is committed: the source could change between its check and the copy.
     pub fn adopt(
         &self,
         bundle_dir: &Path,
         trusted: &[VerifyingKey],
     ) -> Result<Switched, StoreError> {
-        let b = bundle::verify(bundle_dir, trusted).map_err(|e| StoreError::Bundle {
+        // Verified where it is first, so that a refusal names the bundle's own files.
+        bundle::verify(bundle_dir, trusted).map_err(|e| StoreError::Bundle {
             context: format!("bundle {}", bundle_dir.display()),
             source: e,
         })?;
-        let v = b.manifest.policy_version;
-        let dest = self.dir.join(VERSIONS).join(version_dir_name(v));
-        let sig = bundle_dir.join(SIGNATURE_FILE);
-        if dest.exists() {
-            let same = fs::read(dest.join(SIGNATURE_FILE)).ok() == fs::read(&sig).ok();
-            if !same {
-                return Err(StoreError::Conflict(dest));
+        let stage = self
+            .dir
+            .join(STAGING)
+            .join(format!("adopt-{}", std::process::id()));
+        let staged = self.stage_copy(bundle_dir, &stage, trusted);
+        let committed = staged.and_then(|v| {
+            let dest = self.dir.join(VERSIONS).join(version_dir_name(v));
+            if !dest.exists() {
+                return self.commit_staged(&stage, &dest).map(|()| v);
             }
-        } else {
-            let stage = self
-                .dir
-                .join(STAGING)
-                .join(format!("adopt-{}", std::process::id()));
-            fs::create_dir_all(&stage).map_err(io("creating", &stage))?;
-            let entries = fs::read_dir(bundle_dir).map_err(io("listing", bundle_dir))?;
-            for e in entries {
-                let e = e.map_err(io("listing", bundle_dir))?;
-                let to = stage.join(e.file_name());
-                fs::copy(e.path(), &to).map_err(io("copying", &e.path()))?;
-                fsync_file(&to)?;
+            let sig = |d: &Path| fs::read(d.join(SIGNATURE_FILE)).ok();
+            match sig(&dest) == sig(&stage) {
+                true => Ok(v),
+                false => Err(StoreError::Conflict(dest)),
             }
-            self.commit_staged(&stage, &dest)?;
-        }
+        });
+        let _ = fs::remove_dir_all(&stage);
         let detail = format!("adopted {}", bundle_dir.display());
-        self.make_current(v, event::ADOPT, &detail)
+        self.make_current(committed?, event::ADOPT, &detail)
+    }
+
+    /// Copies the bundle folder `from` to `stage` (each file synced) and verifies the copy
+    /// against `trusted`; its policy version.
+    fn stage_copy(
+        &self,
+        from: &Path,
+        stage: &Path,
+        trusted: &[VerifyingKey],
+    ) -> Result<u32, StoreError> {
+        fs::create_dir_all(stage).map_err(io("creating", stage))?;
+        for e in fs::read_dir(from).map_err(io("listing", from))? {
+            let e = e.map_err(io("listing", from))?;
+            let to = stage.join(e.file_name());
+            fs::copy(e.path(), &to).map_err(io("copying", &e.path()))?;
+            fsync_file(&to)?;
+        }
+        let b = bundle::verify(stage, trusted).map_err(|e| StoreError::Bundle {
+            context: format!(
+                "the copy of bundle {} (changed while copied?)",
+                from.display()
+            ),
+            source: e,
+        })?;
+        Ok(b.manifest.policy_version)
     }
 
     /// Points `current` at version `v` (a folder of `versions/`), the old current becoming
@@ -688,7 +709,9 @@ impl PolicyStore {
     }
 
     /// Points `current` (now `cur`) at `to`, a version folder of this store verified
-    /// against `trusted`, and `previous` at its parent if held; records `event`.
+    /// against `trusted`, and `previous` at its parent if held (past any version the watch
+    /// rolled back, to the one it returned to: `rollback` never brings one back); records
+    /// `event`.
     fn switch_back(
         &self,
         cur: &Path,
@@ -717,10 +740,12 @@ impl PolicyStore {
         let to = b.manifest.policy_version;
         let from = Self::version_of(cur);
         self.set_link(CURRENT, Some(&prev_name))?;
+        let history = self.history()?;
         let grandparent = b
             .manifest
             .provenance
             .parent_version
+            .and_then(|v| past_rolled_back(&history, v))
             .map(version_dir_name)
             .filter(|n| self.dir.join(VERSIONS).join(n).is_dir());
         self.set_link(PREVIOUS, grandparent.as_deref())?;
@@ -822,6 +847,18 @@ pub fn history_line(entry: &HistoryEntry) -> String {
 
 /// A `history.jsonl` line, if its checksum holds and it parses. Lines written before the
 /// checksum (no tab) are read as they are.
+/// `v`, or where the watch returned to from it if it rolled `v` back (and so on): a
+/// version `rollback` may return to. `None` where the chain ends without one.
+fn past_rolled_back(history: &[HistoryEntry], mut v: u32) -> Option<u32> {
+    for _ in 0..=history.len() {
+        match standing(history, v) {
+            Standing::RolledBack { to } => v = to?,
+            _ => return Some(v),
+        }
+    }
+    None
+}
+
 fn parse_history_line(line: &str) -> Option<HistoryEntry> {
     let json = match line.rsplit_once('\t') {
         Some((json, crc)) => {
