@@ -34,3 +34,10 @@ mk joined --rand --rand.iterations 50 --rand.min-distance 40 --rand.max-distance
 mk minor --grid --grid.number 1 --grid.attach-length 200 -L 3 --tls.minor-left.max-speed 50 -j traffic_light --turn-lanes 1 -- -p 1.5
 mk longgreen $grid2 --tls.cycle.time 120 -- -p 2.5
 mk halfoff $grid2 --tls.half-offset "A0,B1" --tls.quarter-offset "B0" -- -p 2.5
+# Left-hand traffic (2026-12-06): the same kinds of junction driven on the left.
+mk lh_grid $grid2 --lefthand -- -p 2.5
+mk lh_one_turn $one --lefthand --turn-lanes 1 --turn-lanes.length 60 --tls.left-green.time 6 -- -p 1.5
+mk lh_peds $one --lefthand --sidewalks.guess --crossings.guess -- -p 2 --pedestrians --persontrips --trip-attributes 'departPos="random"'
+mk lh_opp $one --lefthand --turn-lanes 1 --turn-lanes.length 80 --tls.layout opposites -- -p 1.5
+mk lh_ror --grid --grid.number 1 --grid.attach-length 200 --default.lanenumber 2 --lefthand -j traffic_light_right_on_red -- -p 2
+mk lh_rand --rand --rand.iterations 40 --rand.min-angle 30 --lefthand -j traffic_light --tls.guess -- -p 1.5
