@@ -64,12 +64,13 @@ pub(super) fn key(held: Option<(LogPosition, LogPosition)>, version: u32) -> Str
     }
 }
 
-/// A range of log positions, (segment, offset) from first to last; `None` where a key does
-/// not say (it then overlaps every range).
-type Span = Option<((u64, u64), (u64, u64))>;
+/// A log position as a key writes it: segment, offset, Unix time (ms).
+type Pos = (u64, u64, u64);
 
-/// A key's version and span; `None` for a key no writer of this file makes (it then counts
-/// against every attempt: the file is the gate's guarantee, so it fails closed). Keys from
+/// The first and last held-back records of a key; `None` where a key does not say.
+type Span = Option<(Pos, Pos)>;
+
+/// A key's version and span; `None` for a key no writer of this file makes. Keys from
 /// before held-back ranges (`v<version> <first>..<last> n=<records>`) name the whole log
 /// their candidates were judged on, which holds their held-back records.
 fn parse_key(key: &str) -> Option<(u32, Span)> {
@@ -79,9 +80,9 @@ fn parse_key(key: &str) -> Option<(u32, Span)> {
         Some(r) => r,
         None => rest.split(" n=").next()?,
     };
-    let pos = |p: &str| -> Option<(u64, u64)> {
-        let mut parts = p.split(':');
-        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    let pos = |p: &str| -> Option<Pos> {
+        let mut n = p.split(':').map(|x| x.parse().ok());
+        Some((n.next()??, n.next()??, n.next()??))
     };
     let span = range
         .split_once("..")
@@ -89,18 +90,26 @@ fn parse_key(key: &str) -> Option<(u32, Span)> {
     Some((version, span))
 }
 
-/// Whether two attempts share held-back records: the same version and overlapping spans.
-fn overlap(a: &str, b: &str) -> bool {
-    match (parse_key(a), parse_key(b)) {
-        (Some((va, sa)), Some((vb, sb))) => {
-            va == vb
-                && match (sa, sb) {
-                    (Some((a1, a2)), Some((b1, b2))) => a1 <= b2 && b1 <= a2,
-                    _ => true,
-                }
-        }
-        _ => true,
-    }
+/// Whether the earlier attempt `earlier` counts against one of `version` judged on the
+/// held-back records `held` (in log order): the same version, and the first or last record
+/// it was judged on is one of `held`, the same record (position and time). Held-back
+/// records are a log's most recent, so an earlier attempt on the same log that shares
+/// any with these shares its last or, where the log has not grown, its first. A record
+/// now at the same position with another time is another log's (its segments were moved
+/// away and numbering began again). A key that does not parse or name its records counts
+/// (the file is the gate's guarantee: it fails closed).
+fn counts_against(earlier: &str, version: u32, held: &[LogPosition]) -> bool {
+    let Some((v, span)) = parse_key(earlier) else {
+        return true;
+    };
+    let Some((first, last)) = span else {
+        return v == version;
+    };
+    let judged = |(segment, offset, unix_ms): Pos| {
+        held.binary_search_by_key(&(segment, offset), |p| (p.segment, p.offset))
+            .is_ok_and(|i| held[i].unix_ms == unix_ms)
+    };
+    v == version && (judged(last) || judged(first))
 }
 
 impl Ledger {
@@ -156,15 +165,22 @@ impl Ledger {
         Ok(self.read()?.0.get(key).copied().unwrap_or(0))
     }
 
-    /// Counts one more attempt under `key`, unless `max` or more are counted already; the
+    /// Counts one more attempt of the running `version` judged on the held-back records
+    /// `held` (log order), unless `max` or more that share them are counted already; the
     /// count is on disk ([`Ledger::write`]) before this returns. A file from before the
     /// checksum is rewritten with one either way. One fine-tune at a time per log: two
     /// at once could both read the same count.
-    pub(super) fn begin(&self, key: &str, max: u32) -> Result<Attempt, LedgerError> {
+    pub(super) fn begin(
+        &self,
+        version: u32,
+        held: &[LogPosition],
+        max: u32,
+    ) -> Result<Attempt, LedgerError> {
+        let key = key(held.first().copied().zip(held.last().copied()), version);
         let (mut counts, legacy) = self.read()?;
         let tried = counts
             .iter()
-            .filter(|(k, _)| overlap(k, key))
+            .filter(|(k, _)| counts_against(k, version, held))
             .fold(0u32, |sum, (_, n)| sum.saturating_add(*n));
         if tried >= max {
             if legacy {
@@ -172,7 +188,7 @@ impl Ledger {
             }
             return Ok(Attempt::Exhausted { tried });
         }
-        *counts.entry(key.to_string()).or_default() += 1;
+        *counts.entry(key).or_default() += 1;
         self.write(counts)?;
         Ok(Attempt::Counted { number: tried + 1 })
     }
@@ -224,46 +240,70 @@ mod tests {
         (Ledger::at(&FinetuneConfig::default(), &dir), dir)
     }
 
-    fn at(segment: u64, offset: u64) -> LogPosition {
-        LogPosition {
-            segment,
-            offset,
-            unix_ms: 1_000 * offset,
-        }
+    /// The held-back records (the last 30 %) of a log of `n` records, one segment, a
+    /// record a second; `shift_ms` later in time for a log that began again.
+    fn held_of(n: u64, shift_ms: u64) -> Vec<LogPosition> {
+        (n - n * 3 / 10..n)
+            .map(|i| LogPosition {
+                segment: 0,
+                offset: i,
+                unix_ms: shift_ms + 1_000 * i,
+            })
+            .collect()
     }
 
-    fn keys() -> (String, String) {
-        let held = Some((at(0, 100), at(0, 900)));
-        (key(held, 1), key(held, 2))
+    fn key_of(held: &[LogPosition], version: u32) -> String {
+        key(Some((held[0], *held.last().unwrap())), version)
     }
 
-    /// Attempts on one version count against each other when their held-back records
-    /// overlap, so a log grown by a few records is not new data; held-back records all
-    /// newer than those judged are.
+    /// Attempts on one version count against each other when they share held-back
+    /// records, so a log grown by a few records is not new data; held-back records all
+    /// newer than those judged are, and so is a log begun again under the same names.
     #[test]
-    fn attempts_count_against_overlapping_held_back_records() {
+    fn attempts_count_against_shared_held_back_records() {
         let (l, dir) = ledger("overlap");
-        let a = key(Some((at(0, 100), at(0, 900))), 1);
-        let grown = key(Some((at(0, 500), at(1, 200))), 1);
-        let fresh = key(Some((at(1, 300), at(2, 10))), 1);
-        assert_eq!(l.begin(&a, 2).unwrap(), Attempt::Counted { number: 1 });
-        assert_eq!(l.begin(&grown, 2).unwrap(), Attempt::Counted { number: 2 });
-        assert_eq!(l.begin(&a, 2).unwrap(), Attempt::Exhausted { tried: 2 });
-        assert_eq!(l.begin(&grown, 2).unwrap(), Attempt::Exhausted { tried: 2 });
-        // Disjoint from `a`, but overlapping `grown`: still counted against it.
-        let mid = key(Some((at(0, 950), at(1, 250))), 1);
-        assert_eq!(l.begin(&mid, 3).unwrap(), Attempt::Counted { number: 2 });
-        assert_eq!(l.begin(&fresh, 2).unwrap(), Attempt::Counted { number: 1 });
+        let h = held_of(1000, 0);
+        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Counted { number: 1 });
+        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Counted { number: 2 });
+        // A quarter more log: its held-back records still hold the last ones judged.
+        let grown = held_of(1250, 0);
         assert_eq!(
-            l.begin(&key(None, 1), 9).unwrap(),
-            Attempt::Counted { number: 5 }
+            l.begin(1, &grown, 2).unwrap(),
+            Attempt::Exhausted { tried: 2 }
         );
-        // A key from before held-back ranges spans its whole log.
+        assert_eq!(
+            l.begin(1, &grown, 3).unwrap(),
+            Attempt::Counted { number: 3 }
+        );
+        // Held-back records all newer than every one judged: a fresh test.
+        let fresh = held_of(1800, 0);
+        assert!(fresh[0].offset > grown.last().unwrap().offset);
+        assert_eq!(
+            l.begin(1, &fresh, 2).unwrap(),
+            Attempt::Counted { number: 1 }
+        );
+        // The segments moved away and the log begun again: same positions, later times.
+        let again = held_of(1000, 1_000_000_000);
+        assert_eq!(
+            l.begin(1, &again, 2).unwrap(),
+            Attempt::Counted { number: 1 }
+        );
+        // Another version, or a key from before held-back ranges (its whole log).
+        assert_eq!(l.begin(2, &h, 2).unwrap(), Attempt::Counted { number: 1 });
         let (l2, dir2) = ledger("overlap-legacy");
-        std::fs::write(&l2.path, "{\"v1 0:0:0..1:250:0 n=10\": 3}").unwrap();
-        assert_eq!(l2.begin(&a, 3).unwrap(), Attempt::Exhausted { tried: 3 });
-        assert_eq!(l2.begin(&fresh, 3).unwrap(), Attempt::Counted { number: 1 });
-        assert!(overlap("not a key", &a), "fails closed");
+        std::fs::write(&l2.path, "{\"v1 0:0:0..0:999:999000 n=1000\": 3}").unwrap();
+        assert_eq!(
+            l2.begin(1, &grown, 3).unwrap(),
+            Attempt::Exhausted { tried: 3 }
+        );
+        assert_eq!(
+            l2.begin(1, &fresh, 3).unwrap(),
+            Attempt::Counted { number: 1 }
+        );
+        // Keys that do not name their records count against every attempt.
+        assert!(counts_against("not a key", 1, &h), "fails closed");
+        assert!(counts_against(&key(None, 1), 1, &fresh));
+        assert!(!counts_against(&key(None, 2), 1, &fresh));
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&dir2).unwrap();
     }
@@ -271,12 +311,13 @@ mod tests {
     #[test]
     fn attempts_are_counted_per_log_and_version_up_to_the_limit() {
         let (l, dir) = ledger("count");
-        let (k1, k2) = keys();
+        let h = held_of(1000, 0);
+        let (k1, k2) = (key_of(&h, 1), key_of(&h, 2));
         assert_eq!(l.count(&k1).unwrap(), 0);
-        assert_eq!(l.begin(&k1, 2).unwrap(), Attempt::Counted { number: 1 });
-        assert_eq!(l.begin(&k1, 2).unwrap(), Attempt::Counted { number: 2 });
-        assert_eq!(l.begin(&k1, 2).unwrap(), Attempt::Exhausted { tried: 2 });
-        assert_eq!(l.begin(&k2, 2).unwrap(), Attempt::Counted { number: 1 });
+        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Counted { number: 1 });
+        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Counted { number: 2 });
+        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Exhausted { tried: 2 });
+        assert_eq!(l.begin(2, &h, 2).unwrap(), Attempt::Counted { number: 1 });
         assert_eq!((l.count(&k1).unwrap(), l.count(&k2).unwrap()), (2, 1));
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -284,9 +325,10 @@ mod tests {
     #[test]
     fn a_damaged_or_unwritable_file_refuses_instead_of_forgetting() {
         let (l, dir) = ledger("damaged");
-        let (k1, _) = keys();
-        l.begin(&k1, 3).unwrap();
-        l.begin(&k1, 3).unwrap();
+        let h = held_of(1000, 0);
+        let k1 = key_of(&h, 1);
+        l.begin(1, &h, 3).unwrap();
+        l.begin(1, &h, 3).unwrap();
         let good = std::fs::read(&l.path).unwrap();
         // Every single flipped bit is refused (or, in the layout alone, reads the same).
         for i in 0..good.len() * 8 {
@@ -299,7 +341,7 @@ mod tests {
             }
         }
         std::fs::write(&l.path, &good[..good.len() / 2]).unwrap();
-        assert!(l.begin(&k1, 3).is_err());
+        assert!(l.begin(1, &h, 3).is_err());
         // A damaged file in today's format is named so, not as some other file.
         let e = l.count(&k1).unwrap_err().to_string();
         assert!(e.contains("damaged"), "{e}");
@@ -307,16 +349,16 @@ mod tests {
         // when the limit refuses.
         std::fs::write(&l.path, format!("{{\"{k1}\": 2}}")).unwrap();
         assert_eq!(l.count(&k1).unwrap(), 2);
-        assert_eq!(l.begin(&k1, 3).unwrap(), Attempt::Counted { number: 3 });
+        assert_eq!(l.begin(1, &h, 3).unwrap(), Attempt::Counted { number: 3 });
         std::fs::write(&l.path, format!("{{\"{k1}\": 3}}")).unwrap();
-        assert_eq!(l.begin(&k1, 3).unwrap(), Attempt::Exhausted { tried: 3 });
+        assert_eq!(l.begin(1, &h, 3).unwrap(), Attempt::Exhausted { tried: 3 });
         assert!(std::fs::read_to_string(&l.path).unwrap().contains("crc32"));
         // A path that cannot be written (a directory in the way) refuses to count.
         let blocked = Ledger {
             path: dir.join("blocked"),
         };
         std::fs::create_dir_all(dir.join("blocked.json.tmp")).unwrap();
-        let e = blocked.begin(&k1, 3).unwrap_err();
+        let e = blocked.begin(1, &h, 3).unwrap_err();
         assert!(e.to_string().contains("writing it"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -322,8 +322,8 @@ pub struct Prepared {
     pub held: offpolicy::ReplayBatch,
     /// Sources and behaviour probabilities of `held`.
     pub held_meta: Vec<RecordMeta>,
-    /// Where `held` starts and ends in the log (what an attempt is counted against).
-    pub held_range: Option<(LogPosition, LogPosition)>,
+    /// Where each record of `held` is in the log (what an attempt is counted against).
+    pub held_positions: Vec<LogPosition>,
     /// γ per decision: the discount at the policy's decision interval.
     pub gamma: f32,
 }
@@ -387,10 +387,7 @@ pub fn prepare(
         train: logged.batch.select(&train_idx),
         held: logged.batch.select(&held_idx),
         held_meta: held_idx.iter().map(|&i| logged.meta[i]).collect(),
-        held_range: held_idx
-            .first()
-            .zip(held_idx.last())
-            .map(|(&a, &b)| (logged.positions[a], logged.positions[b])),
+        held_positions: held_idx.iter().map(|&i| logged.positions[i]).collect(),
         weights,
         parent,
         summary,
@@ -446,13 +443,13 @@ pub fn finetune(
     let (actor, update) = update_actor(&p, &train, &ucfg, cfg, progress)?;
     drop(train);
     let attempts = attempts::Ledger::at(cfg, log_dir);
-    let key = attempts::key(p.held_range, p.parent.policy_version);
     let refused = |reason: String| GateReport {
         held_back_records: p.held.len(),
         reason,
         ..Default::default()
     };
-    let gate = match attempts.begin(&key, cfg.max_attempts) {
+    let version = p.parent.policy_version;
+    let gate = match attempts.begin(version, &p.held_positions, cfg.max_attempts) {
         Err(e) => refused(format!(
             "refused: {e}; without it the gate cannot limit how many candidates are judged on \
              this log. Restore the file, or remove it if no candidate was judged on this log \
