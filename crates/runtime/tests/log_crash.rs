@@ -312,6 +312,10 @@ fn a_segment_of_a_newer_format_is_refused_and_left_alone() {
         1,
         "no segment added or removed"
     );
+    // An intact header of a format no software wrote (version 0) is damage, not newer.
+    bytes[..HEADER_BYTES].copy_from_slice(&encode_header(index, epoch, 0));
+    std::fs::write(&newest, &bytes).unwrap();
+    assert!(LogReader::open(&dir).is_ok());
     // A header whose CRC fails is damage, as before: read around, not refused.
     bytes[4] ^= 0x01;
     std::fs::write(&newest, &bytes).unwrap();

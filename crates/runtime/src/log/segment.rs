@@ -289,20 +289,23 @@ pub(crate) fn newer_format(bytes: &[u8]) -> Option<u16> {
     if u32_at(h, 24) != crc32fast::hash(&h[..24]) || h[0..4] != SEGMENT_MAGIC {
         return None;
     }
-    Header::decode(h)
-        .is_err()
-        .then(|| u16::from_le_bytes([h[4], h[5]]))
+    let version = u16::from_le_bytes([h[4], h[5]]);
+    (version > SEGMENT_VERSION).then_some(version)
 }
 
 /// Refuses a log holding a segment of a newer format (by its intact header): this software
-/// would take its records for damage, and a writer would cut or remove them.
+/// would take its records for damage, and a writer would cut or remove them. A header that
+/// cannot be read is left to the segment's own reading (a segment a writer's disk cap
+/// removed meanwhile, an I/O error reported as the segment's issue).
 pub(crate) fn refuse_newer_formats(segments: &[SegmentFile]) -> Result<(), LogError> {
     use std::io::Read as _;
     for seg in segments {
         let mut head = Vec::with_capacity(HEADER_BYTES);
-        fs::File::open(&seg.path)
-            .and_then(|f| f.take(HEADER_BYTES as u64).read_to_end(&mut head))
-            .map_err(|e| LogError::io("reading the header of", &seg.path, e))?;
+        let read = fs::File::open(&seg.path)
+            .and_then(|f| f.take(HEADER_BYTES as u64).read_to_end(&mut head));
+        if read.is_err() {
+            continue;
+        }
         if let Some(version) = newer_format(&head) {
             return Err(LogError::NewerFormat {
                 path: seg.path.clone(),

@@ -225,13 +225,21 @@ pub struct LogWriter {
 /// Locks the log folder `dir` for this writer (an advisory `flock` on the folder itself,
 /// so that nothing is added to it), or says that another writer holds it: a second
 /// writer's recovery would cut or remove the segment the first is appending to. The lock
-/// goes with the returned handle, or with the process.
+/// goes with the returned handle, or with the process. Where the file system cannot lock
+/// a folder (NFS emulates `flock` with locks that need a handle open for writing), the
+/// writer goes on unlocked, as before the lock, with a warning.
 fn lock_for_writing(dir: &Path) -> Result<File, LogError> {
     let folder = File::open(dir).map_err(|e| LogError::io("opening", dir, e))?;
     match folder.try_lock() {
         Ok(()) => Ok(folder),
         Err(fs::TryLockError::WouldBlock) => Err(LogError::InUse(dir.to_path_buf())),
-        Err(fs::TryLockError::Error(e)) => Err(LogError::io("locking", dir, e)),
+        Err(fs::TryLockError::Error(e)) => {
+            tracing::warn!(
+                dir = %dir.display(), error = %e,
+                "transition log: the folder cannot be locked here; a second writer on it would not be refused"
+            );
+            Ok(folder)
+        }
     }
 }
 
