@@ -53,19 +53,15 @@ impl Default for RollbackConfig {
 /// Why a [`RollbackConfig`] cannot watch.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum RollbackConfigError {
-    /// The window holds fewer than two batches, or a batch is zero long.
-    #[error(
-        "a rollback batch of {batch} must be longer than 0 and at most half of the window, \
-         {window}: the watch compares at least two batches on each side of a switch"
-    )]
-    TooFewBatches {
+    /// A batch zero long.
+    #[error("a rollback batch must be longer than 0 (the window is {window})")]
+    EmptyBatch {
         /// The window.
         window: Millis,
-        /// The batch.
-        batch: Millis,
     },
-    /// With so few batches on each side the exact test's smallest p-value is not below
-    /// `alpha / 2`, so no regression, however large, could be rolled back.
+    /// With so few batches on each side (fewer than two, or too few for the exact test's
+    /// smallest p-value to fall below `alpha / 2`) no regression, however large, could be
+    /// rolled back.
     #[error(
         "a rollback window of {window} in batches of {batch} compares {per_side} batches on \
          each side of a switch, whose exact test cannot give a p-value below 1/{splits} = \
@@ -121,17 +117,16 @@ impl RollbackConfig {
                 self.min_relative_increase
             )));
         }
-        if self.batch.0 == 0 || u64::from(self.batch.0) * 2 > u64::from(self.window.0) {
-            return Err(RollbackConfigError::TooFewBatches {
+        if self.batch.0 == 0 {
+            return Err(RollbackConfigError::EmptyBatch {
                 window: self.window,
-                batch: self.batch,
             });
         }
         let each = self.alpha / 2.0;
-        let per_side = self.batches_per_side();
+        let per_side = (self.window.0 / self.batch.0) as usize;
         let splits = exact_splits(per_side);
-        if splits.is_some_and(|n| 1.0 / n as f64 >= each) {
-            let needed = (per_side..)
+        if per_side < 2 || splits.is_some_and(|n| 1.0 / n as f64 >= each) {
+            let needed = (per_side.max(2)..)
                 .find(|&k| exact_splits(k).is_none_or(|n| 1.0 / (n as f64) < each))
                 .unwrap_or(per_side);
             return Err(RollbackConfigError::CannotReject {
@@ -541,9 +536,23 @@ mod tests {
             }
         }
         assert!(with(1200, 300).check().is_ok());
+        for (window, batch, per_side) in [(600, 301, 1), (600, 700, 0)] {
+            match with(window, batch).check() {
+                Err(RollbackConfigError::CannotReject {
+                    per_side: k,
+                    needed: 4,
+                    ..
+                }) => assert_eq!(k, per_side),
+                other => panic!("{window}/{batch}: {other:?}"),
+            }
+        }
+        let empty = RollbackConfig {
+            batch: Millis::ZERO,
+            ..Default::default()
+        };
         assert!(matches!(
-            with(600, 301).check(),
-            Err(RollbackConfigError::TooFewBatches { .. })
+            empty.check(),
+            Err(RollbackConfigError::EmptyBatch { .. })
         ));
         let off = RollbackConfig {
             enabled: false,
