@@ -550,17 +550,25 @@ impl PolicyStore {
         if parent.is_some() && now == parent {
             return Ok(());
         }
-        let name = |v: Option<u32>| v.map_or("none".to_string(), version_dir_name);
+        let current = match (now, cur) {
+            (Some(v), _) => version_dir_name(v),
+            (None, Some(c)) => c.display().to_string(),
+            (None, None) => "unset".to_string(),
+        };
         Err(StoreError::ParentNotCurrent {
             store: self.dir.clone(),
-            parent: name(parent),
-            current: cur.map_or("none".to_string(), |c| c.display().to_string()),
+            parent: parent.map_or(
+                "(the candidate's manifest names no parent)".into(),
+                version_dir_name,
+            ),
+            current,
         })
     }
 
     /// Switches back to the previous version (verified against `trusted` first). The new
-    /// `previous` is that version's parent if the store still holds it; the version rolled
-    /// back from stays in `versions/` (its number is not reused) and the event is recorded.
+    /// `previous` is that version's parent if the store still holds it (past any version
+    /// the watch rolled back); the version rolled back from stays in `versions/` (its
+    /// number is not reused) and the event is recorded.
     pub fn rollback(&self, trusted: &[VerifyingKey], reason: &str) -> Result<Switched, StoreError> {
         self.locked(|| self.rollback_locked(trusted, reason))
     }
