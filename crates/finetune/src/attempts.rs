@@ -91,13 +91,17 @@ fn parse_key(key: &str) -> Option<(u32, Span)> {
 }
 
 /// Whether the earlier attempt `earlier` counts against one of `version` judged on the
-/// held-back records `held` (in log order): the same version, and the first or last record
-/// it was judged on is one of `held`, the same record (position and time). Held-back
-/// records are a log's most recent, so an earlier attempt on the same log that shares
-/// any with these shares its last or, where the log has not grown, its first. A record
-/// now at the same position with another time is another log's (its segments were moved
-/// away and numbering began again). A key that does not parse or name its records counts
-/// (the file is the gate's guarantee: it fails closed).
+/// held-back records `held` (in log order): the same version, and either
+/// - its first or last judged record is one of `held`, the same record (position and
+///   time): held-back records are a log's most recent, so an earlier attempt on a log that
+///   only grew shares its last one, or, where the log did not grow, its first; or
+/// - its records and `held` overlap both in position (segment, offset) and in time: they
+///   may share records in the middle where the earlier attempt's last one was lost since
+///   (a power cut before its sync, a damaged frame).
+///
+/// A log whose segments were moved away and begun again reuses positions, but later in
+/// time and never with the same records: new data. A key that does not parse or name its
+/// records counts (the file is the gate's guarantee: it fails closed).
 fn counts_against(earlier: &str, version: u32, held: &[LogPosition]) -> bool {
     let Some((v, span)) = parse_key(earlier) else {
         return true;
@@ -105,11 +109,22 @@ fn counts_against(earlier: &str, version: u32, held: &[LogPosition]) -> bool {
     let Some((first, last)) = span else {
         return v == version;
     };
+    let (Some(h1), Some(h2)) = (held.first(), held.last()) else {
+        return v == version;
+    };
     let judged = |(segment, offset, unix_ms): Pos| {
         held.binary_search_by_key(&(segment, offset), |p| (p.segment, p.offset))
             .is_ok_and(|i| held[i].unix_ms == unix_ms)
     };
-    v == version && (judged(last) || judged(first))
+    let at = |p: Pos| (p.0, p.1);
+    let positions_meet =
+        at(first) <= (h2.segment, h2.offset) && (h1.segment, h1.offset) <= at(last);
+    // Times by their range: sessions of a simulated controller need not follow each other.
+    let (t1, t2) = (first.2.min(last.2), first.2.max(last.2));
+    let held_t1 = held.iter().map(|p| p.unix_ms).min().unwrap_or(0);
+    let held_t2 = held.iter().map(|p| p.unix_ms).max().unwrap_or(0);
+    let times_meet = t1 <= held_t2 && held_t1 <= t2;
+    v == version && (judged(last) || judged(first) || (positions_meet && times_meet))
 }
 
 impl Ledger {
@@ -140,6 +155,23 @@ impl Ledger {
         }
     }
 
+    /// Takes the ledger's lock (an advisory `flock` on `<file>.lock` beside it, waiting
+    /// for it), so that two fine-tunes at once count one after the other instead of both
+    /// reading the same count. Released when the returned handle is dropped.
+    fn lock(&self) -> Result<std::fs::File, LedgerError> {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.lock().map(|()| f))
+            .map_err(|e| self.error(format!("locking {}: {e}", path.display())))?;
+        Ok(file)
+    }
+
     /// Writes `counts` with their checksum: a temporary file, synced, renamed into place,
     /// and the folder synced, so that the count survives a power cut.
     fn write(&self, counts: BTreeMap<String, u32>) -> Result<(), LedgerError> {
@@ -168,8 +200,8 @@ impl Ledger {
     /// Counts one more attempt of the running `version` judged on the held-back records
     /// `held` (log order), unless `max` or more that share them are counted already; the
     /// count is on disk ([`Ledger::write`]) before this returns. A file from before the
-    /// checksum is rewritten with one either way. One fine-tune at a time per log: two
-    /// at once could both read the same count.
+    /// checksum is rewritten with one either way. Under the ledger's lock
+    /// ([`Ledger::lock`]): two fine-tunes at once are counted one after the other.
     pub(super) fn begin(
         &self,
         version: u32,
@@ -177,6 +209,7 @@ impl Ledger {
         max: u32,
     ) -> Result<Attempt, LedgerError> {
         let key = key(held.first().copied().zip(held.last().copied()), version);
+        let _held = self.lock()?;
         let (mut counts, legacy) = self.read()?;
         let tried = counts
             .iter()
@@ -288,6 +321,19 @@ mod tests {
             l.begin(1, &again, 2).unwrap(),
             Attempt::Counted { number: 1 }
         );
+        // The last records judged were lost (a power cut before their sync), and the log
+        // grew past them: the records in the middle are shared still.
+        let (l3, dir3) = ledger("overlap-lost-tail");
+        assert_eq!(l3.begin(1, &h, 1).unwrap(), Attempt::Counted { number: 1 });
+        let after_loss: Vec<LogPosition> = held_of(1200, 0)
+            .into_iter()
+            .filter(|p| !(990..1000).contains(&p.offset))
+            .collect();
+        assert_eq!(
+            l3.begin(1, &after_loss, 1).unwrap(),
+            Attempt::Exhausted { tried: 1 }
+        );
+        std::fs::remove_dir_all(&dir3).unwrap();
         // Another version, or a key from before held-back ranges (its whole log).
         assert_eq!(l.begin(2, &h, 2).unwrap(), Attempt::Counted { number: 1 });
         let (l2, dir2) = ledger("overlap-legacy");
