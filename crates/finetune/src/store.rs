@@ -102,9 +102,9 @@ pub enum StoreError {
     /// `current` moved while a candidate was fine-tuned from (and gated against) the
     /// version it named.
     #[error(
-        "policy store {store}: `current` is {current}, no longer {parent}, the version the \
-         candidate was fine-tuned from and gated against: not installed (fine-tune the \
-         current version instead)"
+        "policy store {store}: the candidate was fine-tuned from {parent} and gated against \
+         it, but `current` is {current}: not installed (fine-tune the current version \
+         instead)"
     )]
     ParentNotCurrent {
         /// The store.
@@ -558,7 +558,7 @@ impl PolicyStore {
         Err(StoreError::ParentNotCurrent {
             store: self.dir.clone(),
             parent: parent.map_or(
-                "(the candidate's manifest names no parent)".into(),
+                "a version its manifest does not name".into(),
                 version_dir_name,
             ),
             current,

@@ -43,8 +43,10 @@
 //! writer session then starts a new segment. See [`OpenReport`].
 //!
 //! One writer per directory: a writer holds an advisory lock (`flock`) on the directory
-//! itself while it lives, and a second one is refused ([`LogError::InUse`]), since its recovery
-//! of "the newest segment" would cut or remove the segment the first is appending to.
+//! itself while it lives (on a `.writer.lock` file in it where the file system cannot lock
+//! a directory, as NFS), and a second one is refused ([`LogError::InUse`]), since its
+//! recovery of "the newest segment" would cut or remove the segment the first is appending
+//! to. Only where neither can be locked does a writer go on unlocked, with a warning.
 //! Readers take no lock.
 //!
 //! ## Rotation and disk cap

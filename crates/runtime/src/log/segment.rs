@@ -282,8 +282,10 @@ impl Header {
 }
 
 /// The format version of a segment header that is intact (its CRC and magic check out)
-/// but of a format this software does not know: a newer one's. Such a segment is refused
-/// whole ([`refuse_newer_formats`]), never scanned as damage, cut or removed.
+/// and above this software's: a newer one's. Such a segment is refused whole
+/// ([`refuse_newer_formats`]), never scanned as damage, cut or removed. (So every later
+/// format must keep the magic, the version at bytes 4..6 and the CRC-32 of bytes 0..24 at
+/// bytes 24..28.)
 pub(crate) fn newer_format(bytes: &[u8]) -> Option<u16> {
     let h = bytes.get(..HEADER_BYTES)?;
     if u32_at(h, 24) != crc32fast::hash(&h[..24]) || h[0..4] != SEGMENT_MAGIC {

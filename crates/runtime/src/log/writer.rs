@@ -226,22 +226,38 @@ pub struct LogWriter {
 /// so that nothing is added to it), or says that another writer holds it: a second
 /// writer's recovery would cut or remove the segment the first is appending to. The lock
 /// goes with the returned handle, or with the process. Where the file system cannot lock
-/// a folder (NFS emulates `flock` with locks that need a handle open for writing), the
-/// writer goes on unlocked, as before the lock, with a warning.
+/// a folder (NFS emulates `flock` with locks that need a handle open for writing, which a
+/// folder cannot have), the lock is taken on [`FALLBACK_LOCK`] in the folder instead; only
+/// where that fails too does the writer go on unlocked, with a warning.
 fn lock_for_writing(dir: &Path) -> Result<File, LogError> {
     let folder = File::open(dir).map_err(|e| LogError::io("opening", dir, e))?;
-    match folder.try_lock() {
-        Ok(()) => Ok(folder),
+    let folder_error = match folder.try_lock() {
+        Ok(()) => return Ok(folder),
+        Err(fs::TryLockError::WouldBlock) => return Err(LogError::InUse(dir.to_path_buf())),
+        Err(fs::TryLockError::Error(e)) => e,
+    };
+    let path = dir.join(FALLBACK_LOCK);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| LogError::io("opening the writer lock", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
         Err(fs::TryLockError::WouldBlock) => Err(LogError::InUse(dir.to_path_buf())),
         Err(fs::TryLockError::Error(e)) => {
             tracing::warn!(
-                dir = %dir.display(), error = %e,
+                dir = %dir.display(), folder = %folder_error, file = %e,
                 "transition log: the folder cannot be locked here; a second writer on it would not be refused"
             );
-            Ok(folder)
+            Ok(file)
         }
     }
 }
+
+/// The file a writer locks where its folder cannot be locked (see [`lock_for_writing`]).
+pub const FALLBACK_LOCK: &str = ".writer.lock";
 
 /// Creates `dir` and any missing folders above it, syncing the folder that holds each new
 /// one, so that a record committed into it cannot vanish with a folder entry a power cut
