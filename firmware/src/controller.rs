@@ -458,13 +458,18 @@ where
     }
 
     /// Time until the current interval ends if nothing is requested (zero if due now), or
-    /// until the fixed-time split ends when the fallback is driving.
+    /// until the fixed-time split ends when the fallback is driving. A split already served
+    /// (its green held on, the next stage serving the same phase) ends nothing: the
+    /// interval's own end counts, so that a step never runs past max green into a yellow
+    /// the lamps would then show short.
     fn time_to_boundary(&self) -> Millis {
         let left = self.seq.time_to_boundary();
         match self.seq.interval() {
             Interval::Green { .. } if self.policy.is_err() && self.actuated.is_none() => {
-                let split_left = self.fixed.green_left(&self.seq).unwrap_or(left);
-                left.min(split_left)
+                match self.fixed.green_left(&self.seq) {
+                    Some(split_left) if split_left > Millis::ZERO => left.min(split_left),
+                    _ => left,
+                }
             }
             _ => left,
         }

@@ -146,6 +146,36 @@ fn jittery_polls_never_shorten_a_yellow() {
     assert!(ctl.clock_slip_ms() > 0);
 }
 
+/// A fixed cycle whose next stage is the green phase again (here one stage) holds the green
+/// until max green forces the change: jittery polls, and a poll stalled for seconds, still
+/// start every yellow on a poll and show it whole (the split served, the firmware used to
+/// advance its sequencer by a whole poll, past max green into the yellow).
+#[test]
+fn a_fixed_cycle_that_holds_its_green_never_shortens_the_forced_yellow() {
+    use greenwave_core::control::CycleStage;
+    let field = Shared::default();
+    let stage = CycleStage {
+        phase: 0,
+        green: Millis::from_secs(12),
+    };
+    let fixed = greenwave_firmware::FixedCycle::new(&[stage]).unwrap();
+    let mut ctl = cabinet_cycling(&field, None, board(), plan(), fixed);
+    let mut rng = Rng(7);
+    let mut run = Run::default();
+    let mut polls = 0u32;
+    let mut poll = || {
+        polls += 1;
+        match polls % 997 {
+            0 => 4_000,
+            _ => 1 + rng.below(37) as u32,
+        }
+    };
+    run_for(&mut ctl, &field, None, 400_000, &mut poll, &mut run);
+    assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+    let yellows = check_timeline(&plan(), &run.timeline, 4_000);
+    assert!(yellows > 10, "{yellows} yellows");
+}
+
 /// Policy mode with traffic: decisions every 5 s, transitions framed over serial, decoded
 /// by the host reader, each consistent with the next.
 #[test]

@@ -435,8 +435,19 @@ pub fn cabinet_of<'b, const L: usize>(
     board: BoardConfig<L>,
     plan: PhasePlan,
 ) -> Controller<'b, LampOut, FieldIn, FieldIn, FieldClock, 12, L> {
-    let card = MonitorCard::from_plan(&plan, board.fault_persistence);
     let fixed = FixedCycle::from_splits(&plan, &SPLITS_MS).unwrap();
+    cabinet_cycling(field, blob, board, plan, fixed)
+}
+
+/// As [`cabinet_of`], with the fixed cycle `fixed`.
+pub fn cabinet_cycling<'b, const L: usize>(
+    field: &Shared,
+    blob: Option<&'b [u8]>,
+    board: BoardConfig<L>,
+    plan: PhasePlan,
+    fixed: FixedCycle,
+) -> Controller<'b, LampOut, FieldIn, FieldIn, FieldClock, 12, L> {
+    let card = MonitorCard::from_plan(&plan, board.fault_persistence);
     Controller::new(
         plan,
         board,
