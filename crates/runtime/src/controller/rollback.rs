@@ -236,10 +236,6 @@ impl RegressionWatch {
         }
     }
 
-    fn batches_per_window(&self) -> usize {
-        self.cfg.batches_per_side()
-    }
-
     /// One decision interval's readings (all signals' lanes observed in it).
     pub(crate) fn record(&mut self, lanes: &[&[LaneReading]]) {
         let n: usize = lanes.iter().map(|l| l.len()).sum();
@@ -275,7 +271,7 @@ impl RegressionWatch {
             wait_proxy: self.sum.wait_proxy / k,
         };
         (self.sum, self.intervals) = (KpiBatch::default(), 0);
-        let keep = self.batches_per_window();
+        let keep = self.cfg.batches_per_side();
         self.history.push(b);
         if self.history.len() > keep {
             self.history.remove(0);
@@ -295,7 +291,7 @@ impl RegressionWatch {
     pub(crate) fn ready(&self) -> bool {
         self.cfg.enabled
             && self.watching.is_none()
-            && self.history.len() >= self.batches_per_window()
+            && self.history.len() >= self.cfg.batches_per_side()
     }
 
     /// Forgets every batch and any watch in progress, starting afresh at `now_ms`: the
