@@ -126,8 +126,7 @@ fn signal_provenance(
     note_selection(&mut prov, selected);
     prov.details
         .insert("policy".into(), serde_json::json!(kind.name()));
-    prov.details
-        .insert("signal_id".into(), serde_json::json!(id));
+    prov.set_signal_id(id);
     prov
 }
 
@@ -201,11 +200,11 @@ fn export_mlp_per_signal(
             run.display()
         );
     }
+    let paths = signal_paths(out, &info.signal_ids)?;
     let mut written = Vec::new();
-    for (id, plan) in info.signal_ids.iter().zip(&plans) {
+    for ((id, plan), path) in info.signal_ids.iter().zip(&plans).zip(paths) {
         let run_of = (&info, &pinfo, plans.as_slice());
         let prov = signal_provenance(run_of, selected, PolicyKind::Mlp, id);
-        let path = signal_path(out, id);
         let files = write_policy(
             &weights,
             plan,
@@ -248,6 +247,23 @@ pub fn signal_path(out: &Path, signal_id: &str) -> PathBuf {
         .file_stem()
         .map_or("policy".into(), |s| s.to_string_lossy().into_owned());
     out.with_file_name(format!("{stem}.{safe}.onnx"))
+}
+
+/// [`signal_path`] of each of `ids`; refused where two ids give one file (`J.1` and `J_1`),
+/// which would leave one signal's export written over by the other's.
+fn signal_paths(out: &Path, ids: &[String]) -> Result<Vec<PathBuf>> {
+    let paths: Vec<PathBuf> = ids.iter().map(|id| signal_path(out, id)).collect();
+    for (i, p) in paths.iter().enumerate() {
+        if let Some(j) = paths[..i].iter().position(|q| q == p) {
+            bail!(
+                "signals '{}' and '{}' would both be exported to {}; rename one of them",
+                ids[j],
+                ids[i],
+                p.display()
+            );
+        }
+    }
+    Ok(paths)
 }
 
 /// The signals a shared policy is compiled for: `(id, plan, incidence rows)`.
@@ -310,15 +326,16 @@ fn export_signals_at(
         )
     };
     let plans = trained_plans(run, &info)?;
+    let targets = target_signals(&info, target.map(|t| t.0))?;
+    let ids: Vec<String> = targets.iter().map(|t| t.0.clone()).collect();
     let mut written = Vec::new();
-    for (id, plan, rows) in target_signals(&info, target.map(|t| t.0))? {
+    for ((id, plan, rows), path) in targets.into_iter().zip(signal_paths(out, &ids)?) {
         let inc = Incidence::new(&rows).with_context(|| format!("signal '{id}'"))?;
         let weights = specialize(&shared, &inc).with_context(|| format!("signal '{id}'"))?;
         let run_of = (&info, &pinfo, plans.as_slice());
         let mut prov = signal_provenance(run_of, selected, PolicyKind::Shared, &id);
         prov.details
             .insert("zero_shot".into(), serde_json::json!(target.is_some()));
-        let path = signal_path(out, &id);
         let clock = match target {
             Some((_, clock)) => clock,
             None => trained_with_clock(&info),
@@ -448,4 +465,24 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_ids_that_would_share_one_file_are_refused() {
+        let out = Path::new("export/m.onnx");
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let p = signal_paths(out, &ids(&["J1", "J2"])).unwrap();
+        assert_eq!(p[0], Path::new("export/m.J1.onnx"));
+        let err = signal_paths(out, &ids(&["J.1", "K", "J_1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'J.1' and 'J_1'") && err.contains("m.J_1.onnx"),
+            "{err}"
+        );
+    }
 }

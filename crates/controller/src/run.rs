@@ -291,7 +291,11 @@ fn load_policy(
     interval: Millis,
 ) -> Result<LoadedPolicy> {
     let keys = trusted_keys(&args.trust)?;
-    let first = &signals[0];
+    let Some(first) = signals.first() else {
+        bail!(
+            "the field has no signals to control (a net whose lights all stay on their programs?)"
+        );
+    };
     let b = bundle::verify_and_load(dir, &keys, &first.plan, first.layout)
         .with_context(|| format!("signal 0 ({})", first.id))?;
     for (i, s) in signals.iter().enumerate() {

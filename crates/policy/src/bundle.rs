@@ -252,6 +252,29 @@ fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Writes a secret key file: a new file of mode 0600 beside `path`, renamed over it. A file
+/// opened in place would keep an existing file's permissions (`--force` over a 0644 key),
+/// and would write through a link.
+fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), BundleError> {
+    let tmp = with_suffix(path, &format!(".tmp-{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let written = opts
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written.map_err(io_err("writing", path))
+}
+
 /// Paths of a key pair made by [`keygen`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyPairPaths {
@@ -276,7 +299,8 @@ pub fn keygen(prefix: &Path, force: bool) -> Result<(KeyPairPaths, VerifyingKey)
         public: with_suffix(prefix, ".pub"),
     };
     for p in [&paths.secret, &paths.public] {
-        if p.exists() && !force {
+        // A dangling link exists too: writing through it would put the key elsewhere.
+        if fs::symlink_metadata(p).is_ok() && !force {
             return Err(BundleError::KeyExists(p.clone()));
         }
     }
@@ -290,20 +314,11 @@ pub fn keygen(prefix: &Path, force: bool) -> Result<(KeyPairPaths, VerifyingKey)
     if let Some(dir) = paths.secret.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
     }
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
     let secret_text = format!(
         "{SECRET_KEY_HEADER}: keep it off controllers and out of version control\n{}\n",
         hex(&seed)
     );
-    opts.open(&paths.secret)
-        .and_then(|mut f| f.write_all(secret_text.as_bytes()))
-        .map_err(io_err("writing", &paths.secret))?;
+    write_secret(&paths.secret, secret_text.as_bytes())?;
     let public = key.verifying_key();
     let public_text = format!("{PUBLIC_KEY_HEADER}\n{}\n", key_hex(&public));
     fs::write(&paths.public, public_text).map_err(io_err("writing", &paths.public))?;
@@ -464,10 +479,38 @@ fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, Bu
         }
     }
     get(BLOB_FILE)?;
+    check_blobs_are_the_model(&files, model, &beside)?;
     Ok(Contents {
         manifest: beside,
         files,
     })
+}
+
+/// Each blob must be the ONNX model's own network, encoded as export encodes it: the header
+/// checks alone pass a blob left beside a new model by an earlier export of the same plan
+/// (policy version 1 both), and the firmware would run other weights than those verified.
+fn check_blobs_are_the_model(
+    files: &BTreeMap<&'static str, Vec<u8>>,
+    model: &[u8],
+    manifest: &Manifest,
+) -> Result<(), BundleError> {
+    let (weights, _) = onnx::import(model).map_err(BundleError::Model)?;
+    let plan_hash = manifest.plan_hash_u64().unwrap_or_default();
+    let mlp = weights.actor_mlp(plan_hash, manifest.policy_version);
+    for (file, int8) in [(BLOB_FILE, false), (BLOB_INT8_FILE, true)] {
+        let Some(bytes) = files.get(file) else {
+            continue;
+        };
+        let problem = |p: String| BundleError::BlobMismatch { file, problem: p };
+        let derived = mlp.to_blob(int8).map_err(|e| problem(e.to_string()))?;
+        if derived.as_slice() != bytes.as_slice() {
+            return Err(problem(format!(
+                "is not the network of {MODEL_FILE} (its weights differ: a file of another \
+                 export?); export the policy again"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn differing_fields(a: &Manifest, b: &Manifest) -> String {
@@ -719,6 +762,11 @@ pub fn verify(bundle: &Path, trusted_keys: &[VerifyingKey]) -> Result<VerifiedBu
     if trusted_keys.is_empty() {
         return Err(BundleError::NoTrustedKeys);
     }
+    let given = bundle;
+    // Resolved once: a link such as a policy store's `current`, moved while this reads,
+    // would otherwise mix two versions' files (refused, but as tampering).
+    let resolved = fs::canonicalize(given).unwrap_or_else(|_| given.to_path_buf());
+    let bundle = resolved.as_path();
     let sig = read_signature(bundle)?;
     let signer = check_signer(&sig, trusted_keys)?;
     // The signature covers the text; the text must also be the canonical one (sorted,
@@ -740,7 +788,7 @@ pub fn verify(bundle: &Path, trusted_keys: &[VerifyingKey]) -> Result<VerifiedBu
     let contents = check_contents(files)?;
     let mut files = contents.files;
     Ok(VerifiedBundle {
-        dir: bundle.to_path_buf(),
+        dir: given.to_path_buf(),
         signer: *signer,
         manifest: contents.manifest,
         model: files.remove(MODEL_FILE).unwrap_or_default(),
@@ -877,6 +925,26 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             let mode = fs::metadata(&paths.secret).unwrap().permissions().mode();
             assert_eq!(mode & 0o077, 0, "secret key readable by others: {mode:o}");
+            // --force over a key file others can read: the new key is not.
+            let loose = dir.join("loose");
+            fs::write(with_suffix(&loose, ".key"), "old").unwrap();
+            fs::set_permissions(
+                with_suffix(&loose, ".key"),
+                fs::Permissions::from_mode(0o644),
+            )
+            .unwrap();
+            let (p2, _) = keygen(&loose, true).unwrap();
+            let mode = fs::metadata(&p2.secret).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "--force kept the old mode: {mode:o}");
+            // A dangling link counts as a file: not written through without --force.
+            let linked = dir.join("linked");
+            std::os::unix::fs::symlink(dir.join("elsewhere.key"), with_suffix(&linked, ".key"))
+                .unwrap();
+            assert!(matches!(
+                keygen(&linked, false),
+                Err(BundleError::KeyExists(_))
+            ));
+            assert!(!dir.join("elsewhere.key").exists());
         }
         // Each half is refused where the other is wanted, naming the file and the half.
         let err = load_signing_key(&paths.public).unwrap_err().to_string();

@@ -124,6 +124,22 @@ pub struct Provenance {
     pub details: serde_json::Map<String, serde_json::Value>,
 }
 
+impl Provenance {
+    /// The key in [`Provenance::details`] of the signal a per-signal export was made for.
+    pub const SIGNAL_ID: &'static str = "signal_id";
+
+    /// The signal this policy was exported for (a per-signal export; `None`: any signal
+    /// its plan and layout fit). Fine-tuned versions keep their parent's.
+    pub fn signal_id(&self) -> Option<&str> {
+        self.details.get(Self::SIGNAL_ID)?.as_str()
+    }
+
+    /// Binds the policy to signal `id`.
+    pub fn set_signal_id(&mut self, id: &str) {
+        self.details.insert(Self::SIGNAL_ID.into(), id.into());
+    }
+}
+
 /// The manifest, as of format [`MANIFEST_FORMAT`]. Serializes as that format; deserializes
 /// from any format listed in the [module docs](self) (JSON only: the format is read first).
 #[derive(Clone, Debug, PartialEq, Serialize)]

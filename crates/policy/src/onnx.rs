@@ -265,7 +265,12 @@ fn read_tensor(graph: &pb::GraphProto, name: &str, dims: &[usize]) -> Result<Vec
     if t.dims != want {
         return Err(bad(format!("shape {:?}, expected {:?}", t.dims, want)));
     }
-    let n: usize = dims.iter().product();
+    let n = dims
+        .iter()
+        .try_fold(1usize, |n, &d| {
+            n.checked_mul(d).filter(|&n| n <= usize::MAX / 4)
+        })
+        .ok_or_else(|| bad(format!("shape {:?} is too large", t.dims)))?;
     let data: Vec<f32> = if !t.raw_data.is_empty() {
         if t.raw_data.len() != 4 * n {
             return Err(bad(format!(

@@ -192,7 +192,7 @@ pub fn check_runs_on(b: &VerifiedBundle, i: usize, s: &SignalSpec) -> Result<(),
 
 /// The signal a per-signal export was made for.
 pub fn exported_for(b: &VerifiedBundle) -> Option<&str> {
-    b.manifest.provenance.details.get("signal_id")?.as_str()
+    b.manifest.provenance.signal_id()
 }
 
 /// One policy version, no directory twice, no signal named twice.

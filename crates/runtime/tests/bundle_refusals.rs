@@ -190,6 +190,26 @@ fn forged_missing_and_unsigned_content_is_refused() {
             ..
         }
     ));
+
+    // Signed, with blobs of the same plan and version but other weights: an earlier
+    // export's side files left beside a new model. The headers agree; the network does not.
+    let other_weights = synthetic_weights(fx.layout, &[64, 64], 7);
+    for (file, int8) in [("policy.blob", false), ("policy.int8.blob", true)] {
+        let d = fx.dir.join(format!("b6-{int8}"));
+        copy_dir(&fx.bundle, &d);
+        let stale = other_weights
+            .actor_mlp(fx.plan.hash(), 1)
+            .to_blob(int8)
+            .unwrap();
+        fs::write(d.join(file), stale).unwrap();
+        resign(&d, &key);
+        let err = check(&d);
+        assert!(
+            matches!(&err, BundleError::BlobMismatch { file: f, problem }
+                if *f == file && problem.contains("weights differ")),
+            "{err}"
+        );
+    }
     let _ = fs::remove_dir_all(&fx.dir);
 }
 
