@@ -43,7 +43,7 @@ fn toy_finetune() -> FinetuneConfig {
     f.update.epochs = 2;
     f.update.minibatch = 64;
     f.gate.min_states = 10;
-    f.gate.min_covered = 0;
+    f.gate.min_covered = 1;
     f.gate.q_epochs = 5;
     f.gate.ensemble = 2;
     f.gate.bootstrap = 100;

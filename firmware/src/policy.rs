@@ -1,7 +1,7 @@
 //! The policy: an MLP from the postcard blob, accepted only for the plan and observation
 //! layout this controller runs.
 
-use greenwave_core::mlp::{masked_argmax, masked_log_prob, BlobError, MlpBlob};
+use greenwave_core::mlp::{masked_argmax, BlobError, MlpBlob};
 use greenwave_core::plan::MAX_PHASES;
 use greenwave_core::{ObsLayout, PhaseMask};
 
@@ -65,7 +65,10 @@ pub enum DecideError {
 pub struct PolicyChoice {
     /// The phase requested (masked argmax).
     pub phase: u8,
-    /// `log π(phase | obs)` over the allowed phases.
+    /// `log π(phase | obs)` under the policy the cabinet acts by: the masked argmax, taken
+    /// with probability 1, so 0. (The softmax's probability of the argmax was logged before
+    /// 2026-12-07; the fine-tune gate reads this as the behaviour probability, and a
+    /// softmax's would inflate its importance weights by up to the number of phases.)
     pub log_prob: f32,
 }
 
@@ -134,7 +137,8 @@ impl<'b> Policy<'b> {
         Ok(out)
     }
 
-    /// One decision: forward pass, masked argmax, and the log-probability of the choice.
+    /// One decision: forward pass and masked argmax (its log-probability is 0: see
+    /// [`PolicyChoice::log_prob`]).
     pub fn decide(
         &self,
         obs: &[f32],
@@ -144,7 +148,9 @@ impl<'b> Policy<'b> {
         let mut logits = [0.0f32; MAX_PHASES];
         let logits = self.logits(obs, scratch, &mut logits)?;
         let phase = masked_argmax(logits, mask).ok_or(DecideError::NoAllowedPhase)?;
-        let log_prob = masked_log_prob(logits, mask, phase).ok_or(DecideError::NoAllowedPhase)?;
-        Ok(PolicyChoice { phase, log_prob })
+        Ok(PolicyChoice {
+            phase,
+            log_prob: 0.0,
+        })
     }
 }

@@ -5,7 +5,7 @@ mod common;
 
 use common::synthetic::{synthetic_blob, synthetic_mlp};
 use common::*;
-use greenwave_core::mlp::{masked_log_prob, BlobError, MlpBlob};
+use greenwave_core::mlp::{masked_argmax, BlobError, MlpBlob};
 use greenwave_core::{ActionSource, Millis, ObsLayout, PhaseMask};
 use greenwave_firmware::policy::MAX_LAYER_WIDTH;
 use greenwave_firmware::{FallbackReason, Lamps, Mode};
@@ -213,7 +213,9 @@ fn policy_cycles_and_logged_transitions() {
             if let Some(next) = ts.get(k + 1) {
                 assert_eq!(t.next_obs, next.obs, "s' of one record is s of the next");
             }
-            // The logged log-prob is the blob's, under the mask the observation implies.
+            // The request is the blob's masked argmax under the mask the observation
+            // implies, and the cabinet takes it with probability 1: log π = 0 (the
+            // fine-tune gate's behaviour probability).
             blob.forward(&t.obs, &mut scratch, &mut logits).unwrap();
             let min_green_served = t.obs[29] == 1.0;
             let mask = if min_green_served {
@@ -221,8 +223,8 @@ fn policy_cycles_and_logged_transitions() {
             } else {
                 PhaseMask(1 << t.obs[24..28].iter().position(|&x| x == 1.0).unwrap())
             };
-            let lp = masked_log_prob(&logits, mask, t.requested).unwrap();
-            assert!((lp - t.log_prob).abs() < 1e-6, "{lp} vs {}", t.log_prob);
+            assert_eq!(masked_argmax(&logits, mask), Some(t.requested));
+            assert_eq!(t.log_prob, 0.0);
         }
         // Queues build up on red lanes: some record shows a queue.
         assert!(ts.iter().any(|t| t.obs[12..24].iter().any(|&q| q > 0.0)));

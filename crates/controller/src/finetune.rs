@@ -40,6 +40,11 @@ pub struct FinetuneArgs {
     /// Also check the running bundle against every signal of this site configuration.
     #[arg(long)]
     site: Option<PathBuf>,
+    /// Fine-tune on this signal's records only (its index in the controller's signals, as
+    /// the log records it). Needed for a bundle exported for one signal when the log holds
+    /// several signals' records.
+    #[arg(long)]
+    signal: Option<u16>,
     /// Also check the running bundle against this scenario's signals (plan and layout;
     /// feature `sim`).
     #[cfg(feature = "sim")]
@@ -82,7 +87,7 @@ pub struct FinetuneArgs {
     /// Fewest held-back records where exploration served the candidate's changed choice.
     #[arg(long)]
     gate_min_covered: Option<usize>,
-    /// Candidates of one version judged on overlapping held-back records before the gate
+    /// Candidates (of any version) judged on overlapping held-back records before the gate
     /// refuses (default 3; new data: held-back records all newer than those judged).
     #[arg(long)]
     max_attempts: Option<u32>,
@@ -129,6 +134,7 @@ fn parse_expectation(s: &str) -> Result<greenwave_finetune::Expectation> {
 fn finetune_config(args: &FinetuneArgs) -> Result<greenwave_finetune::FinetuneConfig> {
     let mut cfg = greenwave_finetune::FinetuneConfig {
         seed: args.seed,
+        signal: args.signal,
         flip_reward_sign: args.diagnostic_flip_reward_sign,
         ..Default::default()
     };

@@ -76,7 +76,7 @@ fn a_corrupt_segment_is_reported_and_skipped_and_the_others_are_used() {
     std::fs::write(&segs[1], &bytes).unwrap();
 
     let (weights, _) = onnx::import(&model()).unwrap();
-    let data = finetune::data::read_log(&log, weights.obs_layout, &weights.norm).unwrap();
+    let data = finetune::data::read_log(&log, weights.obs_layout, &weights.norm, None).unwrap();
     let s = &data.summary;
     assert_eq!(data.issues.len(), 1, "{:?}", data.issues);
     let issue: &SegmentIssue = &data.issues[0];
@@ -138,6 +138,17 @@ fn a_zero_learning_rate_changes_nothing_and_the_gate_refuses_the_no_op() {
     assert_eq!(m2.provenance.parent_version, Some(1));
     assert_eq!(m2.provenance.algorithm, "finetune");
     assert!(m2.provenance.details.contains_key("log"));
+    assert_eq!(
+        m2.provenance.signal_id(),
+        None,
+        "a shared export names no signal"
+    );
+    // A per-signal export's binding is kept: the controller's key signs the child, which
+    // must not run on another signal of the same layout.
+    let mut per_signal = out.parent.clone();
+    per_signal.provenance.set_signal_id("J3");
+    let m3 = candidate_manifest(&per_signal, 2, r, &cfg, "test");
+    assert_eq!(m3.provenance.signal_id(), Some("J3"));
     assert!(m2.provenance.details.contains_key("gate"));
 }
 

@@ -41,6 +41,13 @@ pub struct LogSummary {
     /// Records skipped because a value is not finite or not what a controller writes
     /// (`Transition::problem`: a NaN, a `log_prob` above 0, a phase no plan has).
     pub records_skipped_non_finite: u64,
+    /// Records skipped because they are of another signal than the one asked for
+    /// ([`super::FinetuneConfig::signal`]).
+    #[serde(default)]
+    pub records_skipped_signal: u64,
+    /// Used records by signal (the controller's signal index, as logged).
+    #[serde(default)]
+    pub by_signal: BTreeMap<u16, u64>,
     /// Used records by who chose the served phase ("policy", "supervisor", "fallback").
     pub by_source: BTreeMap<String, u64>,
     /// Used records by the policy version that was running.
@@ -67,6 +74,8 @@ pub struct LogSummary {
 pub struct RecordMeta {
     /// Who chose the served phase.
     pub source: ActionSource,
+    /// The signal (the controller's index) the record is of.
+    pub signal: u16,
     /// The behaviour probability of the served phase, where the log states it: records the
     /// policy chose (greedy: 1; ε-greedy: the logged `exp(log π(a|s))`). `None` where the
     /// supervisor or the fallback chose (the logged probability is not of the served phase).
@@ -97,7 +106,8 @@ fn source_name(s: ActionSource) -> &'static str {
     }
 }
 
-/// Reads every intact record of the log in `dir` for a policy with `layout` and `norm`.
+/// Reads every intact record of the log in `dir` for a policy with `layout` and `norm`;
+/// with `signal`, only the records of that signal (the others are counted as skipped).
 ///
 /// A problem in a segment (torn tail, CRC mismatch, bad header…) is reported in
 /// [`LogSummary::issues`] and only that damaged range skipped; every valid record is read.
@@ -107,12 +117,14 @@ pub fn read_log(
     dir: &Path,
     layout: ObsLayout,
     norm: &ObsNormalization,
+    signal: Option<u16>,
 ) -> Result<LoggedData, FinetuneError> {
     let reader = LogReader::open(dir).map_err(|e| FinetuneError::Log {
         dir: dir.to_path_buf(),
         source: e,
     })?;
     let mut reading = Reading::new(layout, norm, reader.segments().len());
+    reading.signal = signal;
     for item in reader.records() {
         match item {
             Ok(rec) => reading.record(&rec),
@@ -143,6 +155,8 @@ struct Reading<'a> {
     layout: ObsLayout,
     norm: &'a ObsNormalization,
     data: LoggedData,
+    /// Only this signal's records, if set.
+    signal: Option<u16>,
     /// Scratch space for a normalised observation.
     norm_buf: Vec<f32>,
 }
@@ -169,6 +183,7 @@ impl<'a> Reading<'a> {
                 summary,
                 issues: Vec::new(),
             },
+            signal: None,
             norm_buf: vec![0.0f32; d],
         }
     }
@@ -184,6 +199,10 @@ impl<'a> Reading<'a> {
     fn record(&mut self, rec: &LogRecord) {
         self.data.summary.records_read += 1;
         let t = &rec.transition;
+        if self.signal.is_some_and(|s| s != t.signal) {
+            self.data.summary.records_skipped_signal += 1;
+            return;
+        }
         if !self.push_masks(t) {
             return;
         }
@@ -244,6 +263,7 @@ impl<'a> Reading<'a> {
         let p = t.log_prob.exp();
         self.data.meta.push(RecordMeta {
             source: t.source,
+            signal: t.signal,
             behaviour_prob: (t.source == ActionSource::Policy && p.is_finite() && p > 0.0)
                 .then_some(p.min(1.0)),
         });
@@ -262,6 +282,7 @@ impl<'a> Reading<'a> {
             .by_policy_version
             .entry(t.policy_version)
             .or_default() += 1;
+        *summary.by_signal.entry(t.signal).or_default() += 1;
         *summary
             .by_reward_kind
             .entry(reward_kind_name(t.reward_kind))
@@ -338,11 +359,23 @@ mod tests {
     }
 
     fn read(name: &str, kinds: &[Option<RewardKind>]) -> Result<LoggedData, FinetuneError> {
+        read_signals(name, kinds, &vec![0; kinds.len()], None)
+    }
+
+    /// Records of `kinds`, the `i`-th of signal `signals[i]`, read for `only`.
+    fn read_signals(
+        name: &str,
+        kinds: &[Option<RewardKind>],
+        signals: &[u16],
+        only: Option<u16>,
+    ) -> Result<LoggedData, FinetuneError> {
         let dir = std::env::temp_dir().join(format!("gw-ft-kinds-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (mut w, _) = LogWriter::open(LogConfig::new(&dir)).unwrap();
-        for (i, &k) in kinds.iter().enumerate() {
-            w.append(&record(i as u64 * 5000, k)).unwrap();
+        for (i, (&k, &s)) in kinds.iter().zip(signals).enumerate() {
+            let mut t = record(i as u64 * 5000, k);
+            t.signal = s;
+            w.append(&t).unwrap();
         }
         w.close().unwrap();
         let layout = ObsLayout {
@@ -353,7 +386,21 @@ mod tests {
             &dir,
             layout,
             &ObsNormalization::identity(layout.dim(), 10.0),
+            only,
         )
+    }
+
+    #[test]
+    fn one_signals_records_are_read_when_asked_and_every_signal_is_counted() {
+        let q = Some(RewardKind::Queue);
+        let all = read_signals("signals-all", &[q; 5], &[0, 1, 0, 1, 1], None).unwrap();
+        assert_eq!(all.summary.records_used, 5);
+        assert_eq!(all.summary.by_signal, BTreeMap::from([(0, 2), (1, 3)]));
+        let one = read_signals("signals-one", &[q; 5], &[0, 1, 0, 1, 1], Some(1)).unwrap();
+        assert_eq!(one.summary.records_used, 3);
+        assert_eq!(one.summary.records_skipped_signal, 2);
+        assert_eq!(one.summary.by_signal, BTreeMap::from([(1, 3)]));
+        assert!(one.meta.iter().all(|m| m.signal == 1));
     }
 
     #[test]

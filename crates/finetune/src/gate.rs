@@ -27,13 +27,16 @@
 //!    return;
 //! 5. forms `bootstrap` replicates of the mean, each with one critic of the ensemble (in
 //!    turn) and a moving-block bootstrap of the per-state series over time (blocks of
-//!    `block_records` consecutive records, so autocorrelated neighbours stay together):
+//!    `block_records` consecutive records per signal, so autocorrelated neighbours stay
+//!    together):
 //!    the spread covers both the sampling of traffic and the critic's own error;
 //! 6. accepts only when the lower `1 − level` quantile of the replicates is above zero
 //!    (default: a one-sided 95 % lower bound), and the KL to the running policy is within
 //!    `max_kl` (a trust region: the estimate is first order).
 //!
 //! Every refusal names the failed check with its numbers.
+
+use std::collections::BTreeSet;
 
 use candle_core::{Device, Tensor};
 use greenwave_core::ActionSource;
@@ -66,7 +69,8 @@ pub struct GateConfig {
     pub ensemble: usize,
     /// Bootstrap replicates of the mean improvement.
     pub bootstrap: usize,
-    /// Records per moving block (consecutive decisions, all signals): the bootstrap's unit.
+    /// Records per moving block, per signal (consecutive decisions of one signal: with `k`
+    /// signals in the log a block is `k` times as many records): the bootstrap's unit.
     pub block_records: usize,
     /// Smallest explained variance of each critic's one-step targets on the held-back
     /// records its resample left out.
@@ -100,8 +104,13 @@ impl Default for GateConfig {
 impl GateConfig {
     /// Checks the settings.
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.level > 0.5 && self.level < 1.0) {
-            return Err(format!("gate level {} must be in (0.5, 1)", self.level));
+        // Below 90 % a one-sided bound lets one worse candidate in ten through; with no
+        // covered record the correction is absent and the bound is the critics' alone.
+        if !(self.level >= 0.9 && self.level < 1.0) {
+            return Err(format!("gate level {} must be in [0.9, 1)", self.level));
+        }
+        if self.min_covered == 0 {
+            return Err("gate: at least 1 covered record (the default is 30)".into());
         }
         if !(self.max_kl > 0.0 && self.max_kl.is_finite()) {
             return Err(format!("gate KL limit {} must be > 0", self.max_kl));
@@ -253,6 +262,19 @@ fn fit_view(
     })
 }
 
+/// Records per bootstrap block: `block_records` per signal. The records of several
+/// signals interleave in the log, and each signal's own series is what is correlated over
+/// time, so `k` signals need blocks `k` times as long to keep as much of it together.
+fn block_records(j: &Judged<'_>, cfg: &GateConfig) -> usize {
+    let signals = j
+        .meta
+        .iter()
+        .map(|r| r.signal)
+        .collect::<BTreeSet<_>>()
+        .len();
+    cfg.block_records.saturating_mul(signals.max(1))
+}
+
 /// A fresh critic fitted by FQE of `g_old` on a moving-block resample of the held-back
 /// records, and which records the resample holds.
 fn fit_critic(
@@ -264,7 +286,7 @@ fn fit_critic(
 ) -> Result<(QCritic, Vec<bool>), FinetuneError> {
     let held = j.held;
     let (n, d, a) = (held.len(), held.obs_dim, held.n_actions);
-    let sample = block_resample(n, cfg.block_records, rng);
+    let sample = block_resample(n, block_records(j, cfg), rng);
     let mut in_sample = vec![false; n];
     sample.iter().for_each(|&i| in_sample[i] = true);
     let fit_on = held.select(&sample);
@@ -371,7 +393,9 @@ pub fn judge(
         .collect::<Result<_, _>>()?;
     let m = g.decision.len();
     summarise_views(&mut rep, &views, m);
-    let block = (cfg.block_records * m).div_ceil(held.len().max(1)).max(1);
+    let block = (block_records(j, cfg) * m)
+        .div_ceil(held.len().max(1))
+        .max(1);
     let mut reps: Vec<f32> = (0..cfg.bootstrap)
         .map(|b| {
             let v = &views[b % views.len()].delta;
@@ -533,6 +557,84 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
+    /// The doubly-robust Δ of each state, by hand: a candidate whose choice the critic values
+    /// higher gains, the logged outcome of the choice corrects it by its residual over μ
+    /// (added for the new choice, taken away for the old), and an unchanged choice counts
+    /// 0. A sign flipped anywhere fails this.
+    #[test]
+    fn deltas_are_the_doubly_robust_change_with_its_signs() {
+        let held = ReplayBatch {
+            n_actions: 2,
+            actions: vec![1, 0, 1, 0],
+            ..Default::default()
+        };
+        let policy = |p: f32| RecordMeta {
+            source: ActionSource::Policy,
+            signal: 0,
+            behaviour_prob: Some(p),
+        };
+        let meta = [
+            policy(0.25),
+            policy(0.5),
+            RecordMeta {
+                source: ActionSource::Supervisor,
+                signal: 0,
+                behaviour_prob: None,
+            },
+            policy(1.0),
+        ];
+        let j = Judged {
+            held: &held,
+            meta: &meta,
+            gamma: 0.9,
+        };
+        let g = Greedy {
+            decision: vec![0, 1, 2, 3],
+            old: vec![0, 0, 0, 0],
+            new: vec![1, 1, 1, 0],
+            next_old: vec![0; 4],
+        };
+        let q_s = vec![vec![1.0, 3.0]; 4];
+        let resid = [0.5, -1.0, 7.0, 9.0];
+        let d = deltas(&j, &g, &q_s, &resid, 50.0);
+        // 0: served the new choice (explored, μ = 0.25): 2 + 0.5 / 0.25.
+        // 1: served the old (μ = 0.5): 2 − (−1) / 0.5. 2: the supervisor's: the critic's 2.
+        // 3: the choice did not change: 0.
+        assert_eq!(d, vec![4.0, 4.0, 2.0, 0.0]);
+        // The cap bounds the weight.
+        assert_eq!(deltas(&j, &g, &q_s, &resid, 3.0)[0], 2.0 + 0.5 * 3.0);
+    }
+
+    /// Accepted only with a positive, finite lower bound and a fitted critic.
+    #[test]
+    fn the_verdict_accepts_only_a_positive_lower_bound() {
+        let cfg = GateConfig::default();
+        let judged = |lower_bound: f32, explained_variance: f32| {
+            let mut rep = GateReport {
+                lower_bound,
+                explained_variance,
+                ..Default::default()
+            };
+            let reason = verdict(&mut rep, &cfg);
+            (rep.accepted, reason)
+        };
+        assert!(judged(0.01, 0.9).0);
+        for (lb, ev) in [
+            (-0.01, 0.9),
+            (0.0, 0.9),
+            (f32::NAN, 0.9),
+            (f32::INFINITY, 0.9),
+            (0.5, 0.4),
+            (0.5, f32::NAN),
+        ] {
+            let (accepted, reason) = judged(lb, ev);
+            assert!(
+                !accepted && reason.starts_with("refused"),
+                "{lb} {ev}: {reason}"
+            );
+        }
+    }
+
     #[test]
     fn block_resample_keeps_blocks_and_length() {
         let mut rng = StdRng::seed_from_u64(1);
@@ -556,6 +658,7 @@ mod tests {
         };
         let policy = |p: f32| RecordMeta {
             source: ActionSource::Policy,
+            signal: 0,
             behaviour_prob: Some(p),
         };
         let eps = 0.1f32;
@@ -570,6 +673,7 @@ mod tests {
         );
         let sup = RecordMeta {
             source: ActionSource::Supervisor,
+            signal: 0,
             behaviour_prob: None,
         };
         assert_eq!(exploration_prob(&held, &sup, 2, 1), 0.0);

@@ -79,7 +79,7 @@ use greenwave_learn::nets::Adam;
 pub use greenwave_learn::offpolicy::Expectation;
 use greenwave_learn::offpolicy::{self, OffPolicyConfig, OffPolicyStats, QCritic, TargetPolicy};
 use greenwave_learn::{Discount, MlpNet};
-use greenwave_policy::manifest::Manifest;
+use greenwave_policy::manifest::{Manifest, Provenance};
 use greenwave_policy::{onnx, PolicyWeights};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -116,6 +116,21 @@ pub enum FinetuneError {
         dir: PathBuf,
         /// Records per kind.
         kinds: String,
+    },
+    /// The running policy was exported for one signal, and the log holds the records of
+    /// several: which are that signal's is not known.
+    #[error(
+        "transition log {dir} holds the records of signals {signals}, and the running policy \
+         was exported for signal '{id}' alone: name its index (--signal) so that only its \
+         records are used"
+    )]
+    SeveralSignals {
+        /// The directory.
+        dir: PathBuf,
+        /// The signal the policy was exported for.
+        id: String,
+        /// The signal indices in the log.
+        signals: String,
     },
     /// Too little usable data.
     #[error("not enough data: {found} usable records in the log ({needed} needed){detail}")]
@@ -158,6 +173,11 @@ pub struct FinetuneConfig {
     pub attempts_file: Option<PathBuf>,
     /// Fewest usable records to fine-tune on.
     pub min_records: usize,
+    /// Only the records of this signal (the controller's signal index, as logged). Needed
+    /// for a policy exported for one signal when the log holds several: the others' records
+    /// are another junction's traffic under another policy.
+    #[serde(default)]
+    pub signal: Option<u16>,
     /// Seed of the critic initialisation, minibatch order and resampling.
     pub seed: u64,
     /// **Diagnostic only**: train the update on the *negated* logged reward — a
@@ -190,6 +210,7 @@ impl Default for FinetuneConfig {
             max_attempts: 3,
             attempts_file: None,
             min_records: 1000,
+            signal: None,
             seed: 0,
             flip_reward_sign: false,
         }
@@ -354,7 +375,13 @@ pub fn prepare(
         cfg.discount.half_life_s,
         log_dir.display()
     ));
-    let logged = data::read_log(log_dir, layout, &weights.norm)?;
+    let logged = data::read_log(log_dir, layout, &weights.norm, cfg.signal)?;
+    check_one_signal(
+        parent.provenance.signal_id(),
+        &logged.summary,
+        cfg.signal,
+        log_dir,
+    )?;
     let summary = logged.summary;
     progress(&format!(
         "{} records used of {} read in {} segments ({} decision states; by source {:?}){}",
@@ -392,6 +419,32 @@ pub fn prepare(
         parent,
         summary,
         gamma,
+    })
+}
+
+/// Refuses to fine-tune a policy exported for one signal (`exported_for`) on a log of
+/// several signals, unless one was chosen (`signal`).
+fn check_one_signal(
+    exported_for: Option<&str>,
+    summary: &LogSummary,
+    signal: Option<u16>,
+    log_dir: &Path,
+) -> Result<(), FinetuneError> {
+    let Some(id) = exported_for else {
+        return Ok(());
+    };
+    if signal.is_some() || summary.by_signal.len() <= 1 {
+        return Ok(());
+    }
+    Err(FinetuneError::SeveralSignals {
+        dir: log_dir.to_path_buf(),
+        id: id.to_string(),
+        signals: summary
+            .by_signal
+            .iter()
+            .map(|(s, n)| format!("{s} ({n} records)"))
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }
 
@@ -592,6 +645,11 @@ pub fn candidate_manifest(
             })
         });
     put("root", root);
+    // A per-signal export stays bound to its signal: the controller's key signs this
+    // version, and without the binding it would run on any signal of the same layout.
+    if let Some(id) = parent.provenance.signal_id() {
+        put(Provenance::SIGNAL_ID, id.into());
+    }
     put(
         "log",
         serde_json::json!({
@@ -619,6 +677,30 @@ pub fn candidate_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A policy exported for one signal is not fine-tuned on a log of several unless one
+    /// is chosen; a shared policy, or a log of one signal, needs no choice.
+    #[test]
+    fn a_per_signal_policy_needs_its_signal_named_on_a_log_of_several() {
+        let dir = Path::new("log");
+        let two = LogSummary {
+            by_signal: [(0, 10), (1, 12)].into(),
+            ..Default::default()
+        };
+        let e = check_one_signal(Some("J3"), &two, None, dir).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("'J3'") && text.contains("1 (12 records)") && text.contains("--signal"),
+            "{text}"
+        );
+        assert!(check_one_signal(Some("J3"), &two, Some(1), dir).is_ok());
+        assert!(check_one_signal(None, &two, None, dir).is_ok());
+        let one = LogSummary {
+            by_signal: [(0, 10)].into(),
+            ..Default::default()
+        };
+        assert!(check_one_signal(Some("J3"), &one, None, dir).is_ok());
+    }
 
     /// Sizes that would run for hours on a controller, or a critic never fitted, are
     /// refused by name before any record is read.
