@@ -153,6 +153,75 @@ fn timing_comes_from_the_net_and_flags_override_it() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
+/// SUMO's game/cross with its program's phase `from` replaced by `to`, written into the
+/// work folder `tag`: its configuration, and the folder.
+fn cross_edited(
+    tag: &str,
+    from: &str,
+    to: &str,
+) -> (greenwave_sim::sumo::SumoConfig, std::path::PathBuf) {
+    let home = sumo_home().unwrap();
+    let net = std::fs::read_to_string(home.join("tools/game/cross/cross.net.xml")).unwrap();
+    assert!(net.contains(from), "cross.net.xml has no {from}");
+    let work = work_dir(tag);
+    let file = work.join("cross.net.xml");
+    std::fs::write(&file, net.replace(from, to)).unwrap();
+    let routes = home.join("tools/game/cross/cross.rou.xml");
+    (greenwave_sim::sumo::SumoConfig::new(&file, &routes), work)
+}
+
+/// A program whose all-red is longer than greenwave's 6 s ceiling: the light is not taken
+/// over with its clearance cut to the ceiling (a conflicting green would start early); it
+/// stays on its program, with the reason, until the user sets the all-red.
+#[test]
+fn a_light_whose_clearance_is_above_the_ceiling_stays_on_its_program() {
+    if !have_sumo() {
+        return;
+    }
+    // An 8 s all-red after the protected lefts' yellow.
+    let yellow = r#"<phase duration="3"  state="rryrrrrryrrr"/>"#;
+    let longer = format!(r#"{yellow}<phase duration="8" state="rrrrrrrrrrrr"/>"#);
+    let (mut cfg, work) = cross_edited("long-all-red", yellow, &longer);
+    let models = cfg.models().unwrap();
+    assert!(models.models.is_empty());
+    let why = models.on_program[0].to_string();
+    assert!(
+        why.contains("all-red of 8.000 s") && why.contains("all_red_s"),
+        "{why}"
+    );
+    // Set by the user, the all-red is the user's: the light is taken over.
+    let flags = TimingOverrides {
+        all_red_s: Some(2.0),
+        ..Default::default()
+    };
+    cfg.set_timing(None, flags, None, None).unwrap();
+    let models = cfg.models().unwrap();
+    assert_eq!(models.models.len(), 1);
+    assert!(models.on_program.is_empty());
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A program that orders its phases with `next`: greenwave reads clearances in file order,
+/// so it leaves such a light on its program rather than take the wrong phase for the
+/// yellow after a green.
+#[test]
+fn a_light_whose_program_orders_its_phases_with_next_stays_on_its_program() {
+    if !have_sumo() {
+        return;
+    }
+    let green = r#"<phase duration="33" state="GGgrrrGGgrrr"/>"#;
+    let with_next = r#"<phase duration="33" state="GGgrrrGGgrrr" next="1"/>"#;
+    let (cfg, work) = cross_edited("next-phase", green, with_next);
+    let models = cfg.models().unwrap();
+    assert!(models.models.is_empty());
+    let why = models.on_program[0].to_string();
+    assert!(
+        why.contains("phase 0") && why.contains("next=\"1\""),
+        "{why}"
+    );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
 /// A NEMA junction: SUMO runs one phase of each ring at a time (here 2 with 6, then 4 with
 /// 8), and each phase carries its clearance in its own `yellow` and `red`. The plan must
 /// have those stages, with the net's clearance, and run audited under every controller.

@@ -1011,6 +1011,7 @@ fn a_program_that_keeps_longer_intergreens_than_the_plan_is_noted() {
         state: "rrrryyyyrrrryyyy".into(),
         min_dur_s: None,
         max_dur_s: None,
+        next: None,
     });
     net.tl_logics.push(staggered);
     let notes = intergreen_notes(&net, None);

@@ -44,8 +44,8 @@ use greenwave_core::{
 
 use super::net::{NetConnection, NetEdge, NetFile, TlLogic};
 use super::timing::{
-    is_green, net_phase_timing, program_intergreen_s, resolve, secs_to_ms, TimingSpec,
-    DEFAULT_MIN_GREEN_S,
+    is_green, longest_link_yellow_s, net_phase_timing, program_intergreen_s, resolve, secs_to_ms,
+    NetPhaseTiming, TimingOverrides, TimingSpec, DEFAULT_MIN_GREEN_S,
 };
 use super::SumoError;
 
@@ -218,6 +218,7 @@ pub fn build_models(net: &NetFile, opts: ModelOptions<'_>) -> Result<NetModels, 
         check_program_exists(net, wanted)?;
     }
     let foes = FoeIndex::new(net);
+    let shared = junctions_of_two_lights(net);
     let mut out = NetModels {
         models: Vec::new(),
         on_program: Vec::new(),
@@ -226,7 +227,11 @@ pub fn build_models(net: &NetFile, opts: ModelOptions<'_>) -> Result<NetModels, 
         let program = net
             .active_program(id, opts.program)
             .expect("id from tl_logics");
-        match build_one(net, &foes, program, opts) {
+        let built = match shared.get(id) {
+            Some(why) => Err(Refusal::Static(why.clone())),
+            None => build_one(net, &foes, program, opts),
+        };
+        match built {
             Ok(m) => out.models.push(m),
             Err(Refusal::Static(reason)) => out.on_program.push(StaticSignal {
                 id: id.to_string(),
@@ -237,6 +242,44 @@ pub fn build_models(net: &NetFile, opts: ModelOptions<'_>) -> Result<NetModels, 
         }
     }
     Ok(out)
+}
+
+/// The lights that share a junction with another light, each with the reason it stays on
+/// its program: greenwave derives each light's plan and conflicts alone, so two lights of
+/// one junction, controlled apart, could show conflicting greens together.
+fn junctions_of_two_lights(net: &NetFile) -> HashMap<&str, String> {
+    let mut lights_at: HashMap<&str, Vec<&str>> = HashMap::new();
+    for c in &net.connections {
+        let Some(tl) = c.tl.as_deref() else { continue };
+        // The junction a link crosses: its edge's end, or an internal edge's own junction
+        // (`:J_w0`, a walking area before a crossing).
+        let junction = match net.edges.get(&c.from).and_then(|e| e.to.as_deref()) {
+            Some(j) => j,
+            None => match c.from.strip_prefix(':').and_then(|e| e.rsplit_once('_')) {
+                Some((j, _)) => j,
+                None => continue,
+            },
+        };
+        let at = lights_at.entry(junction).or_default();
+        if !at.contains(&tl) {
+            at.push(tl);
+        }
+    }
+    let mut out = HashMap::new();
+    for (junction, lights) in lights_at.into_iter().filter(|(_, l)| l.len() > 1) {
+        for &tl in &lights {
+            let others: Vec<&str> = lights.iter().copied().filter(|&o| o != tl).collect();
+            out.entry(tl).or_insert_with(|| {
+                format!(
+                    "junction {junction} is driven by it and by {}; greenwave controls each \
+                     light alone and could show their conflicting greens together (join them \
+                     into one light, netconvert --tls.join)",
+                    others.join(", ")
+                )
+            });
+        }
+    }
+    out
 }
 
 /// Where each internal lane sits in its junction's foe table.
@@ -288,8 +331,10 @@ impl<'a> FoeIndex<'a> {
         let Some(j) = self.net.junctions.get(a.0) else {
             return false;
         };
+        // A row or bit the table lacks (a junction with fewer requests, or shorter foes
+        // strings, than internal lanes) is a conflict: the safe reading of a gap.
         let bit = |i: usize, k: usize| j.foes.get(i).and_then(|r| r.get(k)).copied();
-        bit(a.1, b.1).unwrap_or(false) || bit(b.1, a.1).unwrap_or(false)
+        bit(a.1, b.1).unwrap_or(true) || bit(b.1, a.1).unwrap_or(true)
     }
 }
 
@@ -315,6 +360,19 @@ fn link_connections<'a>(
         return Err(Refusal::Static(format!(
             "program {pid:?}: phase {k} has {} links, phase 0 has {n}; fix the program's state strings",
             p.state.len()
+        )));
+    }
+    if let Some((k, p)) = program
+        .phases
+        .iter()
+        .enumerate()
+        .find(|p| p.1.next.is_some())
+    {
+        return Err(Refusal::Static(format!(
+            "program {pid:?}: phase {k} names the phases after it (next=\"{}\"); greenwave \
+             reads a program's clearances in file order, so it does not take over a program \
+             that orders its phases otherwise",
+            p.next.as_deref().unwrap_or_default()
         )));
     }
     let mut conns: LinkConns<'a> = vec![Vec::new(); n];
@@ -1104,6 +1162,7 @@ fn derive_plan(
     let mut phases = Vec::with_capacity(greens.len());
     for (k, g) in greens.iter().enumerate() {
         let net_timing = net_phase_timing(g.program, g.index, opts.step_ms);
+        check_net_clearance(g, net_timing, &over, opts.step_ms)?;
         let timing = resolve(id, net_timing, &over, opts.step_ms, &mut timing_notes)?;
         let mut set = MovementSet::EMPTY;
         for (m, &p) in table.pattern.iter().enumerate() {
@@ -1124,6 +1183,41 @@ fn derive_plan(
         ))
     })?;
     Ok((plan, timing_notes))
+}
+
+/// Refuses a light whose program gives a yellow or all-red above greenwave-core's ceiling
+/// ([`YELLOW_RANGE`], [`ALL_RED_RANGE`]) that the user did not set: cutting the net's
+/// clearance to the ceiling would show a conflicting green earlier than the program does.
+/// It stays on its program; a timing file's `yellow_s` / `all_red_s` takes it over. A
+/// yellow counts as one link shows it: a run of phases that yellow their links one after
+/// another is longer than any link's own yellow, and is lowered to the ceiling with a note.
+fn check_net_clearance(
+    g: &GreenPhase<'_>,
+    net: NetPhaseTiming,
+    over: &TimingOverrides,
+    step_ms: u32,
+) -> Result<(), Refusal> {
+    let link_yellow = secs_to_ms(longest_link_yellow_s(g.program, g.index));
+    let link_yellow = Millis(link_yellow.0.div_ceil(step_ms.max(1)) * step_ms.max(1));
+    let too_long = |what: &str, value: Millis, ceiling: Millis, key: &str| {
+        Refusal::Static(format!(
+            "its program's {what} of {value} is longer than greenwave's {ceiling} ceiling, \
+             and greenwave does not cut a clearance short (set {key} in a timing file to \
+             control it with a clearance of your own)"
+        ))
+    };
+    if over.yellow_s.is_none() && net.yellow > YELLOW_RANGE.1 && link_yellow > YELLOW_RANGE.1 {
+        return Err(too_long("yellow", link_yellow, YELLOW_RANGE.1, "yellow_s"));
+    }
+    if over.all_red_s.is_none() && net.all_red > ALL_RED_RANGE.1 {
+        return Err(too_long(
+            "all-red",
+            net.all_red,
+            ALL_RED_RANGE.1,
+            "all_red_s",
+        ));
+    }
+    Ok(())
 }
 
 /// A link pair whose program intergreen the plan's switches (on yellow and all-red alone)
@@ -1584,6 +1678,50 @@ mod tests {
     use super::*;
     use greenwave_core::{ConflictMatrix, Movement, Phase, PhaseTiming, Turn};
     use proptest::prelude::*;
+
+    /// A junction whose foe table lacks a row or a bit: the gap reads as a conflict, never
+    /// as two links that may go together.
+    #[test]
+    fn a_gap_in_a_junctions_foe_table_is_a_conflict() {
+        let xml = r#"<net><junction id="J" type="traffic_light" intLanes=":J_0_0 :J_1_0 :J_2_0">
+            <request index="0" response="000" foes="000" cont="0"/>
+            <request index="1" response="00" foes="00" cont="0"/>
+        </junction></net>"#;
+        let net = NetFile::parse(xml.as_bytes()).unwrap();
+        let foes = FoeIndex::new(&net);
+        assert!(!foes.foes(("J", 0), ("J", 1)), "the table says no");
+        assert!(foes.foes(("J", 0), ("J", 2)), "row 2 is missing");
+        assert!(foes.foes(("J", 1), ("J", 2)), "bit 2 of row 1 is missing");
+        assert!(
+            !foes.foes(("J", 0), ("K", 1)),
+            "links of two junctions never cross"
+        );
+    }
+
+    /// Two lights at one junction (each with some of its links, or one with its crossing)
+    /// are both left on their programs, each naming the other; one light driving several
+    /// junctions is not.
+    #[test]
+    fn two_lights_of_one_junction_are_both_named() {
+        let xml = r#"<net>
+            <edge id="n" from="N" to="J"><lane id="n_0" length="50"/></edge>
+            <edge id="w" from="W" to="J"><lane id="w_0" length="50"/></edge>
+            <edge id="s" from="S" to="K"><lane id="s_0" length="50"/></edge>
+            <edge id="o" from="J" to="O"><lane id="o_0" length="50"/></edge>
+            <connection from="n" to="o" fromLane="0" toLane="0" tl="A" linkIndex="0"/>
+            <connection from="w" to="o" fromLane="0" toLane="0" tl="B" linkIndex="0"/>
+            <connection from=":J_w0" to=":J_c0" fromLane="0" toLane="0" tl="B" linkIndex="1"/>
+            <connection from="s" to="o" fromLane="0" toLane="0" tl="A" linkIndex="1"/>
+        </net>"#;
+        let net = NetFile::parse(xml.as_bytes()).unwrap();
+        let shared = junctions_of_two_lights(&net);
+        assert_eq!(shared.len(), 2, "{shared:?}");
+        assert!(shared["A"].contains("junction J") && shared["A"].contains("by B"));
+        assert!(shared["B"].contains("by A"));
+        let one = xml.replace(r#"tl="B""#, r#"tl="A""#);
+        let net = NetFile::parse(one.as_bytes()).unwrap();
+        assert!(junctions_of_two_lights(&net).is_empty());
+    }
 
     /// A plan of `turns` (no conflicts) whose phases are the non-empty sets of `phases`.
     fn plan(turns: &[bool], phases: &[u32]) -> Option<PhasePlan> {

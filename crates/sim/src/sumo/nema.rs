@@ -203,6 +203,7 @@ fn push_stage(
         state: to_string(green.clone()),
         min_dur_s: most_opt(&|p| p.min_dur_s),
         max_dur_s: most_opt(&|p| p.max_dur_s),
+        next: None,
     });
     let yellow_s = most(&|k| nema[k].yellow_s);
     let red_s = most(&|k| nema[k].red_s);
@@ -213,6 +214,7 @@ fn push_stage(
                 state: to_string(clear(to)),
                 min_dur_s: None,
                 max_dur_s: None,
+                next: None,
             });
         }
     }

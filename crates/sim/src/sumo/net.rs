@@ -56,6 +56,9 @@ pub struct TlPhase {
     pub min_dur_s: Option<f64>,
     /// Longest duration of an actuated phase (`maxDur`), if given.
     pub max_dur_s: Option<f64>,
+    /// The phases SUMO goes to after this one (`next`), if the program sets them: then its
+    /// order is not the file's.
+    pub next: Option<String>,
 }
 
 /// A traffic light's program (`<tlLogic>`).
@@ -509,6 +512,11 @@ fn read_request(attrs: &Attrs, jid: &str, j: &mut NetJunction) -> Result<(), Str
             "junction {jid}: <request index=\"{index}\"> out of order"
         ));
     }
+    if let Some(c) = foes.chars().find(|&c| c != '0' && c != '1') {
+        return Err(format!(
+            "junction {jid}: <request index=\"{index}\" foes=\"{foes}\">: {c:?} is not 0 or 1"
+        ));
+    }
     // Bit j of a foes string is its j-th character from the right.
     let row = foes.bytes().rev().map(|c| c == b'1').collect();
     j.foes.push(row);
@@ -561,6 +569,7 @@ fn read_phase(attrs: &Attrs) -> Result<TlPhase, String> {
         duration_s: secs("duration")?.unwrap_or(0.0),
         min_dur_s: secs("minDur")?,
         max_dur_s: secs("maxDur")?,
+        next: attrs.get("next").map(str::to_string),
         state,
     })
 }
@@ -613,6 +622,20 @@ mod tests {
         let j = &net.junctions["J"];
         assert_eq!(j.foes, vec![vec![false, true], vec![true, false]]);
         assert_eq!(j.int_lanes, vec![":J_0_0", ":J_1_0"]);
+        // A foes string of other characters is refused, naming the junction.
+        let odd = xml.replace(r#"foes="01""#, r#"foes="0x""#);
+        let err = NetFile::parse(odd.as_bytes()).unwrap_err();
+        assert!(err.contains("junction J") && err.contains("'x'"), "{err}");
+    }
+
+    #[test]
+    fn a_phase_that_names_its_successors_is_read_with_them() {
+        let xml = r#"<net><tlLogic id="J" programID="0"><phase duration="30" state="Gr" next="1 0"/>
+            <phase duration="30" state="rG"/></tlLogic></net>"#;
+        let net = NetFile::parse(xml.as_bytes()).unwrap();
+        let phases = &net.tl_logics[0].phases;
+        assert_eq!(phases[0].next.as_deref(), Some("1 0"));
+        assert_eq!(phases[1].next, None);
     }
 
     #[test]

@@ -80,9 +80,34 @@ fn describe(status: ExitStatus) -> String {
 /// A TCP port handed to one SUMO of this process. The OS's free port is free only until
 /// someone binds it: two SUMOs started at once (parallel seeds or environments) could be
 /// handed the same one, one of them then fails to bind and its client is reset during the
-/// handshake. Ports leased here are not handed out again until their SUMO is gone.
+/// handshake. Ports leased here are not handed out again until their SUMO is gone. Across
+/// processes (two `greenwave train` at once) a lease also holds an `flock` on
+/// `<temp>/greenwave-sumo-ports/<port>.lock`: without it, one process's client could
+/// connect to the other's SUMO on a port both were handed, and drive its simulation. Where
+/// the lock file cannot be made, the lease is this process's alone.
 struct PortLease {
     port: u16,
+    /// The port's lock file, locked while the lease lives (closed, and so unlocked, on drop).
+    _lock: Option<std::fs::File>,
+}
+
+/// The lock of `port` across processes: `Some(locked file)`, `None` where no lock file can
+/// be made, or `Err(())` where another process holds it.
+fn lock_port(port: u16) -> Result<Option<std::fs::File>, ()> {
+    let dir = std::env::temp_dir().join("greenwave-sumo-ports");
+    let file = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(format!("{port}.lock")))
+    });
+    let Ok(file) = file else { return Ok(None) };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(()),
+        Err(std::fs::TryLockError::Error(_)) => Ok(None),
+    }
 }
 
 static LEASED_PORTS: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
@@ -98,14 +123,19 @@ impl PortLease {
                     source,
                 })?
                 .port();
-            if !leased.contains(&port) {
+            if leased.contains(&port) {
+                continue;
+            }
+            if let Ok(lock) = lock_port(port) {
                 leased.push(port);
-                return Ok(PortLease { port });
+                return Ok(PortLease { port, _lock: lock });
             }
         }
         Err(SumoError::Io {
             what: "finding a free TCP port".into(),
-            source: std::io::Error::other("the OS kept offering ports already leased"),
+            source: std::io::Error::other(
+                "the OS kept offering ports already leased (here or by another greenwave process)",
+            ),
         })
     }
 }
@@ -405,5 +435,28 @@ impl Drop for SumoProcess {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port leased by one greenwave process is not leased by another: its lock file is
+    /// held (here a second handle stands for the other process, as `flock` locks each open
+    /// file apart), and freed with the lease.
+    #[test]
+    fn a_port_locked_elsewhere_is_not_leased_until_released() {
+        let lease = PortLease::new().unwrap();
+        if lease._lock.is_none() {
+            return; // no lock file here (a read-only temp folder): this process's lease alone
+        }
+        assert!(
+            lock_port(lease.port).is_err(),
+            "leased twice across processes"
+        );
+        let port = lease.port;
+        drop(lease);
+        assert!(matches!(lock_port(port), Ok(Some(_))));
     }
 }

@@ -19,9 +19,11 @@
 //!   sequencer then starts that movement later, alone.
 //!
 //! Net values are rounded up to the SUMO step. A net yellow below the ITE floor of
-//! greenwave-core ([`YELLOW_RANGE`], 3 s) is raised to it, and a clearance or max green above
-//! its ceiling lowered to it, each with a note; a value given by the user outside those bounds is
-//! refused. Overrides apply in this order, each beating the one before: the net, the timing
+//! greenwave-core ([`YELLOW_RANGE`], 3 s) is raised to it, and a max green above its ceiling
+//! lowered to it, each with a note; a net all-red above its ceiling, or a yellow one link
+//! shows for longer ([`longest_link_yellow_s`]), leaves the light on its program
+//! (`model::check_net_clearance`: greenwave never cuts a clearance short); a value given by
+//! the user outside those bounds is refused. Overrides apply in this order, each beating the one before: the net, the timing
 //! file's `[defaults]`, its `[signals.ID]` table, then the command line.
 //!
 //! ```toml
@@ -45,7 +47,7 @@ use greenwave_core::plan::{ALL_RED_RANGE, MIN_GREEN_FLOOR, YELLOW_RANGE};
 use greenwave_core::{Millis, PhaseTiming};
 use serde::{Deserialize, Serialize};
 
-use super::net::TlLogic;
+use super::net::{TlLogic, TlPhase};
 use super::SumoError;
 
 /// Min green when nothing sets it (s).
@@ -210,6 +212,36 @@ pub fn clearance_after(program: &TlLogic, k: usize) -> (f64, f64) {
         }
     }
     (yellow_s, all_red_s)
+}
+
+/// The longest yellow any one link green in phase `k` shows in the yellow after it (s).
+/// [`clearance_after`]'s yellow is the whole run of phases with a yellow, which in a
+/// program that yellows its links one after another (German ones) is longer than any
+/// link's own.
+pub fn longest_link_yellow_s(program: &TlLogic, k: usize) -> f64 {
+    let n = program.phases.len();
+    let yellows: Vec<&TlPhase> = (1..n)
+        .map(|step| &program.phases[(k + step) % n])
+        .take_while(|p| has_yellow(&p.state))
+        .collect();
+    let shows_yellow =
+        |p: &TlPhase, link: usize| matches!(p.state.as_bytes().get(link), Some(b'y' | b'Y'));
+    (0..program.phases[k].state.len())
+        .filter(|&link| link_green(&program.phases[k].state, link))
+        .map(|link| {
+            let mut run = 0.0f64;
+            let mut longest = 0.0f64;
+            for p in &yellows {
+                run = if shows_yellow(p, link) {
+                    run + p.duration_s
+                } else {
+                    0.0
+                };
+                longest = longest.max(run);
+            }
+            longest
+        })
+        .fold(0.0, f64::max)
 }
 
 fn link_green(state: &str, link: usize) -> bool {
@@ -405,6 +437,7 @@ mod tests {
                     state: s.into(),
                     min_dur_s: None,
                     max_dur_s: Some(d + 30.0),
+                    next: None,
                 })
                 .collect(),
         }
@@ -440,6 +473,27 @@ mod tests {
             Millis(61_000),
             "maxDur"
         );
+    }
+
+    /// A program that yellows its links one after another: the run of yellow phases is 7 s,
+    /// no link's own yellow longer than 4 s; a link yellow for two phases in a row counts
+    /// both.
+    #[test]
+    fn a_links_own_yellow_is_its_longest_run() {
+        let p = program(
+            "static",
+            &[
+                (30.0, "GGGr"),
+                (3.0, "yGGr"),
+                (1.0, "ryGr"),
+                (3.0, "ryyr"),
+                (2.0, "rrrr"),
+                (30.0, "rrrG"),
+            ],
+        );
+        assert_eq!(clearance_after(&p, 0), (7.0, 2.0));
+        assert_eq!(longest_link_yellow_s(&p, 0), 4.0);
+        assert_eq!(longest_link_yellow_s(&p, 5), 0.0, "no yellow follows");
     }
 
     #[test]
