@@ -11,6 +11,8 @@ TOML file) or SUMO (``backend="sumo", net=..., routes=[...]``), with greenwave's
 safety sequencer (min/max green, yellow, all-red), observations and rewards.
 """
 
+from importlib.util import find_spec
+
 from ._native import NativeEnv, NativeVecEnv
 from .export import export_mlp, export_sb3, sb3_layers
 from .gym_env import SignalEnv
@@ -21,11 +23,14 @@ __all__ = [
     "NativeVecEnv",
     "SignalEnv",
     "VecSignalEnv",
-    "ParallelSignalEnv",
     "export_mlp",
     "export_sb3",
     "sb3_layers",
 ]
+# PettingZoo is optional: `from greenwave import *` names ParallelSignalEnv only where it
+# can be imported.
+if find_spec("pettingzoo") is not None:
+    __all__.append("ParallelSignalEnv")
 
 
 def __getattr__(name):

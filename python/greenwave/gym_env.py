@@ -8,11 +8,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from ._handle import NativeHandle
 from ._native import NativeEnv
 from ._spaces import metrics, observation_space, pack, phase_index
 
 
-class SignalEnv(gym.Env):
+class SignalEnv(NativeHandle, gym.Env):
     """One signal of a greenwave environment as a Gymnasium ``Env``.
 
     The action is the phase to request (``Discrete(n_phases)``); greenwave's sequencer

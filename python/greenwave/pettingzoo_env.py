@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional
 
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from ._handle import NativeHandle
 from ._native import NativeEnv
 from ._spaces import metrics, observation_space, pack, phase_index
 
 
-class ParallelSignalEnv(ParallelEnv):
+class ParallelSignalEnv(NativeHandle, ParallelEnv):
     """Every signal an agent (named by its scenario node or SUMO traffic-light id); all
     act at once each decision interval. Spaces, rewards and masks as in
     :class:`greenwave.SignalEnv`; each agent's ``info["action_mask"]`` holds its mask. The
@@ -35,11 +35,11 @@ class ParallelSignalEnv(ParallelEnv):
         self._act_spaces = {a: spaces.Discrete(n) for a, n in zip(self.possible_agents, phases)}
         self._rng = np.random.default_rng()
 
-    @functools.lru_cache(maxsize=None)
+    # The same object on every call (PettingZoo's check) without functools.lru_cache, whose
+    # cache would keep every instance, and its SUMO, alive.
     def observation_space(self, agent: str) -> spaces.Space:
         return self._obs_spaces[agent]
 
-    @functools.lru_cache(maxsize=None)
     def action_space(self, agent: str) -> spaces.Space:
         return self._act_spaces[agent]
 

@@ -7,11 +7,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ._handle import NativeHandle
 from ._native import NativeVecEnv
 from ._spaces import phase_indices
 
 
-class VecSignalEnv:
+class VecSignalEnv(NativeHandle):
     """``n_envs`` copies of one environment (embedded or SUMO), stepped together in Rust
     with the GIL released and the copies spread over the cores.
 
@@ -31,11 +32,19 @@ class VecSignalEnv:
         return self._native.reset(seed)
 
     def step(self, actions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self._native.step(phase_indices(actions))
+        a = phase_indices(actions)
+        if a.ndim != 2:
+            raise ValueError(
+                f"actions of shape {a.shape}: expected a 2-D array "
+                f"({self.n_envs} copies × {len(self.n_phases)} signals)"
+            )
+        return self._native.step(a)
 
     def action_masks(self) -> np.ndarray:
         return self._native.action_masks()
 
     def last_metrics(self, k: int) -> Optional[dict]:
+        if not 0 <= k < self.n_envs:
+            raise ValueError(f"copy {k} is not one of 0..{self.n_envs}")
         text = self._native.last_metrics_json(k)
         return None if text is None else json.loads(text)

@@ -185,11 +185,20 @@ fn embedded_only(kw: &Kwargs<'_, '_>, files: &SumoKwargs) -> PyResult<()> {
         || kw.number("step_length_s")?.is_some()
         || kw.flag("program_intergreens")?.is_some()
         || kw.number("pedestrian_weight")?.is_some()
+        || kw.number("begin_s")?.is_some()
+        || kw.path("timing")?.is_some()
+        || kw.string("program")?.is_some()
+        || ["yellow_s", "all_red_s", "min_green_s", "max_green_s"]
+            .iter()
+            .try_fold(false, |any, k| {
+                Ok::<_, PyErr>(any | kw.number(k)?.is_some())
+            })?
     {
         return Err(value_err(
-            "net=, routes=, additional=, sumocfg=, sumo_args=, step_length_s=, \
-             program_intergreens= and pedestrian_weight= are for backend=\"sumo\"; \
-             the embedded simulator takes scenario=",
+            "net=, routes=, additional=, sumocfg=, sumo_args=, begin_s=, step_length_s=, \
+             timing=, yellow_s=, all_red_s=, min_green_s=, max_green_s=, program=, \
+             program_intergreens= and pedestrian_weight= are for backend=\"sumo\"; the \
+             embedded simulator takes scenario= (its own timing)",
         ));
     }
     if kw.flag("program_clock")? == Some(true) {

@@ -22,7 +22,7 @@ use spec::{BoxEnv, EnvSpec};
 pub use vector::NativeVecEnv;
 
 /// One environment: every signal of a scenario or SUMO net, stepped together.
-#[pyclass(module = "greenwave._native")]
+#[pyclass(module = "greenwave._native", weakref)]
 pub struct NativeEnv {
     /// Behind a mutex so the class is `Sync` (Python may touch it from any thread); the
     /// GIL already serialises calls, so it is never contended.
@@ -157,7 +157,7 @@ impl NativeEnv {
 
     /// The reward's name.
     fn reward_name(&self) -> PyResult<String> {
-        Ok(format!("{:?}", self.env()?.reward_kind()))
+        Ok(self.env()?.reward_kind().name().to_string())
     }
 
     /// Starts an episode; returns each signal's observation.

@@ -125,15 +125,25 @@ impl EnvSpec {
         if let Some(d) = demand {
             s = s.with_demand(d).map_err(err)?;
         }
-        if let Some(e) = self.episode_s {
-            s = s
-                .with_episode(whole_seconds("episode_s", e)?)
-                .map_err(err)?;
+        let episode = self
+            .episode_s
+            .map(|e| whole_seconds("episode_s", e))
+            .transpose()?;
+        let interval = self
+            .decision_interval_s
+            .map(|d| whole_seconds("decision_interval_s", d))
+            .transpose()?;
+        // Each is checked against the other as it is set: the interval first (a short
+        // episode of short decisions), unless it is longer than the scenario's episode.
+        let interval_first = interval.is_none_or(|d| d <= s.episode());
+        if let (Some(d), true) = (interval, interval_first) {
+            s = s.with_decision_interval(d).map_err(err)?;
         }
-        if let Some(d) = self.decision_interval_s {
-            s = s
-                .with_decision_interval(whole_seconds("decision_interval_s", d)?)
-                .map_err(err)?;
+        if let Some(e) = episode {
+            s = s.with_episode(e).map_err(err)?;
+        }
+        if let (Some(d), false) = (interval, interval_first) {
+            s = s.with_decision_interval(d).map_err(err)?;
         }
         if let Some(r) = self.reward {
             s = s.with_reward(r);

@@ -40,7 +40,7 @@ impl Slot {
 /// N environments of one spec, stepped together; an environment whose episode ends is
 /// reset at once (seed = base seed + N × episodes + its index), and the observation
 /// returned for it is the new episode's first.
-#[pyclass(module = "greenwave._native")]
+#[pyclass(module = "greenwave._native", weakref)]
 pub struct NativeVecEnv {
     slots: Vec<Slot>,
     base_seed: u64,

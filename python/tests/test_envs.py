@@ -147,6 +147,58 @@ def test_bad_input_is_a_clear_error():
         native.step([0])
 
 
+def test_sumo_only_timing_is_refused_on_the_embedded_simulator():
+    # The embedded scenario has its own timing: a SUMO timing keyword would be ignored.
+    for kw in [dict(yellow_s=4), dict(min_green_s=20), dict(all_red_s=1), dict(max_green_s=40),
+               dict(begin_s=0), dict(timing="t.toml"), dict(program="0")]:
+        with pytest.raises(ValueError, match="are for backend=\"sumo\""):
+            SignalEnv(scenario="single-4way", **kw)
+    with pytest.raises(ValueError, match="yellow_s= must be a number"):
+        SignalEnv(scenario="single-4way", yellow_s="banana")
+
+
+def test_a_short_episode_of_short_decisions_is_taken():
+    env = SignalEnv(scenario="single-4way", episode_s=4, decision_interval_s=2)
+    env.reset(seed=0)
+    _, _, _, truncated, _ = env.step(0)
+    assert not truncated
+    _, _, _, truncated, _ = env.step(0)
+    assert truncated
+    # A decision interval longer than the scenario's episode, with an episode to fit it.
+    SignalEnv(scenario="single-4way", episode_s=8000, decision_interval_s=4000)
+    assert NativeEnv(reward="delay-delta").reward_name() == "delay-delta"
+
+
+def test_close_releases_the_environment():
+    import gc
+    import weakref
+
+    env = SignalEnv(scenario="single-4way")
+    env.reset(seed=0)
+    native = weakref.ref(env._native_env)
+    env.close()
+    gc.collect()
+    assert native() is None, "the native environment (and its SUMO) outlived close()"
+    with pytest.raises(RuntimeError, match="closed"):
+        env.step(0)
+    env.close()  # twice is fine
+    vec = VecSignalEnv(2, scenario="single-4way")
+    native = weakref.ref(vec._native_env)
+    vec.close()
+    gc.collect()
+    assert native() is None
+    with pytest.raises(RuntimeError, match="closed"):
+        vec.reset(0)
+    # Asking a PettingZoo environment for its spaces does not keep it alive.
+    par = ParallelSignalEnv(scenario="arterial-3")
+    par.observation_space(par.possible_agents[0])
+    par.action_space(par.possible_agents[0])
+    gone = weakref.ref(par)
+    del par
+    gc.collect()
+    assert gone() is None, "something kept the environment alive"
+
+
 @needs_sumo
 def test_sumo_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="missing.net.xml"):
@@ -155,7 +207,7 @@ def test_sumo_errors_name_the_problem(tmp_path):
         SignalEnv(**sumo_single(yellow_s=1.0))
     with pytest.raises(ValueError, match="not a multiple of the SUMO step length 0.3 s"):
         SignalEnv(**sumo_single(step_length_s=0.3))
-    with pytest.raises(ValueError, match="step_length_s=, program_intergreens= and pedestrian_weight= are for"):
+    with pytest.raises(ValueError, match="program_intergreens= and pedestrian_weight= are for"):
         SignalEnv(scenario="single-4way", step_length_s=0.5)
     with pytest.raises(ValueError, match="pedestrian_weight= are for backend"):
         SignalEnv(scenario="single-4way", program_intergreens=False)
@@ -263,6 +315,10 @@ def test_vectorised_step_stacks_and_resets_each_copy():
         vec.step(np.zeros((3, 1), dtype=np.int64))
     with pytest.raises(TypeError, match="not phase indices"):
         vec.step(np.full((4, 1), 1.5, dtype=np.float32))
+    with pytest.raises(ValueError, match="expected a 2-D array"):
+        vec.step(np.zeros(4, dtype=np.int64))
+    with pytest.raises(ValueError, match="copy -1 is not one of"):
+        vec.last_metrics(-1)
 
 
 def test_vectorised_copies_equal_single_environments():
