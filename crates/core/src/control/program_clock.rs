@@ -65,7 +65,11 @@ pub enum ProgramClockError {
 }
 
 /// A signal's timing program as a clock (see the module documentation).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// Not `Deserialize`: a clock is only made by [`ProgramClock::new`], whose checks
+/// (a cycle above 0, stages merged and counted) the readings rely on. A site's clock is
+/// stored as greenwave-runtime's `SiteProgramClock` and built through it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ProgramClock {
     stages: Vec<ClockStage, MAX_CLOCK_STAGES>,
     /// The offset, reduced into `0..cycle`.
