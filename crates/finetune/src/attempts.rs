@@ -56,13 +56,19 @@ pub(super) enum Attempt {
     Exhausted { tried: u32 },
 }
 
-/// The key of an attempt: the running version, and the first and last held-back records
-/// the candidate was judged on (segment:offset:unix_ms each).
-pub(super) fn key(held: Option<(LogPosition, LogPosition)>, version: u32) -> String {
+/// The key of an attempt: the running version, the signal whose records alone it was
+/// judged on (`--signal`; none: every signal's), and the first and last held-back records
+/// (segment:offset:unix_ms each).
+pub(super) fn key(
+    held: Option<(LogPosition, LogPosition)>,
+    version: u32,
+    signal: Option<u16>,
+) -> String {
     let pos = |p: LogPosition| format!("{}:{}:{}", p.segment, p.offset, p.unix_ms);
+    let scope = signal.map_or(String::new(), |s| format!(" signal {s}"));
     match held {
-        Some((first, last)) => format!("v{version} held {}..{}", pos(first), pos(last)),
-        None => format!("v{version} held -"),
+        Some((first, last)) => format!("v{version}{scope} held {}..{}", pos(first), pos(last)),
+        None => format!("v{version}{scope} held -"),
     }
 }
 
@@ -72,12 +78,19 @@ type Pos = (u64, u64, u64);
 /// The first and last held-back records of a key; `None` where a key does not say.
 type Span = Option<(Pos, Pos)>;
 
-/// A key's version and span; `None` for a key no writer of this file makes. Keys from
-/// before held-back ranges (`v<version> <first>..<last> n=<records>`) name the whole log
-/// their candidates were judged on, which holds their held-back records.
-fn parse_key(key: &str) -> Option<(u32, Span)> {
+/// A key's version, signal and span; `None` for a key no writer of this file makes. Keys
+/// from before held-back ranges (`v<version> <first>..<last> n=<records>`) name the whole
+/// log their candidates were judged on, which holds their held-back records.
+fn parse_key(key: &str) -> Option<(u32, Option<u16>, Span)> {
     let (version, rest) = key.strip_prefix('v')?.split_once(' ')?;
     let version = version.parse().ok()?;
+    let (signal, rest) = match rest.strip_prefix("signal ") {
+        Some(r) => {
+            let (s, r) = r.split_once(' ')?;
+            (Some(s.parse().ok()?), r)
+        }
+        None => (None, rest),
+    };
     let range = match rest.strip_prefix("held ") {
         Some(r) => r,
         None => rest.split(" n=").next()?,
@@ -89,11 +102,13 @@ fn parse_key(key: &str) -> Option<(u32, Span)> {
     let span = range
         .split_once("..")
         .and_then(|(a, b)| Some((pos(a)?, pos(b)?)));
-    Some((version, span))
+    Some((version, signal, span))
 }
 
 /// Whether the earlier attempt `earlier` counts against one of `version` judged on the
-/// held-back records `held` (in log order), whatever version it was of: either
+/// held-back records `held` (in log order) of `signal` (none: every signal's), whatever
+/// version it was of, unless the two were judged on two different signals' records alone:
+/// either
 /// - its first or last judged record is one of `held`, the same record (position and
 ///   time): held-back records are a log's most recent, so an earlier attempt on a log that
 ///   only grew shares its last one, or, where the log did not grow, its first; or
@@ -105,10 +120,15 @@ fn parse_key(key: &str) -> Option<(u32, Span)> {
 /// time and never with the same records: new data. A key that does not parse counts (the
 /// file is the gate's guarantee: it fails closed); one of an attempt that held back no
 /// records (refused before judging) counts against its own version only.
-fn counts_against(earlier: &str, version: u32, held: &[LogPosition]) -> bool {
-    let Some((v, span)) = parse_key(earlier) else {
+fn counts_against(earlier: &str, version: u32, signal: Option<u16>, held: &[LogPosition]) -> bool {
+    let Some((v, earlier_signal, span)) = parse_key(earlier) else {
         return true;
     };
+    if let (Some(a), Some(b)) = (earlier_signal, signal) {
+        if a != b {
+            return false;
+        }
+    }
     let Some((first, last)) = span else {
         return v == version;
     };
@@ -208,15 +228,20 @@ impl Ledger {
     pub(super) fn begin(
         &self,
         version: u32,
+        signal: Option<u16>,
         held: &[LogPosition],
         max: u32,
     ) -> Result<Attempt, LedgerError> {
-        let key = key(held.first().copied().zip(held.last().copied()), version);
+        let key = key(
+            held.first().copied().zip(held.last().copied()),
+            version,
+            signal,
+        );
         let _held = self.lock()?;
         let (mut counts, legacy) = self.read()?;
         let tried = counts
             .iter()
-            .filter(|(k, _)| counts_against(k, version, held))
+            .filter(|(k, _)| counts_against(k, version, signal, held))
             .fold(0u32, |sum, (_, n)| sum.saturating_add(*n));
         if tried >= max {
             if legacy {
@@ -288,8 +313,13 @@ mod tests {
             .collect()
     }
 
+    /// `l.begin` on every signal's records, unwrapped.
+    fn begin(l: &Ledger, version: u32, held: &[LogPosition], max: u32) -> Attempt {
+        l.begin(version, None, held, max).unwrap()
+    }
+
     fn key_of(held: &[LogPosition], version: u32) -> String {
-        key(Some((held[0], *held.last().unwrap())), version)
+        key(Some((held[0], *held.last().unwrap())), version, None)
     }
 
     /// Attempts on one version count against each other when they share held-back
@@ -299,41 +329,29 @@ mod tests {
     fn attempts_count_against_shared_held_back_records() {
         let (l, dir) = ledger("overlap");
         let h = held_of(1000, 0);
-        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Counted { number: 1 });
-        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Counted { number: 2 });
+        assert_eq!(begin(&l, 1, &h, 2), Attempt::Counted { number: 1 });
+        assert_eq!(begin(&l, 1, &h, 2), Attempt::Counted { number: 2 });
         // A quarter more log: its held-back records still hold the last ones judged.
         let grown = held_of(1250, 0);
-        assert_eq!(
-            l.begin(1, &grown, 2).unwrap(),
-            Attempt::Exhausted { tried: 2 }
-        );
-        assert_eq!(
-            l.begin(1, &grown, 3).unwrap(),
-            Attempt::Counted { number: 3 }
-        );
+        assert_eq!(begin(&l, 1, &grown, 2), Attempt::Exhausted { tried: 2 });
+        assert_eq!(begin(&l, 1, &grown, 3), Attempt::Counted { number: 3 });
         // Held-back records all newer than every one judged: a fresh test.
         let fresh = held_of(1800, 0);
         assert!(fresh[0].offset > grown.last().unwrap().offset);
-        assert_eq!(
-            l.begin(1, &fresh, 2).unwrap(),
-            Attempt::Counted { number: 1 }
-        );
+        assert_eq!(begin(&l, 1, &fresh, 2), Attempt::Counted { number: 1 });
         // The segments moved away and the log begun again: same positions, later times.
         let again = held_of(1000, 1_000_000_000);
-        assert_eq!(
-            l.begin(1, &again, 2).unwrap(),
-            Attempt::Counted { number: 1 }
-        );
+        assert_eq!(begin(&l, 1, &again, 2), Attempt::Counted { number: 1 });
         // The last records judged were lost (a power cut before their sync), and the log
         // grew past them: the records in the middle are shared still.
         let (l3, dir3) = ledger("overlap-lost-tail");
-        assert_eq!(l3.begin(1, &h, 1).unwrap(), Attempt::Counted { number: 1 });
+        assert_eq!(begin(&l3, 1, &h, 1), Attempt::Counted { number: 1 });
         let after_loss: Vec<LogPosition> = held_of(1200, 0)
             .into_iter()
             .filter(|p| !(990..1000).contains(&p.offset))
             .collect();
         assert_eq!(
-            l3.begin(1, &after_loss, 1).unwrap(),
+            begin(&l3, 1, &after_loss, 1),
             Attempt::Exhausted { tried: 1 }
         );
         std::fs::remove_dir_all(&dir3).unwrap();
@@ -341,24 +359,46 @@ mod tests {
         // the same sample, so the same count; a key from before held-back ranges (its
         // whole log).
         // (h's two attempts and the grown log's one.)
-        assert_eq!(l.begin(2, &h, 2).unwrap(), Attempt::Exhausted { tried: 3 });
-        assert_eq!(l.begin(2, &h, 9).unwrap(), Attempt::Counted { number: 4 });
+        assert_eq!(begin(&l, 2, &h, 2), Attempt::Exhausted { tried: 3 });
+        assert_eq!(begin(&l, 2, &h, 9), Attempt::Counted { number: 4 });
         let (l2, dir2) = ledger("overlap-legacy");
         std::fs::write(&l2.path, "{\"v1 0:0:0..0:999:999000 n=1000\": 3}").unwrap();
-        assert_eq!(
-            l2.begin(1, &grown, 3).unwrap(),
-            Attempt::Exhausted { tried: 3 }
-        );
-        assert_eq!(
-            l2.begin(1, &fresh, 3).unwrap(),
-            Attempt::Counted { number: 1 }
-        );
+        assert_eq!(begin(&l2, 1, &grown, 3), Attempt::Exhausted { tried: 3 });
+        assert_eq!(begin(&l2, 1, &fresh, 3), Attempt::Counted { number: 1 });
         // Keys that do not name their records count against every attempt.
-        assert!(counts_against("not a key", 1, &h), "fails closed");
-        assert!(counts_against(&key(None, 1), 1, &fresh));
-        assert!(!counts_against(&key(None, 2), 1, &fresh));
+        assert!(counts_against("not a key", 1, None, &h), "fails closed");
+        assert!(counts_against(&key(None, 1, None), 1, None, &fresh));
+        assert!(!counts_against(&key(None, 2, None), 1, None, &fresh));
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&dir2).unwrap();
+    }
+
+    /// Attempts on one signal's records alone (`--signal`) do not count against another
+    /// signal's, whose records are others though they interleave in the log; an attempt on
+    /// every signal's records counts against each.
+    #[test]
+    fn attempts_on_one_signals_records_count_for_that_signal_only() {
+        let (l, dir) = ledger("signals");
+        let h = held_of(1000, 0);
+        assert_eq!(
+            l.begin(1, Some(0), &h, 2).unwrap(),
+            Attempt::Counted { number: 1 }
+        );
+        assert_eq!(
+            l.begin(1, Some(0), &h, 2).unwrap(),
+            Attempt::Counted { number: 2 }
+        );
+        assert_eq!(
+            l.begin(1, Some(0), &h, 2).unwrap(),
+            Attempt::Exhausted { tried: 2 }
+        );
+        assert_eq!(
+            l.begin(1, Some(1), &h, 2).unwrap(),
+            Attempt::Counted { number: 1 }
+        );
+        assert_eq!(begin(&l, 1, &h, 2), Attempt::Exhausted { tried: 3 });
+        assert!(parse_key(&key(Some((h[0], h[1])), 4, Some(7))).is_some_and(|k| k.1 == Some(7)));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -367,13 +407,13 @@ mod tests {
         let h = held_of(1000, 0);
         let (k1, k2) = (key_of(&h, 1), key_of(&h, 2));
         assert_eq!(l.count(&k1).unwrap(), 0);
-        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Counted { number: 1 });
-        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Counted { number: 2 });
-        assert_eq!(l.begin(1, &h, 2).unwrap(), Attempt::Exhausted { tried: 2 });
+        assert_eq!(begin(&l, 1, &h, 2), Attempt::Counted { number: 1 });
+        assert_eq!(begin(&l, 1, &h, 2), Attempt::Counted { number: 2 });
+        assert_eq!(begin(&l, 1, &h, 2), Attempt::Exhausted { tried: 2 });
         // v2, fine-tuned from v1 and accepted on these records, may not test its own
         // candidates on them again beyond the limit.
-        assert_eq!(l.begin(2, &h, 2).unwrap(), Attempt::Exhausted { tried: 2 });
-        assert_eq!(l.begin(2, &h, 3).unwrap(), Attempt::Counted { number: 3 });
+        assert_eq!(begin(&l, 2, &h, 2), Attempt::Exhausted { tried: 2 });
+        assert_eq!(begin(&l, 2, &h, 3), Attempt::Counted { number: 3 });
         assert_eq!((l.count(&k1).unwrap(), l.count(&k2).unwrap()), (2, 1));
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -383,8 +423,8 @@ mod tests {
         let (l, dir) = ledger("damaged");
         let h = held_of(1000, 0);
         let k1 = key_of(&h, 1);
-        l.begin(1, &h, 3).unwrap();
-        l.begin(1, &h, 3).unwrap();
+        begin(&l, 1, &h, 3);
+        begin(&l, 1, &h, 3);
         let good = std::fs::read(&l.path).unwrap();
         // Every single flipped bit is refused (or, in the layout alone, reads the same).
         for i in 0..good.len() * 8 {
@@ -397,7 +437,7 @@ mod tests {
             }
         }
         std::fs::write(&l.path, &good[..good.len() / 2]).unwrap();
-        assert!(l.begin(1, &h, 3).is_err());
+        assert!(l.begin(1, None, &h, 3).is_err());
         // A damaged file in today's format is named so, not as some other file.
         let e = l.count(&k1).unwrap_err().to_string();
         assert!(e.contains("damaged"), "{e}");
@@ -405,16 +445,16 @@ mod tests {
         // when the limit refuses.
         std::fs::write(&l.path, format!("{{\"{k1}\": 2}}")).unwrap();
         assert_eq!(l.count(&k1).unwrap(), 2);
-        assert_eq!(l.begin(1, &h, 3).unwrap(), Attempt::Counted { number: 3 });
+        assert_eq!(begin(&l, 1, &h, 3), Attempt::Counted { number: 3 });
         std::fs::write(&l.path, format!("{{\"{k1}\": 3}}")).unwrap();
-        assert_eq!(l.begin(1, &h, 3).unwrap(), Attempt::Exhausted { tried: 3 });
+        assert_eq!(begin(&l, 1, &h, 3), Attempt::Exhausted { tried: 3 });
         assert!(std::fs::read_to_string(&l.path).unwrap().contains("crc32"));
         // A path that cannot be written (a directory in the way) refuses to count.
         let blocked = Ledger {
             path: dir.join("blocked"),
         };
         std::fs::create_dir_all(dir.join("blocked.json.tmp")).unwrap();
-        let e = blocked.begin(1, &h, 3).unwrap_err();
+        let e = blocked.begin(1, None, &h, 3).unwrap_err();
         assert!(e.to_string().contains("writing it"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -275,6 +275,21 @@ fn block_records(j: &Judged<'_>, cfg: &GateConfig) -> usize {
     cfg.block_records.saturating_mul(signals.max(1))
 }
 
+/// A refusal where the held-back records hold fewer than two bootstrap blocks: every
+/// resample would then be the whole series, and the interval the critics' spread alone.
+fn too_few_blocks(j: &Judged<'_>, cfg: &GateConfig) -> Option<String> {
+    let block = block_records(j, cfg);
+    (j.held.len() < 2 * block).then(|| {
+        format!(
+            "refused: {} held-back records are fewer than two bootstrap blocks of {block} \
+             ({} records per signal of the log): too few to judge the traffic's variation; \
+             log more",
+            j.held.len(),
+            cfg.block_records
+        )
+    })
+}
+
 /// A fresh critic fitted by FQE of `g_old` on a moving-block resample of the held-back
 /// records, and which records the resample holds.
 fn fit_critic(
@@ -384,7 +399,7 @@ pub fn judge(
     };
     count_changes(&mut rep, j, &g);
     rep.kl = mean_kl(&p_old, &p_new);
-    if let Some(why) = precheck(&rep, cfg) {
+    if let Some(why) = precheck(&rep, cfg).or_else(|| too_few_blocks(j, cfg)) {
         rep.reason = why;
         return Ok(rep);
     }
@@ -603,6 +618,39 @@ mod tests {
         assert_eq!(d, vec![4.0, 4.0, 2.0, 0.0]);
         // The cap bounds the weight.
         assert_eq!(deltas(&j, &g, &q_s, &resid, 3.0)[0], 2.0 + 0.5 * 3.0);
+    }
+
+    /// Blocks are 120 records per signal, and the records must hold two of them: 300 records
+    /// of one signal do; 300 of two interleaved signals (blocks of 240) do not.
+    #[test]
+    fn blocks_grow_with_the_signals_and_two_are_needed() {
+        let held = ReplayBatch {
+            n_actions: 2,
+            actions: vec![0; 300],
+            ..Default::default()
+        };
+        let meta = |signals: u16| -> Vec<RecordMeta> {
+            (0..300u16)
+                .map(|i| RecordMeta {
+                    source: ActionSource::Policy,
+                    signal: i % signals,
+                    behaviour_prob: Some(1.0),
+                })
+                .collect()
+        };
+        let cfg = GateConfig::default();
+        let (one, two) = (meta(1), meta(2));
+        let one = Judged {
+            held: &held,
+            meta: &one,
+            gamma: 0.9,
+        };
+        let two = Judged { meta: &two, ..one };
+        assert_eq!(block_records(&one, &cfg), 120);
+        assert_eq!(block_records(&two, &cfg), 240);
+        assert_eq!(too_few_blocks(&one, &cfg), None);
+        let why = too_few_blocks(&two, &cfg).unwrap();
+        assert!(why.contains("two bootstrap blocks of 240"), "{why}");
     }
 
     /// Accepted only with a positive, finite lower bound and a fitted critic.

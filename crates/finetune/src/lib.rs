@@ -401,11 +401,19 @@ pub fn prepare(
             found: summary.records_used,
             needed: cfg.min_records.max(1),
             detail: format!(
-                " ({} records read, {} of another layout, {} not finite, {} segment problem(s))",
+                " ({} records read, {} of another layout, {} not finite, {} segment \
+                 problem(s){})",
                 summary.records_read,
                 summary.records_skipped_layout,
                 summary.records_skipped_non_finite,
-                summary.issues.len()
+                summary.issues.len(),
+                match cfg.signal {
+                    Some(s) => format!(
+                        ", {} of other signals than --signal {s}",
+                        summary.records_skipped_signal
+                    ),
+                    None => String::new(),
+                }
             ),
         });
     }
@@ -502,7 +510,7 @@ pub fn finetune(
         ..Default::default()
     };
     let version = p.parent.policy_version;
-    let gate = match attempts.begin(version, &p.held_positions, cfg.max_attempts) {
+    let gate = match attempts.begin(version, cfg.signal, &p.held_positions, cfg.max_attempts) {
         Err(e) => refused(format!(
             "refused: {e}; without it the gate cannot limit how many candidates are judged on \
              this log. Restore the file, or remove it if no candidate was judged on this log \
