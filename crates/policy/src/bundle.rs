@@ -252,10 +252,10 @@ fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Writes a secret key file: a new file of mode 0600 beside `path`, renamed over it. A file
-/// opened in place would keep an existing file's permissions (`--force` over a 0644 key),
-/// and would write through a link.
-fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), BundleError> {
+/// Writes a key file: a new file of `mode` beside `path`, renamed over it. A file opened in
+/// place would keep an existing file's permissions (`--force` over a 0644 secret key), and
+/// would write through a link.
+fn write_new_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), BundleError> {
     let tmp = with_suffix(path, &format!(".tmp-{}", std::process::id()));
     let _ = fs::remove_file(&tmp);
     let mut opts = fs::OpenOptions::new();
@@ -263,8 +263,10 @@ fn write_secret(path: &Path, bytes: &[u8]) -> Result<(), BundleError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
+        opts.mode(mode);
     }
+    #[cfg(not(unix))]
+    let _ = mode;
     let written = opts
         .open(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
@@ -318,10 +320,10 @@ pub fn keygen(prefix: &Path, force: bool) -> Result<(KeyPairPaths, VerifyingKey)
         "{SECRET_KEY_HEADER}: keep it off controllers and out of version control\n{}\n",
         hex(&seed)
     );
-    write_secret(&paths.secret, secret_text.as_bytes())?;
+    write_new_file(&paths.secret, secret_text.as_bytes(), 0o600)?;
     let public = key.verifying_key();
     let public_text = format!("{PUBLIC_KEY_HEADER}\n{}\n", key_hex(&public));
-    fs::write(&paths.public, public_text).map_err(io_err("writing", &paths.public))?;
+    write_new_file(&paths.public, public_text.as_bytes(), 0o644)?;
     Ok((paths, public))
 }
 

@@ -210,13 +210,19 @@ fn a_light_whose_program_orders_its_phases_with_next_stays_on_its_program() {
         return;
     }
     let green = r#"<phase duration="33" state="GGgrrrGGgrrr"/>"#;
-    let with_next = r#"<phase duration="33" state="GGgrrrGGgrrr" next="1"/>"#;
+    // Straight from the through green to the next through green: its yellow is skipped.
+    let with_next = r#"<phase duration="33" state="GGgrrrGGgrrr" next="4"/>"#;
     let (cfg, work) = cross_edited("next-phase", green, with_next);
     let models = cfg.models().unwrap();
     assert!(models.models.is_empty());
+    // A `next` that names the phase after it in the file changes nothing.
+    let in_order = r#"<phase duration="33" state="GGgrrrGGgrrr" next="1"/>"#;
+    let (cfg, work_in_order) = cross_edited("next-in-order", green, in_order);
+    assert_eq!(cfg.models().unwrap().models.len(), 1);
+    let _ = std::fs::remove_dir_all(&work_in_order);
     let why = models.on_program[0].to_string();
     assert!(
-        why.contains("phase 0") && why.contains("next=\"1\""),
+        why.contains("phase 0") && why.contains("next=\"4\""),
         "{why}"
     );
     let _ = std::fs::remove_dir_all(&work);

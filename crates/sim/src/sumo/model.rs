@@ -248,7 +248,8 @@ pub fn build_models(net: &NetFile, opts: ModelOptions<'_>) -> Result<NetModels, 
 /// its program: greenwave derives each light's plan and conflicts alone, so two lights of
 /// one junction, controlled apart, could show conflicting greens together.
 fn junctions_of_two_lights(net: &NetFile) -> HashMap<&str, String> {
-    let mut lights_at: HashMap<&str, Vec<&str>> = HashMap::new();
+    // Ordered, so that a light at two such junctions is named by the same one every run.
+    let mut lights_at: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for c in &net.connections {
         let Some(tl) = c.tl.as_deref() else { continue };
         // The junction a link crosses: its edge's end, or an internal edge's own junction
@@ -362,19 +363,6 @@ fn link_connections<'a>(
             p.state.len()
         )));
     }
-    if let Some((k, p)) = program
-        .phases
-        .iter()
-        .enumerate()
-        .find(|p| p.1.next.is_some())
-    {
-        return Err(Refusal::Static(format!(
-            "program {pid:?}: phase {k} names the phases after it (next=\"{}\"); greenwave \
-             reads a program's clearances in file order, so it does not take over a program \
-             that orders its phases otherwise",
-            p.next.as_deref().unwrap_or_default()
-        )));
-    }
     let mut conns: LinkConns<'a> = vec![Vec::new(); n];
     // Connections without a link index (linkIndex -1) pass the junction uncontrolled.
     for c in net
@@ -394,6 +382,31 @@ fn link_connections<'a>(
             .push(c);
     }
     Ok((n, conns))
+}
+
+/// Refuses a program whose phases name a successor (`next`) other than the next in the file:
+/// greenwave reads a program's clearances, intergreens and clock in file order.
+fn check_file_order(program: &TlLogic) -> Result<(), Refusal> {
+    let n = program.phases.len();
+    for (k, p) in program.phases.iter().enumerate() {
+        let Some(next) = p.next.as_deref() else {
+            continue;
+        };
+        let in_file_order = next
+            .split_whitespace()
+            .map(str::parse::<usize>)
+            .collect::<Result<Vec<_>, _>>()
+            .is_ok_and(|v| v == [(k + 1) % n]);
+        if !in_file_order {
+            return Err(Refusal::Static(format!(
+                "program {:?}: phase {k} names the phases after it (next=\"{next}\"); greenwave \
+                 reads a program's clearances in file order, so it does not take over a program \
+                 that orders its phases otherwise",
+                program.program_id
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One green phase of a light's program(s).
@@ -780,6 +793,11 @@ fn build_one(
     let id = program.id.as_str();
     let (n, conns) = link_connections(net, program)?;
     let greens = choosable_greens(net, program, &conns, opts)?;
+    // Every program the plan reads: the light's own, and those whose greens it joined.
+    check_file_order(program)?;
+    for g in &greens {
+        check_file_order(g.program)?;
+    }
     let pattern = green_patterns(&greens, n);
     let approaches = approach_edges(net, &conns, &pattern);
     if approaches.len() > u8::MAX as usize {

@@ -22,8 +22,9 @@
 //! greenwave-core ([`YELLOW_RANGE`], 3 s) is raised to it, and a max green above its ceiling
 //! lowered to it, each with a note; a net all-red above its ceiling, or a yellow one link
 //! shows for longer ([`longest_link_yellow_s`]), leaves the light on its program
-//! (`model::check_net_clearance`: greenwave never cuts a clearance short); a value given by
-//! the user outside those bounds is refused. Overrides apply in this order, each beating the one before: the net, the timing
+//! (`model::check_net_clearance`); a value given by the user outside those bounds is refused.
+//! A staggered run of yellows lowered to the ceiling can still shorten some pair's
+//! intergreen, which the program-intergreen note reports. Overrides apply in this order, each beating the one before: the net, the timing
 //! file's `[defaults]`, its `[signals.ID]` table, then the command line.
 //!
 //! ```toml
