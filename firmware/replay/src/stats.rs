@@ -69,7 +69,7 @@ pub struct TargetStats {
     pub decision_polls: TickStats,
     /// Ticks of every other poll.
     pub other_polls: TickStats,
-    /// Ticks of `Policy::decide` alone (forward pass, masked argmax, log-prob), measured
+    /// Ticks of `Policy::decide` alone (forward pass and masked argmax), measured
     /// as [`DECIDE_REPEATS`] back-to-back calls per sample on the observation of each decision.
     pub decide_repeated: TickStats,
 }
