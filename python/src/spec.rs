@@ -133,18 +133,9 @@ impl EnvSpec {
             .decision_interval_s
             .map(|d| whole_seconds("decision_interval_s", d))
             .transpose()?;
-        // Each is checked against the other as it is set: the interval first (a short
-        // episode of short decisions), unless it is longer than the scenario's episode.
-        let interval_first = interval.is_none_or(|d| d <= s.episode());
-        if let (Some(d), true) = (interval, interval_first) {
-            s = s.with_decision_interval(d).map_err(err)?;
-        }
-        if let Some(e) = episode {
-            s = s.with_episode(e).map_err(err)?;
-        }
-        if let (Some(d), false) = (interval, interval_first) {
-            s = s.with_decision_interval(d).map_err(err)?;
-        }
+        s = s
+            .with_episode_and_interval(episode, interval)
+            .map_err(err)?;
         if let Some(r) = self.reward {
             s = s.with_reward(r);
         }

@@ -380,22 +380,11 @@ mod tests {
     fn attempts_on_one_signals_records_count_for_that_signal_only() {
         let (l, dir) = ledger("signals");
         let h = held_of(1000, 0);
-        assert_eq!(
-            l.begin(1, Some(0), &h, 2).unwrap(),
-            Attempt::Counted { number: 1 }
-        );
-        assert_eq!(
-            l.begin(1, Some(0), &h, 2).unwrap(),
-            Attempt::Counted { number: 2 }
-        );
-        assert_eq!(
-            l.begin(1, Some(0), &h, 2).unwrap(),
-            Attempt::Exhausted { tried: 2 }
-        );
-        assert_eq!(
-            l.begin(1, Some(1), &h, 2).unwrap(),
-            Attempt::Counted { number: 1 }
-        );
+        let on = |signal: u16| l.begin(1, Some(signal), &h, 2).unwrap();
+        assert_eq!(on(0), Attempt::Counted { number: 1 });
+        assert_eq!(on(0), Attempt::Counted { number: 2 });
+        assert_eq!(on(0), Attempt::Exhausted { tried: 2 });
+        assert_eq!(on(1), Attempt::Counted { number: 1 });
         assert_eq!(begin(&l, 1, &h, 2), Attempt::Exhausted { tried: 3 });
         assert!(parse_key(&key(Some((h[0], h[1])), 4, Some(7))).is_some_and(|k| k.1 == Some(7)));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -123,8 +123,7 @@ pub fn read_log(
         dir: dir.to_path_buf(),
         source: e,
     })?;
-    let mut reading = Reading::new(layout, norm, reader.segments().len());
-    reading.signal = signal;
+    let mut reading = Reading::new(layout, norm, reader.segments().len(), signal);
     for item in reader.records() {
         match item {
             Ok(rec) => reading.record(&rec),
@@ -162,7 +161,12 @@ struct Reading<'a> {
 }
 
 impl<'a> Reading<'a> {
-    fn new(layout: ObsLayout, norm: &'a ObsNormalization, segments: usize) -> Self {
+    fn new(
+        layout: ObsLayout,
+        norm: &'a ObsNormalization,
+        segments: usize,
+        signal: Option<u16>,
+    ) -> Self {
         let d = layout.dim();
         let batch = ReplayBatch {
             obs_dim: d,
@@ -183,7 +187,7 @@ impl<'a> Reading<'a> {
                 summary,
                 issues: Vec::new(),
             },
-            signal: None,
+            signal,
             norm_buf: vec![0.0f32; d],
         }
     }

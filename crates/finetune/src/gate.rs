@@ -227,18 +227,19 @@ struct Greedy {
     next_old: Vec<usize>,
 }
 
-/// One evaluation critic: fitted by FQE of `g_old` on a block resample of the held-back
-/// records, checked on the records left out, and its per-decision-state `Δ`.
+/// One evaluation critic: fitted by FQE of `g_old` on a resample of the held-back records
+/// in blocks of `block` ([`block_records`]), checked on the records left out, and its
+/// per-decision-state `Δ`.
 fn fit_view(
     j: &Judged<'_>,
     g: &Greedy,
-    hidden: &[usize],
+    (hidden, block): (&[usize], usize),
     cfg: &GateConfig,
     rng: &mut StdRng,
 ) -> Result<CriticView, FinetuneError> {
     let held = j.held;
     let (n, d) = (held.len(), held.obs_dim);
-    let (q, in_sample) = fit_critic(j, g, hidden, cfg, rng)?;
+    let (q, in_sample) = fit_critic(j, g, (hidden, block), cfg, rng)?;
     let q_s = q_rows(&q, &held.obs, n, d)?;
     let q_next = q_rows(&q, &held.next_obs, n, d)?;
     // One-step targets and residuals, for the fit check (out of resample) and δ.
@@ -275,10 +276,10 @@ fn block_records(j: &Judged<'_>, cfg: &GateConfig) -> usize {
     cfg.block_records.saturating_mul(signals.max(1))
 }
 
-/// A refusal where the held-back records hold fewer than two bootstrap blocks: every
-/// resample would then be the whole series, and the interval the critics' spread alone.
-fn too_few_blocks(j: &Judged<'_>, cfg: &GateConfig) -> Option<String> {
-    let block = block_records(j, cfg);
+/// A refusal where the held-back records hold fewer than two bootstrap blocks of `block`
+/// records: every resample would then be the whole series, and the interval the critics'
+/// spread alone.
+fn too_few_blocks(j: &Judged<'_>, block: usize, cfg: &GateConfig) -> Option<String> {
     (j.held.len() < 2 * block).then(|| {
         format!(
             "refused: {} held-back records are fewer than two bootstrap blocks of {block} \
@@ -291,17 +292,17 @@ fn too_few_blocks(j: &Judged<'_>, cfg: &GateConfig) -> Option<String> {
 }
 
 /// A fresh critic fitted by FQE of `g_old` on a moving-block resample of the held-back
-/// records, and which records the resample holds.
+/// records (blocks of `block`), and which records the resample holds.
 fn fit_critic(
     j: &Judged<'_>,
     g: &Greedy,
-    hidden: &[usize],
+    (hidden, block): (&[usize], usize),
     cfg: &GateConfig,
     rng: &mut StdRng,
 ) -> Result<(QCritic, Vec<bool>), FinetuneError> {
     let held = j.held;
     let (n, d, a) = (held.len(), held.obs_dim, held.n_actions);
-    let sample = block_resample(n, block_records(j, cfg), rng);
+    let sample = block_resample(n, block, rng);
     let mut in_sample = vec![false; n];
     sample.iter().for_each(|&i| in_sample[i] = true);
     let fit_on = held.select(&sample);
@@ -399,18 +400,17 @@ pub fn judge(
     };
     count_changes(&mut rep, j, &g);
     rep.kl = mean_kl(&p_old, &p_new);
-    if let Some(why) = precheck(&rep, cfg).or_else(|| too_few_blocks(j, cfg)) {
+    let block_records = block_records(j, cfg);
+    if let Some(why) = precheck(&rep, cfg).or_else(|| too_few_blocks(j, block_records, cfg)) {
         rep.reason = why;
         return Ok(rep);
     }
     let views: Vec<CriticView> = (0..cfg.ensemble)
-        .map(|_| fit_view(j, &g, hidden, cfg, rng))
+        .map(|_| fit_view(j, &g, (hidden, block_records), cfg, rng))
         .collect::<Result<_, _>>()?;
     let m = g.decision.len();
     summarise_views(&mut rep, &views, m);
-    let block = (block_records(j, cfg) * m)
-        .div_ceil(held.len().max(1))
-        .max(1);
+    let block = (block_records * m).div_ceil(held.len().max(1)).max(1);
     let mut reps: Vec<f32> = (0..cfg.bootstrap)
         .map(|b| {
             let v = &views[b % views.len()].delta;
@@ -648,8 +648,8 @@ mod tests {
         let two = Judged { meta: &two, ..one };
         assert_eq!(block_records(&one, &cfg), 120);
         assert_eq!(block_records(&two, &cfg), 240);
-        assert_eq!(too_few_blocks(&one, &cfg), None);
-        let why = too_few_blocks(&two, &cfg).unwrap();
+        assert_eq!(too_few_blocks(&one, 120, &cfg), None);
+        let why = too_few_blocks(&two, 240, &cfg).unwrap();
         assert!(why.contains("two bootstrap blocks of 240"), "{why}");
     }
 

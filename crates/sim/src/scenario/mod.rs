@@ -333,6 +333,28 @@ impl Scenario {
         Ok(self.with_file(|f| f.decision_interval_s = interval.0 / 1000))
     }
 
+    /// The same scenario with another episode and/or decision interval, checked as a pair:
+    /// each setter checks against the other's current value, so the interval goes first
+    /// (a short episode of short decisions) unless it is longer than the current episode.
+    pub fn with_episode_and_interval(
+        &self,
+        episode: Option<Millis>,
+        interval: Option<Millis>,
+    ) -> Result<Scenario, ScenarioError> {
+        let mut s = self.clone();
+        let interval_first = interval.is_none_or(|d| d <= s.episode());
+        if let (Some(d), true) = (interval, interval_first) {
+            s = s.with_decision_interval(d)?;
+        }
+        if let Some(e) = episode {
+            s = s.with_episode(e)?;
+        }
+        if let (Some(d), false) = (interval, interval_first) {
+            s = s.with_decision_interval(d)?;
+        }
+        Ok(s)
+    }
+
     /// The same scenario scored on another reward.
     pub fn with_reward(&self, reward: RewardKind) -> Scenario {
         let name = match reward {

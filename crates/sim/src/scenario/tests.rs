@@ -151,6 +151,31 @@ fn shifted_demand_turns_the_heavy_direction() {
     assert_eq!(again.demand().name, "shifted");
 }
 
+/// Episode and interval set together, in whichever order keeps the pair valid.
+#[test]
+fn episode_and_interval_are_set_as_a_pair() {
+    let s = load("single-4way").unwrap();
+    let secs = Millis::from_secs;
+    let short = s
+        .with_episode_and_interval(Some(secs(4)), Some(secs(2)))
+        .unwrap();
+    assert_eq!(
+        (short.episode(), short.decision_interval()),
+        (secs(4), secs(2))
+    );
+    let long = s
+        .with_episode_and_interval(Some(secs(8000)), Some(secs(4000)))
+        .unwrap();
+    assert_eq!(long.decision_interval(), secs(4000));
+    assert!(s
+        .with_episode_and_interval(Some(secs(4)), Some(secs(6)))
+        .is_err());
+    assert_eq!(
+        s.with_episode_and_interval(None, None).unwrap().episode(),
+        s.episode()
+    );
+}
+
 #[test]
 fn settings_can_be_changed_within_range() {
     let s = load("single-4way").unwrap();

@@ -45,7 +45,7 @@ use greenwave_core::{
 use super::net::{NetConnection, NetEdge, NetFile, TlLogic};
 use super::timing::{
     is_green, longest_link_yellow_s, net_phase_timing, program_intergreen_s, resolve, secs_to_ms,
-    NetPhaseTiming, TimingOverrides, TimingSpec, DEFAULT_MIN_GREEN_S,
+    secs_to_step, NetPhaseTiming, TimingOverrides, TimingSpec, DEFAULT_MIN_GREEN_S,
 };
 use super::SumoError;
 
@@ -1215,8 +1215,7 @@ fn check_net_clearance(
     over: &TimingOverrides,
     step_ms: u32,
 ) -> Result<(), Refusal> {
-    let link_yellow = secs_to_ms(longest_link_yellow_s(g.program, g.index));
-    let link_yellow = Millis(link_yellow.0.div_ceil(step_ms.max(1)) * step_ms.max(1));
+    let link_yellow = secs_to_step(longest_link_yellow_s(g.program, g.index), step_ms);
     let too_long = |what: &str, value: Millis, ceiling: Millis, key: &str| {
         Refusal::Static(format!(
             "its program's {what} of {value} is longer than greenwave's {ceiling} ceiling, \

@@ -191,7 +191,7 @@ pub(crate) fn secs_to_ms(s: f64) -> Millis {
     Millis((s * 1000.0).round().clamp(0.0, u32::MAX as f64) as u32)
 }
 
-fn secs_to_step(s: f64, step_ms: u32) -> Millis {
+pub(crate) fn secs_to_step(s: f64, step_ms: u32) -> Millis {
     let step = step_ms.max(1) as f64;
     Millis(((s * 1000.0 / step).ceil() * step).min(u32::MAX as f64) as u32)
 }
