@@ -1179,7 +1179,12 @@ fn derive_plan(
     let mut timing_notes = Vec::new();
     let mut phases = Vec::with_capacity(greens.len());
     for (k, g) in greens.iter().enumerate() {
-        let net_timing = net_phase_timing(g.program, g.index, opts.step_ms);
+        let is_stage = |index: usize| {
+            greens
+                .iter()
+                .any(|o| std::ptr::eq(o.program, g.program) && o.index == index)
+        };
+        let net_timing = net_phase_timing(g.program, g.index, is_stage, opts.step_ms);
         check_net_clearance(g, net_timing, &over, opts.step_ms)?;
         let timing = resolve(id, net_timing, &over, opts.step_ms, &mut timing_notes)?;
         let mut set = MovementSet::EMPTY;

@@ -197,22 +197,43 @@ pub(crate) fn secs_to_step(s: f64, step_ms: u32) -> Millis {
 }
 
 /// The clearance that follows green phase `k` of `program`: (yellow, all-red) in seconds.
-/// A green followed directly by another green has none.
-pub fn clearance_after(program: &TlLogic, k: usize) -> (f64, f64) {
+/// A green followed directly by another green has none. After the yellow, a phase that
+/// shows no yellow and no green but the links `k` had green counts as all-red unless
+/// `is_stage` says greenwave's plan holds it as a stage: a program that keeps one link
+/// green through another's change (`GGrG → yyrG → rrrG → rrGG`) gives the ending links
+/// their all-red there, and greenwave's all-red holds ending links red while the links
+/// both phases serve stay green, as that phase does.
+pub fn clearance_after(
+    program: &TlLogic,
+    k: usize,
+    is_stage: impl Fn(usize) -> bool,
+) -> (f64, f64) {
     let n = program.phases.len();
+    let own = &program.phases[k].state;
     let mut yellow_s = 0.0;
     let mut all_red_s = 0.0;
     for step in 1..n {
-        let p = &program.phases[(k + step) % n];
+        let index = (k + step) % n;
+        let p = &program.phases[index];
+        let all_red = !has_green(&p.state) && !has_yellow(&p.state);
+        let continuing_only = yellow_s > 0.0
+            && !has_yellow(&p.state)
+            && !is_stage(index)
+            && greens_within(&p.state, own);
         if has_yellow(&p.state) && all_red_s == 0.0 {
             yellow_s += p.duration_s;
-        } else if !has_green(&p.state) && !has_yellow(&p.state) {
+        } else if all_red || continuing_only {
             all_red_s += p.duration_s;
         } else {
             break;
         }
     }
     (yellow_s, all_red_s)
+}
+
+/// Whether every link green in `state` is green in `within` too (none turns green).
+fn greens_within(state: &str, within: &str) -> bool {
+    (0..state.len()).all(|link| !link_green(state, link) || link_green(within, link))
 }
 
 /// The longest yellow any one link green in phase `k` shows in the yellow after it (s).
@@ -294,8 +315,13 @@ pub fn program_intergreen_s(
 }
 
 /// Net timing of the green phase at index `k` of `program`, rounded up to the SUMO step.
-pub fn net_phase_timing(program: &TlLogic, k: usize, step_ms: u32) -> NetPhaseTiming {
-    let (yellow_s, all_red_s) = clearance_after(program, k);
+pub fn net_phase_timing(
+    program: &TlLogic,
+    k: usize,
+    is_stage: impl Fn(usize) -> bool,
+    step_ms: u32,
+) -> NetPhaseTiming {
+    let (yellow_s, all_red_s) = clearance_after(program, k, is_stage);
     let phase = &program.phases[k];
     let max_green_s = match phase.max_dur_s.filter(|_| program.kind != "static") {
         Some(max) => max,
@@ -456,10 +482,10 @@ mod tests {
                 (3.0, "rryy"),
             ],
         );
-        let t = net_phase_timing(&p, 0, 1000);
+        let t = net_phase_timing(&p, 0, |k| k == 3, 1000);
         assert_eq!((t.yellow, t.all_red), (Millis(4000), Millis(2000)));
         assert_eq!(t.max_green, Millis(60_000), "static: max(60 s, green)");
-        let t = net_phase_timing(&p, 3, 1000);
+        let t = net_phase_timing(&p, 3, |k| k == 0, 1000);
         assert_eq!(
             (t.yellow, t.all_red),
             (Millis(3000), Millis::ZERO),
@@ -470,7 +496,7 @@ mod tests {
             &[(31.0, "GGrr"), (3.0, "yyrr"), (20.0, "rrGG"), (3.0, "rryy")],
         );
         assert_eq!(
-            net_phase_timing(&a, 0, 1000).max_green,
+            net_phase_timing(&a, 0, |k| k == 2, 1000).max_green,
             Millis(61_000),
             "maxDur"
         );
@@ -492,9 +518,45 @@ mod tests {
                 (30.0, "rrrG"),
             ],
         );
-        assert_eq!(clearance_after(&p, 0), (7.0, 2.0));
+        assert_eq!(clearance_after(&p, 0, |k| k == 5), (7.0, 2.0));
         assert_eq!(longest_link_yellow_s(&p, 0), 4.0);
         assert_eq!(longest_link_yellow_s(&p, 5), 0.0, "no yellow follows");
+    }
+
+    /// A program that keeps link 3 green through the change from links 0–1 to link 2: its
+    /// 2 s of `rrrG` are the ending links' all-red, unless greenwave holds it as a stage
+    /// (a lagging turn); a phase that turns a link green ends the clearance.
+    #[test]
+    fn a_link_kept_green_through_a_change_does_not_hide_its_all_red() {
+        let p = program(
+            "static",
+            &[
+                (30.0, "GGrG"),
+                (3.0, "yyrG"),
+                (2.0, "rrrG"),
+                (30.0, "rrGG"),
+                (3.0, "rryy"),
+                (1.0, "rrrr"),
+            ],
+        );
+        let stages = |k: usize| k == 0 || k == 3;
+        assert_eq!(clearance_after(&p, 0, stages), (3.0, 2.0));
+        assert_eq!(clearance_after(&p, 0, |k| k != 1), (3.0, 0.0), "a stage");
+        assert_eq!(clearance_after(&p, 3, stages), (3.0, 1.0));
+        // Before any yellow a green is the next stage's (a link going straight to red is
+        // not a clearance greenwave reads); after it, a new green ends the clearance.
+        let q = program(
+            "static",
+            &[
+                (30.0, "GGr"),
+                (2.0, "Grr"),
+                (3.0, "yrr"),
+                (2.0, "rrG"),
+                (30.0, "rGG"),
+            ],
+        );
+        assert_eq!(clearance_after(&q, 0, |k| k == 0 || k == 4), (0.0, 0.0));
+        assert_eq!(clearance_after(&q, 1, |k| k == 0 || k == 4), (3.0, 0.0));
     }
 
     #[test]
