@@ -36,9 +36,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::files::write_together;
 use crate::manifest::plan_hash_hex;
 use crate::{onnx, Manifest};
 use ed25519_dalek::{Signature, Signer};
@@ -252,31 +252,6 @@ fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Writes a key file: a new file of `mode` beside `path`, renamed over it. A file opened in
-/// place would keep an existing file's permissions (`--force` over a 0644 secret key), and
-/// would write through a link.
-fn write_new_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), BundleError> {
-    let tmp = with_suffix(path, &format!(".tmp-{}", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    let mut opts = fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(mode);
-    }
-    #[cfg(not(unix))]
-    let _ = mode;
-    let written = opts
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written.map_err(io_err("writing", path))
-}
-
 /// Paths of a key pair made by [`keygen`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyPairPaths {
@@ -320,10 +295,16 @@ pub fn keygen(prefix: &Path, force: bool) -> Result<(KeyPairPaths, VerifyingKey)
         "{SECRET_KEY_HEADER}: keep it off controllers and out of version control\n{}\n",
         hex(&seed)
     );
-    write_new_file(&paths.secret, secret_text.as_bytes(), 0o600)?;
     let public = key.verifying_key();
     let public_text = format!("{PUBLIC_KEY_HEADER}\n{}\n", key_hex(&public));
-    write_new_file(&paths.public, public_text.as_bytes(), 0o644)?;
+    // Both halves or neither (a half replaced alone would no longer match its pair), each a
+    // new file renamed over the old: a file opened in place would keep an old secret key's
+    // 0644, and would write through a link.
+    write_together(&[
+        (&paths.secret, secret_text.as_bytes(), 0o600),
+        (&paths.public, public_text.as_bytes(), 0o644),
+    ])
+    .map_err(|(path, e)| io_err("writing", &path)(e))?;
     Ok((paths, public))
 }
 
@@ -947,6 +928,25 @@ mod tests {
                 Err(BundleError::KeyExists(_))
             ));
             assert!(!dir.join("elsewhere.key").exists());
+            // A half that cannot be written (its path a folder) leaves the old pair whole.
+            let pair = dir.join("pair");
+            let (old, _) = keygen(&pair, false).unwrap();
+            let old_secret = fs::read(&old.secret).unwrap();
+            fs::remove_file(&old.public).unwrap();
+            fs::create_dir(&old.public).unwrap();
+            let err = keygen(&pair, true).unwrap_err().to_string();
+            assert!(err.contains("pair.pub") && err.contains("folder"), "{err}");
+            assert_eq!(
+                fs::read(&old.secret).unwrap(),
+                old_secret,
+                "secret replaced alone"
+            );
+            let left: Vec<_> = fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(".tmp-"))
+                .collect();
+            assert!(left.is_empty(), "{left:?}");
         }
         // Each half is refused where the other is wanted, naming the file and the half.
         let err = load_signing_key(&paths.public).unwrap_err().to_string();

@@ -58,11 +58,59 @@ pub fn side_paths(onnx_path: &Path) -> (PathBuf, PathBuf, PathBuf) {
     )
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
-    std::fs::write(path, bytes).map_err(|source| WriteError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+/// Writes several files as a set: each to a new file of its mode (on Unix) beside it,
+/// synced, then all renamed into place (an old file's mode is not kept, and a link at a
+/// destination is replaced, not written through). A failure before the renames (a full disk,
+/// a destination that is a folder) leaves every destination as it was, never some files
+/// of the new set beside others of the old one. Returns the destination and error of the
+/// first failure.
+pub(crate) fn write_together(
+    files: &[(&Path, &[u8], u32)],
+) -> Result<(), (PathBuf, std::io::Error)> {
+    let tmp_of = |p: &Path| {
+        let mut name = p.as_os_str().to_owned();
+        name.push(format!(".tmp-{}", std::process::id()));
+        PathBuf::from(name)
+    };
+    let staged: Vec<PathBuf> = files.iter().map(|(p, _, _)| tmp_of(p)).collect();
+    let unstage = || staged.iter().for_each(|t| drop(std::fs::remove_file(t)));
+    for (&(path, bytes, mode), tmp) in files.iter().zip(&staged) {
+        let written = refuse_folder(path).and_then(|()| stage(tmp, bytes, mode));
+        if let Err(e) = written {
+            unstage();
+            return Err((path.to_path_buf(), e));
+        }
+    }
+    for (&(path, _, _), tmp) in files.iter().zip(&staged) {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            unstage();
+            return Err((path.to_path_buf(), e));
+        }
+    }
+    Ok(())
+}
+
+fn refuse_folder(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => Err(std::io::Error::other("it is a folder")),
+        _ => Ok(()),
+    }
+}
+
+fn stage(tmp: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let _ = std::fs::remove_file(tmp);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    opts.open(tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
 }
 
 /// Writes `weights` under `manifest` to `out` (an `.onnx` path) and its side files;
@@ -91,14 +139,55 @@ pub fn write_policy_files(
         })?;
     }
     let (blob, blob_int8, manifest_path) = side_paths(out);
-    write(out, &model)?;
-    write(&blob, &f32_bytes)?;
-    write(&blob_int8, &int8_bytes)?;
-    write(&manifest_path, manifest_json.as_bytes())?;
+    let set: [(&Path, &[u8], u32); 4] = [
+        (out, &model, 0o644),
+        (&blob, &f32_bytes, 0o644),
+        (&blob_int8, &int8_bytes, 0o644),
+        (&manifest_path, manifest_json.as_bytes(), 0o644),
+    ];
+    write_together(&set).map_err(|(path, source)| WriteError::Io { path, source })?;
     Ok(PolicyFiles {
         onnx: out.to_path_buf(),
         blob,
         blob_int8,
         manifest: manifest_path,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An export that fails part-way (its int8 blob's path is a folder) leaves the earlier
+    /// export's four files as they were, and no temporary file.
+    #[test]
+    fn a_failed_export_leaves_the_earlier_one_whole() {
+        let dir = std::env::temp_dir().join(format!("gw-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (w, m) = crate::onnx::tests::model();
+        let out = dir.join("p.onnx");
+        let files = write_policy_files(&w, &m, 7, &out).unwrap();
+        let paths = [&files.onnx, &files.blob, &files.blob_int8, &files.manifest];
+        let before: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        std::fs::remove_file(&files.blob_int8).unwrap();
+        std::fs::create_dir(&files.blob_int8).unwrap();
+        let mut m2 = m.clone();
+        m2.policy_version = 2;
+        let err = write_policy_files(&w, &m2, 7, &out)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("p.int8.blob") && err.contains("folder"),
+            "{err}"
+        );
+        for (p, old) in paths.iter().zip(&before).filter(|(p, _)| p.is_file()) {
+            assert_eq!(&std::fs::read(p).unwrap(), old, "{} replaced", p.display());
+        }
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains(".tmp-")), "{names:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -50,6 +50,13 @@ pub enum OnnxError {
         /// What is wrong.
         problem: String,
     },
+    /// The graph is not the one greenwave's export writes for the model's weights.
+    #[error(
+        "the model's {0} differ from the graph greenwave exports for its weights (another \
+         writer, or an edited model): tract and ONNX Runtime would run another function than \
+         the firmware blobs; export the policy again"
+    )]
+    NotExportedGraph(&'static str),
 }
 
 fn tensor(name: &str, dims: &[usize], data: &[f32]) -> pb::TensorProto {
@@ -350,6 +357,19 @@ pub fn import(bytes: &[u8]) -> Result<(PolicyWeights, Manifest), OnnxError> {
     let layout: ObsLayout = manifest.obs_layout;
     let d = layout.dim();
     let clip = read_tensor(graph, "obs_clip_max", &[])?[0];
+    if !(clip.is_finite() && clip > 0.0) {
+        return Err(OnnxError::BadInitializer {
+            name: "obs_clip_max".into(),
+            problem: format!("{clip} is not a positive finite bound"),
+        });
+    }
+    let clip_min = read_tensor(graph, "obs_clip_min", &[])?[0];
+    if clip_min != -clip {
+        return Err(OnnxError::BadInitializer {
+            name: "obs_clip_min".into(),
+            problem: format!("{clip_min} is not -obs_clip_max ({})", -clip),
+        });
+    }
     let norm = ObsNormalization {
         mean: read_tensor(graph, "obs_mean", &[d])?,
         inv_std: read_tensor(graph, "obs_inv_std", &[d])?,
@@ -365,7 +385,49 @@ pub fn import(bytes: &[u8]) -> Result<(PolicyWeights, Manifest), OnnxError> {
         actor: read_head(graph, "actor", d, &actor_w)?,
         critic: read_head(graph, "critic", d, &critic_w)?,
     };
+    check_graph_is_exported(&model, &weights, &manifest)?;
     Ok((weights, manifest))
+}
+
+/// Refuses a model whose graph is not the one [`export`] writes for its weights. tract and
+/// ONNX Runtime run the graph; the matvec backend and the firmware blobs run the weights
+/// [`import`] reads. Another graph (another activation, an extra node, a value-info of its
+/// own, another opset) would have the backends compute different functions of one signed
+/// model. The initialisers' values are the weights themselves (read above); here their
+/// names, shapes and types are compared, with the nodes, inputs, outputs and opset.
+fn check_graph_is_exported(
+    model: &pb::ModelProto,
+    weights: &PolicyWeights,
+    manifest: &Manifest,
+) -> Result<(), OnnxError> {
+    let expected = pb::ModelProto::decode(export(weights, manifest).as_slice())?;
+    let (Some(got), Some(want)) = (model.graph.as_ref(), expected.graph.as_ref()) else {
+        return Err(OnnxError::NoGraph);
+    };
+    let shape = |g: &pb::GraphProto| -> Vec<(String, Vec<i64>, i32)> {
+        g.initializer
+            .iter()
+            .map(|t| (t.name.clone(), t.dims.clone(), t.data_type))
+            .collect()
+    };
+    let checks: [(&'static str, bool); 6] = [
+        ("nodes", got.node == want.node),
+        ("inputs", got.input == want.input),
+        ("outputs", got.output == want.output),
+        (
+            "value infos or sparse initializers",
+            got.value_info.is_empty() && got.sparse_initializer.is_empty(),
+        ),
+        ("initializers", shape(got) == shape(want)),
+        (
+            "opset or IR version",
+            model.opset_import == expected.opset_import && model.ir_version == expected.ir_version,
+        ),
+    ];
+    match checks.iter().find(|(_, same)| !same) {
+        Some(&(what, _)) => Err(OnnxError::NotExportedGraph(what)),
+        None => Ok(()),
+    }
 }
 
 /// Replaces the weights and manifest of an exported model, keeping the same graph.
@@ -373,4 +435,127 @@ pub fn reexport(weights: &PolicyWeights, manifest: &Manifest) -> Vec<u8> {
     // The graph is a pure function of the layer shapes, so writing it again from the new
     // weights yields the same graph with new initialisers.
     export(weights, manifest)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use greenwave_core::{Millis, PhasePlan, PhaseTiming};
+
+    use super::*;
+    use crate::manifest::Provenance;
+
+    fn layer(inputs: usize, outputs: usize) -> DenseLayer {
+        DenseLayer {
+            inputs,
+            outputs,
+            weights: (0..inputs * outputs).map(|i| 0.01 * i as f32).collect(),
+            bias: vec![0.1; outputs],
+        }
+    }
+
+    /// A small policy of the four-arm plan, and its manifest.
+    pub(crate) fn model() -> (PolicyWeights, Manifest) {
+        let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 40, 3, 2)).unwrap();
+        let layout = ObsLayout {
+            n_lanes: 12,
+            n_phases: 4,
+        };
+        let d = layout.dim();
+        let weights = PolicyWeights {
+            obs_layout: layout,
+            norm: ObsNormalization::identity(d, 5.0),
+            actor: vec![layer(d, 8), layer(8, 4)],
+            critic: vec![layer(d, 8), layer(8, 1)],
+        };
+        let manifest = Manifest::new(
+            &plan,
+            layout,
+            Millis::from_secs(5),
+            vec![8],
+            Provenance::default(),
+        );
+        (weights, manifest)
+    }
+
+    /// `export`'s model with `edit` applied to its protobuf.
+    fn edited(
+        edit: impl FnOnce(&mut pb::ModelProto),
+    ) -> Result<(PolicyWeights, Manifest), OnnxError> {
+        let (w, m) = model();
+        let mut proto = pb::ModelProto::decode(export(&w, &m).as_slice()).unwrap();
+        edit(&mut proto);
+        import(&proto.encode_to_vec())
+    }
+
+    fn init<'a>(p: &'a mut pb::ModelProto, name: &str) -> &'a mut pb::TensorProto {
+        let g = p.graph.as_mut().unwrap();
+        g.initializer.iter_mut().find(|t| t.name == name).unwrap()
+    }
+
+    #[test]
+    fn an_exported_model_reads_back() {
+        let (w, m) = model();
+        assert_eq!(import(&export(&w, &m)).unwrap(), (w, m));
+    }
+
+    /// A clip bound `f32::clamp` would panic on, or one the graph's `Clip` does not share
+    /// with the weights, is refused by name.
+    #[test]
+    fn clip_bounds_that_are_not_a_symmetric_positive_pair_are_refused() {
+        for bad in [-5.0f32, 0.0, f32::NAN] {
+            let err = edited(|p| init(p, "obs_clip_max").raw_data = bad.to_le_bytes().to_vec())
+                .unwrap_err();
+            assert!(err.to_string().contains("obs_clip_max"), "{bad}: {err}");
+        }
+        let err = edited(|p| init(p, "obs_clip_min").raw_data = (-4.0f32).to_le_bytes().to_vec())
+            .unwrap_err();
+        assert!(err.to_string().contains("obs_clip_min"), "{err}");
+    }
+
+    /// tract and ONNX Runtime run the graph, the blobs the weights: any graph other than
+    /// export's is refused, naming the part that differs.
+    #[test]
+    fn a_graph_edited_after_export_is_refused() {
+        let cases: [(&str, Box<dyn FnOnce(&mut pb::ModelProto)>); 5] = [
+            (
+                "nodes",
+                Box::new(|p| {
+                    let g = p.graph.as_mut().unwrap();
+                    let tanh = g.node.iter_mut().find(|n| n.op_type == "Tanh").unwrap();
+                    tanh.op_type = "Relu".into();
+                }),
+            ),
+            (
+                "outputs",
+                Box::new(|p| p.graph.as_mut().unwrap().output.reverse()),
+            ),
+            (
+                "value infos",
+                Box::new(|p| {
+                    let g = p.graph.as_mut().unwrap();
+                    let extra = g.output[0].clone();
+                    g.value_info.push(extra);
+                }),
+            ),
+            (
+                "initializers",
+                Box::new(|p| {
+                    let extra = init(p, "obs_mean").clone();
+                    let g = p.graph.as_mut().unwrap();
+                    g.initializer.push(pb::TensorProto {
+                        name: "spare".into(),
+                        ..extra
+                    });
+                }),
+            ),
+            ("opset", Box::new(|p| p.opset_import[0].version = 13)),
+        ];
+        for (what, edit) in cases {
+            let err = edited(edit).unwrap_err();
+            assert!(
+                matches!(err, OnnxError::NotExportedGraph(w) if w.contains(what)),
+                "{what}: {err}"
+            );
+        }
+    }
 }
