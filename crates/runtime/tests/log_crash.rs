@@ -323,6 +323,43 @@ fn a_segment_of_a_newer_format_is_refused_and_left_alone() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A record whose checksums hold but that this build cannot decode (a newer build's, with
+/// a longer observation) is committed data: the writer refuses to open rather than cut it
+/// as a torn tail, and the reader reports it without losing the records before it.
+#[test]
+fn a_sound_record_this_build_cannot_decode_is_never_cut() {
+    let dir = tmp("undecodable");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..5);
+    let newest = segment_paths(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let end = bytes.len() as u64;
+    // A version-2 frame (magic, length, payload CRC, header CRC) around a payload that is
+    // no transition.
+    let payload = [0xFFu8; 40];
+    let mut frame = bytes[HEADER_BYTES..HEADER_BYTES + 4].to_vec();
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    let head = crc32fast::hash(&frame);
+    frame.extend_from_slice(&head.to_le_bytes());
+    frame.extend_from_slice(&payload);
+    bytes.extend_from_slice(&frame);
+    std::fs::write(&newest, &bytes).unwrap();
+    let e = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap_err();
+    assert!(
+        matches!(&e, LogError::UnreadableRecord { offset, .. } if *offset == end),
+        "{e}"
+    );
+    assert!(e.to_string().contains("is not cut"), "{e}");
+    assert_eq!(std::fs::read(&newest).unwrap(), bytes, "left as it was");
+    let (n, issues) = read_checked(&dir);
+    assert_eq!(n, 5);
+    assert!(
+        matches!(&issues[..], [i] if matches!(i.kind, IssueKind::Decode(_))),
+        "{issues:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn segment_paths_on_disk(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()

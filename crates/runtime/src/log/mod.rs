@@ -116,6 +116,22 @@ pub enum LogError {
         /// Its format version.
         version: u16,
     },
+    /// The newest segment holds a record whose checksums are intact but that this software
+    /// cannot decode (a newer build's, with a longer observation than this one holds):
+    /// committed data, so the writer refuses to open rather than cut it as damage.
+    #[error(
+        "transition log: {path} holds a record at byte {offset} whose checksums are intact \
+         but that this software cannot read ({reason}); it is committed data and is not cut: \
+         read or write this log with the software that wrote it"
+    )]
+    UnreadableRecord {
+        /// The segment.
+        path: PathBuf,
+        /// Where the record starts.
+        offset: u64,
+        /// Why it does not decode.
+        reason: String,
+    },
     /// Another writer (a running `run` or `collect`) holds the folder.
     #[error(
         "transition log {0}: another writer is appending to this folder (its writer lock is \

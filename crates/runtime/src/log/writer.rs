@@ -573,6 +573,19 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
     // A read error is not evidence of a bad tail: never cut on it.
     let bytes = fs::read(&seg.path).map_err(|e| LogError::io("reading", &seg.path, e))?;
     let scan = scan_segment(&bytes);
+    // A record whose checksums hold is committed, whether or not this build decodes it.
+    if let Some((offset, IssueKind::Decode(reason))) = scan
+        .damage
+        .iter()
+        .map(|d| (d.offset, &d.kind))
+        .find(|(_, k)| matches!(k, IssueKind::Decode(_)))
+    {
+        return Err(LogError::UnreadableRecord {
+            path: seg.path.clone(),
+            offset,
+            reason: reason.clone(),
+        });
+    }
     let dir = seg.path.parent().unwrap_or(Path::new("."));
     let mut rec = Recovery {
         records: scan.records.len() as u64,
