@@ -296,7 +296,10 @@ impl Adam {
 }
 
 /// Scales `grads` of `vars` so their global L2 norm is at most `max_norm`; returns the
-/// norm before clipping.
+/// norm before clipping. A norm that is not finite (a NaN or infinite loss or gradient) is
+/// an error: clipping would not catch it (`NaN > max` is false), and the optimiser's step
+/// on it would leave NaN in the weights and in Adam's moments for good, to be checkpointed
+/// over the last good weights. Every learner steps after this, so none steps on one.
 pub fn clip_grad_norm(grads: &mut GradStore, vars: &[Var], max_norm: f32) -> Result<f32> {
     let mut sq = 0.0f32;
     for v in vars {
@@ -309,6 +312,12 @@ pub fn clip_grad_norm(grads: &mut GradStore, vars: &[Var], max_norm: f32) -> Res
         }
     }
     let norm = sq.sqrt();
+    if !norm.is_finite() {
+        return Err(candle_core::Error::Msg(format!(
+            "the gradient norm is {norm} (a NaN or infinite loss or gradient); the weights \
+             were not stepped"
+        )));
+    }
     if norm > max_norm {
         let coef = (max_norm / (norm + 1e-6)) as f64;
         for v in vars {
@@ -323,6 +332,30 @@ pub fn clip_grad_norm(grads: &mut GradStore, vars: &[Var], max_norm: f32) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A NaN or infinite gradient is refused before any optimiser sees it; a finite one is
+    /// scaled to the bound.
+    #[test]
+    fn a_gradient_that_is_not_finite_is_an_error() {
+        let dev = Device::Cpu;
+        let var = Var::from_slice(&[1.0f32, 2.0], 2, &dev).unwrap();
+        for (scale, ok) in [(3.0f64, true), (f64::NAN, false), (f64::INFINITY, false)] {
+            let loss = var
+                .as_tensor()
+                .affine(scale, 0.0)
+                .unwrap()
+                .sum_all()
+                .unwrap();
+            let mut grads = loss.backward().unwrap();
+            let got = clip_grad_norm(&mut grads, &[var.clone()], 1.0);
+            assert_eq!(got.is_ok(), ok, "{scale}: {got:?}");
+            if ok {
+                let g: Vec<f32> = grads.get(var.as_tensor()).unwrap().to_vec1().unwrap();
+                let norm = g.iter().map(|x| x * x).sum::<f32>().sqrt();
+                assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+            }
+        }
+    }
 
     #[test]
     fn orthogonal_rows_are_orthonormal() {
