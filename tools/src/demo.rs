@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use greenwave_finetune::{self as finetune, candidate_manifest, sim, FinetuneConfig, PolicyStore};
 use greenwave_runtime::bundle;
 use greenwave_runtime::log::read_all;
@@ -54,6 +54,7 @@ pub fn run_demo(args: &DemoArgs) -> Result<PathBuf> {
     let start = Instant::now();
     let scenario = greenwave_sim::load("single-4way")?;
     let out = &args.out;
+    claim_out(out)?;
     let report = out.join("report");
     std::fs::create_dir_all(&report).with_context(|| format!("creating {}", report.display()))?;
 
@@ -120,6 +121,52 @@ struct Keys {
     site: bundle::VerifyingKey,
     own: bundle::SigningKey,
     signer: String,
+}
+
+/// The file that marks a folder as the demo's own: a later demo may replace what is in it.
+const DEMO_MARK: &str = ".greenwave-demo";
+/// What the demo writes at the top of `--out`.
+const DEMO_ENTRIES: [&str; 8] = [
+    DEMO_MARK,
+    "report",
+    "train",
+    "model",
+    "keys",
+    "bundle",
+    "controller",
+    "finetune",
+];
+
+/// Makes `out` the demo's folder: a new or empty folder, or one an earlier demo wrote (its
+/// mark, or, from before the mark, its report and nothing but the demo's own entries).
+/// The demo replaces its keys, bundles, stores and logs on each run, so any other folder
+/// (`--out .` beside a site's keys) is refused rather than written over.
+fn claim_out(out: &Path) -> Result<()> {
+    let entries: Vec<String> = match std::fs::read_dir(out) {
+        Ok(dir) => dir
+            .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+            .collect::<std::io::Result<_>>()
+            .with_context(|| format!("listing {}", out.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", out.display())),
+    };
+    let an_earlier_demo = out.join(DEMO_MARK).is_file()
+        || (out.join("report").is_dir()
+            && entries.iter().all(|e| DEMO_ENTRIES.contains(&e.as_str())));
+    if !entries.is_empty() && !an_earlier_demo {
+        bail!(
+            "--out {} holds files the demo did not write ({}); the demo replaces keys, \
+             bundles, stores and logs in its folder, so give it a new or empty one",
+            out.display(),
+            entries.join(", ")
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    std::fs::write(
+        out.join(DEMO_MARK),
+        "greenwave demo output: `greenwave demo` replaces this folder's contents\n",
+    )
+    .with_context(|| format!("writing {}", out.join(DEMO_MARK).display()))
 }
 
 /// Removes a folder the demo is about to write afresh (a previous run's).
@@ -549,4 +596,44 @@ fn finetune_chart(story: &ShiftStory, path: &Path) -> Result<()> {
     }
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder holding a site's keys (or anything else not the demo's) is refused before
+    /// the demo writes a byte; a new, empty, marked or earlier-demo folder is taken.
+    #[test]
+    fn the_demo_writes_only_into_a_folder_of_its_own() {
+        let base = std::env::temp_dir().join(format!("gw-demo-claim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let keys = base.join("keys-only");
+        std::fs::create_dir_all(keys.join("keys")).unwrap();
+        std::fs::write(keys.join("keys/site.key"), "secret").unwrap();
+        let err = claim_out(&keys).unwrap_err().to_string();
+        assert!(err.contains("keys"), "{err}");
+        assert!(!keys.join(DEMO_MARK).exists());
+        assert_eq!(
+            std::fs::read_to_string(keys.join("keys/site.key")).unwrap(),
+            "secret"
+        );
+        let other = base.join("a-project");
+        std::fs::create_dir_all(other.join("report")).unwrap();
+        std::fs::write(other.join("Cargo.toml"), "").unwrap();
+        assert!(claim_out(&other).is_err(), "a report beside other files");
+
+        let new = base.join("new");
+        claim_out(&new).unwrap();
+        assert!(new.join(DEMO_MARK).is_file());
+        std::fs::create_dir_all(new.join("keys")).unwrap();
+        std::fs::write(new.join("notes.txt"), "").unwrap();
+        claim_out(&new).unwrap();
+        let earlier = base.join("earlier");
+        for d in ["report", "train", "keys", "finetune"] {
+            std::fs::create_dir_all(earlier.join(d)).unwrap();
+        }
+        claim_out(&earlier).unwrap();
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }

@@ -554,8 +554,12 @@ pub fn train(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Res
             let scenario = scenario_of(cfg)?;
             let source = RunSource {
                 name: scenario.name().to_string(),
+                // The simulator ends an episode at the first decision at or past its end.
                 episode_decisions: u64::from(
-                    scenario.episode().0 / scenario.decision_interval().0.max(1),
+                    scenario
+                        .episode()
+                        .0
+                        .div_ceil(scenario.decision_interval().0.max(1)),
                 ),
                 episode: scenario.episode(),
                 scenario: Some(&scenario),
