@@ -4,11 +4,13 @@
 
 use std::path::Path;
 
-use greenwave_core::{Millis, PhasePlan};
+use greenwave_core::{Millis, ObsLayout, PhasePlan};
+use greenwave_policy::bundle::check_manifest_runs;
 use greenwave_sim::{EmbeddedEnv, Env, EpisodeMetrics, Scenario};
 
 use greenwave_runtime::controller::{
-    Controller, ControllerConfig, DetectorSource, Fallback, FallbackKind, Policy, SimField,
+    Controller, ControllerConfig, DetectorSource, Fallback, FallbackKind, Policy, SignalSpec,
+    SimField,
 };
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
 use greenwave_runtime::log::{LogConfig, LogWriter, SyncPolicy};
@@ -39,6 +41,21 @@ pub enum SimRunError {
     /// The simulator reported no metrics.
     #[error("the simulator reported no metrics")]
     NoMetrics,
+    /// The model's manifest does not read.
+    #[error("the policy model: {0}")]
+    Model(#[from] greenwave_policy::onnx::OnnxError),
+    /// The simulator has no signal the controller could run.
+    #[error("the simulator has no signal for the controller to run")]
+    NoSignals,
+    /// The model was not made for a signal's plan and layout: it would decide for another
+    /// junction, or every decision would fail and fall back.
+    #[error("the policy does not run signal {signal}: {problem}")]
+    NotForSignal {
+        /// The signal's id.
+        signal: String,
+        /// What differs.
+        problem: greenwave_policy::bundle::BundleError,
+    },
 }
 
 /// Runs the controller with the policy `model` (ONNX bytes, `version` logged with each
@@ -102,13 +119,14 @@ pub fn run_on<E: Env>(
     let mut field = SimField::new(env);
     let specs = field.signal_specs();
     let interval = field.decision_interval();
+    let layout = check_model_runs(run.model, &specs)?;
     let explorer = if run.epsilon > 0.0 {
         Explorer::epsilon_greedy(run.epsilon, run.seed ^ 0x5eed)?
     } else {
         Explorer::greedy()
     };
     let policy = Policy {
-        backend: load_backend(BackendKind::Tract, run.model, specs[0].layout, None)?,
+        backend: load_backend(BackendKind::Tract, run.model, layout, None)?,
         version: run.version,
         explorer,
     };
@@ -133,6 +151,22 @@ pub fn run_on<E: Env>(
     c.run(&mut field, f64::from(run.seconds), |_| {})?;
     c.close_log()?;
     field.metrics().ok_or(SimRunError::NoMetrics)
+}
+
+/// The layout `model` reads, once its manifest is checked to be for every signal's plan
+/// and layout (the controller runs one policy on all of them here).
+fn check_model_runs(model: &[u8], specs: &[SignalSpec]) -> Result<ObsLayout, SimRunError> {
+    let manifest = greenwave_policy::onnx::read_manifest(model)?;
+    let first = specs.first().ok_or(SimRunError::NoSignals)?;
+    for s in specs {
+        check_manifest_runs(&manifest, &s.plan, s.layout).map_err(|problem| {
+            SimRunError::NotForSignal {
+                signal: s.id.clone(),
+                problem,
+            }
+        })?;
+    }
+    Ok(first.layout)
 }
 
 /// Greedy evaluation of `model` on `scenario`, one run of `seconds` per seed.
@@ -171,4 +205,32 @@ pub fn delay_table(seeds: &[u64], before: &[EpisodeMetrics], after: &[EpisodeMet
         mean(after) - mean(before)
     ));
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bare model for another plan is refused by signal, not run (before, its choices
+    /// were served on this junction's phases, or every decision fell back).
+    #[test]
+    fn a_model_for_another_plan_is_refused_before_the_run() {
+        let scenario = greenwave_sim::load("single-4way").unwrap();
+        let model = include_bytes!("../../../models/single-4way.onnx");
+        run_controller(&scenario, model, 1, 1, 60, 0.0, None).unwrap();
+        let (w, mut m) = greenwave_policy::onnx::import(model).unwrap();
+        m.plan_hash = "0".repeat(16);
+        let other = greenwave_policy::onnx::export(&w, &m);
+        let err = run_controller(&scenario, &other, 1, 1, 60, 0.0, None).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                SimRunError::NotForSignal {
+                    problem: greenwave_policy::bundle::BundleError::PlanMismatch { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
 }

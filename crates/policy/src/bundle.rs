@@ -154,6 +154,18 @@ pub enum BundleError {
     /// The model does not read as a greenwave policy.
     #[error("manifest check failed: {MODEL_FILE}: {0}")]
     Model(onnx::OnnxError),
+    /// The manifest maps the policy's actions to phases otherwise than one to one in
+    /// order: controllers take action k as phase k, so such a mapping would be ignored.
+    #[error(
+        "manifest check failed: action_phases {got:?} is not 0..{n_phases} (controllers \
+         serve action k as phase k)"
+    )]
+    ActionPhases {
+        /// The manifest's mapping.
+        got: Vec<u8>,
+        /// The layout's phase count.
+        n_phases: u8,
+    },
     /// The manifest beside the model differs from the one inside it.
     #[error("manifest check failed: {MANIFEST_FILE} differs from the manifest inside {MODEL_FILE} (fields: {fields})")]
     ManifestMismatch {
@@ -436,6 +448,13 @@ fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, Bu
             fields: differing_fields(&beside, &inside),
         });
     }
+    let n_phases = beside.obs_layout.n_phases;
+    if !beside.action_phases.iter().copied().eq(0..n_phases) {
+        return Err(BundleError::ActionPhases {
+            got: beside.action_phases.clone(),
+            n_phases,
+        });
+    }
     for file in [BLOB_FILE, BLOB_INT8_FILE] {
         let Some(bytes) = files.get(file) else {
             continue;
@@ -678,25 +697,35 @@ impl VerifiedBundle {
     /// Checks the bundle is for `plan` and `layout` (call once per signal of a controller
     /// running several).
     pub fn check_signal(&self, plan: &PhasePlan, layout: ObsLayout) -> Result<(), BundleError> {
-        let controller = plan_hash_hex(plan);
-        if self.manifest.plan_hash != controller {
-            return Err(BundleError::PlanMismatch {
-                bundle: self.manifest.plan_hash.clone(),
-                controller,
-            });
-        }
-        let version = greenwave_core::observation::OBS_LAYOUT_VERSION;
-        if self.manifest.obs_layout != layout || self.manifest.obs_layout_version != version {
-            let show = |l: ObsLayout, v: u16| {
-                format!("{} lanes × {} phases (layout v{v})", l.n_lanes, l.n_phases)
-            };
-            return Err(BundleError::LayoutMismatch {
-                bundle: show(self.manifest.obs_layout, self.manifest.obs_layout_version),
-                controller: show(layout, version),
-            });
-        }
-        Ok(())
+        check_manifest_runs(&self.manifest, plan, layout)
     }
+}
+
+/// Checks that a policy of `manifest` is for a signal of `plan` and `layout` (the one rule
+/// for bundles, per-signal sets and simulated runs of a bare model).
+pub fn check_manifest_runs(
+    manifest: &Manifest,
+    plan: &PhasePlan,
+    layout: ObsLayout,
+) -> Result<(), BundleError> {
+    let controller = plan_hash_hex(plan);
+    if manifest.plan_hash != controller {
+        return Err(BundleError::PlanMismatch {
+            bundle: manifest.plan_hash.clone(),
+            controller,
+        });
+    }
+    let version = greenwave_core::observation::OBS_LAYOUT_VERSION;
+    if manifest.obs_layout != layout || manifest.obs_layout_version != version {
+        let show = |l: ObsLayout, v: u16| {
+            format!("{} lanes × {} phases (layout v{v})", l.n_lanes, l.n_phases)
+        };
+        return Err(BundleError::LayoutMismatch {
+            bundle: show(manifest.obs_layout, manifest.obs_layout_version),
+            controller: show(layout, version),
+        });
+    }
+    Ok(())
 }
 
 impl VerifiedBundle {

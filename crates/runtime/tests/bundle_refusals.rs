@@ -329,3 +329,24 @@ fn fx_files(onnx: &Path) -> [std::path::PathBuf; 4] {
         onnx.with_extension("manifest.json"),
     ]
 }
+
+/// A manifest mapping actions to phases otherwise than one to one in order is refused at
+/// packing: controllers serve action k as phase k, so the mapping would be signed and then
+/// silently ignored.
+#[test]
+fn a_manifest_that_reorders_the_phases_is_refused() {
+    let fx = fixture("action-phases");
+    let key = bundle::load_signing_key(&fx.keys.secret).unwrap();
+    let weights = synthetic_weights(fx.layout, &[64, 64], 7);
+    let mut manifest = greenwave_policy::onnx::read_manifest(&fs::read(&fx.onnx).unwrap()).unwrap();
+    manifest.action_phases.swap(0, 1);
+    let staged = fx.dir.join("staged").join("policy.onnx");
+    greenwave_policy::files::write_policy_files(&weights, &manifest, fx.plan.hash(), &staged)
+        .unwrap();
+    let err = pack_and_sign(&inputs(&staged), &key, &fx.dir.join("b")).unwrap_err();
+    assert!(
+        matches!(&err, BundleError::ActionPhases { got, .. } if got[..2] == [1, 0]),
+        "{err}"
+    );
+    assert!(!fx.dir.join("b").exists());
+}

@@ -151,11 +151,15 @@ pub fn load_backend(
     layout: ObsLayout,
     ort_lib: Option<&Path>,
 ) -> Result<Box<dyn PolicyBackend>, InferenceError> {
-    // A NaN or infinite weight is a corrupt policy on every backend, also where one hides it.
-    greenwave_policy::onnx::check_finite(onnx).map_err(|e| InferenceError::Load {
+    // A NaN or infinite weight is a corrupt policy on every backend, also where one hides it;
+    // and every backend must run the graph greenwave exports for those weights (`import`
+    // checks it), the function the firmware blobs compute.
+    let refused = |e: greenwave_policy::onnx::OnnxError| InferenceError::Load {
         backend: kind.name(),
         message: e.to_string(),
-    })?;
+    };
+    greenwave_policy::onnx::check_finite(onnx).map_err(refused)?;
+    greenwave_policy::onnx::import(onnx).map_err(refused)?;
     let mut backend: Box<dyn PolicyBackend> = match kind {
         BackendKind::Tract => Box::new(TractBackend::load(onnx, layout)?),
         BackendKind::Matvec => Box::new(MatvecBackend::load(onnx, layout)?),
@@ -168,13 +172,19 @@ pub fn load_backend(
         }
     };
     let mut logits = vec![0.0; layout.n_phases as usize];
-    backend
-        .infer(&vec![0.0; layout.dim()], &mut logits)
-        .map_err(|e| InferenceError::Load {
-            backend: backend.name(),
-            message: format!("trial run: {e}"),
-        })?;
-    Ok(backend)
+    let trial = backend.infer(&vec![0.0; layout.dim()], &mut logits);
+    let message = match trial {
+        Err(e) => format!("trial run: {e}"),
+        Ok(v) if !(v.is_finite() && logits.iter().all(|l| l.is_finite())) => format!(
+            "trial run on the all-zero observation gives non-finite outputs (logits \
+             {logits:?}, value {v}): every decision would fall back"
+        ),
+        Ok(_) => return Ok(backend),
+    };
+    Err(InferenceError::Load {
+        backend: backend.name(),
+        message,
+    })
 }
 
 pub(crate) fn check_len(

@@ -141,8 +141,17 @@ impl PolicyBackend for OrtBackend {
             .session
             .run(ort::inputs![&self.input])
             .map_err(run_err)?;
-        let (_, l) = out["logits"].try_extract_tensor::<f32>().map_err(run_err)?;
-        let (_, v) = out["value"].try_extract_tensor::<f32>().map_err(run_err)?;
+        // ort's `out["name"]` panics on a model without that output.
+        let output = |name: &str| {
+            out.get(name)
+                .ok_or_else(|| run_err(format!("the model has no output named `{name}`")))
+        };
+        let (_, l) = output("logits")?
+            .try_extract_tensor::<f32>()
+            .map_err(run_err)?;
+        let (_, v) = output("value")?
+            .try_extract_tensor::<f32>()
+            .map_err(run_err)?;
         check_len(NAME, "logits output", self.n_actions, l.len())?;
         check_len(NAME, "value output", 1, v.len())?;
         logits.copy_from_slice(l);
