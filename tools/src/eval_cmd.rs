@@ -455,7 +455,7 @@ pub struct EvalArgs {
     #[command(flatten)]
     pub sim: BackendArgs,
     /// Number of evaluation seeds.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub seeds: u64,
     /// First seed (evaluation seeds are `first..first+seeds`; keep them apart from training).
     #[arg(long, default_value_t = 1000)]

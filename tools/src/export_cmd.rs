@@ -91,6 +91,19 @@ fn trained_with_clock(info: &RunInfo) -> bool {
         && info.config.sim.program_clock.is_some_and(OnOff::is_on)
 }
 
+/// `run.json`'s decision interval, checked to fit a duration (a damaged or hand-edited
+/// file must not wrap it).
+fn checked_secs(decision_interval_s: u32) -> Result<u32> {
+    if decision_interval_s == 0 || decision_interval_s > Millis::MAX_SECS {
+        bail!(
+            "run.json's decision_interval_s is {decision_interval_s}: not a decision interval \
+             (1..={} s); is the run folder damaged?",
+            Millis::MAX_SECS
+        );
+    }
+    Ok(decision_interval_s)
+}
+
 /// Writes `weights` for `plan` to `out` (ONNX with the manifest inside) and its side
 /// files; the manifest says whether the observation has `program_clock` lanes.
 fn write_policy(
@@ -104,7 +117,7 @@ fn write_policy(
     let mut manifest = Manifest::new(
         plan,
         weights.obs_layout,
-        Millis::from_secs(info.decision_interval_s),
+        Millis::from_secs(checked_secs(info.decision_interval_s)?),
         weights.hidden(),
         provenance,
     );

@@ -80,6 +80,7 @@ pub fn collect_frames(
             Err(e) => return Err(CollectError::Read(e)),
         };
         report.bytes += n as u64;
+        let appended_before = report.appended;
         for &b in &buf[..n] {
             since_delimiter = if b == 0 { 0 } else { since_delimiter + 1 };
             match reader.push::<{ greenwave_core::transition::MAX_OBS_DIM }>(b) {
@@ -96,6 +97,12 @@ pub fn collect_frames(
                 }
                 Some(Err(e)) => report.refuse(&e.to_string()),
             }
+        }
+        // A short read is a source with nothing more ready (a live serial line between
+        // frames; a file's reads fill the buffer until its end): the firmware has dropped
+        // what it sent, so what was appended is made durable now, not 64 records later.
+        if n < buf.len() && report.appended > appended_before {
+            log.commit()?;
         }
     }
     report.incomplete_tail_bytes = since_delimiter;
@@ -117,9 +124,7 @@ pub struct CollectArgs {
 /// `greenwave-controller collect`: appends the frames of `--from` to the log and prints
 /// what was appended and refused.
 pub fn run(args: CollectArgs) -> anyhow::Result<()> {
-    let mut cfg = LogConfig::new(&args.log_dir);
-    cfg.sync = SyncPolicy::EveryRecords(NonZeroU32::new(64).expect("non-zero"));
-    let (mut log, _) = LogWriter::open(cfg)?;
+    // The input first: a missing file leaves no log folder or segment behind.
     let input: Box<dyn std::io::Read> = if args.from == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {
@@ -128,6 +133,9 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("opening {}", args.from.display()))?,
         )
     };
+    let mut cfg = LogConfig::new(&args.log_dir);
+    cfg.sync = SyncPolicy::EveryRecords(NonZeroU32::new(64).expect("non-zero"));
+    let (mut log, _) = LogWriter::open(cfg)?;
     let report = collect_frames(std::io::BufReader::new(input), &mut log)?;
     log.close()?;
     say!(
@@ -206,6 +214,37 @@ mod tests {
         {
             assert!(reason.contains(says), "{reason}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A live line: frames arrive a few at a time, then the line breaks. What arrived
+    /// before the pause was committed (synced) then, not left for the 64th record.
+    #[test]
+    fn frames_a_live_line_delivered_are_committed_at_its_pause() {
+        struct Line(Vec<Vec<u8>>);
+        impl Read for Line {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let Some(chunk) = self.0.pop() else {
+                    return Err(std::io::Error::other("line dropped"));
+                };
+                out[..chunk.len()].copy_from_slice(&chunk);
+                Ok(chunk.len())
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("gw-collect-live-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut chunk = Vec::new();
+        for _ in 0..3 {
+            let mut buf = [0u8; MAX_FRAME_BYTES];
+            chunk.extend_from_slice(encode_frame(&transition(0.5, -0.3, 1), &mut buf).unwrap());
+        }
+        let mut cfg = LogConfig::new(&dir);
+        cfg.sync = SyncPolicy::EveryRecords(NonZeroU32::new(64).unwrap());
+        let (mut log, _) = LogWriter::open(cfg).unwrap();
+        let err = collect_frames(Line(vec![chunk]), &mut log).unwrap_err();
+        assert!(matches!(err, CollectError::Read(_)), "{err}");
+        let counts = log.counts();
+        assert_eq!((counts.appended, counts.committed), (3, 3), "{counts:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -155,6 +155,17 @@ pub enum BlobError {
     /// The encode buffer is too small.
     #[error("encode buffer too small")]
     EncodeBuffer,
+    /// A network the blob format cannot hold (encoding only).
+    #[error(
+        "a network of {layers} layers, the widest {widest} wide: a blob holds at most \
+         {MAX_LAYERS} layers of at most 65535 inputs or outputs"
+    )]
+    TooLarge {
+        /// Its layers.
+        layers: usize,
+        /// Its widest layer's inputs or outputs.
+        widest: usize,
+    },
 }
 
 fn f32_at(bytes: &[u8], i: usize) -> f32 {
@@ -479,6 +490,18 @@ mod owned {
         /// Encodes as a blob; `int8` quantises every layer's weights symmetrically with one
         /// scale per layer (`max |w| / 127`), biases stay f32.
         pub fn to_blob(&self, int8: bool) -> Result<AVec<u8>, BlobError> {
+            let widest = self
+                .layers
+                .iter()
+                .map(|l| l.inputs.max(l.outputs))
+                .max()
+                .unwrap_or(0);
+            if self.layers.len() > MAX_LAYERS || widest > usize::from(u16::MAX) {
+                return Err(BlobError::TooLarge {
+                    layers: self.layers.len(),
+                    widest,
+                });
+            }
             let mut params = AVec::new();
             for v in self.obs_mean.iter().chain(&self.obs_inv_std) {
                 params.extend_from_slice(&v.to_le_bytes());
@@ -672,6 +695,29 @@ mod tests {
                 n_phases: 2
             })
         );
+        // Nine layers, or a layer wider than a u16: refused by name, not truncated.
+        let mut deep = toy();
+        let square = deep.layers[0].clone();
+        let (hidden, mut last) = (square.outputs, deep.layers.pop().unwrap());
+        let mut id = square.clone();
+        id.inputs = hidden;
+        id.weights = alloc::vec![0.0; hidden * hidden];
+        deep.layers.extend(core::iter::repeat_n(id, 7));
+        last.inputs = hidden;
+        deep.layers.push(last);
+        assert_eq!(
+            deep.to_blob(false),
+            Err(BlobError::TooLarge {
+                layers: 9,
+                widest: 7
+            })
+        );
+        let mut wide = toy();
+        wide.layers[0].outputs = 70_000;
+        assert!(matches!(
+            wide.to_blob(true),
+            Err(BlobError::TooLarge { widest: 70_000, .. })
+        ));
         let blob_bytes = toy().to_blob(false).unwrap();
         let blob = MlpBlob::parse(&blob_bytes).unwrap();
         let mut scratch = [0.0; 14];

@@ -250,8 +250,18 @@ impl FinetuneConfig {
                 self.holdout_fraction
             ));
         }
-        if u.minibatch == 0 || self.max_attempts == 0 {
-            return bad("minibatch and attempts must be ≥ 1".into());
+        if u.minibatch == 0 {
+            return bad("the update's minibatch must hold at least one record".into());
+        }
+        if self.max_attempts == 0 {
+            return bad("max attempts (--max-attempts) 0: no candidate could be judged".into());
+        }
+        if u.epochs == 0 {
+            return bad(
+                "policy epochs (--epochs) 0: the candidate would be the running policy, and \
+                 judging it would use up one of the gate's attempts on these records"
+                    .into(),
+            );
         }
         if let Expectation::Sampled(0) = u.expectation {
             return bad("a sampled expectation needs at least one sample".into());
@@ -721,6 +731,8 @@ mod tests {
         };
         FinetuneConfig::default().validate().unwrap();
         assert!(refused(|c| c.update.q_epochs = 0).contains("never fitted"));
+        assert!(refused(|c| c.update.epochs = 0).contains("--epochs"));
+        assert!(refused(|c| c.max_attempts = 0).contains("--max-attempts"));
         assert!(refused(|c| c.update.q_epochs = 99_999_999).contains("at most 1000"));
         assert!(refused(|c| c.update.epochs = 1_001).contains("at most 1000"));
         let e = refused(|c| c.update.expectation = Expectation::Sampled(99_999_999_999));

@@ -78,6 +78,18 @@ pub enum StoreError {
         /// The current version's directory.
         current: String,
     },
+    /// The highest version number is taken: a new one would wrap and reuse a number.
+    #[error(
+        "policy store {store}: version {highest} is the highest a version number can be; a \
+         fine-tune would reuse a number (adopt a bundle of a lower policy version in a new \
+         store)"
+    )]
+    VersionsSpent {
+        /// The store.
+        store: PathBuf,
+        /// The highest version there (or the parent's).
+        highest: u32,
+    },
     /// A version directory exists with other contents.
     #[error("{0} already exists with a different bundle")]
     Conflict(PathBuf),
@@ -308,8 +320,12 @@ impl PolicyStore {
     /// The version number a new fine-tune gets: above every version the store holds (so a
     /// rolled-back version's number is never reused) and above its parent.
     pub fn next_version(&self, parent: u32) -> Result<u32, StoreError> {
-        let max = self.versions()?.into_iter().max().unwrap_or(0);
-        Ok(max.max(parent) + 1)
+        let max = self.versions()?.into_iter().max().unwrap_or(0).max(parent);
+        // Past u32::MAX the number would wrap to 0 and be reused.
+        max.checked_add(1).ok_or_else(|| StoreError::VersionsSpent {
+            store: self.dir.clone(),
+            highest: max,
+        })
     }
 
     fn version_of(dir: &Path) -> Option<u32> {

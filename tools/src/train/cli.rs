@@ -100,8 +100,10 @@ pub struct TrainArgs {
     /// up to whole decision intervals: the last decision runs its full interval.
     #[arg(long)]
     pub episode_seconds: Option<u32>,
-    /// Stop after this many iterations (resume later with `--resume`).
-    #[arg(long)]
+    /// Stop after this many iterations. `--resume` goes on from the run's last resumable
+    /// checkpoint, written only where an iteration ends on every environment's episode end;
+    /// a stop before the first leaves weights to export but nothing to resume.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub stop_after_iterations: Option<u64>,
     /// Be done within this many minutes of wall time from the command's start (the demand
     /// probe included): the run stops at the last resumable checkpoint that leaves time

@@ -539,6 +539,9 @@ fn check_settings(cfg: &TrainConfig) -> Result<()> {
             cfg.ppo.ent_coef
         );
     }
+    if cfg.algo == Algo::OffpolicyPpo && cfg.device != ComputeDevice::Cpu {
+        bail!("--algo offpolicy-ppo learns on the CPU only (its critic's batches are built there); --device cuda is for --algo ppo");
+    }
     Ok(())
 }
 
