@@ -347,7 +347,7 @@ mod tests {
                 .sum_all()
                 .unwrap();
             let mut grads = loss.backward().unwrap();
-            let got = clip_grad_norm(&mut grads, &[var.clone()], 1.0);
+            let got = clip_grad_norm(&mut grads, std::slice::from_ref(&var), 1.0);
             assert_eq!(got.is_ok(), ok, "{scale}: {got:?}");
             if ok {
                 let g: Vec<f32> = grads.get(var.as_tensor()).unwrap().to_vec1().unwrap();

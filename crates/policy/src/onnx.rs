@@ -516,7 +516,8 @@ pub(crate) mod tests {
     /// export's is refused, naming the part that differs.
     #[test]
     fn a_graph_edited_after_export_is_refused() {
-        let cases: [(&str, Box<dyn FnOnce(&mut pb::ModelProto)>); 5] = [
+        type Edit = Box<dyn FnOnce(&mut pb::ModelProto)>;
+        let cases: [(&str, Edit); 5] = [
             (
                 "nodes",
                 Box::new(|p| {
