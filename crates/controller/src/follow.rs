@@ -495,7 +495,7 @@ mod sim_tests {
     use super::*;
     use crate::keyed;
     use greenwave_runtime::bundle;
-    use greenwave_runtime::controller::{ControllerConfig, Fallback, FallbackKind, SimField};
+    use greenwave_runtime::controller::{ControllerConfig, Fallback, FallbackKind, Mode, SimField};
     use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
     use greenwave_sim::EmbeddedEnv;
 
@@ -705,6 +705,8 @@ mod sim_tests {
         install(&r, 2, 1, false);
         run.until(6 * MIN);
         assert_eq!(run.version(), 2);
+        // And it decides: the signal waiting on its fallback for a model takes it.
+        assert_eq!(run.c.mode(0), Mode::Policy);
         let sw = run.switches();
         assert_eq!((sw[0].1, sw[0].2, sw[0].3), (None, 2, false), "{sw:?}");
         let e = &run.f.report.errors;

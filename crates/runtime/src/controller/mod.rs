@@ -427,6 +427,8 @@ impl Controller {
     pub fn switch_policy(&mut self, policy: Policy) -> bool {
         let new_version = policy.version;
         let old = std::mem::replace(&mut self.policy, Ok(policy));
+        // Signals waiting on their fallback for a model take this one at once.
+        self.watchdog.model_available(self.now_ms());
         let old_version = old.as_ref().map_or(0, |p| p.version);
         self.previous = old.ok();
         tracing::info!(

@@ -136,6 +136,26 @@ impl Watchdog {
         &self.counts
     }
 
+    /// A policy has been loaded (switched in out of the fallback): every signal held on
+    /// its fallback only because no model was available goes back to the policy at once.
+    /// Signals on their fallback for a fault of the field or the policy keep their healthy
+    /// period.
+    pub fn model_available(&mut self, now_ms: u64) {
+        for (signal, h) in self.signals.iter_mut().enumerate() {
+            if h.mode == Mode::Fallback && h.reason == Some(FaultKind::ModelUnavailable) {
+                tracing::info!(
+                    signal,
+                    t_ms = now_ms,
+                    "watchdog: a model is loaded; back to the policy"
+                );
+                h.mode = Mode::Policy;
+                h.reason = None;
+                h.healthy_since_ms = None;
+                self.counts.policy_returns += 1;
+            }
+        }
+    }
+
     /// Records the outcome of one decision of `signal` at `now_ms` (controller time) and
     /// returns who acts for it now.
     pub fn update(&mut self, signal: usize, now_ms: u64, fault: Option<&Fault>) -> Mode {
@@ -230,5 +250,19 @@ mod tests {
         for t in 1..100 {
             assert_eq!(w.update(0, t * 1000, None), Mode::Fallback);
         }
+    }
+
+    /// A model loaded later (a store's version switched in) brings back the signals that
+    /// waited for one, and only those: a signal on its fallback for a fault keeps its
+    /// healthy period.
+    #[test]
+    fn a_model_loaded_later_brings_back_the_signals_that_waited_for_one() {
+        let mut w = Watchdog::new(2, 60_000);
+        w.update(0, 0, Some(&fault(FaultKind::ModelUnavailable)));
+        w.update(1, 0, Some(&fault(FaultKind::NonFiniteOutput)));
+        w.model_available(5_000);
+        assert_eq!(w.update(0, 5_000, None), Mode::Policy);
+        assert_eq!(w.update(1, 5_000, None), Mode::Fallback);
+        assert_eq!(w.counts().policy_returns, 1);
     }
 }
