@@ -24,6 +24,7 @@ pub fn all_targets() -> Vec<Target> {
     #[allow(unused_mut)]
     let mut v: Vec<Target> = vec![
         ("log_segment", log_segment),
+        ("log_recovery", log_recovery),
         ("bundle", bundle),
         ("scenario_toml", scenario_toml),
         ("firmware_frames", firmware_frames),

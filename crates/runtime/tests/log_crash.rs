@@ -208,6 +208,76 @@ fn rotation_and_disk_cap_drop_the_oldest_segments_first() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A segment's quarantine files count against the disk cap with it and are deleted with
+/// it: damage found once does not grow the folder past its cap for ever.
+#[test]
+fn quarantine_files_go_with_their_segment_under_the_cap() {
+    let dir = tmp("cap-quarantine");
+    let mut cfg = config(&dir, SyncPolicy::EveryRecords(NonZeroU32::new(16).unwrap()));
+    cfg.max_segment_bytes = 4096;
+    cfg.max_total_bytes = 3 * 4096;
+    write(cfg.clone(), 0..5);
+    let first = segment_paths(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&first).unwrap();
+    bytes.extend_from_slice(&[0xAB; 1500]);
+    std::fs::write(&first, &bytes).unwrap();
+    let quarantined = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains(".quarantine-"))
+            .collect()
+    };
+    let (mut w, _) = LogWriter::open(cfg).unwrap();
+    assert_eq!(quarantined(&dir).len(), 1, "the torn tail is kept aside");
+    for s in 5..300 {
+        w.append(&record(s)).unwrap();
+    }
+    let stats = w.stats();
+    w.close().unwrap();
+    assert!(stats.segments_dropped > 0, "{stats:?}");
+    assert!(!first.exists());
+    assert!(quarantined(&dir).is_empty(), "left behind its segment");
+    let total: u64 = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(total <= 3 * 4096, "{total}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A segment recovery removes (nothing valid in it) leaves its quarantine file with no
+/// segment: it still counts against the cap and goes with the first segment dropped.
+#[test]
+fn an_orphaned_quarantine_file_goes_with_the_first_drop() {
+    let dir = tmp("cap-orphan");
+    let mut cfg = config(&dir, SyncPolicy::EveryRecords(NonZeroU32::new(16).unwrap()));
+    cfg.max_segment_bytes = 4096;
+    cfg.max_total_bytes = 3 * 4096;
+    write(cfg.clone(), 0..5);
+    write(cfg.clone(), 5..10);
+    let newest = segment_paths(&dir).pop().unwrap();
+    std::fs::write(&newest, [0xCD; 2000]).unwrap();
+    let (mut w, report) = LogWriter::open(cfg).unwrap();
+    assert!(
+        matches!(report.repair, Some(TailRepair::Removed { .. })),
+        "{report:?}"
+    );
+    let quarantine = dir.read_dir().unwrap().map(|e| e.unwrap().path());
+    let orphans: Vec<PathBuf> = quarantine
+        .filter(|p| p.to_string_lossy().contains(".quarantine-"))
+        .collect();
+    assert_eq!(orphans.len(), 1);
+    for s in 10..300 {
+        w.append(&record(s)).unwrap();
+    }
+    let stats = w.stats();
+    w.close().unwrap();
+    assert!(stats.segments_dropped > 0, "{stats:?}");
+    assert!(!orphans[0].exists(), "the orphan outlived the first drop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A folder named like a later segment does not stop a reopened log: the writer starts
 /// above its name, rotates on, and every record written before and after reads back.
 #[test]
@@ -324,8 +394,9 @@ fn a_segment_of_a_newer_format_is_refused_and_left_alone() {
 }
 
 /// A record whose checksums hold but that this build cannot decode (a newer build's, with
-/// a longer observation) is committed data: the writer refuses to open rather than cut it
-/// as a torn tail, and the reader reports it without losing the records before it.
+/// a longer observation) is committed data: the writer leaves its segment as it is rather
+/// than cut it as a torn tail, and the reader reports it without losing the records before
+/// or after it.
 #[test]
 fn a_sound_record_this_build_cannot_decode_is_never_cut() {
     let dir = tmp("undecodable");
@@ -344,17 +415,17 @@ fn a_sound_record_this_build_cannot_decode_is_never_cut() {
     frame.extend_from_slice(&payload);
     bytes.extend_from_slice(&frame);
     std::fs::write(&newest, &bytes).unwrap();
-    let e = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap_err();
-    assert!(
-        matches!(&e, LogError::UnreadableRecord { offset, .. } if *offset == end),
-        "{e}"
-    );
-    assert!(e.to_string().contains("is not cut"), "{e}");
+    let (mut w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
+    assert_eq!(report.repair, None, "{report:?}");
     assert_eq!(std::fs::read(&newest).unwrap(), bytes, "left as it was");
+    for s in 5..8 {
+        w.append(&record(s)).unwrap();
+    }
+    w.close().unwrap();
     let (n, issues) = read_checked(&dir);
-    assert_eq!(n, 5);
+    assert_eq!(n, 8);
     assert!(
-        matches!(&issues[..], [i] if matches!(i.kind, IssueKind::Decode(_))),
+        matches!(&issues[..], [i] if i.offset == end && matches!(i.kind, IssueKind::Decode(_))),
         "{issues:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -73,6 +73,7 @@ pub use segment::{
 };
 pub use writer::{
     Commit, LogConfig, LogStats, LogWriter, OpenReport, QuarantinedRange, SyncPolicy, TailRepair,
+    MAX_SEGMENT_BYTES,
 };
 
 /// Why the log could not be opened, written or listed.
@@ -115,22 +116,6 @@ pub enum LogError {
         path: PathBuf,
         /// Its format version.
         version: u16,
-    },
-    /// The newest segment holds a record whose checksums are intact but that this software
-    /// cannot decode (a newer build's, with a longer observation than this one holds):
-    /// committed data, so the writer refuses to open rather than cut it as damage.
-    #[error(
-        "transition log: {path} holds a record at byte {offset} whose checksums are intact \
-         but that this software cannot read ({reason}); it is committed data and is not cut: \
-         read or write this log with the software that wrote it"
-    )]
-    UnreadableRecord {
-        /// The segment.
-        path: PathBuf,
-        /// Where the record starts.
-        offset: u64,
-        /// Why it does not decode.
-        reason: String,
     },
     /// Another writer (a running `run` or `collect`) holds the folder.
     #[error(

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use greenwave_core::Transition;
 
 use super::segment::{
-    encode_frame, highest_segment_name, list_segments, quarantine_name, refuse_newer_formats,
-    scan_segment, segment_name, Damage, Header, IssueKind, SegmentFile, HEADER_BYTES,
-    SEGMENT_VERSION,
+    encode_frame, highest_segment_name, list_quarantine, list_segments, quarantine_name,
+    refuse_newer_formats, scan_segment, segment_name, Damage, Header, IssueKind, QuarantineFile,
+    SegmentFile, HEADER_BYTES, SEGMENT_VERSION,
 };
 use super::LogError;
 
@@ -97,6 +97,15 @@ impl LogConfig {
                 self.max_segment_bytes
             )));
         }
+        // Recovery and the reader hold a whole segment in memory (and a record per frame):
+        // a segment of gigabytes could keep a small controller from opening its own log.
+        if self.max_segment_bytes > MAX_SEGMENT_BYTES {
+            return Err(LogError::Config(format!(
+                "max_segment_bytes = {} is above {MAX_SEGMENT_BYTES} (256 MiB; recovery \
+                 reads a whole segment into memory)",
+                self.max_segment_bytes
+            )));
+        }
         if self.max_total_bytes < self.max_segment_bytes {
             return Err(LogError::Config(format!(
                 "max_total_bytes = {} is below max_segment_bytes = {}",
@@ -106,6 +115,9 @@ impl LogConfig {
         Ok(())
     }
 }
+
+/// The largest segment a log may rotate at (256 MiB).
+pub const MAX_SEGMENT_BYTES: u64 = 256 << 20;
 
 /// Milliseconds since the Unix epoch now (0 if the clock is before 1970).
 pub(crate) fn unix_ms_now() -> u64 {
@@ -198,7 +210,7 @@ pub struct LogStats {
     pub segments_started: u64,
     /// Sealed segments deleted to keep under the disk cap.
     pub segments_dropped: u64,
-    /// Bytes those held.
+    /// Bytes those held, with their quarantine files (deleted with them).
     pub bytes_dropped: u64,
 }
 
@@ -211,7 +223,12 @@ pub struct LogWriter {
     index: u64,
     seg_bytes: u64,
     sealed: VecDeque<SegmentFile>,
+    /// The sealed segments' bytes, with their quarantine files and the orphans'.
     sealed_bytes: u64,
+    /// Quarantine files whose segment is gone (a segment recovery removed, or one an
+    /// older build dropped without them): counted against the cap, and deleted with the
+    /// first segment the cap drops.
+    orphans: Vec<QuarantineFile>,
     commit: Commit,
     unsynced: u32,
     oldest_unsynced: Option<Instant>,
@@ -324,7 +341,16 @@ impl LogWriter {
         if let Some(r) = &recovery.repair {
             tracing::warn!(repair = ?r, "transition log: repaired the newest segment on open");
         }
-        let sealed_bytes = segments.iter().map(|s| s.bytes).sum();
+        // A segment's quarantine files count with it against the cap, and go with it.
+        let (quarantined, orphans): (Vec<QuarantineFile>, Vec<QuarantineFile>) =
+            list_quarantine(&cfg.dir)?
+                .into_iter()
+                .partition(|q| segments.iter().any(|s| s.index == q.segment));
+        let sealed_bytes = segments
+            .iter()
+            .map(|s| s.bytes + quarantine_bytes(&quarantined, s.index))
+            .chain(orphans.iter().map(|q| q.length))
+            .sum();
         let (file, path) = create_segment(&cfg.dir, next_index, cfg.epoch_unix_ms)?;
         let mut w = LogWriter {
             file,
@@ -333,6 +359,7 @@ impl LogWriter {
             seg_bytes: HEADER_BYTES as u64,
             sealed: segments.into(),
             sealed_bytes,
+            orphans,
             commit: Commit::default(),
             unsynced: 0,
             oldest_unsynced: None,
@@ -474,11 +501,33 @@ impl LogWriter {
         // Counting the active segment at its full size keeps the total under the cap at
         // every moment, not only at rotation.
         while self.sealed_bytes + self.cfg.max_segment_bytes > self.cfg.max_total_bytes {
-            let Some(oldest) = self.sealed.pop_front() else {
+            let Some(oldest) = self.sealed.front().cloned() else {
                 break;
             };
+            // Its quarantine files (and the orphans) first, each counted off as it goes, so
+            // that a failure part-way leaves the count true and the segment listed.
+            let mut going = std::mem::take(&mut self.orphans);
+            going.extend(
+                list_quarantine(&self.cfg.dir)?
+                    .into_iter()
+                    .filter(|q| q.segment == oldest.index),
+            );
+            going.sort_by(|a, b| a.path.cmp(&b.path));
+            going.dedup_by(|a, b| a.path == b.path);
+            while let Some(q) = going.pop() {
+                match fs::remove_file(&q.path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        self.orphans.extend(going.into_iter().chain([q.clone()]));
+                        return Err(LogError::io("removing", &q.path, e));
+                    }
+                    _ => {}
+                }
+                self.sealed_bytes = self.sealed_bytes.saturating_sub(q.length);
+                self.stats.bytes_dropped += q.length;
+            }
             fs::remove_file(&oldest.path).map_err(|e| LogError::io("removing", &oldest.path, e))?;
-            self.sealed_bytes -= oldest.bytes;
+            self.sealed.pop_front();
+            self.sealed_bytes = self.sealed_bytes.saturating_sub(oldest.bytes);
             self.stats.segments_dropped += 1;
             self.stats.bytes_dropped += oldest.bytes;
             tracing::warn!(
@@ -573,19 +622,6 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
     // A read error is not evidence of a bad tail: never cut on it.
     let bytes = fs::read(&seg.path).map_err(|e| LogError::io("reading", &seg.path, e))?;
     let scan = scan_segment(&bytes);
-    // A record whose checksums hold is committed, whether or not this build decodes it.
-    if let Some((offset, IssueKind::Decode(reason))) = scan
-        .damage
-        .iter()
-        .map(|d| (d.offset, &d.kind))
-        .find(|(_, k)| matches!(k, IssueKind::Decode(_)))
-    {
-        return Err(LogError::UnreadableRecord {
-            path: seg.path.clone(),
-            offset,
-            reason: reason.clone(),
-        });
-    }
     let dir = seg.path.parent().unwrap_or(Path::new("."));
     let mut rec = Recovery {
         records: scan.records.len() as u64,
@@ -599,6 +635,23 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
             kind: d.kind.clone(),
             quarantine: quarantine(dir, seg.index, &bytes, d)?,
         });
+    }
+    // A record whose checksums hold is committed, whether or not this build decodes it (a
+    // newer build's, with a longer observation): the segment is left whole, neither cut
+    // nor removed; the reader reports the record, and this session writes a new segment.
+    if let Some(d) = scan
+        .damage
+        .iter()
+        .find(|d| matches!(d.kind, IssueKind::Decode(_)))
+    {
+        tracing::warn!(
+            segment = %seg.path.display(), offset = d.offset, reason = %d.kind,
+            "transition log: a sound record this software cannot read; the segment is left as it is"
+        );
+        let mut kept = seg.clone();
+        kept.bytes = bytes.len() as u64;
+        rec.kept = Some(kept);
+        return Ok(rec);
     }
     if scan.records.is_empty() {
         // A session that never appended (header only), a header torn at creation, or
@@ -634,6 +687,15 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
     }
     rec.kept = Some(kept);
     Ok(rec)
+}
+
+/// Bytes of the quarantine files of segment `index`.
+fn quarantine_bytes(quarantined: &[QuarantineFile], index: u64) -> u64 {
+    quarantined
+        .iter()
+        .filter(|q| q.segment == index)
+        .map(|q| q.length)
+        .sum()
 }
 
 /// Copies the damaged range `d` of segment `index` to its quarantine file, durably (file
