@@ -44,8 +44,8 @@ use greenwave_core::{
 
 use super::net::{NetConnection, NetEdge, NetFile, TlLogic};
 use super::timing::{
-    is_green, longest_link_yellow_s, net_phase_timing, program_intergreen_s, resolve, secs_to_ms,
-    secs_to_step, NetPhaseTiming, TimingOverrides, TimingSpec, DEFAULT_MIN_GREEN_S,
+    is_green, longest_link_yellow_s, net_phase_timing, program_intergreen_s, resolve, same_greens,
+    secs_to_ms, secs_to_step, NetPhaseTiming, TimingOverrides, TimingSpec, DEFAULT_MIN_GREEN_S,
 };
 use super::SumoError;
 
@@ -1179,10 +1179,14 @@ fn derive_plan(
     let mut timing_notes = Vec::new();
     let mut phases = Vec::with_capacity(greens.len());
     for (k, g) in greens.iter().enumerate() {
+        // By green links, not index: a later phase repeating a stage's greens counts once
+        // among the greens, and is that stage.
+        let state = |index: usize| g.program.phases[index].state.as_str();
         let is_stage = |index: usize| {
-            greens
-                .iter()
-                .any(|o| std::ptr::eq(o.program, g.program) && o.index == index)
+            greens.iter().any(|o| {
+                std::ptr::eq(o.program, g.program)
+                    && (o.index == index || same_greens(state(o.index), state(index)))
+            })
         };
         let net_timing = net_phase_timing(g.program, g.index, is_stage, opts.step_ms);
         check_net_clearance(g, net_timing, &over, opts.step_ms)?;

@@ -6,7 +6,9 @@
 //! * **yellow**: the total duration of the program's yellow phases that follow that green
 //!   phase (phases showing a `y`), until the next phase without one;
 //! * **all-red**: the total duration of the phases after those yellows that show no green
-//!   and no yellow (0 when the program has none);
+//!   and no yellow, or green only on links green without a break since that green phase
+//!   (and that the plan does not hold as a stage): see [`clearance_after`] (0 when the
+//!   program has none);
 //! * **max green**: the phase's `maxDur` in an actuated or delay-based program, else the
 //!   larger of [`DEFAULT_MAX_GREEN_S`] and the static green's own duration (so no
 //!   controller is held to a shorter green than the program it is compared with), at
@@ -198,11 +200,12 @@ pub(crate) fn secs_to_step(s: f64, step_ms: u32) -> Millis {
 
 /// The clearance that follows green phase `k` of `program`: (yellow, all-red) in seconds.
 /// A green followed directly by another green has none. After the yellow, a phase that
-/// shows no yellow and no green but the links `k` had green counts as all-red unless
-/// `is_stage` says greenwave's plan holds it as a stage: a program that keeps one link
-/// green through another's change (`GGrG → yyrG → rrrG → rrGG`) gives the ending links
-/// their all-red there, and greenwave's all-red holds ending links red while the links
-/// both phases serve stay green, as that phase does.
+/// shows no yellow and no green but on links green without a break since `k` counts as
+/// all-red unless `is_stage` says greenwave's plan holds it as a stage: a program that
+/// keeps one link green through another's change (`GGrG → yyrG → rrrG → rrGG`) gives the
+/// ending links their all-red there, and greenwave's all-red holds ending links red while
+/// the links both phases serve stay green, as that phase does. A link that went yellow and
+/// turns green again (`GGg → yyy → rrG`, a protected turn) ends the clearance.
 pub fn clearance_after(
     program: &TlLogic,
     k: usize,
@@ -210,6 +213,8 @@ pub fn clearance_after(
 ) -> (f64, f64) {
     let n = program.phases.len();
     let own = &program.phases[k].state;
+    // Links green in `k` and in every phase since.
+    let mut unbroken: Vec<bool> = (0..own.len()).map(|l| link_green(own, l)).collect();
     let mut yellow_s = 0.0;
     let mut all_red_s = 0.0;
     for step in 1..n {
@@ -219,7 +224,8 @@ pub fn clearance_after(
         let continuing_only = yellow_s > 0.0
             && !has_yellow(&p.state)
             && !is_stage(index)
-            && greens_within(&p.state, own);
+            && (0..p.state.len())
+                .all(|l| !link_green(&p.state, l) || unbroken.get(l).copied().unwrap_or(false));
         if has_yellow(&p.state) && all_red_s == 0.0 {
             yellow_s += p.duration_s;
         } else if all_red || continuing_only {
@@ -227,13 +233,16 @@ pub fn clearance_after(
         } else {
             break;
         }
+        for (l, u) in unbroken.iter_mut().enumerate() {
+            *u &= link_green(&p.state, l);
+        }
     }
     (yellow_s, all_red_s)
 }
 
-/// Whether every link green in `state` is green in `within` too (none turns green).
-fn greens_within(state: &str, within: &str) -> bool {
-    (0..state.len()).all(|link| !link_green(state, link) || link_green(within, link))
+/// Whether two program states show green on the same links.
+pub(crate) fn same_greens(a: &str, b: &str) -> bool {
+    (0..a.len().max(b.len())).all(|l| link_green(a, l) == link_green(b, l))
 }
 
 /// The longest yellow any one link green in phase `k` shows in the yellow after it (s).
@@ -543,6 +552,19 @@ mod tests {
         assert_eq!(clearance_after(&p, 0, stages), (3.0, 2.0));
         assert_eq!(clearance_after(&p, 0, |k| k != 1), (3.0, 0.0), "a stage");
         assert_eq!(clearance_after(&p, 3, stages), (3.0, 1.0));
+        // A link that went yellow and turns green again (a protected turn after the
+        // permissive one) ends the clearance, stage or not.
+        let t = program(
+            "static",
+            &[
+                (30.0, "GGg"),
+                (3.0, "yyy"),
+                (2.0, "rrG"),
+                (3.0, "rry"),
+                (30.0, "GrG"),
+            ],
+        );
+        assert_eq!(clearance_after(&t, 0, |k| k == 0 || k == 4), (3.0, 0.0));
         // Before any yellow a green is the next stage's (a link going straight to red is
         // not a clearance greenwave reads); after it, a new green ends the clearance.
         let q = program(
