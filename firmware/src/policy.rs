@@ -55,9 +55,13 @@ pub enum DecideError {
     /// The forward pass refused its buffers.
     #[error("forward pass failed: {0}")]
     Forward(BlobError),
-    /// Every allowed phase had a NaN logit, or the mask allowed none.
+    /// The mask allowed no phase.
     #[error("no allowed phase has a usable logit")]
     NoAllowedPhase,
+    /// A logit is NaN or infinite (weights that overflow on this observation): the
+    /// decision falls back, as the host runtime's does, rather than let +inf win.
+    #[error("a logit is not finite")]
+    NonFiniteLogit,
 }
 
 /// The policy's choice for one decision.
@@ -147,6 +151,9 @@ impl<'b> Policy<'b> {
     ) -> Result<PolicyChoice, DecideError> {
         let mut logits = [0.0f32; MAX_PHASES];
         let logits = self.logits(obs, scratch, &mut logits)?;
+        if !logits.iter().all(|l| l.is_finite()) {
+            return Err(DecideError::NonFiniteLogit);
+        }
         let phase = masked_argmax(logits, mask).ok_or(DecideError::NoAllowedPhase)?;
         Ok(PolicyChoice {
             phase,

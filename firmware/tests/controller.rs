@@ -578,3 +578,24 @@ fn transitions_with_an_untrusted_observation_are_counted_not_stored() {
     assert!(ts.len() > healthy + 5, "stored again after the fault");
     assert_eq!(ctl.transitions_dropped(), 0);
 }
+
+/// Finite weights whose logits overflow (a hidden layer saturated at 1, the last layer's
+/// weights at 1e38): the decision is refused, as the host runtime refuses any non-finite
+/// logit, so the controller falls back instead of serving the phase +inf picked.
+#[test]
+fn a_logit_that_overflows_is_refused_not_served() {
+    use greenwave_firmware::policy::{DecideError, Policy, SCRATCH_FLOATS};
+    let mut mlp = synthetic_mlp(plan().hash(), layout(), 64, 7);
+    let last = mlp.layers.len() - 1;
+    for (k, l) in mlp.layers.iter_mut().enumerate() {
+        let (w, b) = if k == last { (1e38, 0.0) } else { (0.0, 10.0) };
+        l.weights.iter_mut().for_each(|x| *x = w);
+        l.bias.iter_mut().for_each(|x| *x = b);
+    }
+    let blob = mlp.to_blob(false).unwrap();
+    let policy = Policy::load(Some(&blob), plan().hash(), layout()).unwrap();
+    let obs = vec![0.5; layout().dim()];
+    let mut scratch = [0.0; SCRATCH_FLOATS];
+    let got = policy.decide(&obs, PhaseMask(0b1111), &mut scratch);
+    assert_eq!(got, Err(DecideError::NonFiniteLogit));
+}

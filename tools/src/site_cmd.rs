@@ -12,7 +12,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use greenwave_core::PhasePlan;
 use greenwave_runtime::controller::{env_signal_specs, Fallback, FallbackKind};
@@ -29,9 +29,13 @@ pub struct SiteArgs {
     /// Where the cabinet is (free text, kept in the file).
     #[arg(long)]
     pub name: Option<String>,
-    /// The site configuration file to write.
+    /// The site configuration file to write (an existing one only with `--force`: a
+    /// cabinet's file may hold edits of its own).
     #[arg(long)]
     pub out: PathBuf,
+    /// Replace an existing `--out` file.
+    #[arg(long)]
+    pub force: bool,
     /// Writes the program clocks on Unix time (`program_clock_time = "unix"`): the Unix
     /// time, in ms (UTC), that the simulation's start (`--begin`) stands for on the street.
     /// Without it the clocks count from the controller's start (0 at `--begin`).
@@ -44,6 +48,13 @@ pub struct SiteArgs {
 
 /// Runs `greenwave site`.
 pub fn run(args: &SiteArgs) -> Result<()> {
+    if args.out.exists() && !args.force {
+        bail!(
+            "{} exists (a cabinet's site file may hold edits of its own): give another --out, \
+             or --force to replace it",
+            args.out.display()
+        );
+    }
     let source = EnvSource::from_args(&args.sim, &args.scenario, None)?;
     let env = source.make(0, source.episode())?;
     // A policy that reads program-clock lanes gets them from the controller, which
@@ -67,7 +78,8 @@ pub fn run(args: &SiteArgs) -> Result<()> {
     let text = site
         .to_toml()
         .context("writing the site configuration as TOML")?;
-    std::fs::write(&args.out, text).with_context(|| format!("writing {}", args.out.display()))?;
+    // A crash or a full disk leaves the old file whole, never a truncated one.
+    crate::train::checkpoint::write_atomic(&args.out, text.as_bytes())?;
     say!(
         "site configuration: {} ({} signals, decision every {interval}, from {})",
         args.out.display(),

@@ -246,6 +246,29 @@ fn validation_leaves_training_untouched_and_export_takes_the_selection() {
     let err = common::failed(&o2);
     assert!(err.contains("holds the weights of iteration"), "{err}");
     std::fs::write(&json, text).unwrap();
+    // So are the last weights' and the checkpoint's pairs (a crash between their writes).
+    for (file, args) in [("policy.json", "--last"), ("checkpoint.json", "")] {
+        let json = with.join(file);
+        let text = std::fs::read_to_string(&json).unwrap();
+        let torn = text.replacen("\"iteration\": 10", "\"iteration\": 9", 1);
+        assert_ne!(torn, text, "{file}");
+        std::fs::write(&json, torn).unwrap();
+        let err = match args {
+            "--last" => common::failed(&greenwave(&[
+                "export",
+                with.to_str().unwrap(),
+                "--out",
+                o,
+                "--last",
+            ])),
+            _ => format!("{:#}", train(&tiny(2), &with, true, false).unwrap_err()),
+        };
+        assert!(
+            err.contains("the pair was not written whole"),
+            "{file}: {err}"
+        );
+        std::fs::write(&json, text).unwrap();
+    }
 
     // A resume that changes the validation seeds is refused.
     let mut other = tiny(3);
@@ -257,6 +280,16 @@ fn validation_leaves_training_untouched_and_export_takes_the_selection() {
     longer.total_steps = 2400;
     let e = train(&longer, &with, true, false).unwrap_err();
     assert!(format!("{e:#}").contains("--steps 1200"), "{e:#}");
+    // And one on another scenario, demand or rollout length: its episodes and checkpoints
+    // were laid out for the run's.
+    let mut elsewhere = tiny(2);
+    elsewhere.scenario = "arterial-3".into();
+    let e = train(&elsewhere, &with, true, false).unwrap_err();
+    assert!(format!("{e:#}").contains("--scenario single-4way"), "{e:#}");
+    let mut shorter = tiny(2);
+    shorter.rollout_steps += 1;
+    let e = train(&shorter, &with, true, false).unwrap_err();
+    assert!(format!("{e:#}").contains("--rollout-steps"), "{e:#}");
 
     // A fresh run into the same folder without validation drops the old selection.
     train(&tiny(0), &with, false, false).unwrap();

@@ -233,6 +233,7 @@ fn site_writes_what_the_controller_reads() {
     let dir = std::env::temp_dir().join(format!("gw-site-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("site.toml");
+    let _ = std::fs::remove_file(&out);
     let o = greenwave(&[
         "site",
         "--scenario",
@@ -248,12 +249,32 @@ fn site_writes_what_the_controller_reads() {
     assert_eq!(site.decision_interval_ms, scenario.decision_interval().0);
     let webster = greenwave_sim::controllers::FixedTime::webster(&scenario);
     assert_eq!(site.signals[0].fixed_cycle, webster.plans()[0].stages);
+    // A cabinet's file (edited by hand, say) is replaced only with --force.
+    std::fs::write(&out, "# edited at the cabinet\n").unwrap();
+    let args = [
+        "site",
+        "--scenario",
+        "single-4way",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = greenwave(&args);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "# edited at the cabinet\n"
+    );
+    let o = greenwave(&[&args[..], &["--force"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    greenwave_runtime::site::SiteConfig::load(&out).unwrap();
     let o = greenwave(&[
         "site",
         "--scenario",
         "no-such-place",
         "--out",
         out.to_str().unwrap(),
+        "--force",
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no-such-place"), "{}", stderr(&o));

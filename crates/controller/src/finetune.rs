@@ -186,6 +186,13 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
     if let Some(path) = &args.report {
         check_report_path(path)?;
     }
+    // Before the store is opened or a bundle adopted: a mistyped log changes nothing.
+    if !args.log_dir.is_dir() {
+        bail!(
+            "--log-dir {}: no such folder (nothing was adopted or fine-tuned)",
+            args.log_dir.display()
+        );
+    }
     let key = bundle::load_signing_key(&args.key)?;
     let mut keys = trusted_keys(&args.trust)?;
     // The controller trusts its own key for its own updates.

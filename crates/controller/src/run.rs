@@ -202,8 +202,9 @@ pub struct RunArgs {
     /// Log fsync policy: record, records:N or ms:T.
     #[arg(long, default_value = "ms:1000")]
     fsync: SyncPolicy,
-    /// Log segment size (MiB) before rotation (1 to 2^20).
-    #[arg(long, default_value_t = 16, value_parser = value_parser!(u64).range(1..=MAX_MIB))]
+    /// Log segment size (MiB) before rotation (1 to 256: recovery reads a whole segment
+    /// into memory).
+    #[arg(long, default_value_t = 16, value_parser = value_parser!(u64).range(1..=MAX_SEGMENT_MIB))]
     segment_mib: u64,
     /// Disk cap of the log (MiB, 1 to 2^20); oldest segments are dropped beyond it.
     #[arg(long, default_value_t = 1024, value_parser = value_parser!(u64).range(1..=MAX_MIB))]
@@ -218,6 +219,8 @@ pub(crate) const MAX_SECONDS: i64 = Millis::MAX_SECS as i64;
 /// Largest log size flag (1 TiB): MiB shifted to bytes stays far inside a `u64`, so a
 /// huge cap cannot wrap to a small one that deletes committed segments.
 const MAX_MIB: u64 = 1 << 20;
+/// The largest `--segment-mib`: the log's own limit.
+const MAX_SEGMENT_MIB: u64 = greenwave_runtime::log::MAX_SEGMENT_BYTES >> 20;
 
 /// `--inference-budget-ms`: a finite number of ms above 0, at most a minute.
 fn parse_budget_ms(s: &str) -> Result<f64, String> {
@@ -467,8 +470,9 @@ fn run_site(args: &RunArgs, path: &std::path::Path, quiet: bool) -> Result<()> {
     )
 }
 
-/// The simulator's signals must be the site's (same plans and detector lanes, in order; a
-/// site's program-clock lanes come from the controller, not the simulator).
+/// The simulator's signals must be the site's (same ids, plans and detector lanes, in
+/// order; a site's program-clock lanes come from the controller, not the simulator): a
+/// per-signal bundle is assigned by the site's id, and must read that junction's lanes.
 #[cfg(feature = "sim")]
 fn check_site_matches(site: &[SignalSpec], sim: &[SignalSpec], name: &str) -> Result<()> {
     if site.len() != sim.len() {
@@ -479,7 +483,7 @@ fn check_site_matches(site: &[SignalSpec], sim: &[SignalSpec], name: &str) -> Re
         );
     }
     for (i, (a, b)) in site.iter().zip(sim).enumerate() {
-        if a.plan.hash() != b.plan.hash() || a.field_lanes() != b.field_lanes() {
+        if a.id != b.id || a.plan.hash() != b.plan.hash() || a.field_lanes() != b.field_lanes() {
             bail!(
                 "signal {i}: the site's `{}` ({} lanes, plan {:016x}) is not scenario {name}'s `{}` ({} lanes, plan {:016x})",
                 a.id,
@@ -1164,5 +1168,11 @@ mod tests {
             e.to_string().contains("is not scenario single-4way's"),
             "{e}"
         );
+        // Another junction's id with the same plan and lanes: its bundle would be fed these
+        // detectors.
+        site[0].layout.n_lanes += 1;
+        site[0].id = format!("{}-elsewhere", site[0].id);
+        let e = check_site_matches(&site, &sim, "single-4way").unwrap_err();
+        assert!(e.to_string().contains("-elsewhere"), "{e}");
     }
 }

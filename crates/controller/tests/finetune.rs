@@ -566,6 +566,18 @@ fn the_finetune_and_rollback_commands() {
         "--min-records",
         "500",
     ];
+    // A mistyped log folder: refused before the store is made or the bundle adopted.
+    let mut mistyped = base.to_vec();
+    let missing = p(&s.dir.join("no-log"));
+    mistyped[10] = &missing;
+    let out = controller(&mistyped);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no such folder"),
+        "{err}"
+    );
+    assert!(!Path::new(&store).exists(), "the store was made");
+
     // A dry run on the empty store: judged (and counted as an attempt), but the flashed
     // bundle is not adopted and nothing is recorded.
     let j = finetune_refused(&base, &["--lr", "0", "--dry-run"]);

@@ -301,17 +301,18 @@ impl Adam {
 /// on it would leave NaN in the weights and in Adam's moments for good, to be checkpointed
 /// over the last good weights. Every learner steps after this, so none steps on one.
 pub fn clip_grad_norm(grads: &mut GradStore, vars: &[Var], max_norm: f32) -> Result<f32> {
-    let mut sq = 0.0f32;
+    // In f64: squares of f32 gradients above ~1.8e19 would overflow f32 to inf.
+    let mut sq = 0.0f64;
     for v in vars {
         if let Some(g) = grads.get(v.as_tensor()) {
             sq += g
+                .to_dtype(DType::F64)?
                 .sqr()?
                 .sum_all()?
-                .to_dtype(DType::F32)?
-                .to_scalar::<f32>()?;
+                .to_scalar::<f64>()?;
         }
     }
-    let norm = sq.sqrt();
+    let norm = sq.sqrt() as f32;
     if !norm.is_finite() {
         return Err(candle_core::Error::Msg(format!(
             "the gradient norm is {norm} (a NaN or infinite loss or gradient); the weights \

@@ -154,6 +154,10 @@ pub enum BundleError {
     /// The model does not read as a greenwave policy.
     #[error("manifest check failed: {MODEL_FILE}: {0}")]
     Model(onnx::OnnxError),
+    /// The manifest's `signal_id` is not text: read as no binding, the bundle would run on
+    /// any signal of its plan and layout.
+    #[error("manifest check failed: provenance.details.signal_id is {0}, not a signal id (text)")]
+    SignalIdNotText(String),
     /// The manifest maps the policy's actions to phases otherwise than one to one in
     /// order: controllers take action k as phase k, so such a mapping would be ignored.
     #[error(
@@ -447,6 +451,10 @@ fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, Bu
         return Err(BundleError::ManifestMismatch {
             fields: differing_fields(&beside, &inside),
         });
+    }
+    let bound = beside.provenance.details.get(crate::Provenance::SIGNAL_ID);
+    if let Some(id) = bound.filter(|id| !id.is_string()) {
+        return Err(BundleError::SignalIdNotText(id.to_string()));
     }
     let n_phases = beside.obs_layout.n_phases;
     if !beside.action_phases.iter().copied().eq(0..n_phases) {

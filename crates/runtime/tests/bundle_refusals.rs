@@ -349,4 +349,17 @@ fn a_manifest_that_reorders_the_phases_is_refused() {
         "{err}"
     );
     assert!(!fx.dir.join("b").exists());
+    // So is a signal binding that is not text (it would read as no binding at all).
+    manifest.action_phases.swap(0, 1);
+    manifest
+        .provenance
+        .details
+        .insert("signal_id".into(), serde_json::json!(3));
+    greenwave_policy::files::write_policy_files(&weights, &manifest, fx.plan.hash(), &staged)
+        .unwrap();
+    let err = pack_and_sign(&inputs(&staged), &key, &fx.dir.join("b")).unwrap_err();
+    assert!(
+        matches!(&err, BundleError::SignalIdNotText(v) if v == "3"),
+        "{err}"
+    );
 }

@@ -91,6 +91,38 @@ fn unreadable_models_are_load_errors() {
     assert!(load_backend(BackendKind::Matvec, &bytes, wrong, None).is_err());
 }
 
+/// Finite weights whose outputs overflow on the all-zero observation (hidden layers
+/// saturated, the heads' last weights at 1e38): refused at load by every backend, not
+/// loaded to fall back on every decision.
+#[test]
+fn a_model_whose_trial_outputs_overflow_is_refused_at_load() {
+    let (plan, layout) = plan_and_layout(&scenario());
+    let mut w = synthetic_weights(layout, &[64, 64], 9);
+    for head in [&mut w.actor, &mut w.critic] {
+        let last = head.len() - 1;
+        for (k, l) in head.iter_mut().enumerate() {
+            let (weight, bias) = if k == last { (1e38, 0.0) } else { (0.0, 10.0) };
+            l.weights.iter_mut().for_each(|x| *x = weight);
+            l.bias.iter_mut().for_each(|x| *x = bias);
+        }
+    }
+    let m = Manifest::new(
+        &plan,
+        layout,
+        Millis::from_secs(5),
+        w.hidden(),
+        Provenance::default(),
+    );
+    let bytes = onnx::export(&w, &m);
+    for kind in [BackendKind::Tract, BackendKind::Matvec] {
+        let err = load_backend(kind, &bytes, layout, None).err().unwrap();
+        assert!(
+            err.to_string().contains("non-finite outputs"),
+            "{kind}: {err}"
+        );
+    }
+}
+
 #[cfg(not(feature = "ort"))]
 #[test]
 fn ort_backend_is_reported_as_not_built() {

@@ -110,11 +110,24 @@ struct CheckpointInfo {
     reward_scale: RewardScale,
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
+/// Writes `bytes` to `path` through a synced temporary file renamed over it: a crash or a
+/// full disk leaves the old file whole.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    // Beside it under its whole name (`site.toml.tmp-PID`): `with_extension` would make
+    // `x.tmp`'s temporary file `x.tmp` itself.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::Error::new(e).context(format!("writing {}", path.display()))
+    })
 }
 
 fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
@@ -312,6 +325,40 @@ fn check_selected_iteration(
     Ok(())
 }
 
+/// The tensor in `policy.safetensors` and `checkpoint.safetensors` holding the iteration
+/// their weights are from, which must equal their JSON's: a crash between the two writes
+/// of a pair must not pair one iteration's weights (and Adam moments) with another's
+/// statistics. Files from before it lack it and are read as they were.
+const WEIGHTS_ITERATION: &str = "weights.iteration";
+
+fn put_iteration(map: &mut HashMap<String, Tensor>, iteration: u64) -> Result<()> {
+    let iteration = i64::try_from(iteration).context("iteration count")?;
+    map.insert(
+        WEIGHTS_ITERATION.into(),
+        Tensor::from_slice(&[iteration], 1, &Device::Cpu)?,
+    );
+    Ok(())
+}
+
+fn check_weights_iteration(
+    map: &HashMap<String, Tensor>,
+    (file, json): (&Path, &str),
+    iteration: u64,
+) -> Result<()> {
+    let Some(t) = map.get(WEIGHTS_ITERATION) else {
+        return Ok(());
+    };
+    let saved: Vec<i64> = t.to_vec1()?;
+    if saved.first().and_then(|&i| u64::try_from(i).ok()) != Some(iteration) {
+        bail!(
+            "{} holds the weights of iteration {saved:?}, {json} says {iteration}: the pair was \
+             not written whole (a crash between the two, or a run writing them now)",
+            file.display()
+        );
+    }
+    Ok(())
+}
+
 /// The selected weights' record in `out` (`best.json`), if the run has selected any.
 pub fn read_selected(out: &Path) -> Result<Option<SelectedInfo>> {
     let path = out.join("best.json");
@@ -327,6 +374,7 @@ pub fn read_selected(out: &Path) -> Result<Option<SelectedInfo>> {
 /// Saves the policy, and (when `resumable`) the full checkpoint.
 pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
     let (mut map, policy) = policy_tensors(l);
+    put_iteration(&mut map, policy.iteration)?;
     save_tensors(&out.join("policy.safetensors"), &map)?;
     write_atomic(
         &out.join("policy.json"),
@@ -433,6 +481,7 @@ pub fn load(out: &Path, cfg: &TrainConfig, layout: ObsLayout) -> Result<Learner>
     let info: CheckpointInfo = read_json(&info_path)?;
     let file = out.join("checkpoint.safetensors");
     let map = load_tensors(&file)?;
+    check_weights_iteration(&map, (&file, "checkpoint.json"), info.policy.iteration)?;
     let mut l = Learner::fresh(cfg, layout)?;
     let (actor, critic) = l.net.nets();
     load_net(&map, "actor", actor, &file)?;
@@ -479,6 +528,41 @@ fn check_resumes(out: &Path, run: &RunInfo, cfg: &TrainConfig) -> Result<()> {
             run.config.hidden,
             run.config.seed,
             run.config.n_envs
+        );
+    }
+    let (was, now) = (&run.config, cfg);
+    let episodes = [
+        (
+            "--scenario",
+            was.scenario != now.scenario,
+            was.scenario.clone(),
+        ),
+        (
+            "--demand",
+            was.demand != now.demand,
+            format!("{:?}", was.demand),
+        ),
+        (
+            "--episode-seconds",
+            was.episode_s != now.episode_s,
+            format!("{:?}", was.episode_s),
+        ),
+        (
+            "--rollout-steps",
+            was.rollout_steps != now.rollout_steps,
+            was.rollout_steps.to_string(),
+        ),
+        (
+            "--discount-half-life-s",
+            was.discount != now.discount,
+            format!("{:?}", was.discount),
+        ),
+    ];
+    if let Some((flag, _, value)) = episodes.iter().find(|(_, differs, _)| *differs) {
+        bail!(
+            "{} was trained with {flag} {value}; resume with the same (its episodes, \
+             checkpoints and schedules were laid out for it)",
+            out.display()
         );
     }
     if run.config.validation != cfg.validation {
@@ -583,8 +667,9 @@ pub fn load_run_policy_at(
         ),
     };
     let map = load_tensors(&file)?;
-    if selected.is_some() {
-        check_selected_iteration(&map, &file, pinfo.iteration)?;
+    match selected {
+        Some(_) => check_selected_iteration(&map, &file, pinfo.iteration)?,
+        None => check_weights_iteration(&map, (&file, "policy.json"), pinfo.iteration)?,
     }
     let stats = RunningObsStats {
         mean: pinfo.stats.mean.clone(),
