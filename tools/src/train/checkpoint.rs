@@ -530,11 +530,34 @@ fn check_resumes(out: &Path, run: &RunInfo, cfg: &TrainConfig) -> Result<()> {
             run.config.n_envs
         );
     }
+    if run.config.validation != cfg.validation {
+        bail!(
+            "{} was trained with --validation-seeds {} --validation-first-seed {}; resume with \
+             the same (its selected weights were validated on those seeds)",
+            out.display(),
+            run.config.validation.seeds,
+            run.config.validation.first_seed
+        );
+    }
+    if !run.config.sim.resumes_as(&cfg.sim) {
+        let describe = |b: &crate::backend::BackendArgs| {
+            b.sumo_label()
+                .unwrap_or_else(|| format!("the {} simulator", b.backend.name()))
+        };
+        bail!(
+            "{} was trained on {}; resume with the same --backend, --net, --routes, --begin, \
+             timing options and --reward (asked: {})",
+            out.display(),
+            describe(&run.config.sim),
+            describe(&cfg.sim)
+        );
+    }
     let (was, now) = (&run.config, cfg);
     let episodes = [
         (
             "--scenario",
-            was.scenario != now.scenario,
+            // On SUMO the net is the scenario, and `resumes_as` compared it above.
+            was.sim.backend == crate::backend::Backend::Embedded && was.scenario != now.scenario,
             was.scenario.clone(),
         ),
         (
@@ -563,28 +586,6 @@ fn check_resumes(out: &Path, run: &RunInfo, cfg: &TrainConfig) -> Result<()> {
             "{} was trained with {flag} {value}; resume with the same (its episodes, \
              checkpoints and schedules were laid out for it)",
             out.display()
-        );
-    }
-    if run.config.validation != cfg.validation {
-        bail!(
-            "{} was trained with --validation-seeds {} --validation-first-seed {}; resume with \
-             the same (its selected weights were validated on those seeds)",
-            out.display(),
-            run.config.validation.seeds,
-            run.config.validation.first_seed
-        );
-    }
-    if !run.config.sim.resumes_as(&cfg.sim) {
-        let describe = |b: &crate::backend::BackendArgs| {
-            b.sumo_label()
-                .unwrap_or_else(|| format!("the {} simulator", b.backend.name()))
-        };
-        bail!(
-            "{} was trained on {}; resume with the same --backend, --net, --routes, --begin, \
-             timing options and --reward (asked: {})",
-            out.display(),
-            describe(&run.config.sim),
-            describe(&cfg.sim)
         );
     }
     if cfg.validation.seeds > 0 && run.config.total_steps != cfg.total_steps {
