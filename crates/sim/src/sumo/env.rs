@@ -697,6 +697,10 @@ impl SumoEnv {
         let t0 = Instant::now();
         self.sim = None; // stops the previous SUMO first
         self.in_flight = None;
+        // A start that fails part-way must not leave the last episode looking finished,
+        // with its metrics: nothing runs until a reset succeeds.
+        self.finished = false;
+        self.metrics = EpisodeMetrics::default();
         let mut sim = self.launch(seed)?;
         let mut switches = Message::new();
         for id in &self.program_switches {
@@ -811,6 +815,11 @@ impl SumoEnv {
         value: &Value,
     ) -> Result<Option<f64>, String> {
         let reading = || number(value, "a reading").map(|x| x as f32);
+        // Counts and times are never negative (SUMO's -1 means "none", never for these).
+        let count = || match reading()? {
+            x if x < 0.0 => Err(format!("negative count or time {x}")),
+            x => Ok(x),
+        };
         match slot {
             Slot::Pending(e) => {
                 let Value::StrList(ids) = value else {
@@ -818,10 +827,10 @@ impl SumoEnv {
                 };
                 pending.ids[e].clone_from(ids);
             }
-            Slot::Vehicles(i) => lanes.vehicles[i] = reading()?,
-            Slot::Halting(i) => lanes.halting[i] = reading()?,
+            Slot::Vehicles(i) => lanes.vehicles[i] = count()?,
+            Slot::Halting(i) => lanes.halting[i] = count()?,
             Slot::MeanSpeed(i) => lanes.mean_speed_mps[i] = reading()?,
-            Slot::SinceDetection(i) => lanes.since_detection_s[i] = reading()?,
+            Slot::SinceDetection(i) => lanes.since_detection_s[i] = count()?,
             Slot::Time => return Ok(Some(number(value, "SUMO's clock")?)),
         }
         Ok(None)
@@ -1020,11 +1029,23 @@ impl SumoEnv {
             for id in &pending {
                 m.get(cmd::GET_VEHICLE, var::VEHICLE_DEPART_DELAY, id);
             }
-            for r in sim.call(&m, "reading waits of vehicles never inserted")? {
-                if let Reply::Value(v) = r {
-                    // Vehicles loaded ahead of their departure report a negative delay.
-                    if let Some(w) = v.as_f64().filter(|w| *w >= 0.0) {
-                        waits.push(w);
+            let context = "reading waits of vehicles never inserted";
+            for r in sim.call(&m, context)? {
+                let w = match &r {
+                    Reply::Value(v) => v.as_f64().filter(|w| !w.is_nan()),
+                    _ => None,
+                };
+                // Vehicles loaded ahead of their departure report a negative delay: not
+                // due yet, so not waiting. Anything else but a number is an error, not a
+                // vehicle left out of the backlog.
+                match w {
+                    Some(w) if w >= 0.0 => waits.push(w),
+                    Some(_) => {}
+                    None => {
+                        return Err(SumoError::Traci {
+                            context: context.into(),
+                            source: TraciError::Protocol(format!("unexpected reply {r:?}")),
+                        })
                     }
                 }
             }
@@ -1060,7 +1081,9 @@ impl SumoEnv {
     /// what `--controller fixed-time` means on SUMO. Restarts SUMO first (same seed) if the
     /// current episode has already been stepped.
     pub fn run_static_program(&mut self) -> Result<EpisodeMetrics, SumoError> {
-        if self.now_ms > 0 || self.finished || self.sim.is_none() {
+        let used = self.now_ms > 0 || self.queue_samples > 0 || self.in_flight.is_some();
+        let live = self.sim.as_ref().is_some_and(|s| s.connected());
+        if used || self.finished || !live {
             self.start(self.seed)?;
         }
         let t0 = Instant::now();
@@ -1551,7 +1574,8 @@ impl Env for SumoEnv {
 
     fn reset(&mut self, seed: u64) -> Result<(), EnvError> {
         // A SUMO just started with this seed and not stepped yet is already that episode.
-        let fresh = self.sim.is_some()
+        // (A connection a failed call dropped is no episode: that SUMO was stopped.)
+        let fresh = self.sim.as_ref().is_some_and(|s| s.connected())
             && !self.finished
             && self.now_ms == 0
             && self.queue_samples == 0

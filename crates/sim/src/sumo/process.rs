@@ -286,6 +286,11 @@ impl SumoProcess {
         self.child.id()
     }
 
+    /// Whether the TraCI connection is still up (a failure drops it and stops SUMO).
+    pub(crate) fn connected(&self) -> bool {
+        self.traci.is_some()
+    }
+
     /// Turns a TraCI failure into the most useful error: if SUMO has died, say so with its
     /// log; either way the connection is dropped and SUMO stopped, as its state is unknown.
     fn fail(&mut self, context: &str, source: TraciError) -> SumoError {

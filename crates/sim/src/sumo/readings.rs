@@ -177,6 +177,7 @@ impl ReadPlan {
         subs: &[SubscriptionResult],
         mut store: impl FnMut(Slot, &Value) -> Result<(), String>,
     ) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
         for s in subs {
             let key = (s.response, s.object.clone());
             let Some(&k) = self.by_response.get(&key) else {
@@ -185,6 +186,7 @@ impl ReadPlan {
                     s.object, s.response
                 ));
             };
+            seen.insert(key);
             for (v, value) in &s.values {
                 let slot = self.objects[k]
                     .vars
@@ -195,7 +197,15 @@ impl ReadPlan {
                 store(slot, value).map_err(|e| format!("{}: {e}", s.object))?;
             }
         }
-        Ok(())
+        // An object SUMO stopped answering for would keep its last interval's readings.
+        match self.by_response.keys().find(|key| !seen.contains(*key)) {
+            Some((_, id)) => Err(format!(
+                "no subscription results for `{id}` ({} of the {} subscribed objects answered)",
+                seen.len(),
+                self.by_response.len()
+            )),
+            None => Ok(()),
+        }
     }
 
     fn apply_gets(
@@ -225,4 +235,40 @@ pub(crate) fn number(v: &Value, what: &str) -> Result<f64, String> {
     v.as_f64()
         .filter(|x| x.is_finite())
         .ok_or_else(|| format!("non-numeric value {v:?} for {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step whose subscription results leave out an object (SUMO stopped answering for
+    /// it) is an error naming it, not a lane keeping last interval's readings.
+    #[test]
+    fn an_object_missing_from_a_steps_results_is_an_error() {
+        let lanes = [("in_0", LaneRole::StopLine), ("out_0", LaneRole::Outgoing)];
+        let plan = ReadPlan::new(lanes.into_iter(), &[]);
+        let result = |o: &Object| SubscriptionResult {
+            response: cmd::subscription_response(o.get),
+            object: o.id.clone(),
+            domain: 0,
+            values: o
+                .vars
+                .iter()
+                .map(|&(v, _)| (v, Value::Double(1.0)))
+                .collect(),
+            context: Vec::new(),
+        };
+        let all: Vec<SubscriptionResult> = plan.objects.iter().map(result).collect();
+        let ok = plan.apply(Answer::Subscriptions(&all), |_, _| Ok(()));
+        assert_eq!(ok, Ok(()));
+        let missing: Vec<SubscriptionResult> = all
+            .iter()
+            .filter(|s| s.object != "out_0")
+            .cloned()
+            .collect();
+        let err = plan
+            .apply(Answer::Subscriptions(&missing), |_, _| Ok(()))
+            .unwrap_err();
+        assert!(err.contains("`out_0`"), "{err}");
+    }
 }
