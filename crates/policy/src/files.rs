@@ -64,9 +64,7 @@ pub fn side_paths(onnx_path: &Path) -> (PathBuf, PathBuf, PathBuf) {
 /// a destination that is a folder) leaves every destination as it was, never some files
 /// of the new set beside others of the old one. Returns the destination and error of the
 /// first failure.
-pub(crate) fn write_together(
-    files: &[(&Path, &[u8], u32)],
-) -> Result<(), (PathBuf, std::io::Error)> {
+pub fn write_together(files: &[(&Path, &[u8], u32)]) -> Result<(), (PathBuf, std::io::Error)> {
     let tmp_of = |p: &Path| {
         let mut name = p.as_os_str().to_owned();
         name.push(format!(".tmp-{}", std::process::id()));

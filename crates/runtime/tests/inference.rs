@@ -22,8 +22,14 @@ fn observations(n: usize, d: usize) -> Vec<Vec<f32>> {
 }
 
 fn model() -> (Vec<u8>, greenwave_policy::PolicyWeights) {
-    let (plan, layout) = plan_and_layout(&scenario());
+    let (_, layout) = plan_and_layout(&scenario());
     let w = synthetic_weights(layout, &[64, 64], 9);
+    (exported(&w), w)
+}
+
+/// `w` exported for the test scenario's plan.
+fn exported(w: &greenwave_policy::PolicyWeights) -> Vec<u8> {
+    let (plan, layout) = plan_and_layout(&scenario());
     let m = Manifest::new(
         &plan,
         layout,
@@ -31,7 +37,7 @@ fn model() -> (Vec<u8>, greenwave_policy::PolicyWeights) {
         w.hidden(),
         Provenance::default(),
     );
-    (onnx::export(&w, &m), w)
+    onnx::export(w, &m)
 }
 
 fn assert_matches_reference(backend: &mut dyn PolicyBackend, w: &greenwave_policy::PolicyWeights) {
@@ -96,8 +102,7 @@ fn unreadable_models_are_load_errors() {
 /// loaded to fall back on every decision.
 #[test]
 fn a_model_whose_trial_outputs_overflow_is_refused_at_load() {
-    let (plan, layout) = plan_and_layout(&scenario());
-    let mut w = synthetic_weights(layout, &[64, 64], 9);
+    let (mut w, layout) = (model().1, plan_and_layout(&scenario()).1);
     for head in [&mut w.actor, &mut w.critic] {
         let last = head.len() - 1;
         for (k, l) in head.iter_mut().enumerate() {
@@ -106,14 +111,7 @@ fn a_model_whose_trial_outputs_overflow_is_refused_at_load() {
             l.bias.iter_mut().for_each(|x| *x = bias);
         }
     }
-    let m = Manifest::new(
-        &plan,
-        layout,
-        Millis::from_secs(5),
-        w.hidden(),
-        Provenance::default(),
-    );
-    let bytes = onnx::export(&w, &m);
+    let bytes = exported(&w);
     for kind in [BackendKind::Tract, BackendKind::Matvec] {
         let err = load_backend(kind, &bytes, layout, None).err().unwrap();
         assert!(

@@ -113,21 +113,8 @@ struct CheckpointInfo {
 /// Writes `bytes` to `path` through a synced temporary file renamed over it: a crash or a
 /// full disk leaves the old file whole.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    // Beside it under its whole name (`site.toml.tmp-PID`): `with_extension` would make
-    // `x.tmp`'s temporary file `x.tmp` itself.
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
-    let write = || -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::Error::new(e).context(format!("writing {}", path.display()))
-    })
+    greenwave_learn::files::write_together(&[(path, bytes, 0o644)])
+        .map_err(|(p, e)| anyhow::Error::new(e).context(format!("writing {}", p.display())))
 }
 
 fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
@@ -270,11 +257,7 @@ const SELECTED_ITERATION: &str = "selected.iteration";
 /// resumed run validates these weights again) rather than a mismatched pair.
 pub fn save_selected(out: &Path, l: &Learner, validation: &Validation) -> Result<()> {
     let (mut map, policy) = policy_tensors(l);
-    let iteration = i64::try_from(policy.iteration).context("iteration count")?;
-    map.insert(
-        SELECTED_ITERATION.into(),
-        Tensor::from_slice(&[iteration], 1, &Device::Cpu)?,
-    );
+    put_iteration(&mut map, SELECTED_ITERATION, policy.iteration)?;
     let info = SelectedInfo {
         policy,
         validation: validation.clone(),
@@ -313,8 +296,7 @@ fn check_selected_iteration(
     file: &Path,
     iteration: u64,
 ) -> Result<()> {
-    let saved: Vec<i64> = take(map, SELECTED_ITERATION, file)?.to_vec1()?;
-    if saved.first().and_then(|&i| u64::try_from(i).ok()) != Some(iteration) {
+    if let Some(saved) = other_iteration(take(map, SELECTED_ITERATION, file)?, iteration)? {
         bail!(
             "{} holds the weights of iteration {saved:?}, best.json says {iteration}: the pair \
              is being rewritten (a run writing it?); export again, or take the last weights \
@@ -331,13 +313,21 @@ fn check_selected_iteration(
 /// statistics. Files from before it lack it and are read as they were.
 const WEIGHTS_ITERATION: &str = "weights.iteration";
 
-fn put_iteration(map: &mut HashMap<String, Tensor>, iteration: u64) -> Result<()> {
+/// Puts `iteration` into `map` as the tensor `key`.
+fn put_iteration(map: &mut HashMap<String, Tensor>, key: &str, iteration: u64) -> Result<()> {
     let iteration = i64::try_from(iteration).context("iteration count")?;
     map.insert(
-        WEIGHTS_ITERATION.into(),
+        key.into(),
         Tensor::from_slice(&[iteration], 1, &Device::Cpu)?,
     );
     Ok(())
+}
+
+/// The iteration the tensor `saved` holds, where it is not `iteration`.
+fn other_iteration(saved: &Tensor, iteration: u64) -> Result<Option<Vec<i64>>> {
+    let saved: Vec<i64> = saved.to_vec1()?;
+    let same = saved.first().and_then(|&i| u64::try_from(i).ok()) == Some(iteration);
+    Ok((!same).then_some(saved))
 }
 
 fn check_weights_iteration(
@@ -348,8 +338,7 @@ fn check_weights_iteration(
     let Some(t) = map.get(WEIGHTS_ITERATION) else {
         return Ok(());
     };
-    let saved: Vec<i64> = t.to_vec1()?;
-    if saved.first().and_then(|&i| u64::try_from(i).ok()) != Some(iteration) {
+    if let Some(saved) = other_iteration(t, iteration)? {
         bail!(
             "{} holds the weights of iteration {saved:?}, {json} says {iteration}: the pair was \
              not written whole (a crash between the two, or a run writing them now)",
@@ -374,7 +363,7 @@ pub fn read_selected(out: &Path) -> Result<Option<SelectedInfo>> {
 /// Saves the policy, and (when `resumable`) the full checkpoint.
 pub fn save(out: &Path, l: &Learner, resumable: bool) -> Result<()> {
     let (mut map, policy) = policy_tensors(l);
-    put_iteration(&mut map, policy.iteration)?;
+    put_iteration(&mut map, WEIGHTS_ITERATION, policy.iteration)?;
     save_tensors(&out.join("policy.safetensors"), &map)?;
     write_atomic(
         &out.join("policy.json"),

@@ -223,12 +223,12 @@ pub struct LogWriter {
     index: u64,
     seg_bytes: u64,
     sealed: VecDeque<SegmentFile>,
-    /// The sealed segments' bytes, with their quarantine files and the orphans'.
+    /// The sealed segments' bytes, with the quarantine files'.
     sealed_bytes: u64,
-    /// Quarantine files whose segment is gone (a segment recovery removed, or one an
-    /// older build dropped without them): counted against the cap, and deleted with the
-    /// first segment the cap drops.
-    orphans: Vec<QuarantineFile>,
+    /// The folder's quarantine files (only opening makes them), counted against the cap:
+    /// each is deleted with its segment, and one whose segment is gone (removed by
+    /// recovery, or dropped by an older build without it) with the first segment dropped.
+    quarantine: Vec<QuarantineFile>,
     commit: Commit,
     unsynced: u32,
     oldest_unsynced: Option<Instant>,
@@ -341,15 +341,12 @@ impl LogWriter {
         if let Some(r) = &recovery.repair {
             tracing::warn!(repair = ?r, "transition log: repaired the newest segment on open");
         }
-        // A segment's quarantine files count with it against the cap, and go with it.
-        let (quarantined, orphans): (Vec<QuarantineFile>, Vec<QuarantineFile>) =
-            list_quarantine(&cfg.dir)?
-                .into_iter()
-                .partition(|q| segments.iter().any(|s| s.index == q.segment));
+        // Quarantine files count against the cap, and go with their segment.
+        let quarantine = list_quarantine(&cfg.dir)?;
         let sealed_bytes = segments
             .iter()
-            .map(|s| s.bytes + quarantine_bytes(&quarantined, s.index))
-            .chain(orphans.iter().map(|q| q.length))
+            .map(|s| s.bytes)
+            .chain(quarantine.iter().map(|q| q.length))
             .sum();
         let (file, path) = create_segment(&cfg.dir, next_index, cfg.epoch_unix_ms)?;
         let mut w = LogWriter {
@@ -359,7 +356,7 @@ impl LogWriter {
             seg_bytes: HEADER_BYTES as u64,
             sealed: segments.into(),
             sealed_bytes,
-            orphans,
+            quarantine,
             commit: Commit::default(),
             unsynced: 0,
             oldest_unsynced: None,
@@ -504,20 +501,21 @@ impl LogWriter {
             let Some(oldest) = self.sealed.front().cloned() else {
                 break;
             };
-            // Its quarantine files (and the orphans) first, each counted off as it goes, so
-            // that a failure part-way leaves the count true and the segment listed.
-            let mut going = std::mem::take(&mut self.orphans);
-            going.extend(
-                list_quarantine(&self.cfg.dir)?
+            // Its quarantine files (and those whose segment is gone) first, each counted
+            // off as it goes, so that a failure part-way leaves the count true and the
+            // segment listed.
+            let sealed = &self.sealed;
+            let (mut going, staying): (Vec<QuarantineFile>, Vec<QuarantineFile>) =
+                std::mem::take(&mut self.quarantine)
                     .into_iter()
-                    .filter(|q| q.segment == oldest.index),
-            );
-            going.sort_by(|a, b| a.path.cmp(&b.path));
-            going.dedup_by(|a, b| a.path == b.path);
+                    .partition(|q| {
+                        q.segment == oldest.index || !sealed.iter().any(|s| s.index == q.segment)
+                    });
+            self.quarantine = staying;
             while let Some(q) = going.pop() {
                 match fs::remove_file(&q.path) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        self.orphans.extend(going.into_iter().chain([q.clone()]));
+                        self.quarantine.extend(going.into_iter().chain([q.clone()]));
                         return Err(LogError::io("removing", &q.path, e));
                     }
                     _ => {}
@@ -687,15 +685,6 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
     }
     rec.kept = Some(kept);
     Ok(rec)
-}
-
-/// Bytes of the quarantine files of segment `index`.
-fn quarantine_bytes(quarantined: &[QuarantineFile], index: u64) -> u64 {
-    quarantined
-        .iter()
-        .filter(|q| q.segment == index)
-        .map(|q| q.length)
-        .sum()
 }
 
 /// Copies the damaged range `d` of segment `index` to its quarantine file, durably (file
