@@ -37,16 +37,19 @@ pub struct FinetuneArgs {
     /// Transition log directory.
     #[arg(long)]
     log_dir: PathBuf,
-    /// Also check the running bundle against every signal of this site configuration.
+    /// Also check the running bundle against this site configuration: a shared policy
+    /// against every signal, a per-signal export against its own signal (whose records are
+    /// then the ones fine-tuned on).
     #[arg(long)]
     site: Option<PathBuf>,
     /// Fine-tune on this signal's records only (its index in the controller's signals, as
     /// the log records it). Needed for a bundle exported for one signal when the log holds
-    /// several signals' records.
+    /// several signals' records and neither --site nor --scenario says which is its own;
+    /// with them, it must be that signal.
     #[arg(long)]
     signal: Option<u16>,
     /// Also check the running bundle against this scenario's signals (plan and layout;
-    /// feature `sim`).
+    /// feature `sim`), as --site does.
     #[cfg(feature = "sim")]
     #[arg(long)]
     scenario: Option<String>,
@@ -182,7 +185,7 @@ struct FinetuneCliReport<'a> {
 /// `greenwave-controller finetune`: fine-tunes, gates and (unless `--dry-run`) switches
 /// in the candidate; [`Exit::Rejected`] when the gate refuses it.
 pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
-    let cfg = finetune_config(&args)?;
+    let mut cfg = finetune_config(&args)?;
     if let Some(path) = &args.report {
         check_report_path(path)?;
     }
@@ -208,13 +211,15 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
     let current = current_bundle(&store, &args, &keys)?;
     let running = bundle::verify(&current, &keys)
         .with_context(|| format!("verifying the running bundle {}", current.display()))?;
+    let mut own = Vec::new();
     if let Some(path) = &args.site {
-        check_site(&running, path)?;
+        own.push((check_site(&running, path)?, path.display().to_string()));
     }
     #[cfg(feature = "sim")]
     if let Some(name) = &args.scenario {
-        check_scenario(&running, name)?;
+        own.push((check_scenario(&running, name)?, name.clone()));
     }
+    cfg.signal = signal_to_tune(args.signal, &own, &running)?;
     let mut progress = |line: &str| {
         if !quiet {
             eprintln!("finetune: {line}");
@@ -252,6 +257,37 @@ pub fn run(args: FinetuneArgs, quiet: bool) -> Result<Exit> {
     } else {
         Exit::Rejected
     })
+}
+
+/// The signal whose records are fine-tuned on: `--signal`, which must be the index that
+/// each checked site or scenario (`own`: the index it gives the signal a per-signal
+/// export was made for, and its name) gives that signal; without `--signal`, that index.
+fn signal_to_tune(
+    asked: Option<u16>,
+    own: &[(Option<u16>, String)],
+    running: &bundle::VerifiedBundle,
+) -> Result<Option<u16>> {
+    let mut chosen = asked;
+    for (index, what) in own {
+        let Some(index) = *index else { continue };
+        let id = greenwave_runtime::bundle_set::exported_for(running).unwrap_or_default();
+        match chosen {
+            Some(s) if s != index && asked.is_some() => bail!(
+                "--signal {s}: the bundle was exported for signal {id}, which is signal {index} of {what}"
+            ),
+            Some(s) if s != index => bail!(
+                "the bundle was exported for signal {id}, which is signal {s} of --site and signal {index} of {what}"
+            ),
+            Some(_) => {}
+            None => {
+                eprintln!(
+                    "fine-tuning on signal {index}'s records: the bundle was exported for {id}, signal {index} of {what}"
+                );
+                chosen = Some(index);
+            }
+        }
+    }
+    Ok(chosen)
 }
 
 /// Refuses a `--report` path whose folder is missing, or that is a folder, before anything

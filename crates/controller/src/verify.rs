@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use greenwave_core::Millis;
 use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
-use greenwave_runtime::bundle_set::{check_runs_on, BundleSet};
+use greenwave_runtime::bundle_set::{check_runs_on, exported_for, BundleSet};
 use greenwave_runtime::controller::SignalSpec;
 #[cfg(feature = "sim")]
 use greenwave_runtime::controller::SimField;
@@ -114,37 +114,62 @@ fn check_set(
     Ok(())
 }
 
-/// Checks the bundle against every signal of the site configuration at `path`, and its
-/// decision interval against the site's (what `run --site` checks).
-pub fn check_site(b: &VerifiedBundle, path: &std::path::Path) -> Result<()> {
+/// Checks the bundle against the site configuration at `path` as `finetune` runs it: its
+/// decision interval against the site's, and a shared policy against every signal, a
+/// per-signal export against its own signal only. Returns that signal's index (None for a
+/// shared policy).
+pub fn check_site(b: &VerifiedBundle, path: &std::path::Path) -> Result<Option<u16>> {
     let site = SiteConfig::load(path)?;
     let what = path.display().to_string();
-    let specs = site.signal_specs();
-    check_set(
-        std::slice::from_ref(b),
-        &specs,
-        Some(site.decision_interval()),
-        &what,
-    )
+    b.check_decision_interval(site.decision_interval())
+        .with_context(|| what.clone())?;
+    check_own_signals(b, &site.signal_specs(), &what)
+}
+
+/// A shared policy is checked against every signal of `specs`; a per-signal export
+/// against the one it was exported for, whose index is returned (an error when `specs`
+/// has no signal of that id).
+fn check_own_signals(b: &VerifiedBundle, specs: &[SignalSpec], what: &str) -> Result<Option<u16>> {
+    let Some(id) = exported_for(b) else {
+        check_signals(b, specs, what)?;
+        return Ok(None);
+    };
+    let Some(i) = specs.iter().position(|s| s.id == id) else {
+        let ids: Vec<&str> = specs.iter().map(|s| s.id.as_str()).collect();
+        anyhow::bail!(
+            "the bundle was exported for signal {id}, which {what} does not have (its signals: {})",
+            ids.join(", ")
+        );
+    };
+    check_signal(b, i, &specs[i], what)?;
+    let index = u16::try_from(i)
+        .with_context(|| format!("signal {i} ({id}) of {what}: index beyond u16"))?;
+    Ok(Some(index))
 }
 
 /// Checks the bundle against every signal of `specs` (plan, layout, program clock), `what`
 /// naming them.
 fn check_signals(b: &VerifiedBundle, specs: &[SignalSpec], what: &str) -> Result<()> {
     for (i, s) in specs.iter().enumerate() {
-        let context = || format!("signal {i} ({}) of {what}", s.id);
-        b.check_program_clock(s.program_clock.is_some())
-            .with_context(context)?;
-        b.check_signal(&s.plan, s.layout).with_context(context)?;
-        check_runs_on(b, i, s).with_context(|| what.to_string())?;
+        check_signal(b, i, s, what)?;
     }
+    Ok(())
+}
+
+/// Checks the bundle against signal `i` (`s`) of `what`.
+fn check_signal(b: &VerifiedBundle, i: usize, s: &SignalSpec, what: &str) -> Result<()> {
+    let context = || format!("signal {i} ({}) of {what}", s.id);
+    b.check_program_clock(s.program_clock.is_some())
+        .with_context(context)?;
+    b.check_signal(&s.plan, s.layout).with_context(context)?;
+    check_runs_on(b, i, s).with_context(|| what.to_string())?;
     Ok(())
 }
 
 /// Checks the bundle against every signal of the scenario `name` (plan and layout).
 #[cfg(feature = "sim")]
-pub fn check_scenario(b: &VerifiedBundle, name: &str) -> Result<()> {
-    check_signals(b, &scenario_specs(name)?, name)
+pub fn check_scenario(b: &VerifiedBundle, name: &str) -> Result<Option<u16>> {
+    check_own_signals(b, &scenario_specs(name)?, name)
 }
 
 /// The signals of the scenario `name`.

@@ -281,3 +281,38 @@ fn without_require_policy_a_refused_set_runs_every_fallback() {
     let error = report["policy"]["error"].as_str().unwrap();
     assert!(error.contains("given twice"), "{report}");
 }
+
+/// `finetune` of one signal's export, checked against the field it runs in: the bundle is
+/// held to its own signal (not refused by the other), and fine-tuned on that signal's
+/// records only, unless `--signal` names another, which is refused.
+#[test]
+fn finetune_of_a_per_signal_export_takes_its_own_signals_records() {
+    let f = fixture("per-signal-finetune");
+    let out = f.run("log", &[&f.j1, &f.j2]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (own, _) = bundle::keygen(&f.dir.join("own"), false).unwrap();
+    let finetune = |extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_greenwave-controller"));
+        c.arg("finetune").arg("--store").arg(f.dir.join("store"));
+        c.arg("--bundle")
+            .arg(&f.j2)
+            .arg("--trust")
+            .arg(&f.keys.public);
+        c.arg("--key").arg(&own.secret);
+        c.arg("--log-dir").arg(f.dir.join("log"));
+        c.arg("--scenario").arg(arterial());
+        c.args(["--min-records", "20", "--lr", "0", "--dry-run", "--json"]);
+        c.args(extra).output().unwrap()
+    };
+    let out = finetune(&[]);
+    let said = stderr(&out);
+    assert!(said.contains("fine-tuning on signal 1's records"), "{said}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {said}"));
+    let by_signal = report["log"]["by_signal"].as_object().unwrap();
+    assert_eq!(by_signal.keys().collect::<Vec<_>>(), ["1"], "{report}");
+    refused(
+        &finetune(&["--signal", "0"]),
+        "--signal 0: the bundle was exported for signal J2, which is signal 1 of",
+    );
+}
