@@ -611,6 +611,13 @@ fn parse_signature(text: &str) -> Result<SignatureFile, BundleError> {
             "file does not end with a newline",
         ));
     }
+    if let Some(at) = text.find('\r') {
+        // The text signed has LF endings: a copy that made them CRLF is not a forgery.
+        return Err(bad(
+            text[..at].lines().count().max(1),
+            "line ends in CR (CRLF line endings, as a Windows copy writes): the signed text has LF endings only",
+        ));
+    }
     let lines: Vec<&str> = text.lines().collect();
     if lines.first() != Some(&SIGNATURE_HEADER) {
         return Err(bad(1, "expected `greenwave-bundle v1`"));
@@ -918,6 +925,14 @@ mod tests {
         assert!(err.to_string().contains("line 3"), "{err}");
         let text = format!("{SIGNATURE_HEADER}\nsigner {}\n", "00".repeat(32));
         assert!(parse_signature(&text).is_err());
+        // CRLF endings are named as such, not taken for a forged signature.
+        let crlf = format!(
+            "{SIGNATURE_HEADER}\r\nsigner {}\r\nsignature {}\r\n",
+            "00".repeat(32),
+            "00".repeat(64)
+        );
+        let err = parse_signature(&crlf).err().unwrap().to_string();
+        assert!(err.contains("line 1") && err.contains("CRLF"), "{err}");
     }
 
     #[test]
