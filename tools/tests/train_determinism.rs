@@ -204,3 +204,23 @@ fn entropy_annealing_starts_at_the_full_bonus_and_then_lowers_it() {
         "a bonus of 0 annealed is 0"
     );
 }
+
+#[test]
+fn resume_with_other_learner_settings_is_refused_by_name() {
+    let d = tmp("other-lr");
+    let mut half = tiny(Algo::Ppo, 480);
+    half.stop_after_iterations = Some(2);
+    train(&half, &d, false, false).unwrap();
+    let mut other = tiny(Algo::Ppo, 480);
+    other.ppo.learning_rate *= 2.0;
+    let err = format!("{:#}", train(&other, &d, true, false).unwrap_err());
+    assert!(
+        err.contains("other learner settings") && err.contains("ppo.learning_rate"),
+        "{err}"
+    );
+    // Threads are the machine's: a resume may change them.
+    let mut more_threads = tiny(Algo::Ppo, 480);
+    more_threads.threads += 1;
+    train(&more_threads, &d, true, false).unwrap();
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -541,6 +541,7 @@ fn check_resumes(out: &Path, run: &RunInfo, cfg: &TrainConfig) -> Result<()> {
             describe(&cfg.sim)
         );
     }
+    check_same_learner(out, &run.config, cfg)?;
     let (was, now) = (&run.config, cfg);
     let episodes = [
         (
@@ -583,6 +584,47 @@ fn check_resumes(out: &Path, run: &RunInfo, cfg: &TrainConfig) -> Result<()> {
              (the run's length sets when it validates and which validation is its end)",
             out.display(),
             run.config.total_steps
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a resume whose learner settings (PPO's, off-policy PPO's, the replay's) differ
+/// from the run's, naming each that differs with the run's value: the optimiser state and
+/// the schedules in the checkpoint were made under them. Threads, `--pipelined` and the
+/// device may change: a run's result does not depend on them.
+fn check_same_learner(out: &Path, was: &TrainConfig, now: &TrainConfig) -> Result<()> {
+    let settings = |c: &TrainConfig| {
+        serde_json::json!({
+            "ppo": c.ppo,
+            "offpolicy": c.offpolicy,
+            "replay_capacity": c.replay_capacity,
+        })
+    };
+    let (was_s, now_s) = (settings(was), settings(now));
+    let mut differ = Vec::new();
+    for (group, was_g) in was_s.as_object().into_iter().flatten() {
+        let now_g = &now_s[group];
+        match (was_g.as_object(), now_g.as_object()) {
+            (Some(w), Some(n)) => differ.extend(
+                w.iter()
+                    .filter(|(k, v)| n.get(*k) != Some(v))
+                    .map(|(k, v)| {
+                        format!(
+                            "{group}.{k} = {v} (asked: {})",
+                            n.get(k).unwrap_or(&serde_json::Value::Null)
+                        )
+                    }),
+            ),
+            _ if was_g != now_g => differ.push(format!("{group} = {was_g} (asked: {now_g})")),
+            _ => {}
+        }
+    }
+    if !differ.is_empty() {
+        bail!(
+            "{} was trained with other learner settings; resume with the run's: {}",
+            out.display(),
+            differ.join(", ")
         );
     }
     Ok(())
