@@ -109,7 +109,7 @@ impl<const OBS: usize> From<LegacyTransition<OBS>> for Transition<OBS> {
 impl<const OBS: usize> Transition<OBS> {
     /// Why this record cannot be a controller's, if it cannot: an observation or reward
     /// that is not a finite number, a `log_prob` that is NaN or above 0 (no log-probability
-    /// is), or a phase index no plan has. A controller never writes such a record; a
+    /// is) or −∞ where the policy chose, or a phase index no plan has. A controller never writes such a record; a
     /// firmware frame or log record that decodes to one is damaged or forged, and learning
     /// from it would spread its NaN through every weight.
     pub fn problem(&self) -> Option<&'static str> {
@@ -120,6 +120,8 @@ impl<const OBS: usize> Transition<OBS> {
             Some("the reward is not a finite number")
         } else if self.log_prob.is_nan() || self.log_prob > 0.0 {
             Some("log_prob is NaN or above 0, not a log-probability")
+        } else if self.source == ActionSource::Policy && self.log_prob == f32::NEG_INFINITY {
+            Some("log_prob is −∞ for a phase the policy chose: it cannot choose one it gives no chance")
         } else if usize::from(self.action.max(self.requested)) >= crate::plan::MAX_PHASES {
             Some("a phase index beyond the largest plan's")
         } else {
@@ -188,6 +190,44 @@ mod tests {
             policy_version: 7,
             source: ActionSource::Supervisor,
             reward_kind: Some(RewardKind::Queue),
+        }
+    }
+
+    /// What no controller writes is named; a supervisor's record may give its phase no
+    /// chance under the policy, a policy's choice may not.
+    #[test]
+    fn a_record_no_controller_writes_has_a_problem() {
+        let ok: Transition = sample();
+        assert_eq!(ok.problem(), None);
+        let never = Transition {
+            log_prob: f32::NEG_INFINITY,
+            ..ok.clone()
+        };
+        assert_eq!(never.problem(), None, "a supervisor's override");
+        let chosen = Transition {
+            source: ActionSource::Policy,
+            ..never
+        };
+        assert!(chosen.problem().unwrap().contains("−∞"));
+        for bad in [
+            Transition {
+                log_prob: f32::NAN,
+                ..ok.clone()
+            },
+            Transition {
+                log_prob: 0.5,
+                ..ok.clone()
+            },
+            Transition {
+                reward: f32::INFINITY,
+                ..ok.clone()
+            },
+            Transition {
+                action: 16,
+                ..ok.clone()
+            },
+        ] {
+            assert!(bad.problem().is_some(), "{bad:?}");
         }
     }
 

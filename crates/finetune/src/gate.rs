@@ -41,9 +41,7 @@ use std::collections::BTreeSet;
 use candle_core::{Device, Tensor};
 use greenwave_core::ActionSource;
 use greenwave_learn::nets::Adam;
-use greenwave_learn::offpolicy::{
-    self, greedy_actions, mean_kl, one_hot, OffPolicyConfig, QCritic, ReplayBatch,
-};
+use greenwave_learn::offpolicy::{self, mean_kl, one_hot, OffPolicyConfig, QCritic, ReplayBatch};
 use greenwave_learn::MlpNet;
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -164,15 +162,28 @@ pub struct GateReport {
 }
 
 fn probs(actor: &MlpNet, data: &ReplayBatch, next: bool) -> Result<Vec<Vec<f32>>, FinetuneError> {
+    let (obs, mask) = states(data, next)?;
+    Ok(offpolicy::policy_probs(actor, &obs, &mask)?)
+}
+
+/// The controller's choice per record of `data` (its next states if `next`).
+fn greedy(actor: &MlpNet, data: &ReplayBatch, next: bool) -> Result<Vec<usize>, FinetuneError> {
+    let (obs, mask) = states(data, next)?;
+    Ok(offpolicy::greedy_of(actor, &obs, &mask)?)
+}
+
+/// The observations and masks of `data`'s records (of their next states if `next`).
+fn states(data: &ReplayBatch, next: bool) -> Result<(Tensor, Tensor), FinetuneError> {
     let (n, d, a) = (data.len(), data.obs_dim, data.n_actions);
     let (obs, mask) = if next {
         (&data.next_obs, &data.next_masks)
     } else {
         (&data.obs, &data.masks)
     };
-    let obs = Tensor::from_slice(obs, (n, d), &Device::Cpu)?;
-    let mask = Tensor::from_slice(mask, (n, a), &Device::Cpu)?;
-    Ok(offpolicy::policy_probs(actor, &obs, &mask)?)
+    Ok((
+        Tensor::from_slice(obs, (n, d), &Device::Cpu)?,
+        Tensor::from_slice(mask, (n, a), &Device::Cpu)?,
+    ))
 }
 
 fn q_rows(q: &QCritic, obs: &[f32], n: usize, d: usize) -> Result<Vec<Vec<f32>>, FinetuneError> {
@@ -393,9 +404,9 @@ pub fn judge(
     let sub = held.select(&decision);
     let (p_old, p_new) = (probs(old, &sub, false)?, probs(new, &sub, false)?);
     let g = Greedy {
-        old: greedy_actions(&p_old),
-        new: greedy_actions(&p_new),
-        next_old: greedy_actions(&probs(old, held, true)?),
+        old: greedy(old, &sub, false)?,
+        new: greedy(new, &sub, false)?,
+        next_old: greedy(old, held, true)?,
         decision,
     };
     count_changes(&mut rep, j, &g);
@@ -421,7 +432,13 @@ pub fn judge(
                 / m as f32
         })
         .collect();
-    rep.lower_bound = quantile(&mut reps, 1.0 - cfg.level);
+    // A NaN replicate would sort above +∞ or below −∞ by its sign bit (which differs
+    // between CPUs): no bound is taken from a bootstrap with one.
+    rep.lower_bound = if reps.iter().all(|x| x.is_finite()) {
+        quantile(&mut reps, 1.0 - cfg.level)
+    } else {
+        f32::NAN
+    };
     rep.reason = verdict(&mut rep, cfg);
     Ok(rep)
 }
@@ -438,7 +455,10 @@ fn count_changes(rep: &mut GateReport, j: &Judged<'_>, g: &Greedy) {
         .iter()
         .filter(|&&k| {
             let i = g.decision[k];
-            j.meta[i].source == ActionSource::Policy && held.actions[i] as usize == g.new[k]
+            // Only a record with its logged probability corrects the critics (`deltas`).
+            j.meta[i].source == ActionSource::Policy
+                && j.meta[i].behaviour_prob.is_some()
+                && held.actions[i] as usize == g.new[k]
         })
         .count();
     rep.expected_covered = changed
@@ -546,6 +566,13 @@ fn verdict(rep: &mut GateReport, cfg: &GateConfig) -> String {
             rep.explained_variance, cfg.min_explained_variance
         );
     }
+    if !(rep.estimate.is_finite() && rep.lower_bound.is_finite()) {
+        return format!(
+            "refused: the critics' Δ is not finite (estimate {}, lower bound {}): the \
+             held-back data or the critics hold NaN or infinite values",
+            rep.estimate, rep.lower_bound
+        );
+    }
     let what = format!(
         "Δ = {:+.4} per decision (running value {:.3}), {pct:.0}% lower bound {:+.4}; greedy \
          choice changed in {:.1}% of {} held-back decision states, {} covered by \
@@ -559,7 +586,7 @@ fn verdict(rep: &mut GateReport, cfg: &GateConfig) -> String {
         rep.explained_variance,
         rep.kl
     );
-    if rep.lower_bound.is_finite() && rep.lower_bound > 0.0 {
+    if rep.lower_bound > 0.0 {
         rep.accepted = true;
         format!("accepted: {what}")
     } else {
@@ -618,6 +645,64 @@ mod tests {
         assert_eq!(d, vec![4.0, 4.0, 2.0, 0.0]);
         // The cap bounds the weight.
         assert_eq!(deltas(&j, &g, &q_s, &resid, 3.0)[0], 2.0 + 0.5 * 3.0);
+    }
+
+    /// Only a policy's record with its logged probability counts as covering a changed
+    /// choice: the one without corrects nothing (`deltas`), the supervisor's is no choice.
+    #[test]
+    fn coverage_counts_the_records_that_correct_the_critics() {
+        let held = ReplayBatch {
+            n_actions: 2,
+            actions: vec![1, 1, 1, 0],
+            masks: vec![1; 8],
+            ..Default::default()
+        };
+        let meta = |source, behaviour_prob| RecordMeta {
+            source,
+            signal: 0,
+            behaviour_prob,
+        };
+        let meta = [
+            meta(ActionSource::Policy, Some(0.1)),
+            meta(ActionSource::Policy, None),
+            meta(ActionSource::Supervisor, None),
+            meta(ActionSource::Policy, Some(0.9)),
+        ];
+        let j = Judged {
+            held: &held,
+            meta: &meta,
+            gamma: 0.9,
+        };
+        let g = Greedy {
+            decision: vec![0, 1, 2, 3],
+            old: vec![0; 4],
+            new: vec![1; 4],
+            next_old: vec![0; 4],
+        };
+        let mut rep = GateReport::default();
+        count_changes(&mut rep, &j, &g);
+        assert_eq!((rep.changed_states, rep.covered_records), (4, 1));
+    }
+
+    /// A Δ or bound that is not finite refuses, whatever its sign bit.
+    #[test]
+    fn a_non_finite_estimate_or_bound_is_refused() {
+        let cfg = GateConfig::default();
+        for (estimate, lower_bound) in [
+            (f32::NAN, 1.0),
+            (1.0, f32::NAN),
+            (1.0, -f32::NAN),
+            (f32::INFINITY, 1.0),
+        ] {
+            let mut rep = GateReport {
+                explained_variance: 1.0,
+                estimate,
+                lower_bound,
+                ..Default::default()
+            };
+            let why = verdict(&mut rep, &cfg);
+            assert!(!rep.accepted && why.contains("not finite"), "{why}");
+        }
     }
 
     /// Blocks are 120 records per signal, and the records must hold two of them: 300 records

@@ -211,8 +211,35 @@ fn sample(probs: &[f32], rng: &mut StdRng) -> usize {
         .unwrap_or(0)
 }
 
+/// The choice the controller makes per row: the allowed phase (`mask` 1) with the largest
+/// logit, by the controller's own rule (`greenwave_core::mlp::masked_argmax`). Taken on
+/// the logits: softmax can round two logits a float step apart to one probability, and
+/// then [`greedy_actions`] picks the lower index where the controller picks the larger.
+pub fn greedy_of(actor: &MlpNet, obs: &Tensor, mask: &Tensor) -> Result<Vec<usize>> {
+    use greenwave_core::plan::MAX_PHASES;
+    use greenwave_core::PhaseMask;
+    let logits: Vec<Vec<f32>> = actor.forward(obs)?.to_vec2()?;
+    let masks: Vec<Vec<f32>> = mask.to_dtype(candle_core::DType::F32)?.to_vec2()?;
+    if masks.iter().any(|m| m.len() > MAX_PHASES) {
+        candle_core::bail!("greedy_of: more than {MAX_PHASES} phases");
+    }
+    Ok(logits
+        .iter()
+        .zip(&masks)
+        .map(|(z, m)| {
+            let bits = m
+                .iter()
+                .enumerate()
+                .filter(|(_, &x)| x > 0.5)
+                .fold(0u16, |b, (i, _)| b | (1 << i));
+            greenwave_core::mlp::masked_argmax(z, PhaseMask(bits)).map_or(0, usize::from)
+        })
+        .collect())
+}
+
 /// The greedy choice per row of probabilities (masked entries are 0; ties go to the lower
-/// index, as the controller's masked argmax).
+/// index, as the controller's masked argmax): for training targets, where only the
+/// probabilities are at hand. What the controller would run is [`greedy_of`].
 pub fn greedy_actions(probs: &[Vec<f32>]) -> Vec<usize> {
     probs
         .iter()
@@ -284,10 +311,10 @@ pub fn fit_critic(
     let (n, d, a) = (data.len(), data.obs_dim, data.n_actions);
     let next_obs = tensor2(&data.next_obs, n, d, &Device::Cpu)?;
     let next_mask = Tensor::from_slice(&data.next_masks, (n, a), &Device::Cpu)?;
-    let mut next_probs = policy_probs(actor, &next_obs, &next_mask)?;
-    if cfg.target == TargetPolicy::Greedy {
-        next_probs = one_hot(&greedy_actions(&next_probs), a);
-    }
+    let next_probs = match cfg.target {
+        TargetPolicy::Greedy => one_hot(&greedy_of(actor, &next_obs, &next_mask)?, a),
+        TargetPolicy::Stochastic => policy_probs(actor, &next_obs, &next_mask)?,
+    };
     fit_critic_for(q, opt, &next_probs, data, cfg, rng)
 }
 
@@ -906,7 +933,7 @@ mod tests {
             &Device::Cpu,
         )
         .unwrap();
-        greedy_actions(&policy_probs(actor, &obs, &mask).unwrap())
+        greedy_of(actor, &obs, &mask).unwrap()
     }
 
     fn mdp_cfg() -> OffPolicyConfig {
