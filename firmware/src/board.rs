@@ -71,12 +71,18 @@ pub struct BoardConfig<const L: usize> {
     /// A conflict, double indication or dark head must persist this long before the
     /// monitor latches flash (covers lamp-sense latency; zero = latch on the first reading).
     pub fault_persistence: Millis,
+    /// The longest a yellow, an all-red or the start-up all-red advances in one poll (above
+    /// zero; at least the loop's poll period). A clock that jumps forward then cuts a
+    /// clearance by at most this much, and a longer gap between polls lengthens the
+    /// clearance instead of ending it. (A clock read behind its last reading counts as no
+    /// time: [`crate::clock::Uptime::update`].)
+    pub max_clearance_step: Millis,
 }
 
 impl<const L: usize> BoardConfig<L> {
     /// Defaults for a cabinet whose lane `i` feeds movement `i` only, with `storage_veh`
     /// vehicles of storage per lane: 50 ms debounce, 5 s decisions, 3 s start-up all-red,
-    /// 1 Hz flash, 250 ms fault persistence.
+    /// 1 Hz flash, 250 ms fault persistence, clearances advanced by at most 250 ms a poll.
     pub fn one_lane_per_movement(signal_id: u16, storage_veh: u16) -> Self {
         let mut i = 0u8;
         let lanes = [(); L].map(|_| {
@@ -100,6 +106,7 @@ impl<const L: usize> BoardConfig<L> {
             startup_all_red: Millis::from_secs(3),
             flash_half_period: Millis(500),
             fault_persistence: Millis(250),
+            max_clearance_step: Millis(250),
         }
     }
 }

@@ -11,7 +11,8 @@ use greenwave_core::Millis;
 ///
 /// The value wraps at `u32::MAX` (after 49.7 days); the controller only ever takes wrapping
 /// differences of consecutive readings, so the wrap is harmless as long as it is polled at
-/// least once every 49 days. It must never run backwards.
+/// least once every 24 days. It must never run backwards (a reading behind the last
+/// counts as no time).
 pub trait MonotonicClock {
     /// Milliseconds since an arbitrary origin, wrapping.
     fn now_ms(&mut self) -> u32;
@@ -39,9 +40,15 @@ impl Uptime {
         }
     }
 
-    /// Takes a new reading; returns the time elapsed since the previous one.
+    /// Takes a new reading; returns the time elapsed since the previous one. A reading
+    /// behind the previous one (a wrapping difference of 2³¹ ms or more, which no poll
+    /// 24 days apart gives) is a clock that ran back: no time has elapsed, and counting
+    /// goes on from it.
     pub fn update(&mut self, raw_ms: u32) -> Millis {
-        let elapsed_ms = raw_ms.wrapping_sub(self.last_raw_ms);
+        let mut elapsed_ms = raw_ms.wrapping_sub(self.last_raw_ms);
+        if elapsed_ms >= 1 << 31 {
+            elapsed_ms = 0;
+        }
         self.last_raw_ms = raw_ms;
         self.uptime_ms += elapsed_ms as u64;
         Millis(elapsed_ms)
@@ -65,5 +72,14 @@ mod tests {
         assert_eq!(u.update(4), Millis::ZERO);
         assert_eq!(u.update(1004), Millis(1000));
         assert_eq!(u.uptime_ms(), 1010);
+    }
+
+    #[test]
+    fn a_reading_behind_the_last_is_no_time() {
+        let mut u = Uptime::starting_at(1000);
+        assert_eq!(u.update(999), Millis::ZERO);
+        assert_eq!(u.update(1009), Millis(10));
+        assert_eq!(u.uptime_ms(), 10);
+        assert_eq!(u.update(1009 + (1 << 31) - 1), Millis((1 << 31) - 1));
     }
 }

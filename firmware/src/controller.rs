@@ -123,11 +123,15 @@ pub enum ControllerError {
         /// The lane.
         lane: usize,
     },
-    /// A board timing that must be positive is zero.
-    #[error("board setting {field} must be above 0 ms")]
+    /// A board timing is shorter than it must be: zero where it must be positive, or a
+    /// start-up all-red (which also follows a reset from flash) shorter than the red the
+    /// plan keeps between conflicting greens (its longest switch less the yellow).
+    #[error("board setting {field} must be at least {} ms", .least.0)]
     BoardTiming {
         /// The field.
         field: &'static str,
+        /// The least it may be.
+        least: Millis,
     },
     /// The fixed-time program does not fit the plan.
     #[error("fixed-time program: {0}")]
@@ -251,14 +255,7 @@ where
                 return Err(ControllerError::LaneStorage { lane });
             }
         }
-        for (field, v) in [
-            ("decision_interval", board.decision_interval),
-            ("flash_half_period", board.flash_half_period),
-        ] {
-            if v == Millis::ZERO {
-                return Err(ControllerError::BoardTiming { field });
-            }
-        }
+        check_board_timing(&board, &plan)?;
         fixed
             .check_plan(&plan)
             .map_err(ControllerError::FixedTime)?;
@@ -343,14 +340,22 @@ where
 
     /// [`Controller::with_program_clock`] in place, for a controller already in its
     /// static slot (a cabinet is kilobytes: building it by value moves it on the stack).
-    /// Refused as `with_program_clock` is, with the controller unchanged.
+    /// Refused as `with_program_clock` is, with the controller unchanged. Read once running,
+    /// it ends the pending transition (`done`) under the layout it was observed in.
     pub fn read_program_clock(&mut self, clock: &'b ProgramClock) -> Result<(), ControllerError> {
         let plan = self.seq.plan();
         clock
             .check_plan(plan)
             .map_err(ControllerError::ProgramClock)?;
         let layout = checked_layout(L, plan, true)?;
-        self.policy = Policy::load(self.blob, plan.hash(), layout);
+        if self.pending.is_some() {
+            // Read mid-run: the decision pending ends here under the old layout, so that
+            // no record pairs an observation of one layout with a next of the other.
+            let (reward, trusted) = self.observe(self.uptime.uptime_ms());
+            self.finish_pending(reward, true, trusted);
+        }
+        let hash = self.seq.plan().hash();
+        self.policy = Policy::load(self.blob, hash, layout);
         self.layout = layout;
         self.program_clock = Some(clock);
         Ok(())
@@ -398,6 +403,10 @@ where
                 return self.report(now, None);
             }
             Mode::StartupAllRed => {
+                // Time beyond one clearance step does not count towards the all-red.
+                let beyond = elapsed.0.saturating_sub(self.board.max_clearance_step.0);
+                self.mode_since_ms += u64::from(beyond);
+                self.clock_slip_ms += u64::from(beyond);
                 let held = now.saturating_sub(self.mode_since_ms);
                 if held >= u64::from(self.board.startup_all_red.0) {
                     self.mode = Mode::Running;
@@ -449,6 +458,14 @@ where
             elapsed
         } else {
             elapsed.min(left)
+        };
+        // A clearance advances by at most one clearance step a poll: a clock that jumps
+        // lengthens it, never cuts it.
+        let step = match self.seq.interval() {
+            Interval::Green { .. } => step,
+            Interval::Yellow { .. } | Interval::AllRed { .. } => {
+                step.min(self.board.max_clearance_step)
+            }
         };
         self.clock_slip_ms += u64::from((elapsed - step).0);
         self.seq.advance(step, |_| {});
@@ -622,22 +639,26 @@ where
         }
     }
 
-    /// Drives `want`, reads the lamps back and lets the monitor judge them.
+    /// Drives `want`, reads the lamps back and lets the monitor judge them. Heads without
+    /// a green are driven first, the greens last: a switch with no all-red (a yellow
+    /// ending as the next green starts, in one poll) never shows a green beside a
+    /// conflicting yellow, however slowly the outputs are written.
     fn display(&mut self, now: u64, want: &[Lamps; G]) {
         let polarity = self.board.lamp_polarity;
-        let failed_output = self
-            .heads
-            .iter_mut()
-            .zip(want)
-            .enumerate()
-            .find_map(|(g, (head, &lamps))| head.drive(lamps, polarity).err().map(|f| (g, f)));
         self.commanded = *want;
-        if let Some((g, f)) = failed_output {
-            let kind = FaultKind::LampOutputFailed {
-                channel: g as u8,
-                lamp: f.lamp,
-            };
-            return self.trip(kind, now);
+        for k in 0..2 * G {
+            let (g, greens) = (k % G, k >= G);
+            let lamps = want[g];
+            if lamps.green != greens {
+                continue;
+            }
+            if let Err(f) = self.heads[g].drive(lamps, polarity) {
+                let kind = FaultKind::LampOutputFailed {
+                    channel: g as u8,
+                    lamp: f.lamp,
+                };
+                return self.trip(kind, now);
+            }
         }
         let polarity = self.board.sense_polarity;
         for (g, sense) in self.sense.iter_mut().enumerate() {
@@ -785,4 +806,40 @@ where
 
     /// Most phases a plan may have (the width of the logits buffer).
     pub const MAX_PHASES: usize = MAX_PHASES;
+}
+
+/// The board's timings that must be above zero are, and its start-up all-red keeps at
+/// least the red the plan keeps between conflicting greens: a reset from flash, which may
+/// have cut a yellow, then still clears the junction before the first green.
+fn check_board_timing<const L: usize>(
+    board: &BoardConfig<L>,
+    plan: &PhasePlan,
+) -> Result<(), ControllerError> {
+    for (field, v) in [
+        ("decision_interval", board.decision_interval),
+        ("flash_half_period", board.flash_half_period),
+        ("max_clearance_step", board.max_clearance_step),
+    ] {
+        if v == Millis::ZERO {
+            let least = Millis(1);
+            return Err(ControllerError::BoardTiming { field, least });
+        }
+    }
+    let required = plan
+        .phases()
+        .iter()
+        .enumerate()
+        .map(|(p, phase)| {
+            plan.longest_switch_from(PhaseId(p as u8))
+                .saturating_sub(phase.timing.yellow)
+        })
+        .max()
+        .unwrap_or(Millis::ZERO);
+    if board.startup_all_red < required {
+        return Err(ControllerError::BoardTiming {
+            field: "startup_all_red",
+            least: required,
+        });
+    }
+    Ok(())
 }

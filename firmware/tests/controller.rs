@@ -6,7 +6,9 @@ mod common;
 use common::synthetic::{synthetic_blob, synthetic_mlp};
 use common::*;
 use greenwave_core::mlp::{masked_argmax, BlobError, MlpBlob};
-use greenwave_core::{ActionSource, Millis, ObsLayout, PhaseMask};
+use greenwave_core::{
+    ActionSource, Millis, MovementId, ObsLayout, PhaseMask, PhasePlan, PhaseTiming,
+};
 use greenwave_firmware::policy::MAX_LAYER_WIDTH;
 use greenwave_firmware::{FallbackReason, Lamps, Mode};
 
@@ -122,6 +124,27 @@ fn actuated_fallback_extends_on_the_stop_bar_and_skips_uncalled_phases() {
         &group1(&run)[1..3],
         &[(3000, Lamps::GREEN), (33_000, Lamps::YELLOW)]
     );
+}
+
+/// A plan without all-red ends a yellow and starts the next green in one poll: the heads
+/// are written so that no single write leaves a green beside a conflicting green or yellow.
+#[test]
+fn no_output_write_shows_a_green_beside_a_conflicting_yellow() {
+    let plan = PhasePlan::four_arm_protected_left(PhaseTiming::from_secs(5, 30, 3, 0)).unwrap();
+    let field = Shared::default();
+    let conflicts = plan.conflicts();
+    let n = plan.movements().len();
+    field.borrow_mut().watch_conflicts = (0..n)
+        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+        .filter(|&(a, b)| conflicts.conflicts(MovementId(a as u8), MovementId(b as u8)))
+        .collect();
+    assert!(!field.borrow().watch_conflicts.is_empty());
+    let mut ctl = cabinet_of(&field, None, board(), plan.clone());
+    let mut run = Run::default();
+    run_for(&mut ctl, &field, None, 300_000, &mut || 10, &mut run);
+    assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+    assert!(check_timeline(&plan, &run.timeline, 10) >= 20);
+    assert_eq!(field.borrow().conflicts_between_writes, 0);
 }
 
 /// Polls at irregular intervals (1–37 ms): intervals start on poll instants, so no
@@ -360,7 +383,14 @@ fn bad_configuration_is_refused_with_the_field_named() {
     let err = build(b, card).unwrap();
     assert_eq!(
         format!("{err}"),
-        "board setting decision_interval must be above 0 ms"
+        "board setting decision_interval must be at least 1 ms"
+    );
+    let mut b = board();
+    b.max_clearance_step = Millis::ZERO;
+    let err = build(b, card).unwrap();
+    assert_eq!(
+        format!("{err}"),
+        "board setting max_clearance_step must be at least 1 ms"
     );
     let long_yellow =
         MonitorCard::new(&[], &[Millis(4000); 12], &[Millis(2000); 12], Millis(250)).unwrap();
@@ -474,7 +504,26 @@ fn plan_intergreens_are_kept_and_monitored() {
         .to_blob(false)
         .unwrap();
     let field = Shared::default();
-    let mut ctl = cabinet_of(&field, Some(&bytes), board(), plan.clone());
+    // The start-up all-red must keep the plan's longest red clearance (6 s here).
+    let mut short = board();
+    short.startup_all_red = Millis::from_secs(5);
+    let refused = greenwave_firmware::Controller::new(
+        plan.clone(),
+        short,
+        field_pins(&field),
+        card,
+        greenwave_firmware::FixedCycle::midpoint(&plan),
+        None,
+        FieldClock(field.clone()),
+    );
+    let refused: Result<Cabinet, _> = refused;
+    assert!(
+        matches!(refused.err(), Some(greenwave_firmware::ControllerError::BoardTiming { field: "startup_all_red", least }) if least == Millis::from_secs(6)),
+        "the short start-up all-red was not refused"
+    );
+    let mut long_enough = board();
+    long_enough.startup_all_red = Millis::from_secs(6);
+    let mut ctl = cabinet_of(&field, Some(&bytes), long_enough, plan.clone());
     assert_eq!(ctl.policy_status(), Ok(1));
     let mut traffic = Traffic::new(12, 0.08, 3);
     let mut rng = Rng(7);

@@ -226,3 +226,72 @@ fn zero_persistence_latches_on_the_first_reading() {
     assert_eq!(fault.kind, FaultKind::MultipleIndications { channel: 7 });
     assert_eq!(fault.at_ms, 5010);
 }
+
+/// Polls every 10 ms until `done` holds on the field (at most `limit_ms`); returns the
+/// time it took.
+fn poll_until(
+    ctl: &mut Cabinet,
+    field: &Shared,
+    limit_ms: u32,
+    done: impl Fn(&Field) -> bool,
+) -> u32 {
+    let mut waited = 0;
+    while !done(&field.borrow()) {
+        assert!(
+            waited < limit_ms,
+            "not within {limit_ms} ms; at {} ms: {:?}, {:?}",
+            field.borrow().now_ms,
+            ctl.mode(),
+            ctl.fault()
+        );
+        field.borrow_mut().now_ms += 10;
+        ctl.poll();
+        waited += 10;
+    }
+    waited
+}
+
+/// A clock that jumps (forward a minute, or one millisecond back, which reads as 49.7
+/// days on) ends no yellow, all-red or start-up all-red early: each advances by at most
+/// one clearance step (250 ms) in the poll that sees the jump.
+#[test]
+fn a_clock_jump_cuts_no_clearance() {
+    let step = board().max_clearance_step.0;
+    for jump in [60_000u32, u32::MAX] {
+        let field = Shared::default();
+        let mut ctl = cabinet(&field, None);
+        // Start-up all-red (3 s): 1 s in, the clock jumps.
+        for _ in 0..100 {
+            field.borrow_mut().now_ms += 10;
+            ctl.poll();
+        }
+        let now = field.borrow().now_ms;
+        field.borrow_mut().now_ms = now.wrapping_add(jump);
+        ctl.poll();
+        let rest = poll_until(&mut ctl, &field, 10_000, |f| f.driven_lamps(1).green);
+        assert!(
+            rest >= 2_000 - step,
+            "start-up all-red: {rest} ms left after a {jump} ms jump"
+        );
+        // Group 1's first yellow (3 s): 1 s in, the clock jumps.
+        poll_until(&mut ctl, &field, 60_000, |f| f.driven_lamps(1).yellow);
+        for _ in 0..100 {
+            field.borrow_mut().now_ms += 10;
+            ctl.poll();
+        }
+        let now = field.borrow().now_ms;
+        field.borrow_mut().now_ms = now.wrapping_add(jump);
+        ctl.poll();
+        let rest = poll_until(&mut ctl, &field, 10_000, |f| !f.driven_lamps(1).yellow);
+        assert!(
+            rest >= 2_000 - step,
+            "yellow: {rest} ms left after a {jump} ms jump"
+        );
+        // Its all-red (2 s) before the next phase's green (group 3, east–west through).
+        let clear = poll_until(&mut ctl, &field, 10_000, |f| {
+            (0..12).any(|g| f.driven_lamps(g).green)
+        });
+        assert!(clear >= 2_000, "all-red {clear} ms");
+        assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+    }
+}

@@ -55,6 +55,7 @@ fn board(flash_half_period_ms: u32) -> BoardConfig<1> {
         startup_all_red: Millis(2000),
         flash_half_period: Millis(flash_half_period_ms),
         fault_persistence: Millis::ZERO,
+        max_clearance_step: Millis(1000), // at least the 1 s poll period
     }
 }
 

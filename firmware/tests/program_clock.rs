@@ -200,3 +200,35 @@ fn a_clock_read_in_place_is_refused_without_a_change_or_taken() {
         })
     );
 }
+
+/// A clock read mid-run ends the decision pending under the layout it was observed in: no
+/// logged record pairs an observation of one layout with a next of the other.
+#[test]
+fn a_clock_read_mid_run_logs_no_record_of_two_layouts() {
+    let detectors_only = ObsLayout::for_signal(8, 4, false).unwrap();
+    let bytes = synthetic_blob(plan().hash(), detectors_only);
+    let field = Shared::default();
+    let mut ctl = cabinet8(&field, Some(&bytes));
+    let mut serial = SerialCapture::default();
+    let clock = program();
+    let mut traffic = Traffic::new(8, 0.08, 3);
+    for poll in 0..6_000 {
+        if poll == 3_001 {
+            ctl.read_program_clock(&clock).unwrap();
+        }
+        field.borrow_mut().now_ms += 10;
+        traffic.step(&mut field.borrow_mut(), 10);
+        ctl.poll();
+        ctl.drain_transitions(&mut serial, 4).unwrap();
+    }
+    let run = Run {
+        serial,
+        ..Run::default()
+    };
+    let logged = run.transitions();
+    assert!(logged.len() > 8, "{} records", logged.len());
+    assert!(logged.iter().any(|t| t.done), "the pending one ended");
+    for t in &logged {
+        assert_eq!(t.obs.len(), t.next_obs.len(), "{t:?}");
+    }
+}

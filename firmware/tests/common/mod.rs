@@ -48,6 +48,10 @@ pub struct Field {
     pub loops: HashMap<(usize, usize), bool>,
     /// Loop inputs (lane, 0 = entry, 1 = stop bar) whose reads fail.
     pub failing_loops: Vec<(usize, usize)>,
+    /// Conflicting pairs of groups watched at every single output write.
+    pub watch_conflicts: Vec<(usize, usize)>,
+    /// Writes after which a watched pair showed a green beside the other's green or yellow.
+    pub conflicts_between_writes: u32,
 }
 
 pub type Shared = Rc<RefCell<Field>>;
@@ -133,6 +137,11 @@ impl LampOut {
             f.yellow_since.insert(self.group, now);
         }
         f.driven.insert(key, high);
+        let conflicting = f.watch_conflicts.iter().any(|&(a, b)| {
+            let (la, lb) = (f.driven_lamps(a), f.driven_lamps(b));
+            (la.green && (lb.green || lb.yellow)) || (lb.green && (la.green || la.yellow))
+        });
+        f.conflicts_between_writes += u32::from(conflicting);
         Ok(())
     }
 }
