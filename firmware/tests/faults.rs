@@ -251,6 +251,17 @@ fn poll_until(
     waited
 }
 
+/// Polls every 10 ms for a second, then once more after the clock jumped by `jump` ms.
+fn one_second_then_jump(ctl: &mut Cabinet, field: &Shared, jump: u32) {
+    for _ in 0..100 {
+        field.borrow_mut().now_ms += 10;
+        ctl.poll();
+    }
+    let now = field.borrow().now_ms;
+    field.borrow_mut().now_ms = now.wrapping_add(jump);
+    ctl.poll();
+}
+
 /// A clock that jumps (forward a minute, or one millisecond back, which reads as 49.7
 /// days on) ends no yellow, all-red or start-up all-red early: each advances by at most
 /// one clearance step (250 ms) in the poll that sees the jump.
@@ -261,13 +272,7 @@ fn a_clock_jump_cuts_no_clearance() {
         let field = Shared::default();
         let mut ctl = cabinet(&field, None);
         // Start-up all-red (3 s): 1 s in, the clock jumps.
-        for _ in 0..100 {
-            field.borrow_mut().now_ms += 10;
-            ctl.poll();
-        }
-        let now = field.borrow().now_ms;
-        field.borrow_mut().now_ms = now.wrapping_add(jump);
-        ctl.poll();
+        one_second_then_jump(&mut ctl, &field, jump);
         let rest = poll_until(&mut ctl, &field, 10_000, |f| f.driven_lamps(1).green);
         assert!(
             rest >= 2_000 - step,
@@ -275,13 +280,7 @@ fn a_clock_jump_cuts_no_clearance() {
         );
         // Group 1's first yellow (3 s): 1 s in, the clock jumps.
         poll_until(&mut ctl, &field, 60_000, |f| f.driven_lamps(1).yellow);
-        for _ in 0..100 {
-            field.borrow_mut().now_ms += 10;
-            ctl.poll();
-        }
-        let now = field.borrow().now_ms;
-        field.borrow_mut().now_ms = now.wrapping_add(jump);
-        ctl.poll();
+        one_second_then_jump(&mut ctl, &field, jump);
         let rest = poll_until(&mut ctl, &field, 10_000, |f| !f.driven_lamps(1).yellow);
         assert!(
             rest >= 2_000 - step,
