@@ -261,8 +261,12 @@ impl StoreFollower {
         if self.running.as_ref() == Some(&target) || self.refused.contains(&target) {
             return;
         }
-        // `rollback` by an operator during a watch: back to the version it compares with.
-        if self.before.as_ref() == Some(&target) {
+        // `rollback` by an operator: during a watch, back to the version it compares with;
+        // after one, to a version already judged, which is not judged again against the
+        // version the operator left (nor would the watch roll the operator's choice back).
+        let operator = self.before.as_ref() == Some(&target)
+            || self.store.rolled_back_to(&target).unwrap_or(false);
+        if operator {
             return self.return_to_before(c, load, target);
         }
         // With a policy running, wait until the switch can be watched; with none (the
@@ -293,9 +297,9 @@ impl StoreFollower {
         }
     }
 
-    /// The store's `current` went back, during a watch, to the version running before the
-    /// watched one (an operator's `rollback`): run it again now, ending the watch without a
-    /// verdict; the watched version is not switched in again by this run.
+    /// The store's `current` went back by an operator's `rollback` (during a watch, to the
+    /// version running before the watched one): run it now, unwatched, ending any watch
+    /// without a verdict; the version left is not switched in again by this run.
     fn return_to_before(
         &mut self,
         c: &mut Controller,
@@ -310,11 +314,10 @@ impl StoreFollower {
         tracing::warn!(
             from = from_version,
             to = to_version,
-            "the store's current went back during the watch: running the version before \
-             again, the watch ended without a verdict"
+            "an operator rolled the store's current back: running that version now, \
+             unwatched (any watch in progress ended without a verdict)"
         );
-        // Not watched: a watch is in progress, and the switch ends it.
-        c.switch_policy(policy);
+        c.switch_policy_unwatched(policy);
         if let Some(watched) = self.running.replace(target) {
             self.refused.insert(watched);
         }
@@ -669,6 +672,35 @@ mod sim_tests {
         assert!(run.c.rollback_events().is_empty(), "no verdict");
         assert!(run.f.report.recorded.is_empty());
         assert!(run.f.report.errors.is_empty(), "{:?}", run.f.report.errors);
+    }
+
+    /// An operator's `rollback` after the watch kept a version takes effect at the next
+    /// poll, unwatched: the operator's choice is not judged against the version left (a
+    /// busier hour would have had the watch switch that one back in, and mark the
+    /// operator's version rolled back), and `rollback` can still go further back.
+    #[test]
+    fn an_operators_rollback_after_the_verdict_takes_effect_at_once_unwatched() {
+        let r = rig("follow-operator-after");
+        install(&r, 2, 1, false);
+        let mut run = run(&r);
+        run.until(61 * MIN);
+        assert_eq!(run.f.report.recorded, ["watch-kept v2"]);
+        run.until(95 * MIN);
+        PolicyStore::open(&r.store)
+            .unwrap()
+            .rollback(&keys(&r), "operator")
+            .unwrap();
+        run.until(95 * MIN + 10_000);
+        assert_eq!(run.version(), 1, "back at the next poll");
+        run.until(160 * MIN);
+        let sw = run.switches();
+        assert_eq!(sw.len(), 2, "{sw:?}");
+        assert_eq!((sw[1].1, sw[1].2, sw[1].3), (Some(2), 1, false));
+        assert_eq!(run.c.rollback_events().len(), 1, "no verdict after v2's");
+        assert_eq!(run.f.report.recorded, ["watch-kept v2"]);
+        assert!(run.f.report.errors.is_empty(), "{:?}", run.f.report.errors);
+        let store = PolicyStore::attach(&r.store).unwrap();
+        assert!(store.current().unwrap().unwrap().ends_with("v000001"));
     }
 
     /// The watch rolls back in the controller even when the store cannot follow (here the

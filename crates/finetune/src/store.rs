@@ -709,6 +709,28 @@ impl PolicyStore {
         Ok(standing(&self.history()?, v) == Standing::Judged)
     }
 
+    /// Whether the last change of `current` was an operator's [`rollback`](Self::rollback)
+    /// to the version in `dir` (not a watch's, an adoption or a fine-tune): a controller
+    /// then runs it at once, unwatched, and does not judge it against the version it left.
+    pub fn rolled_back_to(&self, dir: &Path) -> Result<bool, StoreError> {
+        use crate::standing::event;
+        let Some(v) = self.held(dir).and_then(Self::version_of) else {
+            return Ok(false);
+        };
+        let changes_current = [
+            event::ADOPT,
+            event::FINETUNE_ACCEPTED,
+            event::ROLLBACK,
+            event::WATCH_ROLLBACK,
+        ];
+        Ok(self
+            .history()?
+            .iter()
+            .rev()
+            .find(|e| changes_current.contains(&e.event.as_str()))
+            .is_some_and(|e| e.event == event::ROLLBACK && e.to_version == Some(v)))
+    }
+
     /// Records that the live watch kept `version` (no significant KPI regression after it
     /// was switched in): the store's verdict, so a restarted controller runs it at once.
     pub fn record_kept(&self, version: u32, evidence: &str) -> Result<(), StoreError> {

@@ -425,6 +425,17 @@ impl Controller {
     /// Returns whether the switch is watched (it is not when disabled, with no policy
     /// running before it, or before [`switch_watchable`](Self::switch_watchable)).
     pub fn switch_policy(&mut self, policy: Policy) -> bool {
+        self.switch(policy, true)
+    }
+
+    /// Switches to `policy` now without watching it (an operator's rollback to a version
+    /// already judged): any watch in progress ends without a verdict, and the KPIs so far
+    /// are forgotten, as after a switch out of the fallback.
+    pub fn switch_policy_unwatched(&mut self, policy: Policy) {
+        self.switch(policy, false);
+    }
+
+    fn switch(&mut self, policy: Policy, watch: bool) -> bool {
         let new_version = policy.version;
         let old = std::mem::replace(&mut self.policy, Ok(policy));
         // Signals waiting on their fallback for a model take this one at once.
@@ -437,10 +448,10 @@ impl Controller {
             "policy switched; previous version kept for rollback"
         );
         match self.previous {
-            Some(_) => self.watch.start(self.now_ms(), new_version, old_version),
+            Some(_) if watch => self.watch.start(self.now_ms(), new_version, old_version),
             // Out of the fallback: nothing to compare with, and the KPIs so far were the
             // fallback's, not this policy's.
-            None => {
+            _ => {
                 self.watch.forget(self.now_ms());
                 false
             }
