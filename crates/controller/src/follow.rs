@@ -235,6 +235,20 @@ impl StoreFollower {
         }
     }
 
+    /// A version that failed to load: refused for the rest of the run when the version is
+    /// at fault, tried again at the next poll when the system may be ([`may_pass`]).
+    fn refuse_or_retry(&mut self, dir: &Path, e: &anyhow::Error) {
+        let why = greenwave_runtime::error_chain(e.as_ref());
+        if may_pass(e) {
+            self.error(format!(
+                "loading {}: {why} (tried again at the next poll)",
+                dir.display()
+            ));
+        } else {
+            self.refuse(dir, &why);
+        }
+    }
+
     fn refuse(&mut self, dir: &Path, why: &str) {
         tracing::error!(version = %dir.display(), error = why, "policy version refused");
         self.report
@@ -283,7 +297,7 @@ impl StoreFollower {
             return;
         }
         match load(&target) {
-            Err(e) => self.refuse(&target, &greenwave_runtime::error_chain(e.as_ref())),
+            Err(e) => self.refuse_or_retry(&target, &e),
             Ok(policy) => {
                 if c.policy().is_err() && !self.store.is_judged(&target).unwrap_or(false) {
                     self.error(format!(
@@ -308,7 +322,7 @@ impl StoreFollower {
     ) {
         let policy = match load(&target) {
             Ok(p) => p,
-            Err(e) => return self.refuse(&target, &greenwave_runtime::error_chain(e.as_ref())),
+            Err(e) => return self.refuse_or_retry(&target, &e),
         };
         let (to_version, from_version) = (policy.version, c.policy().ok().map(|p| p.version));
         tracing::warn!(
@@ -453,9 +467,36 @@ pub fn load_first<T>(
     (Err(e), None, failed)
 }
 
+/// Whether a load failed for a reason that may pass, the system's rather than the
+/// version's: an I/O error other than a missing or malformed file (out of file handles or
+/// memory, a permission being fixed, a trust file being replaced).
+fn may_pass(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::{InvalidData, InvalidInput, NotFound, UnexpectedEof};
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| {
+            !matches!(
+                io.kind(),
+                NotFound | InvalidData | InvalidInput | UnexpectedEof
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A version at fault is refused for good; a system that may recover is retried.
+    #[test]
+    fn only_a_load_failure_of_the_system_is_tried_again() {
+        use std::io::{Error, ErrorKind};
+        let io = |kind| anyhow::Error::new(Error::new(kind, "x")).context("verifying v2");
+        assert!(may_pass(&io(ErrorKind::PermissionDenied)));
+        assert!(may_pass(&io(ErrorKind::OutOfMemory)));
+        assert!(!may_pass(&io(ErrorKind::NotFound)));
+        assert!(!may_pass(&io(ErrorKind::InvalidData)));
+        assert!(!may_pass(&anyhow::anyhow!("signature does not verify")));
+    }
 
     #[test]
     fn the_watch_options_give_the_runtime_settings_or_say_what_is_wrong() {

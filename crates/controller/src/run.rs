@@ -105,6 +105,11 @@ pub struct RunArgs {
     /// it (its manifest's signal id), else the first that names no signal and fits it.
     #[arg(long, required_unless_present = "store")]
     bundle: Vec<PathBuf>,
+    /// Whether the simulated SUMO field observes with a program clock (set when it is
+    /// built, from the bundle it is built for; not a flag): every version loaded, at the
+    /// start or followed in the store, must read the clock exactly where the field has it.
+    #[arg(skip)]
+    sumo_field_clock: Option<bool>,
     #[command(flatten)]
     follow: FollowArgs,
     /// A trusted public key file (repeat for several).
@@ -306,7 +311,7 @@ fn load_policy(
             .with_context(|| format!("signal {i} ({})", s.id))?;
         check_runs_on(&b, i, s)?;
     }
-    check_run_timing(args, &b, &b, signals, interval)?;
+    check_run_timing(args, &b, signals, interval)?;
     let backend = load_backend(
         args.backend,
         &b.model,
@@ -326,28 +331,19 @@ fn load_policy(
 }
 
 /// Checks `b`, run on `signals`, reads the program clock exactly where this run supplies
-/// one, and decides at `interval`, as the controller will. A simulated SUMO field supplies
-/// the clock that the bundle `field` reads (`run_simulated` builds the field so).
+/// one, and decides at `interval`, as the controller will.
 fn check_run_timing(
     args: &RunArgs,
     b: &VerifiedBundle,
-    field: &VerifiedBundle,
     signals: &[SignalSpec],
     interval: Millis,
 ) -> Result<()> {
-    // A simulated SUMO field observes with the bundle's program clock (`run_simulated`
-    // builds it so; a light whose program has nothing to follow keeps zeros in those
-    // lanes); a site configuration supplies one where it gives every signal its program;
-    // embedded scenarios have none.
-    #[cfg(feature = "sumo")]
-    let simulated_sumo = args.sumo_net.is_some() || args.sumocfg.is_some();
-    #[cfg(not(feature = "sumo"))]
-    let simulated_sumo = {
-        let _ = args;
-        false
-    };
-    if simulated_sumo {
-        b.check_program_clock(field.manifest.program_clock)?;
+    // A simulated SUMO field observes with the program clock of the bundle it was built
+    // for (`run_simulated`; a light whose program has nothing to follow keeps zeros in
+    // those lanes); a site configuration supplies one where it gives every signal its
+    // program; embedded scenarios have none.
+    if let Some(clock) = args.sumo_field_clock {
+        b.check_program_clock(clock)?;
     } else {
         // Signal by signal: the controller writes a clock into the lanes of each signal
         // that has one, and only those.
@@ -418,14 +414,14 @@ struct RunReport {
 
 /// `greenwave-controller run`: builds the field (SUMO, replay or embedded simulator) and
 /// the fallback, and drives the controller on it.
-pub fn run(args: RunArgs, quiet: bool) -> Result<()> {
+pub fn run(mut args: RunArgs, quiet: bool) -> Result<()> {
     StopSignals::install()?;
     // Refused before anything starts (checked again where the controller is configured).
     args.follow.rollback_config()?;
     if let Some(path) = &args.site {
         return run_site(&args, path, quiet);
     }
-    run_simulated(&args, quiet)
+    run_simulated(&mut args, quiet)
 }
 
 /// The signals of a site configuration, on a replay (or with feature `sim` a simulator).
@@ -536,7 +532,7 @@ fn sumo_config(args: &RunArgs, quiet: bool) -> Result<greenwave_sim::sumo::SumoC
 
 /// `--scenario` (with `--replay`) or `--sumo-net` (feature `sim`).
 #[cfg(feature = "sim")]
-fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
+fn run_simulated(args: &mut RunArgs, quiet: bool) -> Result<()> {
     #[cfg(feature = "sumo")]
     if args.sumo_net.is_some() || args.sumocfg.is_some() {
         let mut cfg = sumo_config(args, quiet)?;
@@ -551,6 +547,7 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
         args.sumo_timing.apply(&mut cfg)?;
         cfg.seconds = args.seconds.unwrap_or(3600.0);
         cfg.seed = args.seed;
+        args.sumo_field_clock = Some(cfg.program_clock);
         let env = greenwave_sim::sumo::SumoEnv::new(cfg).context("starting SUMO")?;
         let field = SimField::new(env);
         let specs = field.signal_specs();
@@ -604,7 +601,7 @@ fn run_simulated(args: &RunArgs, quiet: bool) -> Result<()> {
 
 /// Without feature `sim` a controller runs only from a site configuration.
 #[cfg(not(feature = "sim"))]
-fn run_simulated(_args: &RunArgs, _quiet: bool) -> Result<()> {
+fn run_simulated(_args: &mut RunArgs, _quiet: bool) -> Result<()> {
     bail!("--site is required (this greenwave-controller is built without simulators)")
 }
 
@@ -1071,6 +1068,40 @@ fn print_store(s: &StoreReport) {
 mod tests {
     use super::*;
     use greenwave_core::{ClockStage, ProgramClock};
+
+    /// On a simulated SUMO field every version loaded (at the start, or followed in the
+    /// store) must read the program clock exactly where the field has it: the check is
+    /// against the field, not against the bundle itself.
+    #[cfg(feature = "sim")]
+    #[test]
+    fn a_bundle_is_held_to_the_sumo_fields_program_clock() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let site = crate::keyed::site("run-field-clock");
+        let b = bundle::verify(&site.bundle, &[site.site]).unwrap();
+        assert!(!b.manifest.program_clock, "the test bundle reads no clock");
+        let mut args = <Cli as clap::Parser>::try_parse_from([
+            "run",
+            "--bundle",
+            "b",
+            "--trust",
+            "t",
+            "--scenario",
+            "single-4way",
+            "--log-dir",
+            "l",
+        ])
+        .unwrap()
+        .run;
+        let interval = b.manifest.decision_interval;
+        args.sumo_field_clock = Some(false);
+        check_run_timing(&args, &b, &[], interval).unwrap();
+        args.sumo_field_clock = Some(true);
+        assert!(check_run_timing(&args, &b, &[], interval).is_err());
+    }
 
     #[test]
     fn a_run_of_no_time_or_of_more_than_a_millis_holds_is_refused() {

@@ -28,8 +28,6 @@ pub(super) fn load(
     interval: Millis,
 ) -> Result<LoadedPolicy> {
     let set = verify_set(&args.trust, dirs, specs)?;
-    // A simulated SUMO field takes its program clock from the first bundle (`any_bundle`).
-    let field = &set.bundles()[0];
     let mut backends: Vec<Box<dyn PolicyBackend>> = Vec::with_capacity(set.bundles().len());
     for (k, b) in set.bundles().iter().enumerate() {
         let context = || format!("bundle {}", b.dir.display());
@@ -38,7 +36,7 @@ pub(super) fn load(
             .iter()
             .map(|&i| specs[i].clone())
             .collect();
-        check_run_timing(args, b, field, &own, interval).with_context(context)?;
+        check_run_timing(args, b, &own, interval).with_context(context)?;
         let ort = args.ort_lib.as_deref();
         backends
             .push(load_backend(args.backend, &b.model, own[0].layout, ort).with_context(context)?);
