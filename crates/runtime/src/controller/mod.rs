@@ -243,6 +243,10 @@ pub struct ControllerStats {
     /// Verdicts of the automatic rollback watch on switched-in policies (kept or rolled
     /// back, with the KPI evidence).
     pub rollback_events: Vec<RollbackEvent>,
+    /// With `realtime`: how far (ms) the display schedule moved back because a stretch was
+    /// due before it could be shown (the decision step, a store poll or a model load ran
+    /// past its start): the whole schedule moves with it, so no stretch is shown short.
+    pub realtime_slip_ms: u64,
 }
 
 /// A snapshot for status lines.
@@ -813,21 +817,32 @@ impl Controller {
         segments.sort_by_key(|(at, i, _)| (*at, *i));
         for (at, i, s) in &segments {
             if self.cfg.realtime {
-                let due = self.started + Duration::from_millis(*at);
-                if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
+                self.wait_until(*at);
             }
             field.show(*i, *at, s).map_err(ControllerError::Sink)?;
         }
         if self.cfg.realtime {
-            let end = self.started + Duration::from_millis(start_ms + dt.0 as u64);
-            if let Some(wait) = end.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
+            self.wait_until(start_ms + dt.0 as u64);
         }
         self.segments = segments;
         Ok(())
+    }
+
+    /// Waits until controller time `at_ms` is due on the wall clock. Past due (the work
+    /// between two stretches ran over), the schedule moves back by the lateness instead:
+    /// a stretch shown late then still lasts its whole length (a yellow that began late
+    /// is not cut by the next stretch's earlier due time), and the slip is counted.
+    fn wait_until(&mut self, at_ms: u64) {
+        let due = self.started + Duration::from_millis(at_ms);
+        let now = Instant::now();
+        match due.checked_duration_since(now) {
+            Some(wait) => std::thread::sleep(wait),
+            None => {
+                let late = now - due;
+                self.started += late;
+                self.stats.realtime_slip_ms += late.as_millis() as u64;
+            }
+        }
     }
 
     fn check_readback(&self, field: &(impl Field + ?Sized)) -> Result<(), ControllerError> {
