@@ -169,7 +169,18 @@ fn eval_next_to_the_classic_controllers(model_s: &str, sumo: [&str; 6]) {
         .iter()
         .map(|r| r["controller"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["policy", "fixed-time", "actuated", "max-pressure"]);
+    // The policy decides every 2 s: actuated and max-pressure run at its interval too.
+    assert_eq!(
+        names,
+        [
+            "policy",
+            "fixed-time",
+            "actuated",
+            "max-pressure",
+            "actuated (2 s)",
+            "max-pressure (2 s)"
+        ]
+    );
     for r in &rows {
         eprintln!("{r}");
         let delay = r["mean_delay_s"].as_f64().unwrap();
@@ -299,7 +310,7 @@ fn eval_runs_a_policy_at_its_own_decision_interval() {
         .iter()
         .map(|r| r["decision_interval_s"].as_f64().unwrap())
         .collect();
-    assert_eq!(intervals, [2.0, 5.0, 5.0, 5.0], "{out}");
+    assert_eq!(intervals, [2.0, 5.0, 5.0, 5.0, 2.0, 2.0], "{out}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains(

@@ -69,6 +69,12 @@ pub struct EpisodeMetrics {
     pub mean_pedestrian_wait_s: f64,
     /// Mean over decision points of the total queue (halted vehicles), all signals.
     pub mean_queue_veh: f64,
+    /// Vehicles SUMO teleported out of a jam (after `--time-to-teleport`, 300 s by
+    /// default, standing at its head): their delay from then on is not counted, so a
+    /// controller that gridlocks looks better than it is by that much. 0 on the embedded
+    /// simulator, which never teleports.
+    #[serde(default)]
+    pub teleports: u64,
     /// Simulated seconds.
     pub sim_seconds: f64,
     /// Wall-clock seconds spent simulating.

@@ -646,6 +646,8 @@ impl SumoEnv {
             "--tripinfo-output".into(),
             work.file("tripinfo.xml").into(),
             "--tripinfo-output.write-unfinished".into(),
+            "--statistic-output".into(),
+            work.file("statistics.xml").into(),
             "--no-step-log".into(),
             "--duration-log.disable".into(),
         ]);
@@ -1052,6 +1054,7 @@ impl SumoEnv {
         }
         let work = sim.close()?;
         let trips = tripinfo::summarize(&work.file("tripinfo.xml"), &waits)?;
+        let teleports = tripinfo::teleports(&work.file("statistics.xml"))?;
         self.metrics = EpisodeMetrics {
             mean_delay_s: trips.mean_delay_s,
             mean_wait_s: trips.mean_wait_s,
@@ -1061,6 +1064,7 @@ impl SumoEnv {
             pedestrians: trips.pedestrians,
             mean_pedestrian_wait_s: trips.mean_pedestrian_wait_s,
             mean_queue_veh: self.mean_queue(),
+            teleports,
             sim_seconds: self.now_ms as f64 / 1000.0,
             wall_seconds: self.wall.as_secs_f64(),
         };

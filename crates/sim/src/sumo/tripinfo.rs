@@ -68,6 +68,37 @@ pub fn summarize(path: &Path, pending_wait_s: &[f64]) -> Result<TripSummary, Sum
     summarize_from(BufReader::new(file), pending_wait_s).map_err(err)
 }
 
+/// Vehicles SUMO teleported in the episode (`<teleports total=…>` of its
+/// `--statistic-output` at `path`): a vehicle that stood `--time-to-teleport` (300 s by
+/// default) at the head of a jam is moved on, so its delay from then on, and that of the
+/// queue behind it, is not counted. A figure that hides a gridlock that way must say so.
+pub fn teleports(path: &Path) -> Result<u64, SumoError> {
+    let err = |message: String| SumoError::Tripinfo {
+        path: path.to_path_buf(),
+        message,
+    };
+    let file = File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
+    teleports_from(BufReader::new(file)).map_err(err)
+}
+
+/// [`teleports`] over XML text.
+pub fn teleports_from(input: impl std::io::BufRead) -> Result<u64, String> {
+    let mut total = None;
+    scan(input, |node| {
+        if let Node::Open { name, attrs, .. } = node {
+            if name == "teleports" {
+                let n = attrs
+                    .num(name, "total")?
+                    .filter(|n| n.is_finite() && *n >= 0.0 && n.fract() == 0.0)
+                    .ok_or("<teleports> has no whole `total`")?;
+                total = Some(n as u64);
+            }
+        }
+        Ok(())
+    })?;
+    total.ok_or_else(|| "not a statistics file (no <teleports> element)".into())
+}
+
 /// [`summarize`] over XML text.
 pub fn summarize_from(
     input: impl std::io::BufRead,
@@ -197,6 +228,23 @@ mod tests {
   <tripinfo id="b" depart="10.00" departDelay="0.00" arrival="-1.00" duration="50.00"
             waitingTime="20.00" timeLoss="30.00" vaporized="end"/>
 </tripinfos>"#;
+
+    /// The teleports of SUMO's statistics output; a file without them is named.
+    #[test]
+    fn teleports_are_read_from_the_statistics() {
+        let stats = r#"<statistics>
+    <vehicles loaded="10" inserted="9" running="2" waiting="1"/>
+    <teleports total="3" jam="2" yield="1" wrongLane="0"/>
+</statistics>"#;
+        assert_eq!(teleports_from(stats.as_bytes()), Ok(3));
+        assert!(teleports_from("<statistics/>".as_bytes())
+            .unwrap_err()
+            .contains("no <teleports>"));
+        assert!(
+            teleports_from(r#"<statistics><teleports total="x"/></statistics>"#.as_bytes())
+                .is_err()
+        );
+    }
 
     #[test]
     fn combines_trips_and_pending_vehicles() {
