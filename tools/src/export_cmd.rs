@@ -61,7 +61,7 @@ fn provenance(info: &RunInfo, pinfo: &PolicyInfo, plans: &[PhasePlan]) -> Proven
         }
         None => info.config.scenario.clone(),
     };
-    Provenance {
+    let mut p = Provenance {
         command: info.config.command.clone(),
         git_rev: info.git_rev.clone(),
         seed: info.config.seed,
@@ -70,7 +70,11 @@ fn provenance(info: &RunInfo, pinfo: &PolicyInfo, plans: &[PhasePlan]) -> Proven
         env_steps: pinfo.env_steps,
         parent_version: None,
         details,
+    };
+    if let Some(kind) = info.reward_kind {
+        p.set_reward_kind(kind);
     }
+    p
 }
 
 /// The plans the environment trained on (run.json); older run folders have only their

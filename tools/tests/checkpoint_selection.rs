@@ -71,11 +71,14 @@ fn actor(run: &Path, choice: PolicyChoice) -> Vec<f32> {
         .collect()
 }
 
-/// The iteration count an exported manifest's provenance records.
+/// The iteration count an exported manifest's provenance records (and that it records
+/// the reward trained on, which on-device fine-tuning holds a log to).
 fn exported_iteration(manifest: &Path) -> u64 {
     let m: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(manifest).unwrap()).unwrap();
-    m["provenance"]["details"]["iterations"].as_u64().unwrap()
+    let details = &m["provenance"]["details"];
+    assert!(details["reward_kind"].is_string(), "{details}");
+    details["iterations"].as_u64().unwrap()
 }
 
 #[test]

@@ -145,7 +145,7 @@ pub fn read_log(
 }
 
 /// The name a record's reward kind is counted under.
-fn reward_kind_name(kind: Option<greenwave_core::RewardKind>) -> String {
+pub(crate) fn reward_kind_name(kind: Option<greenwave_core::RewardKind>) -> String {
     kind.map_or_else(|| "unrecorded".to_string(), |k| format!("{k:?}"))
 }
 

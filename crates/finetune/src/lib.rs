@@ -117,6 +117,21 @@ pub enum FinetuneError {
         /// Records per kind.
         kinds: String,
     },
+    /// The log's rewards are of another kind than the one the running policy was trained
+    /// on (its manifest's `reward_kind`).
+    #[error(
+        "transition log {dir} holds rewards of kind {logged}, and the running policy was \
+         trained on {trained}: a fine-tune would optimise, and be gated on, another aim \
+         (log with a field of the policy's reward)"
+    )]
+    OtherReward {
+        /// The directory.
+        dir: PathBuf,
+        /// The log's reward kind.
+        logged: String,
+        /// The policy's.
+        trained: String,
+    },
     /// The running policy was exported for one signal, and the log holds the records of
     /// several: which are that signal's is not known.
     #[error(
@@ -386,6 +401,7 @@ pub fn prepare(
         log_dir.display()
     ));
     let logged = data::read_log(log_dir, layout, &weights.norm, cfg.signal)?;
+    check_reward_kind(parent.provenance.reward_kind(), &logged.summary, log_dir)?;
     check_one_signal(
         parent.provenance.signal_id(),
         &logged.summary,
@@ -438,6 +454,31 @@ pub fn prepare(
         summary,
         gamma,
     })
+}
+
+/// Refuses a log of another reward than the one the policy was trained on (`trained`,
+/// from its manifest): the update would optimise, and the gate judge, another aim than
+/// the policy's. A log of unrecorded reward (an older controller's) and a manifest that
+/// records none (an older export) cannot be compared and pass.
+fn check_reward_kind(
+    trained: Option<greenwave_core::RewardKind>,
+    summary: &LogSummary,
+    log_dir: &Path,
+) -> Result<(), FinetuneError> {
+    let Some(trained) = trained else {
+        return Ok(());
+    };
+    let want = data::reward_kind_name(Some(trained));
+    match summary.by_reward_kind.keys().next() {
+        Some(logged) if *logged != want && *logged != data::reward_kind_name(None) => {
+            Err(FinetuneError::OtherReward {
+                dir: log_dir.to_path_buf(),
+                logged: logged.clone(),
+                trained: want,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Refuses to fine-tune a policy exported for one signal (`exported_for`) on a log of
@@ -668,6 +709,10 @@ pub fn candidate_manifest(
     if let Some(id) = parent.provenance.signal_id() {
         put(Provenance::SIGNAL_ID, id.into());
     }
+    // And to its reward: the next fine-tune's log must be of it.
+    if let Some(kind) = parent.provenance.details.get(Provenance::REWARD_KIND) {
+        put(Provenance::REWARD_KIND, kind.clone());
+    }
     put(
         "log",
         serde_json::json!({
@@ -695,6 +740,32 @@ pub fn candidate_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log of another reward than the policy's is refused, naming both; a log or a
+    /// manifest that records none passes. The kind round-trips through the manifest.
+    #[test]
+    fn a_log_of_another_reward_than_the_policys_is_refused() {
+        use greenwave_core::RewardKind;
+        let dir = Path::new("log");
+        let log = |kind: Option<RewardKind>| LogSummary {
+            by_reward_kind: [(data::reward_kind_name(kind), 10)].into(),
+            ..Default::default()
+        };
+        let trained = Some(RewardKind::DelayAccrued);
+        let e = check_reward_kind(trained, &log(Some(RewardKind::Queue)), dir).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("Queue") && text.contains("DelayAccrued"),
+            "{text}"
+        );
+        assert!(check_reward_kind(trained, &log(trained), dir).is_ok());
+        assert!(check_reward_kind(trained, &log(None), dir).is_ok());
+        assert!(check_reward_kind(None, &log(Some(RewardKind::Queue)), dir).is_ok());
+        let mut p = Provenance::default();
+        assert_eq!(p.reward_kind(), None);
+        p.set_reward_kind(RewardKind::DelayAccrued);
+        assert_eq!(p.reward_kind(), trained);
+    }
 
     /// A policy exported for one signal is not fine-tuned on a log of several unless one
     /// is chosen; a shared policy, or a log of one signal, needs no choice.

@@ -138,6 +138,22 @@ impl Provenance {
     pub fn set_signal_id(&mut self, id: &str) {
         self.details.insert(Self::SIGNAL_ID.into(), id.into());
     }
+
+    /// The key in [`Provenance::details`] of the reward the policy was trained on.
+    pub const REWARD_KIND: &'static str = "reward_kind";
+
+    /// The reward the policy was trained on (`None` in exports from before it was
+    /// recorded, or where it does not parse). Fine-tuned versions keep their parent's: a
+    /// fine-tune on a log of another reward would optimise, and be gated on, another aim.
+    pub fn reward_kind(&self) -> Option<greenwave_core::RewardKind> {
+        serde_json::from_value(self.details.get(Self::REWARD_KIND)?.clone()).ok()
+    }
+
+    /// Records the reward the policy was trained on.
+    pub fn set_reward_kind(&mut self, kind: greenwave_core::RewardKind) {
+        let value = serde_json::to_value(kind).unwrap_or_default();
+        self.details.insert(Self::REWARD_KIND.into(), value);
+    }
 }
 
 /// The manifest, as of format [`MANIFEST_FORMAT`]. Serializes as that format; deserializes

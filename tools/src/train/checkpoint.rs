@@ -52,6 +52,11 @@ pub struct RunInfo {
     /// compiles a shared policy with; empty in older runs).
     #[serde(default)]
     pub incidences: Vec<Vec<Vec<bool>>>,
+    /// The reward trained on, as the environment computed it (absent in older runs).
+    /// Export writes it into the manifest, and on-device fine-tuning refuses a log of
+    /// another.
+    #[serde(default)]
+    pub reward_kind: Option<greenwave_core::RewardKind>,
 }
 
 impl RunInfo {
@@ -75,6 +80,8 @@ pub struct RunFacts<'a> {
     pub signal_ids: Vec<String>,
     /// Every signal's lane–phase incidence, in signal order.
     pub incidences: Vec<Vec<Vec<bool>>>,
+    /// The reward the environment computes.
+    pub reward_kind: greenwave_core::RewardKind,
 }
 
 /// `policy.json`: the latest policy's normalisation and progress.
@@ -200,6 +207,7 @@ pub fn write_run_info(
         plans: facts.plans.clone(),
         signal_ids: facts.signal_ids.clone(),
         incidences: facts.incidences.clone(),
+        reward_kind: Some(facts.reward_kind),
     };
     write_atomic(
         &out.join("run.json"),

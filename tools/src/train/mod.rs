@@ -1224,6 +1224,7 @@ fn write_run_info(
             plans: signals.iter().map(|s| s.plan.clone()).collect(),
             signal_ids: signals.iter().map(|s| s.id.clone()).collect(),
             incidences: signals.iter().map(|s| s.incidence.clone()).collect(),
+            reward_kind: env.reward_kind(),
         },
         layout,
         &git_rev(),
