@@ -54,7 +54,8 @@ pub fn run(args: VerifyArgs) -> Result<()> {
     }
     #[cfg(feature = "sim")]
     if let Some(name) = &args.scenario {
-        check_set(&bundles, &scenario_specs(name)?, None, name)?;
+        let (specs, interval) = scenario_specs(name)?;
+        check_set(&bundles, &specs, Some(interval), name)?;
         say!("matches every signal of {name}");
     }
     Ok(())
@@ -166,16 +167,22 @@ fn check_signal(b: &VerifiedBundle, i: usize, s: &SignalSpec, what: &str) -> Res
     Ok(())
 }
 
-/// Checks the bundle against every signal of the scenario `name` (plan and layout).
+/// Checks the bundle against the scenario `name` as `finetune` runs it: its decision
+/// interval, and its signals as [`check_site`] does.
 #[cfg(feature = "sim")]
 pub fn check_scenario(b: &VerifiedBundle, name: &str) -> Result<Option<u16>> {
-    check_own_signals(b, &scenario_specs(name)?, name)
+    let (specs, interval) = scenario_specs(name)?;
+    b.check_decision_interval(interval)
+        .with_context(|| name.to_string())?;
+    check_own_signals(b, &specs, name)
 }
 
-/// The signals of the scenario `name`.
+/// The signals of the scenario `name`, and its decision interval (what `run --scenario`
+/// decides at).
 #[cfg(feature = "sim")]
-fn scenario_specs(name: &str) -> Result<Vec<SignalSpec>> {
+fn scenario_specs(name: &str) -> Result<(Vec<SignalSpec>, Millis)> {
     let scenario = greenwave_sim::load(name).with_context(|| format!("loading scenario {name}"))?;
     let env = greenwave_sim::EmbeddedEnv::from_scenario(&scenario, 0);
-    Ok(SimField::new(env).signal_specs())
+    let field = SimField::new(env);
+    Ok((field.signal_specs(), field.decision_interval()))
 }

@@ -53,6 +53,25 @@ fn signed(
 }
 
 fn write(out: &Path, weights: &PolicyWeights, plan: &PhasePlan, id: Option<&str>, version: u32) {
+    write_at(
+        out,
+        weights,
+        plan,
+        id,
+        version,
+        greenwave_core::Millis::from_secs(5),
+    );
+}
+
+/// As [`write`], deciding every `interval`.
+fn write_at(
+    out: &Path,
+    weights: &PolicyWeights,
+    plan: &PhasePlan,
+    id: Option<&str>,
+    version: u32,
+    interval: greenwave_core::Millis,
+) {
     let mut prov = Provenance {
         command: "synthetic per-signal export (test)".into(),
         git_rev: "test".into(),
@@ -61,7 +80,6 @@ fn write(out: &Path, weights: &PolicyWeights, plan: &PhasePlan, id: Option<&str>
     if let Some(id) = id {
         prov.details.insert("signal_id".into(), id.into());
     }
-    let interval = greenwave_core::Millis::from_secs(5);
     let mut manifest = Manifest::new(plan, weights.obs_layout, interval, weights.hidden(), prov);
     manifest.policy_version = version;
     let onnx_path = out.join("policy.onnx");
@@ -227,6 +245,25 @@ fn a_set_that_does_not_fit_the_field_is_refused_by_name() {
     bundle::pack_and_sign(&inputs(&wrong.join("policy.onnx")), &key, &mislabelled).unwrap();
     let out = f.run("log-f", &[&f.j1, &mislabelled]);
     refused(&out, "exported for it");
+
+    // A set deciding at another interval than the field's: `verify` refuses it as `run`
+    // does.
+    let fast = f.dir.join("j1-2s-export");
+    std::fs::create_dir_all(&fast).unwrap();
+    let w = synthetic_weights(f.specs[0].layout, &[16, 16], 7);
+    let two_s = greenwave_core::Millis::from_secs(2);
+    write_at(&fast, &w, &f.specs[0].plan, Some("J1"), 1, two_s);
+    let j1_fast = f.dir.join("j1-2s");
+    bundle::pack_and_sign(&inputs(&fast.join("policy.onnx")), &key, &j1_fast).unwrap();
+    let j2_fast = f.dir.join("j2-2s-export");
+    std::fs::create_dir_all(&j2_fast).unwrap();
+    let w = synthetic_weights(f.specs[1].layout, &[16, 16], 7);
+    write_at(&j2_fast, &w, &f.specs[1].plan, Some("J2"), 1, two_s);
+    let j2_fast_b = f.dir.join("j2-2s");
+    bundle::pack_and_sign(&inputs(&j2_fast.join("policy.onnx")), &key, &j2_fast_b).unwrap();
+    let interval = "the policy decides every 2.000 s, this controller every 5.000 s";
+    refused(&f.run("log-h", &[&j1_fast, &j2_fast_b]), interval);
+    refused(&verify(&f.keys.public, &[&j1_fast, &j2_fast_b]), interval);
 }
 
 /// A per-signal export given alone is held to the signal it names, as in a set: on a

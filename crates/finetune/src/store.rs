@@ -359,6 +359,7 @@ impl PolicyStore {
     /// line is never glued to the damaged one and lost with it.
     fn append_history(&self, entry: &HistoryEntry) -> Result<(), StoreError> {
         let path = self.dir.join(HISTORY);
+        let new = !path.exists();
         let mut f = fs::OpenOptions::new()
             .create(true)
             .read(true)
@@ -372,7 +373,13 @@ impl PolicyStore {
         };
         writeln!(f, "{start}{}", history_line(entry))
             .and_then(|_| f.sync_data())
-            .map_err(io("appending to", &path))
+            .map_err(io("appending to", &path))?;
+        // A file just made is durable once its folder's entry is: a power cut would
+        // otherwise lose the first line (an adoption), and the version read as unjudged.
+        if new {
+            fsync_dir(&self.dir)?;
+        }
+        Ok(())
     }
 
     /// What is wrong with `history.jsonl`, if anything: lines that fail their checksum or
