@@ -299,6 +299,11 @@ impl SumoConfig {
                 return bad(format!("{name} = {v} must be a positive number of seconds"));
             }
         }
+        for arg in &self.extra_args {
+            if let Some(why) = sumocfg::refused_argument(arg) {
+                return bad(format!("SUMO option {arg}: {why}"));
+            }
+        }
         if !self.pedestrian_weight.is_finite() || self.pedestrian_weight < 0.0 {
             return bad(format!(
                 "pedestrian_weight = {} must be a non-negative number",

@@ -56,7 +56,11 @@ const LEFT_OUT_SECTIONS: [&str; 4] = ["output", "traci_server", "random_number",
 /// Options greenwave sets itself, that would change what it measures or controls, or that
 /// only sumo-gui uses (for configurations without sections, where `gui_only` is not there
 /// to say so). Every output (`…-output`, `…-output.…`) is left out too.
-const LEFT_OUT_OPTIONS: [&str; 36] = [
+const LEFT_OUT_OPTIONS: [&str; 38] = [
+    // Vehicles SUMO discards appear in no output greenwave reads: a controller that kept
+    // them from entering, or jammed them, would look better than it is.
+    "max-depart-delay",
+    "time-to-teleport.remove",
     "end",
     "step-length",
     "seed",
@@ -213,6 +217,39 @@ pub fn left_out_by_name(name: &str) -> bool {
     LEFT_OUT_OPTIONS.contains(&name) || name.ends_with("-output") || name.contains("-output.")
 }
 
+/// Why `--sumo-args` may not pass the option `arg` (`--name`, `--name=value`, or a
+/// short `-x`), if it may not: it discards vehicles (they would leave the delay and the
+/// count unseen), or it changes the outputs greenwave writes and reads (their names,
+/// their time format). Other options pass: `--sumo-args` is the way to SUMO's own
+/// settings (teleport time, lateral resolution, …).
+pub fn refused_argument(arg: &str) -> Option<String> {
+    let name = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-'))?;
+    let name = long_name(name.split('=').next().unwrap_or_default());
+    let discards = ["max-depart-delay", "time-to-teleport.remove"];
+    let outputs = [
+        "output-prefix",
+        "human-readable-time",
+        "tripinfo-output",
+        "statistic-output",
+    ];
+    if discards.contains(&name) {
+        Some(format!(
+            "--{name} makes SUMO discard vehicles, which then count in no delay and no \
+             throughput: a controller that kept them out would look better than it is"
+        ))
+    } else if outputs
+        .iter()
+        .any(|o| name == *o || name.starts_with(&format!("{o}.")))
+    {
+        Some(format!(
+            "--{name} changes an output greenwave writes and reads itself (the episode's \
+             figures come from it)"
+        ))
+    } else {
+        None
+    }
+}
+
 /// SUMO 1.28's long name for `name`, where `name` is one of its short or long synonyms.
 fn long_name(name: &str) -> &str {
     match name {
@@ -283,6 +320,33 @@ pub fn time_s(value: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--sumo-args` may not discard vehicles or move greenwave's outputs, under any of
+    /// the options' spellings; SUMO's other settings pass.
+    #[test]
+    fn sumo_args_that_hide_vehicles_or_move_outputs_are_refused() {
+        for arg in [
+            "--max-depart-delay",
+            "--max-depart-delay=30",
+            "--time-to-teleport.remove",
+            "--tripinfo-output=x.xml",
+            "--statistic-output",
+            "--output-prefix",
+            "-H",
+        ] {
+            assert!(refused_argument(arg).is_some(), "{arg}");
+        }
+        for arg in [
+            "--time-to-teleport",
+            "-1",
+            "300",
+            "--lateral-resolution",
+            "0.8",
+        ] {
+            assert_eq!(refused_argument(arg), None, "{arg}");
+        }
+        assert!(left_out_by_name("max-depart-delay"));
+    }
 
     /// SUMO's game `fokr_bs_demo.sumocfg` in shape (its files, times, stripe width and
     /// `gui_only` section), with options of other configurations added: teleporting,
