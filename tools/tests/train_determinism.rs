@@ -224,3 +224,20 @@ fn resume_with_other_learner_settings_is_refused_by_name() {
     train(&more_threads, &d, true, false).unwrap();
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Seed 0 would seed training's episodes 0, 1, 2, …: the evaluation's held-out seeds among
+/// them. It is refused; seed 1's episodes keep apart from them.
+#[test]
+fn seed_zero_is_refused_for_its_episodes_would_be_the_held_out_ones() {
+    let mut c = tiny(Algo::Ppo, 120);
+    c.seed = 0;
+    let err = format!("{:#}", train(&c, &tmp("seed0"), false, false).unwrap_err());
+    assert!(err.contains("--seed 0") && err.contains("1000"), "{err}");
+    use greenwave_tools::train::rollout::episode_seed;
+    let held_out = 500..1005u64;
+    for slot in 0..8 {
+        for episode in 0..10_000 {
+            assert!(!held_out.contains(&episode_seed(1, slot, episode)));
+        }
+    }
+}

@@ -504,6 +504,15 @@ pub const MAX_ENVS: usize = 1024;
 /// Refuses settings that cannot train: zero sizes, sizes that only exhaust memory, and
 /// learning settings that can only give NaN weights.
 fn check_settings(cfg: &TrainConfig) -> Result<()> {
+    if cfg.seed == 0 {
+        // `episode_seed` spreads a seed over its bits by multiplying it: 0 stays 0, and the
+        // episodes' seeds are then 0, 1, 2, … (slot 1's 512 on from SUMO's 31-bit fold),
+        // the validation's (500 on) and the evaluation's (1000 on) among them.
+        bail!(
+            "--seed 0: training's episodes would be seeded 0, 1, 2, …, among them the held-out \
+             seeds of validation (500 on) and evaluation (1000 on); any other seed keeps them apart"
+        );
+    }
     if cfg.n_envs == 0 || cfg.rollout_steps == 0 || cfg.total_steps == 0 {
         bail!("--envs, --rollout-steps and --steps must all be at least 1");
     }
