@@ -646,6 +646,13 @@ impl Controller {
             .map(|(l, _)| l.as_slice())
             .collect();
         self.watch.record(&observed);
+        let decided = self.pending.iter().flatten();
+        let by_policy = decided
+            .clone()
+            .filter(|t| t.source != ActionSource::Fallback)
+            .count();
+        self.watch
+            .record_decisions(decided.count() as u64, by_policy as u64);
         self.play_interval(field)?;
         self.finish_interval(field)
     }

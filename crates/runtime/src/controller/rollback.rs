@@ -15,6 +15,11 @@
 //! (Bonferroni: `alpha / 2` each), `p < alpha / 2` **and** the mean rose by at least
 //! `min_relative_increase`. One test per switch, at the end of the window: no repeated
 //! peeking, so `alpha` is the false-rollback rate under unchanged traffic.
+//!
+//! A version that ran on the fallback for more than half of its watched decisions (its
+//! inferences faulting, say) is rolled back too, whatever the KPIs: what the watch measured
+//! was the fallback's traffic, not the version's, and keeping it would record a version as
+//! judged that was never seen deciding.
 
 use greenwave_core::{LaneReading, Millis};
 use rand::rngs::StdRng;
@@ -202,7 +207,14 @@ pub struct RollbackEvent {
     pub rolled_back: bool,
     /// The tests.
     pub evidence: Vec<KpiTest>,
+    /// The share of the watched decisions the version took itself (the rest were the
+    /// fallback's); below [`MIN_POLICY_SHARE`] the version is rolled back.
+    pub policy_share: f64,
 }
+
+/// The least share of its watched decisions a version must take itself to be judged by
+/// the KPIs (see the module docs).
+pub const MIN_POLICY_SHARE: f64 = 0.5;
 
 /// Collects batches and runs the test.
 #[derive(Clone, Debug)]
@@ -222,6 +234,9 @@ struct Watched {
     to_version: u32,
     before: Vec<KpiBatch>,
     after: Vec<KpiBatch>,
+    /// Decisions since the switch, and those the watched version took.
+    decisions: u64,
+    by_policy: u64,
 }
 
 impl RegressionWatch {
@@ -253,6 +268,15 @@ impl RegressionWatch {
         self.sum.queue += mean(|r| r.queue);
         self.sum.wait_proxy += mean(|r| r.density);
         self.intervals += 1;
+    }
+
+    /// Counts one interval's `decisions`, `by_policy` of them the running version's own
+    /// (the rest the fallback's), towards the watched version's share.
+    pub(crate) fn record_decisions(&mut self, decisions: u64, by_policy: u64) {
+        if let Some(w) = &mut self.watching {
+            w.decisions += decisions;
+            w.by_policy += by_policy;
+        }
     }
 
     /// Closes a batch when `now_ms` reaches its end; returns a verdict when the watched
@@ -320,6 +344,8 @@ impl RegressionWatch {
             to_version,
             before: self.history.clone(),
             after: Vec::new(),
+            decisions: 0,
+            by_policy: 0,
         });
         true
     }
@@ -343,9 +369,15 @@ impl RegressionWatch {
                 }
             })
             .collect();
-        let rolled_back = evidence
-            .iter()
-            .any(|t| t.p_value < each && t.relative_change >= self.cfg.min_relative_increase);
+        let policy_share = if w.decisions == 0 {
+            1.0
+        } else {
+            w.by_policy as f64 / w.decisions as f64
+        };
+        let rolled_back = policy_share < MIN_POLICY_SHARE
+            || evidence
+                .iter()
+                .any(|t| t.p_value < each && t.relative_change >= self.cfg.min_relative_increase);
         RollbackEvent {
             at_ms: now_ms,
             switched_at_ms: w.switched_at_ms,
@@ -353,6 +385,7 @@ impl RegressionWatch {
             to_version: w.to_version,
             rolled_back,
             evidence,
+            policy_share,
         }
     }
 }
@@ -486,6 +519,35 @@ mod tests {
         assert!(bad.rolled_back, "{bad:?}");
         assert!(bad.at_ms - bad.switched_at_ms <= 60_000 + 10_000);
         assert!(!run(0.2).rolled_back);
+    }
+
+    /// A version that left most of its watched decisions to the fallback is rolled back
+    /// though its KPIs did not rise (they were the fallback's); one that decided is kept.
+    #[test]
+    fn a_version_that_ran_on_the_fallback_is_rolled_back() {
+        let verdict = |own_share_of_ten: u64| {
+            let mut w = RegressionWatch::new(RollbackConfig::default());
+            for i in 1..=100_000u64 {
+                let lane = [LaneReading {
+                    queue: 0.2 + 0.01 * ((i * 7 % 5) as f32),
+                    density: 0.3,
+                }];
+                w.record(&[&lane]);
+                w.record_decisions(1, u64::from(i % 10 < own_share_of_ten));
+                if let Some(v) = w.tick(i * 1000) {
+                    return v;
+                }
+                if w.watching.is_none() && w.ready() {
+                    assert!(w.start(i * 1000, 2, 1));
+                }
+            }
+            panic!("no verdict");
+        };
+        let faulting = verdict(3);
+        assert!(faulting.rolled_back, "{faulting:?}");
+        assert!((faulting.policy_share - 0.3).abs() < 0.01, "{faulting:?}");
+        let deciding = verdict(9);
+        assert!(!deciding.rolled_back, "{deciding:?}");
     }
 
     /// Runs `cfg`'s watch on 1 s intervals: queues of about 0.2 until the watch is ready,
