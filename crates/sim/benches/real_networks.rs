@@ -5,19 +5,24 @@
 //!
 //! ```sh
 //! cargo bench -p greenwave-sim --features sumo --bench real_networks -- \
-//!     [--seconds 3600] [--seeds 1,2,3] [--net SUBSTRING] [--controllers static,actuated,max-pressure]
+//!     [--seconds 3600] [--seeds 1,2,3] [--net SUBSTRING] [--controllers static,actuated,max-pressure] \
+//!     [--decision-interval-s 5]
 //! ```
+//!
+//! `--decision-interval-s` sets how often actuated and max-pressure control decide (SUMO's
+//! default configuration: 5 s); `greenwave eval` also runs them at a policy's own interval.
 
 #[path = "../tests/real_nets/mod.rs"]
 mod real_nets;
 
-use real_nets::{dev_set, run_checked, CONTROLLERS};
+use real_nets::{dev_set, CONTROLLERS};
 
 struct Args {
     seconds: f64,
     seeds: Vec<u64>,
     net: Option<String>,
     controllers: Vec<String>,
+    decision_interval_s: Option<f64>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -26,6 +31,7 @@ fn parse_args() -> Result<Args, String> {
         seeds: vec![1],
         net: None,
         controllers: CONTROLLERS.iter().map(|s| s.to_string()).collect(),
+        decision_interval_s: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -40,6 +46,15 @@ fn parse_args() -> Result<Args, String> {
             }
             "--net" => a.net = Some(value()?),
             "--controllers" => a.controllers = value()?.split(',').map(str::to_string).collect(),
+            "--decision-interval-s" => {
+                let s: f64 = value()?
+                    .parse()
+                    .map_err(|e| format!("--decision-interval-s: {e}"))?;
+                if !(s.is_finite() && s > 0.0) {
+                    return Err(format!("--decision-interval-s must be positive, not {s}"));
+                }
+                a.decision_interval_s = Some(s);
+            }
             "--bench" => {}
             other => return Err(format!("unknown option {other}")),
         }
@@ -65,8 +80,11 @@ fn main() {
         }
     };
     println!(
-        "{} s per episode, seeds {:?}; delay/wait: mean per vehicle due (s); throughput and never inserted: vehicles per episode",
-        args.seconds, args.seeds
+        "{} s per episode, seeds {:?}, decisions every {} s; delay/wait: mean per vehicle due (s); throughput and never inserted: vehicles per episode",
+        args.seconds,
+        args.seeds,
+        args.decision_interval_s
+            .unwrap_or(greenwave_sim::sumo::SumoConfig::new("", "").decision_interval_s)
     );
     println!("\n| net | signals (controlled / on program) | controller | delay (s) | wait (s) | throughput | never inserted | wall (s) |");
     println!("|---|---|---|---:|---:|---:|---:|---:|");
@@ -89,7 +107,11 @@ fn main() {
         for c in &args.controllers {
             let mut rows = Vec::new();
             for &seed in &args.seeds {
-                match run_checked(net, c, args.seconds, seed) {
+                let mut cfg = real_nets::config(net, args.seconds, seed);
+                if let Some(s) = args.decision_interval_s {
+                    cfg.decision_interval_s = s;
+                }
+                match real_nets::run_config_checked(cfg, c, seed) {
                     Ok(m) => rows.push(m),
                     Err(e) => {
                         println!("| {} | {signals} | {c} | failed: {e} | | | | |", net.name);
