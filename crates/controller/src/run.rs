@@ -17,8 +17,8 @@ use greenwave_runtime::bundle_set::check_runs_on;
 #[cfg(feature = "sim")]
 use greenwave_runtime::controller::SimField;
 use greenwave_runtime::controller::{
-    Controller, ControllerConfig, ControllerStats, Fallback, FallbackKind, Field, NullSink, Policy,
-    ReplayRecorder, ReplaySource, SignalSpec, Split,
+    Controller, ControllerConfig, ControllerError, ControllerStats, Fallback, FallbackKind, Field,
+    NullSink, Policy, ReplayRecorder, ReplaySource, SignalSpec, Split,
 };
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer, MAX_EPSILON};
 use greenwave_runtime::log::{LogConfig, LogWriter, SyncPolicy};
@@ -669,14 +669,18 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     };
     stop_if_asked(&mut controller);
     stop.arm_on_signal()?;
-    let stats = controller.run_with(field, seconds, |c| {
+    let run = controller.run_with(field, seconds, |c| {
         if let Some(f) = &mut follower {
             f.between(c, &mut load);
         }
         stop_if_asked(c);
         show_progress(&bar, c);
-    })?;
+    });
     bar.finish_and_clear();
+    let stats = match run {
+        Ok(stats) => stats,
+        Err(e) => return Err(stopped_by_error(&mut controller, e)),
+    };
     let commit = controller
         .close_log()
         .context("closing the transition log")?;
@@ -708,6 +712,29 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
         controller: stats,
     };
     finish(args, &report)
+}
+
+/// The error a run stopped on, with what it had done by then: the log is closed (its
+/// records synced) and the decisions and committed transitions are named, so the operator
+/// knows what the log holds without the report the run could not finish.
+fn stopped_by_error(controller: &mut Controller, e: ControllerError) -> anyhow::Error {
+    let stats = controller.stats();
+    let committed = match controller.close_log() {
+        Ok(c) => c.map_or(stats.transitions_committed, |c| c.committed),
+        Err(close) => {
+            eprintln!("closing the transition log after the error: {close}");
+            stats.transitions_committed
+        }
+    };
+    anyhow::Error::new(e).context(format!(
+        "the controller stopped at {:.0} s of controller time, after {} decision{}; {} \
+         transition{} committed to the log",
+        controller.now_ms() as f64 / 1000.0,
+        stats.decisions,
+        if stats.decisions == 1 { "" } else { "s" },
+        committed,
+        if committed == 1 { " is" } else { "s are" },
+    ))
 }
 
 /// What a run starts on: the policy (or why the fallback runs) and its report, and with

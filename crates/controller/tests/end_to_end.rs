@@ -392,6 +392,46 @@ fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
         err.contains("needs a field") && err.contains("--replay"),
         "{err}"
     );
+
+    // A recording damaged in the middle: the run stops on the damaged line, and says how
+    // far it got and what its log holds; the log reads back exactly that many records.
+    let text = std::fs::read_to_string(dir.join("r.jsonl")).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let middle = lines.len() / 2;
+    lines[middle] = "{\"not a record\": true}";
+    let damaged = dir.join("damaged.jsonl");
+    std::fs::write(&damaged, lines.join("\n") + "\n").unwrap();
+    let out = controller_bin()
+        .args(
+            [
+                &common[..],
+                &[
+                    "--site",
+                    site_file.to_str().unwrap(),
+                    "--replay",
+                    damaged.to_str().unwrap(),
+                    "--log-dir",
+                    &path("damaged-log"),
+                ],
+            ]
+            .concat(),
+        )
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("line {}", middle + 1)), "{err}");
+    let (records, issues) = read_all(&dir.join("damaged-log")).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert!(
+        !records.is_empty() && records.len() < 120,
+        "{}",
+        records.len()
+    );
+    assert!(
+        err.contains(&format!("{} transitions are committed", records.len())),
+        "{err}"
+    );
 }
 
 /// A site with `program_clock_time = "unix"`: the controller reads the program-clock lanes
