@@ -799,7 +799,9 @@ mod tests {
         );
         // Rounded up, never down: just over the bar does not print as on it.
         let over = [row(POLICY_ROW, 9.004), row("actuated", 10.0)];
-        assert!(verdict(&over).unwrap().ends_with("(actuated, 10.00 s): 0.901"));
+        assert!(verdict(&over)
+            .unwrap()
+            .ends_with("(actuated, 10.00 s): 0.901"));
         // A tie is no win.
         let tie = [row(POLICY_ROW, 14.25), row("max-pressure", 14.25)];
         assert!(verdict(&tie).unwrap().contains("no faster"));
