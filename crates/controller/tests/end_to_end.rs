@@ -421,7 +421,7 @@ fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("line {}", middle + 1)), "{err}");
-    let (records, issues) = read_all(&dir.join("damaged-log")).unwrap();
+    let (records, issues) = read_all(dir.join("damaged-log")).unwrap();
     assert!(issues.is_empty(), "{issues:?}");
     assert!(
         !records.is_empty() && records.len() < 120,
