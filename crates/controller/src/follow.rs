@@ -151,14 +151,19 @@ impl StoreFollower {
     ) -> Result<(Self, Vec<PathBuf>)> {
         let store = PolicyStore::attach(dir)?;
         warn_of_history_damage(&store)?;
-        let current = store
-            .current()?
-            .ok_or_else(|| StoreError::Empty(dir.to_path_buf()))?;
-        let unjudged = store.current_unjudged()?.unwrap_or(false);
+        // One state of the store: a fine-tune switching `current` meanwhile must not give
+        // the start one state's current and another's baseline.
+        let (current, unjudged, baseline) = store.reading(|s| {
+            let current = s
+                .current()?
+                .ok_or_else(|| StoreError::Empty(dir.to_path_buf()))?;
+            let unjudged = s.current_unjudged()?.unwrap_or(false);
+            Ok((current, unjudged, unjudged.then(|| s.baseline())))
+        })?;
         let mut errors = Vec::new();
         let mut start = Vec::new();
-        if unjudged {
-            match store.baseline() {
+        if let Some(baseline) = baseline {
+            match baseline {
                 Ok(Some(base)) => {
                     tracing::warn!(
                         current = %current.display(),
@@ -267,8 +272,19 @@ impl StoreFollower {
             return;
         }
         self.next_poll_ms = now + self.poll_ms;
-        let target = match self.store.current() {
-            Ok(Some(t)) => self.store.version_folder(&t).unwrap_or(t),
+        // `current` and whether an operator's rollback put it there, from one state of the
+        // store (a change between the two reads would pair one state's link with another's
+        // history).
+        let read = self.store.reading(|s| {
+            let Some(t) = s.current()? else {
+                return Ok(None);
+            };
+            let target = s.version_folder(&t).unwrap_or(t);
+            let rolled_back_to = s.rolled_back_to(&target).unwrap_or(false);
+            Ok(Some((target, rolled_back_to)))
+        });
+        let (target, rolled_back_to) = match read {
+            Ok(Some(t)) => t,
             Ok(None) => return,
             Err(e) => return self.error(format!("reading `current`: {e}")),
         };
@@ -278,8 +294,7 @@ impl StoreFollower {
         // `rollback` by an operator: during a watch, back to the version it compares with;
         // after one, to a version already judged, which is not judged again against the
         // version the operator left (nor would the watch roll the operator's choice back).
-        let operator = self.before.as_ref() == Some(&target)
-            || self.store.rolled_back_to(&target).unwrap_or(false);
+        let operator = self.before.as_ref() == Some(&target) || rolled_back_to;
         if operator {
             return self.return_to_before(c, load, target);
         }

@@ -28,7 +28,10 @@
 //!
 //! **Lock.** Every change of the links and the history holds an exclusive advisory lock on
 //! `<store>/.lock` (`fd-lock`), so a fine-tune's install and the running controller's
-//! watch rollback (check `current`, then switch it back) do not interleave. Writing a new
+//! watch rollback (check `current`, then switch it back) do not interleave; a controller's
+//! start reads what it starts on (`current`, its verdict, its baseline) under the same lock
+//! held shared (`PolicyStore::reading`), so a fine-tune switching `current` meanwhile cannot
+//! give it one half of each state. Writing a new
 //! version's folder under `staging/` is not locked: one fine-tune at a time is assumed
 //! (the controller runs them one after the other), and `open` clears `staging/`.
 //! Symlinks make this Unix-only; elsewhere the store reports `Unsupported`.
@@ -352,6 +355,26 @@ impl PolicyStore {
         let mut lock = fd_lock::RwLock::new(file);
         let _held = lock.write().map_err(io("locking", &path))?;
         f()
+    }
+
+    /// Runs `f`, which only reads (links, history), holding the store's lock shared: no
+    /// change of links or history happens in the middle, so reads that belong together
+    /// (`current`, whether it is judged, its baseline) see one state of the store. Not
+    /// re-entrant: `f` must not call a locking method (it would wait on itself).
+    pub fn reading<T>(
+        &self,
+        f: impl FnOnce(&Self) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let path = self.dir.join(LOCK);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io("opening the store's lock", &path))?;
+        let lock = fd_lock::RwLock::new(file);
+        let _held = lock.read().map_err(io("locking", &path))?;
+        f(self)
     }
 
     /// Appends a line to `history.jsonl` (synced); the caller holds the lock. A file whose
@@ -1237,6 +1260,32 @@ mod tests {
         holder.join().unwrap().unwrap();
         let events: Vec<String> = s.history().unwrap().into_iter().map(|h| h.event).collect();
         assert_eq!(events, [event::ADOPT, WATCH_KEPT]);
+    }
+
+    /// A consistent read waits for a writer holding the lock: what it reads is the state
+    /// before or after the change, never between.
+    #[test]
+    fn a_consistent_read_waits_for_a_writer() {
+        let s = store("reading");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let (s2, b2) = (s.clone(), barrier.clone());
+        let holder = std::thread::spawn(move || {
+            s2.locked(|| {
+                b2.wait();
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                s2.append_history(&HistoryEntry {
+                    unix_ms: 0,
+                    event: event::ADOPT.into(),
+                    from_version: None,
+                    to_version: Some(1),
+                    detail: "held".into(),
+                })
+            })
+        });
+        barrier.wait();
+        let seen = s.reading(|s| Ok(s.history()?.len())).unwrap();
+        holder.join().unwrap().unwrap();
+        assert_eq!(seen, 1, "the read ran inside the writer's change");
     }
 
     /// Attaching neither creates a store nor clears a fine-tune's staging folder.
