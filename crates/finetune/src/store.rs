@@ -345,6 +345,13 @@ impl PolicyStore {
     /// controller's check of `current` and its switch back cannot interleave with a
     /// fine-tune's install. Not re-entrant: `f` must not call a locking method.
     fn locked<T>(&self, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let (mut lock, path) = self.lock_file()?;
+        let _held = lock.write().map_err(io("locking", &path))?;
+        f()
+    }
+
+    /// The store's lock file, opened (created if missing), and its path.
+    fn lock_file(&self) -> Result<(fd_lock::RwLock<File>, PathBuf), StoreError> {
         let path = self.dir.join(LOCK);
         let file = fs::OpenOptions::new()
             .create(true)
@@ -352,9 +359,7 @@ impl PolicyStore {
             .write(true)
             .open(&path)
             .map_err(io("opening the store's lock", &path))?;
-        let mut lock = fd_lock::RwLock::new(file);
-        let _held = lock.write().map_err(io("locking", &path))?;
-        f()
+        Ok((fd_lock::RwLock::new(file), path))
     }
 
     /// Runs `f`, which only reads (links, history), holding the store's lock shared: no
@@ -365,14 +370,7 @@ impl PolicyStore {
         &self,
         f: impl FnOnce(&Self) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let path = self.dir.join(LOCK);
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io("opening the store's lock", &path))?;
-        let lock = fd_lock::RwLock::new(file);
+        let (lock, path) = self.lock_file()?;
         let _held = lock.read().map_err(io("locking", &path))?;
         f(self)
     }
