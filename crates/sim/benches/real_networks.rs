@@ -126,7 +126,7 @@ fn main() {
                 rows.iter().map(f).sum::<f64>() / rows.len() as f64
             };
             println!(
-                "| {} | {signals} | {c} | {:.1} | {:.1} | {:.0} | {:.0} | {:.1} |",
+                "| {} | {signals} | {c} | {:.2} | {:.2} | {:.0} | {:.0} | {:.1} |",
                 net.name,
                 mean(&|m| m.mean_delay_s),
                 mean(&|m| m.mean_wait_s),
