@@ -349,33 +349,43 @@ fn classic_rows(
 ) -> Result<Vec<EvalRow>> {
     let mut rows = Vec::new();
     for kind in ControllerKind::ALL {
-        let metrics = evaluate_with(seeds, &|seed| source.run_classic(kind, seed, episode))
-            .with_context(|| format!("evaluating {kind}"))?;
-        rows.push(EvalRow {
-            controller: kind.name().into(),
-            metrics: average(&metrics),
-            seeds: seeds.len(),
-            decision_interval_s: secs(source.decision_interval()),
-            temperature: None,
-        });
+        rows.push(classic_row(
+            source,
+            kind,
+            seeds,
+            episode,
+            kind.name().into(),
+        )?);
     }
     if policy_source.decision_interval() != source.decision_interval() {
+        let interval = secs(policy_source.decision_interval());
         for kind in [ControllerKind::Actuated, ControllerKind::MaxPressure] {
-            let interval = secs(policy_source.decision_interval());
-            let metrics = evaluate_with(seeds, &|seed| {
-                policy_source.run_classic(kind, seed, episode)
-            })
-            .with_context(|| format!("evaluating {kind} at {interval} s"))?;
-            rows.push(EvalRow {
-                controller: format!("{} ({interval} s)", kind.name()),
-                metrics: average(&metrics),
-                seeds: seeds.len(),
-                decision_interval_s: interval,
-                temperature: None,
-            });
+            let name = format!("{} ({interval} s)", kind.name());
+            rows.push(classic_row(policy_source, kind, seeds, episode, name)?);
         }
     }
     Ok(rows)
+}
+
+/// One classic controller's row, `kind` on `source` (at its decision interval) over
+/// `seeds`, named `controller`.
+fn classic_row(
+    source: &EnvSource,
+    kind: ControllerKind,
+    seeds: &[u64],
+    episode: Millis,
+    controller: String,
+) -> Result<EvalRow> {
+    let interval = secs(source.decision_interval());
+    let metrics = evaluate_with(seeds, &|seed| source.run_classic(kind, seed, episode))
+        .with_context(|| format!("evaluating {kind} at {interval} s"))?;
+    Ok(EvalRow {
+        controller,
+        metrics: average(&metrics),
+        seeds: seeds.len(),
+        decision_interval_s: interval,
+        temperature: None,
+    })
 }
 
 fn secs(t: Millis) -> f64 {

@@ -268,9 +268,9 @@ fn signal_to_tune(
     running: &bundle::VerifiedBundle,
 ) -> Result<Option<u16>> {
     let mut chosen = asked;
+    let id = greenwave_runtime::bundle_set::exported_for(running).unwrap_or_default();
     for (index, what) in own {
         let Some(index) = *index else { continue };
-        let id = greenwave_runtime::bundle_set::exported_for(running).unwrap_or_default();
         match chosen {
             Some(s) if s != index && asked.is_some() => bail!(
                 "--signal {s}: the bundle was exported for signal {id}, which is signal {index} of {what}"

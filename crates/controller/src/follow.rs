@@ -272,14 +272,18 @@ impl StoreFollower {
             return;
         }
         self.next_poll_ms = now + self.poll_ms;
-        // `current` and whether an operator's rollback put it there, from one state of the
-        // store (a change between the two reads would pair one state's link with another's
-        // history).
+        // `current` and, where it names a version to act on, whether an operator's rollback
+        // put it there, from one state of the store (a change between the two reads would
+        // pair one state's link with another's history); the history is read only then.
+        let (running, refused) = (&self.running, &self.refused);
         let read = self.store.reading(|s| {
             let Some(t) = s.current()? else {
                 return Ok(None);
             };
             let target = s.version_folder(&t).unwrap_or(t);
+            if running.as_ref() == Some(&target) || refused.contains(&target) {
+                return Ok(None);
+            }
             let rolled_back_to = s.rolled_back_to(&target).unwrap_or(false);
             Ok(Some((target, rolled_back_to)))
         });
@@ -288,9 +292,6 @@ impl StoreFollower {
             Ok(None) => return,
             Err(e) => return self.error(format!("reading `current`: {e}")),
         };
-        if self.running.as_ref() == Some(&target) || self.refused.contains(&target) {
-            return;
-        }
         // `rollback` by an operator: during a watch, back to the version it compares with;
         // after one, to a version already judged, which is not judged again against the
         // version the operator left (nor would the watch roll the operator's choice back).

@@ -1233,11 +1233,9 @@ mod tests {
         );
     }
 
-    /// The store's lock orders writers: a verdict recorded while another writer holds the
-    /// lock lands after that writer's line, not in the middle of its change.
-    #[test]
-    fn writers_wait_for_the_stores_lock() {
-        let s = store("lock");
+    /// Starts a writer that takes the store's lock, waits 200 ms, then appends an adoption
+    /// line; returns once it holds the lock.
+    fn adopt_holding_the_lock(s: &PolicyStore) -> std::thread::JoinHandle<Result<(), StoreError>> {
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
         let (s2, b2) = (s.clone(), barrier.clone());
         let holder = std::thread::spawn(move || {
@@ -1254,6 +1252,15 @@ mod tests {
             })
         });
         barrier.wait();
+        holder
+    }
+
+    /// The store's lock orders writers: a verdict recorded while another writer holds the
+    /// lock lands after that writer's line, not in the middle of its change.
+    #[test]
+    fn writers_wait_for_the_stores_lock() {
+        let s = store("lock");
+        let holder = adopt_holding_the_lock(&s);
         s.record_kept(1, "{}").unwrap();
         holder.join().unwrap().unwrap();
         let events: Vec<String> = s.history().unwrap().into_iter().map(|h| h.event).collect();
@@ -1265,22 +1272,7 @@ mod tests {
     #[test]
     fn a_consistent_read_waits_for_a_writer() {
         let s = store("reading");
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
-        let (s2, b2) = (s.clone(), barrier.clone());
-        let holder = std::thread::spawn(move || {
-            s2.locked(|| {
-                b2.wait();
-                std::thread::sleep(std::time::Duration::from_millis(200));
-                s2.append_history(&HistoryEntry {
-                    unix_ms: 0,
-                    event: event::ADOPT.into(),
-                    from_version: None,
-                    to_version: Some(1),
-                    detail: "held".into(),
-                })
-            })
-        });
-        barrier.wait();
+        let holder = adopt_holding_the_lock(&s);
         let seen = s.reading(|s| Ok(s.history()?.len())).unwrap();
         holder.join().unwrap().unwrap();
         assert_eq!(seen, 1, "the read ran inside the writer's change");

@@ -53,14 +53,15 @@ pub struct SumoFiles {
 /// same files), the TraCI server, seeds, and sumo-gui's settings.
 const LEFT_OUT_SECTIONS: [&str; 4] = ["output", "traci_server", "random_number", "gui_only"];
 
+/// Options that make SUMO discard vehicles, which then appear in no output greenwave
+/// reads: a controller that kept them from entering, or jammed them, would look better than
+/// it is. Left out of a `.sumocfg`, refused in `--sumo-args`.
+const DISCARDS_VEHICLES: [&str; 2] = ["max-depart-delay", "time-to-teleport.remove"];
+
 /// Options greenwave sets itself, that would change what it measures or controls, or that
 /// only sumo-gui uses (for configurations without sections, where `gui_only` is not there
 /// to say so). Every output (`…-output`, `…-output.…`) is left out too.
-const LEFT_OUT_OPTIONS: [&str; 38] = [
-    // Vehicles SUMO discards appear in no output greenwave reads: a controller that kept
-    // them from entering, or jammed them, would look better than it is.
-    "max-depart-delay",
-    "time-to-teleport.remove",
+const LEFT_OUT_OPTIONS: [&str; 36] = [
     "end",
     "step-length",
     "seed",
@@ -214,7 +215,10 @@ pub fn merge_options(config: &[String], extra: &[String]) -> Vec<String> {
 /// Whether greenwave leaves out option `name` (a long name) wherever it stands: one it sets
 /// itself, one that would change what it reads or controls, sumo-gui's, or an output.
 pub fn left_out_by_name(name: &str) -> bool {
-    LEFT_OUT_OPTIONS.contains(&name) || name.ends_with("-output") || name.contains("-output.")
+    LEFT_OUT_OPTIONS.contains(&name)
+        || DISCARDS_VEHICLES.contains(&name)
+        || name.ends_with("-output")
+        || name.contains("-output.")
 }
 
 /// Why `--sumo-args` may not pass the option `arg` (`--name`, `--name=value`, or a
@@ -225,14 +229,13 @@ pub fn left_out_by_name(name: &str) -> bool {
 pub fn refused_argument(arg: &str) -> Option<String> {
     let name = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-'))?;
     let name = long_name(name.split('=').next().unwrap_or_default());
-    let discards = ["max-depart-delay", "time-to-teleport.remove"];
     let outputs = [
         "output-prefix",
         "human-readable-time",
         "tripinfo-output",
         "statistic-output",
     ];
-    if discards.contains(&name) {
+    if DISCARDS_VEHICLES.contains(&name) {
         Some(format!(
             "--{name} makes SUMO discard vehicles, which then count in no delay and no \
              throughput: a controller that kept them out would look better than it is"
