@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use greenwave_core::ActionSource;
-use greenwave_runtime::log::read_all;
+use greenwave_core::Transition;
 use serde::Serialize;
 
 /// Arguments of `greenwave-controller log`.
@@ -36,6 +35,15 @@ struct LogSummary {
     ignored: Vec<PathBuf>,
 }
 
+impl LogSummary {
+    /// Counts one record by its source and policy version.
+    fn count(&mut self, t: &Transition) {
+        self.records += 1;
+        *self.by_source.entry(t.source.name().into()).or_default() += 1;
+        *self.policy_versions.entry(t.policy_version).or_default() += 1;
+    }
+}
+
 #[derive(Serialize)]
 struct ByteRange {
     segment: u64,
@@ -48,27 +56,18 @@ struct ByteRange {
     kind: Option<String>,
 }
 
-/// `greenwave-controller log`: prints the log summary (text or `--json`).
+/// `greenwave-controller log`: prints the log summary (text or `--json`). Reads the log
+/// record by record (one segment in memory at a time), so a log of any size fits.
 pub fn run(args: LogArgs) -> Result<()> {
     let reader = greenwave_runtime::log::LogReader::open(&args.log_dir)?;
-    let (records, issues) = read_all(&args.log_dir)?;
     let mut s = LogSummary {
         segments: reader.segments().len(),
-        records: records.len(),
+        records: 0,
         by_source: Default::default(),
         policy_versions: Default::default(),
-        issues: issues.iter().map(|i| i.to_string()).collect(),
+        issues: Vec::new(),
         ignored: greenwave_runtime::log::foreign_entries(&args.log_dir)?,
-        damaged: issues
-            .iter()
-            .map(|i| ByteRange {
-                segment: i.segment,
-                offset: i.offset,
-                length: i.skipped_bytes,
-                path: i.path.clone(),
-                kind: Some(i.kind.to_string()),
-            })
-            .collect(),
+        damaged: Vec::new(),
         quarantined: reader
             .quarantine()?
             .into_iter()
@@ -81,16 +80,20 @@ pub fn run(args: LogArgs) -> Result<()> {
             })
             .collect(),
     };
-    for r in &records {
-        let src = match r.transition.source {
-            ActionSource::Policy => "policy",
-            ActionSource::Supervisor => "supervisor",
-            ActionSource::Fallback => "fallback",
-        };
-        *s.by_source.entry(src.into()).or_default() += 1;
-        *s.policy_versions
-            .entry(r.transition.policy_version)
-            .or_default() += 1;
+    for item in reader.records() {
+        match item {
+            Ok(r) => s.count(&r.transition),
+            Err(i) => {
+                s.issues.push(i.to_string());
+                s.damaged.push(ByteRange {
+                    segment: i.segment,
+                    offset: i.offset,
+                    length: i.skipped_bytes,
+                    path: i.path.clone(),
+                    kind: Some(i.kind.to_string()),
+                });
+            }
+        }
     }
     if args.json {
         say!("{}", serde_json::to_string_pretty(&s)?);

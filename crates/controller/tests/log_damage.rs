@@ -75,7 +75,7 @@ fn one_flipped_bit_loses_one_record_before_and_after_a_writer_restart() {
         .records
         .iter()
         .find(|r| r.0 <= at && at < r.0 + r.1)
-        .map(|r| (r.0, r.1, r.2.timestamp_ms))
+        .map(|r| (r.0, r.1, scan.record(&bytes, r.0).unwrap().timestamp_ms))
         .unwrap();
     bytes[at as usize] ^= 0x08;
     std::fs::write(&seg, &bytes).unwrap();
@@ -152,9 +152,10 @@ fn pristine(n: u64, segment_bytes: u64) -> Pristine {
     let mut placed = Vec::new();
     for (i, s) in LogReader::open(&dir).unwrap().segments().iter().enumerate() {
         let bytes = std::fs::read(&s.path).unwrap();
-        for (offset, len, t) in scan_segment(&bytes).records {
+        let scan = scan_segment(&bytes);
+        for &(offset, len) in &scan.records {
             placed.push(Placed {
-                seq: t.timestamp_ms,
+                seq: scan.record(&bytes, offset).unwrap().timestamp_ms,
                 segment: i,
                 offset,
                 len,

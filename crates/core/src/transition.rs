@@ -24,6 +24,17 @@ pub enum ActionSource {
     Fallback,
 }
 
+impl ActionSource {
+    /// Its name in reports: "policy", "supervisor" or "fallback".
+    pub fn name(self) -> &'static str {
+        match self {
+            ActionSource::Policy => "policy",
+            ActionSource::Supervisor => "supervisor",
+            ActionSource::Fallback => "fallback",
+        }
+    }
+}
+
 /// One decision of one signal: `(s, a, r, s', log π(a|s))` plus what the off-policy
 /// learner needs to treat it correctly.
 ///

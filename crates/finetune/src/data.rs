@@ -98,14 +98,6 @@ pub struct LoggedData {
     pub issues: Vec<SegmentIssue>,
 }
 
-fn source_name(s: ActionSource) -> &'static str {
-    match s {
-        ActionSource::Policy => "policy",
-        ActionSource::Supervisor => "supervisor",
-        ActionSource::Fallback => "fallback",
-    }
-}
-
 /// Reads every intact record of the log in `dir` for a policy with `layout` and `norm`;
 /// with `signal`, only the records of that signal (the others are counted as skipped).
 ///
@@ -278,10 +270,7 @@ impl<'a> Reading<'a> {
         let t = &rec.transition;
         let summary = &mut self.data.summary;
         summary.records_used += 1;
-        *summary
-            .by_source
-            .entry(source_name(t.source).into())
-            .or_default() += 1;
+        *summary.by_source.entry(t.source.name().into()).or_default() += 1;
         *summary
             .by_policy_version
             .entry(t.policy_version)

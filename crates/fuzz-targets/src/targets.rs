@@ -38,8 +38,12 @@ pub fn log_segment(data: &[u8]) {
         let next_record = records.peek().map(|r| r.0);
         let next_damage = damage.peek().map(|d| d.offset);
         if next_record == Some(at) {
-            let (_, len, _) = records.next().expect("peeked");
+            let (offset, len) = records.next().expect("peeked");
             assert!(*len > 0);
+            assert!(
+                scan.record(data, *offset).is_ok(),
+                "record at {offset} does not decode"
+            );
             at += len;
         } else if next_damage == Some(at) {
             let d = damage.next().expect("peeked");

@@ -404,16 +404,7 @@ fn a_sound_record_this_build_cannot_decode_is_never_cut() {
     let newest = segment_paths(&dir).pop().unwrap();
     let mut bytes = std::fs::read(&newest).unwrap();
     let end = bytes.len() as u64;
-    // A version-2 frame (magic, length, payload CRC, header CRC) around a payload that is
-    // no transition.
-    let payload = [0xFFu8; 40];
-    let mut frame = bytes[HEADER_BYTES..HEADER_BYTES + 4].to_vec();
-    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-    let head = crc32fast::hash(&frame);
-    frame.extend_from_slice(&head.to_le_bytes());
-    frame.extend_from_slice(&payload);
-    bytes.extend_from_slice(&frame);
+    bytes.extend_from_slice(&undecodable_frame(&bytes));
     std::fs::write(&newest, &bytes).unwrap();
     let (mut w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
     assert_eq!(report.repair, None, "{report:?}");
@@ -426,6 +417,51 @@ fn a_sound_record_this_build_cannot_decode_is_never_cut() {
     assert_eq!(n, 8);
     assert!(
         matches!(&issues[..], [i] if i.offset == end && matches!(i.kind, IssueKind::Decode(_))),
+        "{issues:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A version-2 frame (magic, length, payload CRC, header CRC) around a payload that is no
+/// transition, its magic taken from the first frame of `segment`.
+fn undecodable_frame(segment: &[u8]) -> Vec<u8> {
+    let payload = [0xFFu8; 40];
+    let mut frame = segment[HEADER_BYTES..HEADER_BYTES + 4].to_vec();
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    let head = crc32fast::hash(&frame);
+    frame.extend_from_slice(&head.to_le_bytes());
+    frame.extend_from_slice(&payload);
+    frame
+}
+
+/// The same sound record behind a damaged one at the end of the newest segment: the scan
+/// stops its damage at the sound record (it does not swallow it into a torn tail), so the
+/// segment is left whole and both are reported.
+#[test]
+fn a_sound_record_behind_a_damaged_one_is_never_cut() {
+    let dir = tmp("undecodable-behind-damage");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..5);
+    let newest = segment_paths(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let end = bytes.len();
+    // A flipped bit in the last record's payload: its CRC no longer holds.
+    bytes[end - 1] ^= 0x01;
+    bytes.extend_from_slice(&undecodable_frame(&bytes));
+    std::fs::write(&newest, &bytes).unwrap();
+    let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
+    assert_eq!(report.repair, None, "{report:?}");
+    assert_eq!(std::fs::read(&newest).unwrap(), bytes, "left as it was");
+    w.close().unwrap();
+    let (n, issues) = read_checked(&dir);
+    assert_eq!(n, 4, "records 0-3; record 4 is damaged");
+    assert!(
+        matches!(
+            &issues[..],
+            [a, b] if matches!(a.kind, IssueKind::Crc { .. })
+                && b.offset == end as u64
+                && matches!(b.kind, IssueKind::Decode(_))
+        ),
         "{issues:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

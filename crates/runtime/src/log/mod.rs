@@ -6,7 +6,7 @@
 //! Each segment is a 28-byte header followed by records:
 //!
 //! ```text
-//! header: "GWTL" | version u16 = 2 | header length u16 = 28 | segment index u64
+//! header: "GWTL" | version u16 = 3 | header length u16 = 28 | segment index u64
 //!         | epoch_unix_ms u64 | crc32 u32 of the 24 bytes before it          (little-endian)
 //! record: magic 9e 47 57 52 | len u32 | crc32(payload) u32 | crc32(previous 12 bytes) u32
 //!         | payload = postcard(Transition)                                      (little-endian)

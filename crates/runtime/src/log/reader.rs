@@ -7,7 +7,7 @@ use greenwave_core::Transition;
 
 use super::segment::{
     list_quarantine, list_segments, refuse_newer_formats, scan_segment, Header, IssueKind,
-    QuarantineFile, SegmentFile, HEADER_BYTES,
+    QuarantineFile, SegmentFile, SegmentScan, HEADER_BYTES,
 };
 use super::LogError;
 
@@ -91,6 +91,7 @@ impl LogReader {
             segments: &self.segments,
             indices: self.segments.iter().map(|s| s.index).collect(),
             next: 0,
+            current: None,
             pending: VecDeque::new(),
             last_epoch: None,
         }
@@ -111,14 +112,35 @@ pub fn read_all(dir: impl AsRef<Path>) -> Result<(Vec<LogRecord>, Vec<SegmentIss
     Ok((records, issues))
 }
 
-/// Iterator over a log's records; see [`LogReader::records`]. Holds one segment's records
-/// in memory at a time.
+/// Iterator over a log's records; see [`LogReader::records`]. Holds one segment's bytes in
+/// memory at a time, with where its records and damaged ranges lie, and decodes each
+/// record as it is yielded: a decoded record takes room for the longest observation
+/// (about 2 kB), several times its frame, so a segment's records decoded at once would
+/// take several times the segment.
 pub struct Records<'a> {
     segments: &'a [SegmentFile],
     indices: BTreeSet<u64>,
     next: usize,
-    pending: VecDeque<Result<LogRecord, SegmentIssue>>,
+    /// The segment being read: its index in `segments`, bytes, scan and epoch.
+    current: Option<Loaded>,
+    pending: VecDeque<Pending>,
     last_epoch: Option<u64>,
+}
+
+/// A segment read into memory.
+struct Loaded {
+    at: usize,
+    bytes: Vec<u8>,
+    scan: SegmentScan,
+    epoch_unix_ms: u64,
+}
+
+/// What the current segment yields next, in file order.
+enum Pending {
+    /// The record of the frame at this offset (decoded when yielded).
+    Record(u64),
+    /// A damaged range.
+    Issue(Box<SegmentIssue>),
 }
 
 impl Records<'_> {
@@ -130,42 +152,54 @@ impl Records<'_> {
         })
     }
 
-    /// Reads segment `i` into `pending`.
-    fn load(&mut self, i: usize) {
+    /// The issue of segment `i` for the damaged range at `offset`.
+    fn issue(
+        &self,
+        i: usize,
+        offset: u64,
+        skipped_bytes: u64,
+        to_end: bool,
+        kind: IssueKind,
+    ) -> SegmentIssue {
         let seg = &self.segments[i];
-        let newest = i + 1 == self.segments.len();
-        let issue = |offset: u64, skipped_bytes: u64, to_end: bool, kind: IssueKind| SegmentIssue {
+        SegmentIssue {
             segment: seg.index,
             path: seg.path.clone(),
             offset,
             skipped_bytes,
             to_end,
-            newest,
+            newest: i + 1 == self.segments.len(),
             kind,
-        };
+        }
+    }
+
+    /// Reads segment `i` into `current`, and where its records and damage lie into
+    /// `pending`.
+    fn load(&mut self, i: usize) {
+        self.current = None;
+        let seg = &self.segments[i];
         let bytes = match std::fs::read(&seg.path) {
             Ok(b) => b,
             Err(e) => {
-                let kind = IssueKind::Io(e.to_string());
-                self.pending.push_back(Err(issue(0, seg.bytes, true, kind)));
+                let issue = self.issue(i, 0, seg.bytes, true, IssueKind::Io(e.to_string()));
+                self.pending.push_back(Pending::Issue(Box::new(issue)));
                 return;
             }
         };
         let scan = scan_segment(&bytes);
-        let epoch = match &scan.header {
+        let len = bytes.len() as u64;
+        let epoch_unix_ms = match &scan.header {
             Ok(h) if h.index != seg.index && self.indices.contains(&h.index) => {
-                let kind = IssueKind::Duplicate { of: h.index };
-                self.pending
-                    .push_back(Err(issue(0, bytes.len() as u64, true, kind)));
+                let issue = self.issue(i, 0, len, true, IssueKind::Duplicate { of: h.index });
+                self.pending.push_back(Pending::Issue(Box::new(issue)));
                 return;
             }
             Ok(h) => h.epoch_unix_ms,
             Err(_) => self.last_epoch.or_else(|| self.later_epoch(i)).unwrap_or(0),
         };
-        self.last_epoch = Some(epoch);
-        let len = bytes.len() as u64;
-        let mut records = scan.records.into_iter().peekable();
-        let mut damage = scan.damage.into_iter().peekable();
+        self.last_epoch = Some(epoch_unix_ms);
+        let mut records = scan.records.iter().peekable();
+        let mut damage = scan.damage.iter().peekable();
         loop {
             let take_record = match (records.peek(), damage.peek()) {
                 (Some(r), Some(d)) => r.0 < d.offset,
@@ -174,20 +208,41 @@ impl Records<'_> {
                 (None, None) => break,
             };
             if take_record {
-                let (offset, _, transition) = records.next().expect("peeked");
-                self.pending.push_back(Ok(LogRecord {
-                    segment: seg.index,
-                    offset,
-                    epoch_unix_ms: epoch,
-                    transition,
-                }));
+                let (offset, _) = records.next().expect("peeked");
+                self.pending.push_back(Pending::Record(*offset));
             } else {
                 let d = damage.next().expect("peeked");
                 let to_end = d.offset + d.length == len;
-                self.pending
-                    .push_back(Err(issue(d.offset, d.length, to_end, d.kind)));
+                let issue = self.issue(i, d.offset, d.length, to_end, d.kind.clone());
+                self.pending.push_back(Pending::Issue(Box::new(issue)));
             }
         }
+        self.current = Some(Loaded {
+            at: i,
+            bytes,
+            scan,
+            epoch_unix_ms,
+        });
+    }
+
+    /// The record of the current segment's frame at `offset`. The scan found it sound,
+    /// and the bytes in memory have not changed since, so it decodes again; if not, the
+    /// frame is reported as damage rather than lost unnoticed.
+    fn record_at(&self, offset: u64) -> Result<LogRecord, SegmentIssue> {
+        // A record is pending only while its segment is loaded.
+        let Some(c) = &self.current else {
+            let kind = IssueKind::Io("the segment is no longer in memory".into());
+            return Err(self.issue(self.next.saturating_sub(1), offset, 0, false, kind));
+        };
+        c.scan
+            .record(&c.bytes, offset)
+            .map(|transition| LogRecord {
+                segment: self.segments[c.at].index,
+                offset,
+                epoch_unix_ms: c.epoch_unix_ms,
+                transition,
+            })
+            .map_err(|kind| self.issue(c.at, offset, 0, false, kind))
     }
 }
 
@@ -206,8 +261,10 @@ impl Iterator for Records<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            if let Some(item) = self.pending.pop_front() {
-                return Some(item);
+            match self.pending.pop_front() {
+                Some(Pending::Record(offset)) => return Some(self.record_at(offset)),
+                Some(Pending::Issue(issue)) => return Some(Err(*issue)),
+                None => {}
             }
             if self.next >= self.segments.len() {
                 return None;

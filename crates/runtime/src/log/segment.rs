@@ -227,7 +227,7 @@ pub struct Header {
     pub index: u64,
     /// Records' `timestamp_ms` count from this Unix time (ms).
     pub epoch_unix_ms: u64,
-    /// The frame format of the records behind it (1 or 2).
+    /// The format of the records behind it (1, 2 or 3: [`SEGMENT_VERSION`] and before).
     pub version: u16,
 }
 
@@ -433,7 +433,10 @@ fn frame_at(version: u16, bytes: &[u8]) -> Result<(usize, Transition), IssueKind
     Ok((n, payload(&bytes[overhead..n], u32_at(bytes, 8))?))
 }
 
-/// The offset of the next whole, valid frame at or after `from`, if any.
+/// The offset of the next whole, sound frame at or after `from`, if any: one whose
+/// checksums hold, whether or not this build decodes its record (a newer build's, with a
+/// longer observation, is committed data too, and the scan must stop at it rather than
+/// swallow it into the damage before it).
 fn resync(version: u16, bytes: &[u8], from: usize) -> Option<usize> {
     let mut p = from;
     while p < bytes.len() {
@@ -442,7 +445,10 @@ fn resync(version: u16, bytes: &[u8], from: usize) -> Option<usize> {
             let skip = bytes[p..].windows(4).position(|w| w == FRAME_MAGIC)?;
             p += skip;
         }
-        if frame_at(version, &bytes[p..]).is_ok() {
+        if matches!(
+            frame_at(version, &bytes[p..]),
+            Ok(_) | Err(IssueKind::Decode(_))
+        ) {
             return Some(p);
         }
         p += 1;
@@ -471,13 +477,29 @@ pub struct SegmentScan {
     pub header: Result<Header, IssueKind>,
     /// The frame format the records were read in.
     pub version: u16,
-    /// Valid records: the offset of each frame and its length.
-    pub records: Vec<(u64, u64, Transition)>,
+    /// Valid records: the offset of each frame and its length. The records themselves are
+    /// not kept (a decoded [`Transition`] holds room for its longest observation, about
+    /// 2 kB, where its frame may take 300 B): [`SegmentScan::record`] decodes one from the
+    /// scanned bytes again.
+    pub records: Vec<(u64, u64)>,
     /// Damaged ranges, in offset order.
     pub damage: Vec<Damage>,
 }
 
 impl SegmentScan {
+    /// The record of the frame at `offset` of `bytes`, the bytes this scan read (one of
+    /// [`SegmentScan::records`]; any other offset is checked as a frame is).
+    pub fn record(&self, bytes: &[u8], offset: u64) -> Result<Transition, IssueKind> {
+        let at = usize::try_from(offset)
+            .ok()
+            .and_then(|o| bytes.get(o..))
+            .ok_or(IssueKind::Truncated {
+                needed: offset,
+                available: bytes.len() as u64,
+            })?;
+        frame_at(self.version, at).map(|(_, t)| t)
+    }
+
     /// Whether the last damaged range runs to the end of the file (nothing valid after
     /// it): a torn tail, if this is the segment a writer had open.
     pub fn torn_tail(&self) -> Option<&Damage> {
@@ -497,8 +519,8 @@ fn scan_frames(version: u16, bytes: &[u8], start: usize) -> SegmentScan {
     let mut p = start;
     while p < bytes.len() {
         match frame_at(version, &bytes[p..]) {
-            Ok((n, t)) => {
-                scan.records.push((p as u64, n as u64, t));
+            Ok((n, _)) => {
+                scan.records.push((p as u64, n as u64));
                 p += n;
             }
             Err(kind) => {
