@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use common::{log_record as record, tmp};
 use greenwave_runtime::log::{
-    encode_header, read_all, IssueKind, LogConfig, LogError, LogReader, LogWriter, SyncPolicy,
-    TailRepair, HEADER_BYTES, SEGMENT_VERSION,
+    encode_header, foreign_entries, read_all, IssueKind, LogConfig, LogError, LogReader, LogWriter,
+    SyncPolicy, TailRepair, HEADER_BYTES, SEGMENT_VERSION,
 };
 use rand::{Rng, SeedableRng};
 
@@ -275,6 +275,36 @@ fn an_orphaned_quarantine_file_goes_with_the_first_drop() {
     w.close().unwrap();
     assert!(stats.segments_dropped > 0, "{stats:?}");
     assert!(!orphans[0].exists(), "the orphan outlived the first drop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A crash while a damaged range was being copied to quarantine leaves the copy's
+/// temporary file: the next open removes it, copies the range again (the segment still
+/// holds it: nothing is cut before every copy is in place) and only then cuts.
+#[test]
+fn an_unfinished_quarantine_copy_is_removed_and_made_again() {
+    let dir = tmp("quarantine-tmp");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..5);
+    let newest = segment_paths(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let end = bytes.len();
+    bytes.extend_from_slice(&[0xAB; 100]);
+    std::fs::write(&newest, &bytes).unwrap();
+    let name = newest.file_name().unwrap().to_string_lossy().into_owned();
+    let unfinished = dir.join(format!("{name}.quarantine-{end}.tmp"));
+    std::fs::write(&unfinished, [0xAB; 40]).unwrap();
+    assert_eq!(foreign_entries(&dir).unwrap(), vec![unfinished.clone()]);
+    let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
+    w.close().unwrap();
+    assert!(!unfinished.exists(), "the unfinished copy is left");
+    assert!(
+        matches!(report.repair, Some(TailRepair::Cut { .. })),
+        "{report:?}"
+    );
+    let copy = dir.join(format!("{name}.quarantine-{end}"));
+    assert_eq!(std::fs::read(copy).unwrap(), vec![0xAB; 100]);
+    assert_eq!(foreign_entries(&dir).unwrap(), Vec::<PathBuf>::new());
+    assert_eq!(read_checked(&dir).0, 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

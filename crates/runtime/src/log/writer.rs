@@ -11,9 +11,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use greenwave_core::Transition;
 
 use super::segment::{
-    encode_frame, highest_segment_name, list_quarantine, list_segments, quarantine_name,
-    refuse_newer_formats, scan_segment, segment_name, Damage, Header, IssueKind, QuarantineFile,
-    SegmentFile, HEADER_BYTES, SEGMENT_VERSION,
+    encode_frame, highest_segment_name, list_quarantine, list_segments, parse_quarantine_name,
+    quarantine_name, refuse_newer_formats, scan_segment, segment_name, Damage, Header, IssueKind,
+    QuarantineFile, SegmentFile, HEADER_BYTES, SEGMENT_VERSION,
 };
 use super::LogError;
 
@@ -304,6 +304,7 @@ impl LogWriter {
         cfg.validate()?;
         create_dir_durably(&cfg.dir)?;
         let lock = lock_for_writing(&cfg.dir)?;
+        remove_unfinished_quarantine(&cfg.dir)?;
         let mut segments = list_segments(&cfg.dir)?;
         refuse_newer_formats(&segments)?;
         let segments_found = segments.len();
@@ -685,6 +686,32 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
     }
     rec.kept = Some(kept);
     Ok(rec)
+}
+
+/// Removes the temporary files of quarantine copies a crash interrupted (`<quarantine
+/// name>.tmp`). Each is a partial copy of bytes still in their segment: a segment is cut
+/// or removed only once every copy of its damage is renamed into place and the directory
+/// synced, so this open's check finds the same damage and copies it again.
+fn remove_unfinished_quarantine(dir: &Path) -> Result<(), LogError> {
+    let entries = fs::read_dir(dir).map_err(|e| LogError::io("listing", dir, e))?;
+    let mut removed = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("listing", dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let unfinished = name
+            .strip_suffix(".tmp")
+            .is_some_and(|q| parse_quarantine_name(q).is_some());
+        if unfinished && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let path = entry.path();
+            tracing::warn!(file = %path.display(), "transition log: removing an unfinished quarantine copy");
+            fs::remove_file(&path).map_err(|e| LogError::io("removing", path, e))?;
+            removed = true;
+        }
+    }
+    if removed {
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// Copies the damaged range `d` of segment `index` to its quarantine file, durably (file
