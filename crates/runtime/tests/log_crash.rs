@@ -449,6 +449,11 @@ fn a_sound_record_this_build_cannot_decode_is_never_cut() {
         matches!(&issues[..], [i] if i.offset == end && matches!(i.kind, IssueKind::Decode(_))),
         "{issues:?}"
     );
+    assert!(
+        !issues[0].to_string().contains("torn tail"),
+        "{}",
+        issues[0]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -492,6 +497,58 @@ fn a_sound_record_behind_a_damaged_one_is_never_cut() {
                 && b.offset == end as u64
                 && matches!(b.kind, IssueKind::Decode(_))
         ),
+        "{issues:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A torn tail behind such a sound record is still cut, behind it and not through it.
+#[test]
+fn a_torn_tail_behind_a_sound_record_is_cut_behind_it() {
+    let dir = tmp("undecodable-then-torn");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..5);
+    let newest = segment_paths(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    bytes.extend_from_slice(&undecodable_frame(&bytes));
+    let sound_end = bytes.len();
+    bytes.extend_from_slice(&[0xAB; 30]);
+    std::fs::write(&newest, &bytes).unwrap();
+    let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
+    w.close().unwrap();
+    assert!(
+        matches!(report.repair, Some(TailRepair::Cut { offset, .. }) if offset == sound_end as u64),
+        "{report:?}"
+    );
+    assert_eq!(std::fs::read(&newest).unwrap(), bytes[..sound_end]);
+    let (n, issues) = read_checked(&dir);
+    assert_eq!(n, 5);
+    assert!(
+        matches!(&issues[..], [i] if matches!(i.kind, IssueKind::Decode(_))),
+        "{issues:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A newest segment whose header is damaged and whose only sound frame this build cannot
+/// decode is kept, not removed as if it held nothing.
+#[test]
+fn a_damaged_header_before_a_sound_record_is_not_removed() {
+    let dir = tmp("undecodable-bad-header");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..5);
+    let first = std::fs::read(segment_paths(&dir).pop().unwrap()).unwrap();
+    let newest = dir.join("seg-00000000000000000001.gwlog");
+    let mut bytes = vec![0x5Au8; HEADER_BYTES];
+    bytes.extend_from_slice(&undecodable_frame(&first));
+    std::fs::write(&newest, &bytes).unwrap();
+    let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
+    w.close().unwrap();
+    assert_eq!(report.repair, None, "{report:?}");
+    assert_eq!(std::fs::read(&newest).unwrap(), bytes, "left as it was");
+    let (n, issues) = read_checked(&dir);
+    assert_eq!(n, 5);
+    assert!(
+        matches!(&issues[..], [h, d] if h.offset == 0 && d.offset == HEADER_BYTES as u64
+            && matches!(d.kind, IssueKind::Decode(_))),
         "{issues:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

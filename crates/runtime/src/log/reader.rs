@@ -32,7 +32,11 @@ pub struct LogRecord {
 #[error(
     "segment {path} bytes {offset}..{} ({skipped_bytes} bytes skipped): {kind}{}",
     offset + skipped_bytes,
-    if *newest && *to_end { " (torn tail of the newest segment)" } else { "" }
+    if *newest && *to_end && !matches!(kind, IssueKind::Decode(_)) {
+        " (torn tail of the newest segment)"
+    } else {
+        ""
+    }
 )]
 pub struct SegmentIssue {
     /// Index of the segment.

@@ -433,6 +433,20 @@ fn frame_at(version: u16, bytes: &[u8]) -> Result<(usize, Transition), IssueKind
     Ok((n, payload(&bytes[overhead..n], u32_at(bytes, 8))?))
 }
 
+/// The length of the frame at `bytes[0]`, whose checksums have been checked (so its length
+/// field is in range and the file holds the whole frame).
+fn sound_frame_len(version: u16, bytes: &[u8]) -> Option<usize> {
+    let (len_at, overhead) = if version == SEGMENT_VERSION_V1 {
+        (0, FRAME_OVERHEAD_V1)
+    } else {
+        (4, FRAME_OVERHEAD)
+    };
+    if bytes.len() < overhead {
+        return None;
+    }
+    frame_len(u32_at(bytes, len_at), overhead, bytes.len()).ok()
+}
+
 /// The offset of the next whole, sound frame at or after `from`, if any: one whose
 /// checksums hold, whether or not this build decodes its record (a newer build's, with a
 /// longer observation, is committed data too, and the scan must stop at it rather than
@@ -487,6 +501,17 @@ pub struct SegmentScan {
 }
 
 impl SegmentScan {
+    /// Whether the segment holds a sound frame: a record, or a frame whose checksums hold
+    /// but whose record this build cannot decode (a newer build's), which is committed data
+    /// too.
+    pub fn has_sound_frame(&self) -> bool {
+        !self.records.is_empty()
+            || self
+                .damage
+                .iter()
+                .any(|d| matches!(d.kind, IssueKind::Decode(_)))
+    }
+
     /// The record of the frame at `offset` of `bytes`, the bytes this scan read (one of
     /// [`SegmentScan::records`]; any other offset is checked as a frame is).
     pub fn record(&self, bytes: &[u8], offset: u64) -> Result<Transition, IssueKind> {
@@ -500,11 +525,14 @@ impl SegmentScan {
         frame_at(self.version, at).map(|(_, t)| t)
     }
 
-    /// Whether the last damaged range runs to the end of the file (nothing valid after
-    /// it): a torn tail, if this is the segment a writer had open.
+    /// Whether the last damaged range runs to the end of the file with nothing sound in it
+    /// or after it (not a record, not a frame this build cannot decode): a torn tail, if
+    /// this is the segment a writer had open.
     pub fn torn_tail(&self) -> Option<&Damage> {
         let last_record_end = self.records.last().map_or(0, |r| r.0 + r.1);
-        self.damage.last().filter(|d| d.offset >= last_record_end)
+        self.damage
+            .last()
+            .filter(|d| d.offset >= last_record_end && !matches!(d.kind, IssueKind::Decode(_)))
     }
 }
 
@@ -521,6 +549,17 @@ fn scan_frames(version: u16, bytes: &[u8], start: usize) -> SegmentScan {
         match frame_at(version, &bytes[p..]) {
             Ok((n, _)) => {
                 scan.records.push((p as u64, n as u64));
+                p += n;
+            }
+            Err(kind @ IssueKind::Decode(_)) => {
+                // A sound frame (its checksums hold): a range of its own, so that damage
+                // after it is not taken for it, nor it for damage.
+                let n = sound_frame_len(version, &bytes[p..]).unwrap_or(bytes.len() - p);
+                scan.damage.push(Damage {
+                    offset: p as u64,
+                    length: n as u64,
+                    kind,
+                });
                 p += n;
             }
             Err(kind) => {
@@ -554,7 +593,7 @@ pub fn scan_segment(bytes: &[u8]) -> SegmentScan {
         kind,
     };
     let mut scan = scan_frames(SEGMENT_VERSION, bytes, 0);
-    if scan.records.is_empty() && bytes.len() > HEADER_BYTES {
+    if !scan.has_sound_frame() && bytes.len() > HEADER_BYTES {
         let mut v1 = scan_frames(SEGMENT_VERSION_V1, bytes, HEADER_BYTES);
         if !v1.records.is_empty() {
             v1.damage.insert(
@@ -568,7 +607,7 @@ pub fn scan_segment(bytes: &[u8]) -> SegmentScan {
             scan = v1;
         }
     }
-    if scan.records.is_empty() {
+    if !scan.has_sound_frame() {
         scan.damage = if bytes.is_empty() {
             Vec::new()
         } else {

@@ -614,9 +614,9 @@ struct Recovery {
 }
 
 /// Checks the newest segment (the only one a crash can have left open). Every damaged
-/// range is copied to a quarantine file first; then a damaged tail with nothing valid
-/// after it is cut, and a segment without a single valid record is removed. Damage with
-/// valid records after it is left in place: nothing valid is ever cut.
+/// range is copied to a quarantine file first; then a damaged tail with nothing sound in
+/// or after it is cut, and a segment without a single sound frame is removed. Damage with
+/// sound frames after it is left in place: nothing sound is ever cut.
 fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
     // A read error is not evidence of a bad tail: never cut on it.
     let bytes = fs::read(&seg.path).map_err(|e| LogError::io("reading", &seg.path, e))?;
@@ -635,9 +635,10 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
             quarantine: quarantine(dir, seg.index, &bytes, d)?,
         });
     }
-    // A record whose checksums hold is committed, whether or not this build decodes it (a
-    // newer build's, with a longer observation): the segment is left whole, neither cut
-    // nor removed; the reader reports the record, and this session writes a new segment.
+    // A frame whose checksums hold is committed, whether or not this build decodes its
+    // record (a newer build's, with a longer observation): a segment holding one is never
+    // removed, and a torn tail is cut only behind it, never through it. The reader
+    // reports such a record, and this session writes a new segment.
     if let Some(d) = scan
         .damage
         .iter()
@@ -645,14 +646,10 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
     {
         tracing::warn!(
             segment = %seg.path.display(), offset = d.offset, reason = %d.kind,
-            "transition log: a sound record this software cannot read; the segment is left as it is"
+            "transition log: a sound record this software cannot read; it is kept"
         );
-        let mut kept = seg.clone();
-        kept.bytes = bytes.len() as u64;
-        rec.kept = Some(kept);
-        return Ok(rec);
     }
-    if scan.records.is_empty() {
+    if !scan.has_sound_frame() {
         // A session that never appended (header only), a header torn at creation, or
         // nothing but damage: nothing to keep.
         fs::remove_file(&seg.path).map_err(|e| LogError::io("removing", &seg.path, e))?;
