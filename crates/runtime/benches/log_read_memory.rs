@@ -91,7 +91,7 @@ fn main() {
             );
         }
         other => {
-            eprintln!("unknown phase {other}: write or read");
+            eprintln!("unknown phase {other}: write, read or open");
             std::process::exit(2);
         }
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use common::{log_record as record, tmp};
 use greenwave_runtime::log::{
     encode_header, foreign_entries, read_all, IssueKind, LogConfig, LogError, LogReader, LogWriter,
-    SyncPolicy, TailRepair, HEADER_BYTES, SEGMENT_VERSION,
+    OpenReport, SyncPolicy, TailRepair, HEADER_BYTES, SEGMENT_VERSION,
 };
 use rand::{Rng, SeedableRng};
 
@@ -52,6 +52,13 @@ fn read_checked(dir: &Path) -> (u64, Vec<greenwave_runtime::log::SegmentIssue>) 
         );
     }
     (records.len() as u64, issues)
+}
+
+/// Opens the log in `dir` for writing (its start-up check) and closes it again.
+fn reopen(dir: &Path) -> OpenReport {
+    let (w, report) = LogWriter::open(config(dir, SyncPolicy::EveryRecord)).unwrap();
+    w.close().unwrap();
+    report
 }
 
 fn segment_paths(dir: &Path) -> Vec<PathBuf> {
@@ -294,8 +301,7 @@ fn an_unfinished_quarantine_copy_is_removed_and_made_again() {
     let unfinished = dir.join(format!("{name}.quarantine-{end}.tmp"));
     std::fs::write(&unfinished, [0xAB; 40]).unwrap();
     assert_eq!(foreign_entries(&dir).unwrap(), vec![unfinished.clone()]);
-    let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
-    w.close().unwrap();
+    let report = reopen(&dir);
     assert!(!unfinished.exists(), "the unfinished copy is left");
     assert!(
         matches!(report.repair, Some(TailRepair::Cut { .. })),
@@ -513,8 +519,7 @@ fn a_torn_tail_behind_a_sound_record_is_cut_behind_it() {
     let sound_end = bytes.len();
     bytes.extend_from_slice(&[0xAB; 30]);
     std::fs::write(&newest, &bytes).unwrap();
-    let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
-    w.close().unwrap();
+    let report = reopen(&dir);
     assert!(
         matches!(report.repair, Some(TailRepair::Cut { offset, .. }) if offset == sound_end as u64),
         "{report:?}"
@@ -540,8 +545,7 @@ fn a_damaged_header_before_a_sound_record_is_not_removed() {
     let mut bytes = vec![0x5Au8; HEADER_BYTES];
     bytes.extend_from_slice(&undecodable_frame(&first));
     std::fs::write(&newest, &bytes).unwrap();
-    let (w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
-    w.close().unwrap();
+    let report = reopen(&dir);
     assert_eq!(report.repair, None, "{report:?}");
     assert_eq!(std::fs::read(&newest).unwrap(), bytes, "left as it was");
     let (n, issues) = read_checked(&dir);

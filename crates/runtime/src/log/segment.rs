@@ -404,12 +404,18 @@ fn frame_len(len: u32, overhead: usize, available: usize) -> Result<usize, Issue
 }
 
 /// The record frame starting at `bytes[0]` in format `version`: its length and record.
-fn frame_at(version: u16, bytes: &[u8]) -> Result<(usize, Transition), IssueKind> {
-    let overhead = if version == SEGMENT_VERSION_V1 {
-        FRAME_OVERHEAD_V1
+/// Where a frame of format `version` holds its length field, and its bytes before the
+/// payload.
+fn frame_layout(version: u16) -> (usize, usize) {
+    if version == SEGMENT_VERSION_V1 {
+        (0, FRAME_OVERHEAD_V1)
     } else {
-        FRAME_OVERHEAD
-    };
+        (4, FRAME_OVERHEAD)
+    }
+}
+
+fn frame_at(version: u16, bytes: &[u8]) -> Result<(usize, Transition), IssueKind> {
+    let (len_at, overhead) = frame_layout(version);
     if bytes.len() < overhead {
         return Err(IssueKind::Truncated {
             needed: overhead as u64,
@@ -417,7 +423,7 @@ fn frame_at(version: u16, bytes: &[u8]) -> Result<(usize, Transition), IssueKind
         });
     }
     if version == SEGMENT_VERSION_V1 {
-        let n = frame_len(u32_at(bytes, 0), overhead, bytes.len())?;
+        let n = frame_len(u32_at(bytes, len_at), overhead, bytes.len())?;
         return Ok((n, payload(&bytes[overhead..n], u32_at(bytes, 4))?));
     }
     if bytes[0..4] != FRAME_MAGIC {
@@ -429,18 +435,14 @@ fn frame_at(version: u16, bytes: &[u8]) -> Result<(usize, Transition), IssueKind
             "frame header CRC {computed:#010x} does not match the stored {stored:#010x}"
         )));
     }
-    let n = frame_len(u32_at(bytes, 4), overhead, bytes.len())?;
+    let n = frame_len(u32_at(bytes, len_at), overhead, bytes.len())?;
     Ok((n, payload(&bytes[overhead..n], u32_at(bytes, 8))?))
 }
 
 /// The length of the frame at `bytes[0]`, whose checksums have been checked (so its length
 /// field is in range and the file holds the whole frame).
 fn sound_frame_len(version: u16, bytes: &[u8]) -> Option<usize> {
-    let (len_at, overhead) = if version == SEGMENT_VERSION_V1 {
-        (0, FRAME_OVERHEAD_V1)
-    } else {
-        (4, FRAME_OVERHEAD)
-    };
+    let (len_at, overhead) = frame_layout(version);
     if bytes.len() < overhead {
         return None;
     }
