@@ -641,6 +641,101 @@ fn commit_counts_follow_the_sync_policy() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Sets the soft limit on the size of files this process writes (`RLIMIT_FSIZE`); a write
+/// past it fails with EFBIG (SIGXFSZ is ignored first, or it would end the process).
+#[cfg(target_os = "linux")]
+fn limit_file_size(bytes: u64) {
+    // SAFETY: plain libc calls on a valid `rlimit`; nothing else in this child process
+    // depends on SIGXFSZ's disposition.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        let mut lim = std::mem::zeroed::<libc::rlimit>();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim), 0);
+        lim.rlim_cur = bytes.min(lim.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+    }
+}
+
+/// The child side of `a_failed_rotation_leaves_no_half_made_segment` (it changes a process
+/// limit, so it runs in a process of its own): fills a segment up to its last record, lets
+/// the next segment's header write fail part-way, then appends again with the limit lifted.
+/// Without `GW_ROTATION_DIR` (a normal test run) it does nothing.
+#[cfg(target_os = "linux")]
+#[test]
+fn rotation_child() {
+    let Some(dir) = std::env::var_os("GW_ROTATION_DIR") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let mut cfg = config(dir, SyncPolicy::EveryRecord);
+    cfg.max_segment_bytes = 4096;
+    let max = cfg.max_segment_bytes;
+    let (mut w, _) = LogWriter::open(cfg).unwrap();
+    let first = w.segment_path().to_owned();
+    let size = || std::fs::metadata(&first).unwrap().len();
+    w.append(&record(0)).unwrap();
+    let frame = size() - HEADER_BYTES as u64;
+    let mut next = 1;
+    while size() + frame <= max {
+        w.append(&record(next)).unwrap();
+        next += 1;
+    }
+    // The next record rotates; the new segment's 32-byte header gets 8 bytes written.
+    limit_file_size(8);
+    let err = w.append(&record(next)).unwrap_err();
+    assert!(
+        err.to_string().contains("writing the header of"),
+        "unexpected error: {err}"
+    );
+    assert_eq!(
+        w.segment_path(),
+        first,
+        "the writer must stay on its sealed segment"
+    );
+    assert_eq!(
+        segment_paths_on_disk(dir),
+        vec![first.clone()],
+        "a half-made segment was left"
+    );
+    limit_file_size(u64::MAX);
+    // The rotation is tried again, under the same name, and succeeds.
+    w.append(&record(next)).unwrap();
+    assert_ne!(w.segment_path(), first);
+    w.append(&record(next + 1)).unwrap();
+    assert_eq!(w.close().unwrap().committed, next + 2);
+    assert_eq!(read_checked(dir), (next + 2, vec![]));
+    println!("ROTATION CHILD DONE");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_failed_rotation_leaves_no_half_made_segment() {
+    let dir = tmp("rotation-fails");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "rotation_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GW_ROTATION_DIR", &dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ROTATION CHILD DONE"),
+        "child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And a writer opened afterwards finds nothing to repair.
+    let report = reopen(&dir);
+    assert!(
+        report.repair.is_none() && report.damage.is_empty(),
+        "{report:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The child side of the crash test: appends records from `GW_CRASH_START` on and prints
 /// `COMMITTED n` (records with sequence < n are durable) after each append that committed.
 /// Without `GW_CRASH_DIR` (a normal test run) it does nothing.

@@ -349,7 +349,8 @@ impl LogWriter {
             .map(|s| s.bytes)
             .chain(quarantine.iter().map(|q| q.length))
             .sum();
-        let (file, path) = create_segment(&cfg.dir, next_index, cfg.epoch_unix_ms)?;
+        let (file, path) =
+            create_segment(&cfg.dir, next_index, cfg.epoch_unix_ms).map_err(|f| f.error)?;
         let mut w = LogWriter {
             file,
             path: path.clone(),
@@ -479,7 +480,13 @@ impl LogWriter {
                 self.index
             ))
         })?;
-        let (file, path) = create_segment(&self.cfg.dir, next, self.cfg.epoch_unix_ms)?;
+        let (file, path) =
+            create_segment(&self.cfg.dir, next, self.cfg.epoch_unix_ms).map_err(|f| {
+                // The sealed segment stays the one appended to; a later append tries the
+                // rotation again, unless the half-made next segment could not be removed.
+                self.poisoned |= f.left_behind;
+                f.error
+            })?;
         let old_path = std::mem::replace(&mut self.path, path);
         self.sealed.push_back(SegmentFile {
             index: self.index,
@@ -574,24 +581,56 @@ impl Drop for LogWriter {
     }
 }
 
-/// Creates segment `index` with its header, durably (file and directory entry synced).
-fn create_segment(dir: &Path, index: u64, epoch_unix_ms: u64) -> Result<(File, PathBuf), LogError> {
+/// Why a segment could not be created.
+struct CreateFailure {
+    error: LogError,
+    /// The half-made file is still there (its removal failed too): a later try at the same
+    /// index would fail on the name, so the writer is unusable.
+    left_behind: bool,
+}
+
+/// Creates segment `index` with its header, durably (file and directory entry synced). A
+/// file created but not finished (the header write, its sync or the directory's sync
+/// failed: a full disk, an I/O error) is removed again, so that a later try at the same
+/// index can succeed; it holds no record.
+fn create_segment(
+    dir: &Path,
+    index: u64,
+    epoch_unix_ms: u64,
+) -> Result<(File, PathBuf), CreateFailure> {
     let path = dir.join(segment_name(index));
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)
-        .map_err(|e| LogError::io("creating", &path, e))?;
+        .map_err(|e| CreateFailure {
+            error: LogError::io("creating", &path, e),
+            left_behind: false,
+        })?;
     let header = Header {
         index,
         epoch_unix_ms,
         version: SEGMENT_VERSION,
     };
-    file.write_all(&header.encode())
+    let finished = file
+        .write_all(&header.encode())
         .and_then(|()| file.sync_all())
-        .map_err(|e| LogError::io("writing the header of", &path, e))?;
-    sync_dir(dir)?;
-    Ok((file, path))
+        .map_err(|e| LogError::io("writing the header of", &path, e))
+        .and_then(|()| sync_dir(dir));
+    match finished {
+        Ok(()) => Ok((file, path)),
+        Err(error) => {
+            drop(file);
+            let left_behind = match fs::remove_file(&path) {
+                Ok(()) => {
+                    let _ = sync_dir(dir);
+                    false
+                }
+                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+            };
+            Err(CreateFailure { error, left_behind })
+        }
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<(), LogError> {
