@@ -270,14 +270,29 @@ fn untrusted_blobs_fall_back_to_fixed_time() {
     let good = policy_blob(false);
     let mut corrupt = good.clone();
     corrupt.truncate(good.len() - 3);
+    // One bit flipped in a weight (flash damage): the CRC-32 no longer matches.
+    let mut flipped = good.clone();
+    flipped[good.len() / 2] ^= 0x04;
+    let body = &flipped[..flipped.len() - 4];
+    let stored = u32::from_le_bytes(flipped[flipped.len() - 4..].try_into().unwrap());
+    let computed = greenwave_firmware::frames::crc32(body);
+    // Cut short (a flash write that stopped): the last four bytes are no CRC of the rest.
+    let corrupt_reason = FallbackReason::Corrupt(BlobError::Checksum {
+        stored: u32::from_le_bytes(corrupt[corrupt.len() - 4..].try_into().unwrap()),
+        computed: greenwave_firmware::frames::crc32(&corrupt[..corrupt.len() - 4]),
+    });
     let foreign = synthetic_blob(plan().hash() ^ 1, layout());
     let other_layout = ObsLayout::for_signal(8, 4, false).unwrap();
     let wrong_layout = synthetic_blob(plan().hash(), other_layout);
     let too_wide = synthetic_mlp(plan().hash(), layout(), 128, 7)
         .to_blob(true)
         .unwrap();
-    let cases: [(&[u8], FallbackReason); 4] = [
-        (&corrupt, FallbackReason::Corrupt(BlobError::Decode)),
+    let cases: [(&[u8], FallbackReason); 5] = [
+        (&corrupt, corrupt_reason),
+        (
+            &flipped,
+            FallbackReason::Corrupt(BlobError::Checksum { stored, computed }),
+        ),
         (
             &foreign,
             FallbackReason::PlanMismatch {

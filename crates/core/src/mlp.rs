@@ -1,7 +1,12 @@
 //! The postcard MLP blob: a policy network small enough for a microcontroller, with a
 //! forward pass that needs no allocator.
 //!
-//! A blob is `postcard(MlpBlob)`. Its header says which plan and observation layout the
+//! A blob is `postcard(MlpBlob) ‖ crc32_le(postcard(MlpBlob))` (format 2; the CRC is the
+//! IEEE CRC-32 of the serial frames, [`crate::frames::crc32`]). The checksum is there for
+//! the target, which runs the blob straight from flash with nothing else vouching for it: a
+//! bit flipped in flash (or in a copy on its way there) makes the blob refused, and the
+//! controller runs its fixed-time program, instead of running slightly wrong weights. Its
+//! header says which plan and observation layout the
 //! policy was trained for (the firmware refuses a blob for another plan), the observation
 //! normalisation, and each layer's shape and weight format. `params` holds, little-endian:
 //!
@@ -21,8 +26,13 @@ use crate::sequencer::PhaseMask;
 
 /// First bytes of every blob.
 pub const BLOB_MAGIC: [u8; 4] = *b"GWML";
-/// Current format version.
-pub const BLOB_VERSION: u16 = 1;
+/// Current format version: 2, the blob followed by its CRC-32.
+pub const BLOB_VERSION: u16 = 2;
+/// The format before the checksum (2026-12-07): the same fields, no CRC-32 after them. Only
+/// [`MlpBlob::parse_any_version`] reads it, for blobs something else vouches for.
+pub const BLOB_VERSION_UNCHECKED: u16 = 1;
+/// Bytes of the CRC-32 after the postcard body.
+pub const BLOB_CRC_BYTES: usize = 4;
 /// Most layers a blob may hold.
 pub const MAX_LAYERS: usize = 8;
 
@@ -104,9 +114,20 @@ pub enum BlobError {
     /// Wrong magic.
     #[error("blob magic is not GWML")]
     Magic,
-    /// A version this build cannot read.
-    #[error("blob format version {0} is not supported (expected {BLOB_VERSION})")]
+    /// A version this build cannot read (format 1 carries no checksum: export it again).
+    #[error("blob format version {0} is not supported (expected {BLOB_VERSION}): export it again")]
     Version(u16),
+    /// Bytes between the blob's fields and its CRC-32 (or after a format-1 blob's fields).
+    #[error("blob has {0} bytes after its fields that are not its CRC-32")]
+    Trailer(usize),
+    /// The CRC-32 does not match the bytes (a flipped bit, a damaged copy).
+    #[error("blob CRC-32 is {stored:#010x}, its bytes give {computed:#010x} (damaged)")]
+    Checksum {
+        /// The CRC-32 stored after the fields.
+        stored: u32,
+        /// The CRC-32 of the fields as read.
+        computed: u32,
+    },
     /// No layers.
     #[error("blob has no layers")]
     NoLayers,
@@ -178,20 +199,70 @@ fn f32_at(bytes: &[u8], i: usize) -> f32 {
 }
 
 impl<'a> MlpBlob<'a> {
-    /// Decodes and validates a blob. All shape and finiteness checks happen here, once, so
-    /// the forward pass cannot fail on a blob that parsed.
+    /// Decodes and validates a blob of the current format, checksum first (so that damage
+    /// anywhere, the magic and version included, is reported as damage). All shape and
+    /// finiteness checks happen here, once, so the forward pass cannot fail on a blob that
+    /// parsed.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, BlobError> {
-        let blob: MlpBlob<'a> = postcard::from_bytes(bytes).map_err(|_| BlobError::Decode)?;
+        let n = bytes
+            .len()
+            .checked_sub(BLOB_CRC_BYTES)
+            .ok_or(BlobError::Decode)?;
+        let (body, crc) = bytes.split_at(n);
+        let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+        let computed = crate::frames::crc32(body);
+        if stored != computed {
+            // A format-1 blob has no CRC at all: say so, rather than "damaged" (the magic
+            // and the version, a one-byte varint, are its first five bytes).
+            if bytes[..4] == BLOB_MAGIC && bytes.get(4) == Some(&(BLOB_VERSION_UNCHECKED as u8)) {
+                return Err(BlobError::Version(BLOB_VERSION_UNCHECKED));
+            }
+            return Err(BlobError::Checksum { stored, computed });
+        }
+        let (blob, rest) = Self::decode(body)?;
+        if blob.version != BLOB_VERSION {
+            return Err(BlobError::Version(blob.version));
+        }
+        if !rest.is_empty() {
+            return Err(BlobError::Trailer(rest.len()));
+        }
         blob.validate()?;
         Ok(blob)
     }
 
-    /// Checks magic, version, layer chain, output width, parameter length and finiteness.
+    /// As [`parse`](Self::parse), and also reads format 1 (no checksum). Only for a blob
+    /// whose integrity something else vouches for: a file of a signed bundle, whose SHA-256
+    /// digest was checked. A controller that runs a blob from flash uses `parse`.
+    pub fn parse_any_version(bytes: &'a [u8]) -> Result<Self, BlobError> {
+        match Self::decode(bytes) {
+            Ok((blob, [])) if blob.version == BLOB_VERSION_UNCHECKED => {
+                blob.validate()?;
+                Ok(blob)
+            }
+            _ => Self::parse(bytes),
+        }
+    }
+
+    /// The fields, magic and version checked, and the bytes after them.
+    fn decode(bytes: &'a [u8]) -> Result<(Self, &'a [u8]), BlobError> {
+        let (blob, rest): (MlpBlob<'a>, &[u8]) =
+            postcard::take_from_bytes(bytes).map_err(|_| BlobError::Decode)?;
+        if blob.magic != BLOB_MAGIC {
+            return Err(BlobError::Magic);
+        }
+        if blob.version != BLOB_VERSION && blob.version != BLOB_VERSION_UNCHECKED {
+            return Err(BlobError::Version(blob.version));
+        }
+        Ok((blob, rest))
+    }
+
+    /// Checks magic, version (either format: the checksum is the bytes', checked by
+    /// [`parse`](Self::parse)), layer chain, output width, parameter length and finiteness.
     pub fn validate(&self) -> Result<(), BlobError> {
         if self.magic != BLOB_MAGIC {
             return Err(BlobError::Magic);
         }
-        if self.version != BLOB_VERSION {
+        if self.version != BLOB_VERSION && self.version != BLOB_VERSION_UNCHECKED {
             return Err(BlobError::Version(self.version));
         }
         if self.layers.is_empty() {
@@ -277,9 +348,22 @@ impl<'a> MlpBlob<'a> {
             .unwrap_or(0)
     }
 
-    /// Encodes into `buf`, returning the used prefix.
+    /// Encodes into `buf` with its CRC-32 after the fields, returning the used prefix. Only
+    /// the current format is written (a format-1 blob read back is refused).
     pub fn encode_into<'b>(&self, buf: &'b mut [u8]) -> Result<&'b mut [u8], BlobError> {
-        postcard::to_slice(self, buf).map_err(|_| BlobError::EncodeBuffer)
+        if self.version != BLOB_VERSION {
+            return Err(BlobError::Version(self.version));
+        }
+        let used = postcard::to_slice(self, buf)
+            .map_err(|_| BlobError::EncodeBuffer)?
+            .len();
+        let end = used + BLOB_CRC_BYTES;
+        if buf.len() < end {
+            return Err(BlobError::EncodeBuffer);
+        }
+        let crc = crate::frames::crc32(&buf[..used]);
+        buf[used..end].copy_from_slice(&crc.to_le_bytes());
+        Ok(&mut buf[..end])
     }
 
     /// Runs the network: `obs` (`obs_dim`) → `logits` (`n_phases`). `scratch` must hold
@@ -652,22 +736,93 @@ mod tests {
         }
     }
 
+    /// `bytes` with its CRC-32 recomputed over the fields.
+    fn reseal(bytes: &[u8]) -> AVec<u8> {
+        let body = &bytes[..bytes.len() - BLOB_CRC_BYTES];
+        let mut out = body.to_vec();
+        out.extend_from_slice(&crate::frames::crc32(body).to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn every_flipped_bit_is_refused() {
+        for int8 in [false, true] {
+            let bytes = toy().to_blob(int8).unwrap();
+            for bit in 0..8 * bytes.len() {
+                let mut b = bytes.clone();
+                b[bit / 8] ^= 1 << (bit % 8);
+                assert!(
+                    matches!(MlpBlob::parse(&b), Err(BlobError::Checksum { .. })),
+                    "bit {bit} (int8 {int8}): not reported as damage"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn format_1_is_read_only_where_something_else_vouches_for_it() {
+        let v2 = toy().to_blob(false).unwrap();
+        // Format 1: the same fields, version 1 (postcard's varint, byte 4), no CRC-32.
+        let mut v1 = v2[..v2.len() - BLOB_CRC_BYTES].to_vec();
+        assert_eq!(v1[4], BLOB_VERSION as u8);
+        v1[4] = BLOB_VERSION_UNCHECKED as u8;
+        assert_eq!(
+            MlpBlob::parse(&v1),
+            Err(BlobError::Version(BLOB_VERSION_UNCHECKED))
+        );
+        let old = MlpBlob::parse_any_version(&v1).unwrap();
+        let new = MlpBlob::parse(&v2).unwrap();
+        assert_eq!(old.params, new.params);
+        assert_eq!(old.version, BLOB_VERSION_UNCHECKED);
+        assert_eq!(MlpBlob::parse_any_version(&v2), Ok(new));
+        // A format-1 blob with bytes after it, and a damaged format-2 one, are refused.
+        let mut v1_tail = v1.clone();
+        v1_tail.push(0);
+        assert_eq!(
+            MlpBlob::parse_any_version(&v1_tail),
+            Err(BlobError::Version(BLOB_VERSION_UNCHECKED))
+        );
+        let mut flipped = v2.clone();
+        flipped[10] ^= 1;
+        assert!(matches!(
+            MlpBlob::parse_any_version(&flipped),
+            Err(BlobError::Checksum { .. })
+        ));
+        // A format-1 blob is never written again.
+        let mut buf = vec![0u8; v2.len() + 16];
+        assert_eq!(
+            old.encode_into(&mut buf).map(|b| b.len()),
+            Err(BlobError::Version(BLOB_VERSION_UNCHECKED))
+        );
+    }
+
     #[test]
     fn corrupt_blobs_are_refused() {
         let bytes = toy().to_blob(false).unwrap();
-        assert_eq!(
-            MlpBlob::parse(&bytes[..bytes.len() - 1]),
-            Err(BlobError::Decode)
-        );
+        for cut in [1, 5] {
+            assert!(matches!(
+                MlpBlob::parse(&bytes[..bytes.len() - cut]),
+                Err(BlobError::Checksum { .. })
+            ));
+        }
+        assert_eq!(MlpBlob::parse(&bytes[..3]), Err(BlobError::Decode));
         let mut bad = bytes.clone();
         bad[0] = b'X';
-        assert_eq!(MlpBlob::parse(&bad), Err(BlobError::Magic));
-        // A NaN weight: overwrite the last bias with NaN.
+        assert!(matches!(
+            MlpBlob::parse(&bad),
+            Err(BlobError::Checksum { .. })
+        ));
+        assert_eq!(MlpBlob::parse(&reseal(&bad)), Err(BlobError::Magic));
+        // Bytes between the fields and the CRC-32.
+        let mut long = bytes[..bytes.len() - BLOB_CRC_BYTES].to_vec();
+        long.extend_from_slice(&[0, 0, 0, 0, 0]);
+        assert_eq!(MlpBlob::parse(&reseal(&long)), Err(BlobError::Trailer(1)));
+        // A NaN weight, the CRC made to match: overwrite the last bias with NaN.
         let mut nan = bytes.clone();
         let n = nan.len();
-        nan[n - 4..].copy_from_slice(&f32::NAN.to_le_bytes());
+        nan[n - 8..n - 4].copy_from_slice(&f32::NAN.to_le_bytes());
         assert!(matches!(
-            MlpBlob::parse(&nan),
+            MlpBlob::parse(&reseal(&nan)),
             Err(BlobError::NonFinite { .. })
         ));
         // Header sizes whose product overflows never wrap to a size a short blob matches.

@@ -1,7 +1,7 @@
 //! One function per fuzz target. Each states the property it checks beyond "no panic".
 
 use greenwave_core::frames::{decode_frame, encode_frame, max_frame_bytes, FrameReader};
-use greenwave_core::mlp::MlpBlob;
+use greenwave_core::mlp::{BlobError, MlpBlob};
 use greenwave_core::transition::MAX_OBS_DIM;
 use greenwave_core::Transition;
 use greenwave_learn::onnx;
@@ -120,7 +120,22 @@ pub fn bundle(data: &[u8]) {
         // Only the manifest inside the model itself can pass.
         assert_eq!(Ok(&m), onnx::read_manifest(MODEL).as_ref().map_err(|_| ()));
     }
-    if let Ok(blob) = MlpBlob::parse(rest) {
+    // The CRC-32 stops nearly every mutation before the fields are checked: the same bytes
+    // with their last four replaced by the CRC of the rest reach the checks behind it, and
+    // format 1 (no CRC) reaches them directly.
+    let resealed = rest.len().checked_sub(4).map(|n| {
+        let mut b = rest[..n].to_vec();
+        b.extend_from_slice(&greenwave_core::frames::crc32(&rest[..n]).to_le_bytes());
+        b
+    });
+    let parsed = [
+        MlpBlob::parse(rest),
+        resealed
+            .as_deref()
+            .map_or(Err(BlobError::Decode), MlpBlob::parse),
+        MlpBlob::parse_any_version(rest),
+    ];
+    for blob in parsed.into_iter().flatten() {
         // A blob that validates can be run: the forward pass must not index out of bounds.
         let obs = vec![0.5f32; blob.obs_layout.dim()];
         let mut scratch = vec![0.0f32; 2 * blob.max_width()];

@@ -44,7 +44,7 @@ use crate::{onnx, Manifest};
 use ed25519_dalek::{Signature, Signer};
 /// The key types of bundles (ed25519-dalek's), re-exported for callers.
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
-use greenwave_core::mlp::MlpBlob;
+use greenwave_core::mlp::{MlpBlob, BLOB_CRC_BYTES, BLOB_VERSION_UNCHECKED};
 use greenwave_core::{Millis, ObsLayout, PhasePlan};
 use sha2::{Digest, Sha256};
 
@@ -468,7 +468,7 @@ fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, Bu
             continue;
         };
         let problem = |p: String| BundleError::BlobMismatch { file, problem: p };
-        let blob = MlpBlob::parse(bytes).map_err(|e| problem(e.to_string()))?;
+        let blob = MlpBlob::parse_any_version(bytes).map_err(|e| problem(e.to_string()))?;
         if Some(blob.plan_hash) != beside.plan_hash_u64() {
             return Err(problem(format!(
                 "blob is for plan {:016x}, manifest for {}",
@@ -496,9 +496,11 @@ fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, Bu
     })
 }
 
-/// Each blob must be the ONNX model's own network, encoded as export encodes it: the header
-/// checks alone pass a blob left beside a new model by an earlier export of the same plan
-/// (policy version 1 both), and the firmware would run other weights than those verified.
+/// Each blob must be the ONNX model's own network, with the fields export gives it: the
+/// header checks alone pass a blob left beside a new model by an earlier export of the same
+/// plan (policy version 1 both), and the firmware would run other weights than those
+/// verified. The bytes are compared; a blob of format 1 (no CRC-32, before 2026-12-07), in a
+/// bundle signed then, with the format-1 bytes of the same network.
 fn check_blobs_are_the_model(
     files: &BTreeMap<&'static str, Vec<u8>>,
     model: &[u8],
@@ -512,8 +514,14 @@ fn check_blobs_are_the_model(
             continue;
         };
         let problem = |p: String| BundleError::BlobMismatch { file, problem: p };
-        let derived = mlp.to_blob(int8).map_err(|e| problem(e.to_string()))?;
-        if derived.as_slice() != bytes.as_slice() {
+        let mut derived = mlp.to_blob(int8).map_err(|e| problem(e.to_string()))?;
+        let given = MlpBlob::parse_any_version(bytes).map_err(|e| problem(e.to_string()))?;
+        if given.version == BLOB_VERSION_UNCHECKED {
+            // Format 1 is format 2 without its CRC-32, version byte (the fifth) 1.
+            derived.truncate(derived.len() - BLOB_CRC_BYTES);
+            derived[4] = BLOB_VERSION_UNCHECKED as u8;
+        }
+        if derived != *bytes {
             return Err(problem(format!(
                 "is not the network of {MODEL_FILE} (its weights differ: a file of another \
                  export?); export the policy again"
@@ -566,6 +574,16 @@ pub fn pack_and_sign(
         files.insert(BLOB_INT8_FILE, read(p)?);
     }
     let contents = check_contents(files)?;
+    refuse_unchecked_blobs(&contents.files)?;
+    write_signed(&contents, key, out)
+}
+
+/// Writes checked contents into the new bundle directory `out` and signs them with `key`.
+fn write_signed(
+    contents: &Contents,
+    key: &SigningKey,
+    out: &Path,
+) -> Result<VerifyingKey, BundleError> {
     if out.exists()
         && (!out.is_dir()
             || fs::read_dir(out)
@@ -587,6 +605,21 @@ pub fn pack_and_sign(
     let signed = format!("{text}signature {}\n", hex(&signature.to_bytes()));
     fs::write(&path, signed).map_err(io_err("writing", &path))?;
     Ok(signer)
+}
+
+/// A new bundle carries blobs of the current format only: the firmware refuses a format-1
+/// blob (it has no CRC-32 to check flash against), so packing one would sign a policy the
+/// target cannot run. A bundle signed before keeps verifying ([`check_contents`]).
+fn refuse_unchecked_blobs(files: &BTreeMap<&'static str, Vec<u8>>) -> Result<(), BundleError> {
+    for file in [BLOB_FILE, BLOB_INT8_FILE] {
+        if let Some(Err(e)) = files.get(file).map(|b| MlpBlob::parse(b)) {
+            return Err(BundleError::BlobMismatch {
+                file,
+                problem: e.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A parsed `SIGNATURE` file.
@@ -674,7 +707,8 @@ pub fn parse_signature_text(text: &str) -> Result<usize, BundleError> {
 
 /// Checks a bundle's policy files against each other, as [`verify`] and [`pack_and_sign`]
 /// do: the manifest JSON equals the manifest inside the ONNX model, and the blobs parse and
-/// agree with it. Returns the manifest.
+/// agree with it. Returns the manifest. A format-1 blob passes here, as in `verify`;
+/// `pack_and_sign` refuses it.
 pub fn check_policy_files(
     model: &[u8],
     manifest: &[u8],
@@ -901,6 +935,59 @@ fn read_signed_files(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shipped blob `name` (format 2) rewritten as format 1: version 1, no CRC-32.
+    fn format_1_blob(name: &str) -> Vec<u8> {
+        let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
+        let b = fs::read(models.join(name)).unwrap();
+        let mut v1 = b[..b.len() - greenwave_core::mlp::BLOB_CRC_BYTES].to_vec();
+        v1[4] = greenwave_core::mlp::BLOB_VERSION_UNCHECKED as u8;
+        v1
+    }
+
+    #[test]
+    fn a_bundle_signed_with_format_1_blobs_verifies_but_none_is_packed() {
+        let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models");
+        let base = std::env::temp_dir().join(format!("gw-blob-v1-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        fs::create_dir_all(&base).unwrap();
+        let (blob, blob_int8) = (base.join("p.blob"), base.join("p.int8.blob"));
+        fs::write(&blob, format_1_blob("single-4way.blob")).unwrap();
+        fs::write(&blob_int8, format_1_blob("single-4way.int8.blob")).unwrap();
+        let inputs = BundleInputs {
+            model: models.join("single-4way.onnx"),
+            manifest: models.join("single-4way.manifest.json"),
+            blob,
+            blob_int8: Some(blob_int8),
+        };
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let err = pack_and_sign(&inputs, &key, &base.join("new")).unwrap_err();
+        assert!(err.to_string().contains("version 1"), "{err}");
+        // As a bundle signed before format 2 holds them: its files verify and load.
+        let read = |p: &Path| fs::read(p).unwrap();
+        let files = BTreeMap::from([
+            (MODEL_FILE, read(&inputs.model)),
+            (MANIFEST_FILE, read(&inputs.manifest)),
+            (BLOB_FILE, read(&inputs.blob)),
+            (BLOB_INT8_FILE, read(inputs.blob_int8.as_ref().unwrap())),
+        ]);
+        let contents = check_contents(files).unwrap();
+        let old = base.join("old");
+        let public = write_signed(&contents, &key, &old).unwrap();
+        let verified = verify(&old, &[public]).unwrap();
+        assert_eq!(verified.manifest.policy_version, 1);
+        // A format-1 blob of other weights is still refused.
+        let mut other = format_1_blob("single-4way.blob");
+        let n = other.len();
+        other[n - 8] ^= 0x10;
+        let mut files = contents.files.clone();
+        files.insert(BLOB_FILE, other);
+        assert!(matches!(
+            check_contents(files),
+            Err(BundleError::BlobMismatch { .. })
+        ));
+        let _ = fs::remove_dir_all(&base);
+    }
 
     #[test]
     fn hex_round_trips_and_rejects_junk() {
