@@ -2,11 +2,13 @@
 //! with `--site` (or `--scenario`, feature `sim`) also its plan against every signal.
 //! With `--bundle` repeated, each bundle, and then that the set runs the field as `run`
 //! would take it (greenwave-runtime's `bundle_set`: each signal its bundle).
+//! With `--firmware-blob`, writes the verified bundle's blob for a firmware image.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use greenwave_core::mlp::MlpBlob;
 use greenwave_core::Millis;
 use greenwave_runtime::bundle::{self, key_hex, VerifiedBundle};
 use greenwave_runtime::bundle_set::{check_runs_on, exported_for, BundleSet};
@@ -33,6 +35,14 @@ pub struct VerifyArgs {
     #[cfg(feature = "sim")]
     #[arg(long)]
     scenario: Option<String>,
+    /// Once the bundle verified (and matched --site or --scenario, where given), write its
+    /// firmware blob to this file: the blob to build a firmware image with, so that an
+    /// image only ever holds a policy a trusted key signed.
+    #[arg(long, value_name = "FILE")]
+    firmware_blob: Option<PathBuf>,
+    /// With --firmware-blob: the bundle's int8 blob instead of its f32 one.
+    #[arg(long, requires = "firmware_blob")]
+    int8: bool,
 }
 
 /// `greenwave-controller verify`: verifies each bundle and prints its signer and manifest;
@@ -58,6 +68,48 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         check_set(&bundles, &specs, Some(interval), name)?;
         say!("matches every signal of {name}");
     }
+    if let Some(out) = &args.firmware_blob {
+        let [b] = bundles.as_slice() else {
+            anyhow::bail!(
+                "--firmware-blob writes one bundle's blob; {} bundles were given",
+                bundles.len()
+            );
+        };
+        write_firmware_blob(b, args.int8, out)?;
+    }
+    Ok(())
+}
+
+/// Writes the verified bundle's f32 (or int8) blob to `out`, if the firmware would run it
+/// (a format-1 blob, from a bundle signed before blobs carried a CRC-32, it refuses).
+fn write_firmware_blob(b: &VerifiedBundle, int8: bool, out: &Path) -> Result<()> {
+    let (name, bytes) = if int8 {
+        let bytes = b.blob_int8.as_deref().with_context(|| {
+            format!(
+                "bundle {} has no {}: export the policy with it, or leave out --int8",
+                b.dir.display(),
+                bundle::BLOB_INT8_FILE
+            )
+        })?;
+        (bundle::BLOB_INT8_FILE, bytes)
+    } else {
+        (bundle::BLOB_FILE, b.blob.as_slice())
+    };
+    MlpBlob::parse(bytes).with_context(|| {
+        format!(
+            "bundle {}: its {name} is one the firmware refuses",
+            b.dir.display()
+        )
+    })?;
+    greenwave_policy::files::write_together(&[(out, bytes, 0o644)])
+        .map_err(|(path, e)| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    say!(
+        "wrote the bundle's {name} ({} bytes, policy v{} for plan {}) to {}",
+        bytes.len(),
+        b.manifest.policy_version,
+        b.manifest.plan_hash,
+        out.display()
+    );
     Ok(())
 }
 

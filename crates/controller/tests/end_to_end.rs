@@ -205,6 +205,65 @@ fn the_binary_runs_verifies_and_reads_back_a_signed_bundle() {
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }
 
+/// `verify --firmware-blob`: the blob a firmware image is built with comes only out of a
+/// bundle that verified (and matched the scenario), byte for byte as signed, and a blob the
+/// firmware would run; a tampered bundle writes nothing.
+#[test]
+fn verify_writes_the_firmware_blob_of_a_verified_bundle_only() {
+    let fx = fixture("e2e-firmware-blob");
+    let trust = fx.keys.public.to_str().unwrap();
+    let verify = |bundle: &Path, out: &Path, extra: &[&str]| {
+        controller_bin()
+            .args([
+                "verify",
+                "--bundle",
+                bundle.to_str().unwrap(),
+                "--trust",
+                trust,
+            ])
+            .args(["--scenario", "single-4way", "--firmware-blob"])
+            .arg(out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (extra, file) in [
+        (&[][..], bundle::BLOB_FILE),
+        (&["--int8"][..], bundle::BLOB_INT8_FILE),
+    ] {
+        let out = fx.dir.join(format!("image-{file}"));
+        let o = verify(&fx.bundle, &out, extra);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let written = std::fs::read(&out).unwrap();
+        assert_eq!(written, std::fs::read(fx.bundle.join(file)).unwrap());
+        let blob = greenwave_core::mlp::MlpBlob::parse(&written).unwrap();
+        assert_eq!(blob.plan_hash, fx.plan.hash());
+        assert_eq!(blob.obs_layout, fx.layout);
+    }
+    // One byte of the signed blob changed: verification fails and no blob is written.
+    let tampered = fx.dir.join("tampered");
+    std::fs::create_dir_all(&tampered).unwrap();
+    for e in std::fs::read_dir(&fx.bundle).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tampered.join(e.file_name())).unwrap();
+    }
+    let mut bytes = std::fs::read(tampered.join(bundle::BLOB_FILE)).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(tampered.join(bundle::BLOB_FILE), bytes).unwrap();
+    let out = fx.dir.join("image-tampered.blob");
+    let o = verify(&tampered, &out, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains(bundle::BLOB_FILE),
+        "{err}"
+    );
+    assert!(
+        !out.exists(),
+        "a blob was written from a bundle that did not verify"
+    );
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}
+
 /// A key the controller does not trust: the bundle is refused, the signals keep running
 /// on the fallback (or the controller stops, with --require-policy).
 #[test]
