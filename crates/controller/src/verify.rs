@@ -35,9 +35,9 @@ pub struct VerifyArgs {
     #[cfg(feature = "sim")]
     #[arg(long)]
     scenario: Option<String>,
-    /// Once the bundle verified (and matched --site or --scenario, where given), write its
-    /// firmware blob to this file: the blob to build a firmware image with, so that an
-    /// image only ever holds a policy a trusted key signed.
+    /// Once the bundle verified and matched --site (or --scenario), which this needs, write
+    /// its firmware blob to this file: the blob to build a firmware image with, so that an
+    /// image only ever holds a policy a trusted key signed for the cabinet's plan.
     #[arg(long, value_name = "FILE")]
     firmware_blob: Option<PathBuf>,
     /// With --firmware-blob: the bundle's int8 blob instead of its f32 one.
@@ -48,6 +48,16 @@ pub struct VerifyArgs {
 /// `greenwave-controller verify`: verifies each bundle and prints its signer and manifest;
 /// with a site or scenario, checks the bundles against its signals.
 pub fn run(args: VerifyArgs) -> Result<()> {
+    #[cfg(feature = "sim")]
+    let signals_given = args.site.is_some() || args.scenario.is_some();
+    #[cfg(not(feature = "sim"))]
+    let signals_given = args.site.is_some();
+    if args.firmware_blob.is_some() && !signals_given {
+        anyhow::bail!(
+            "--firmware-blob needs --site (or --scenario): a blob is written only once its \
+             plan has been checked against the cabinet's signals"
+        );
+    }
     let keys = trusted_keys(&args.trust)?;
     let mut bundles = Vec::with_capacity(args.bundle.len());
     for dir in &args.bundle {

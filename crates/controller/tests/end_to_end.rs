@@ -253,14 +253,28 @@ fn verify_writes_the_firmware_blob_of_a_verified_bundle_only() {
     let out = fx.dir.join("image-tampered.blob");
     let o = verify(&tampered, &out, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains(bundle::BLOB_FILE),
-        "{err}"
-    );
+    let tampered_msg = format!("{} was modified after signing", bundle::BLOB_FILE);
+    assert!(!o.status.success() && err.contains(&tampered_msg), "{err}");
     assert!(
         !out.exists(),
         "a blob was written from a bundle that did not verify"
     );
+    // Without signals to check its plan against, no blob is written either.
+    let o = controller_bin()
+        .args([
+            "verify",
+            "--bundle",
+            fx.bundle.to_str().unwrap(),
+            "--trust",
+            trust,
+        ])
+        .arg("--firmware-blob")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--site"), "{err}");
+    assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
 

@@ -267,11 +267,12 @@ fn a_missing_reward_is_an_error_not_a_logged_zero() {
     assert!(records.iter().all(|r| r.transition.reward == -1.0));
 }
 
-/// A log that fails mid-run (its next segment cannot be created) stops logging while
-/// control goes on; the records it had committed stay readable and counted, and every
-/// transition after the failure is counted as dropped, none silently.
+/// A log whose next segment cannot be created mid-run: control goes on, the records it
+/// had committed stay readable and counted, every transition it cannot append is counted
+/// as dropped (none silently), and once the segment can be created (the obstacle gone, as
+/// a full disk is freed) the log appends again, the rotation tried at each append.
 #[test]
-fn a_log_that_fails_mid_run_is_counted_and_its_committed_records_kept() {
+fn a_log_that_fails_mid_run_is_counted_and_resumes_when_it_can() {
     let fx = fixture("log-fails");
     let mut field = TestField::new(&fx.scenario, 5);
     let specs = field.inner.signal_specs();
@@ -281,21 +282,36 @@ fn a_log_that_fails_mid_run_is_counted_and_its_committed_records_kept() {
     cfg.sync = SyncPolicy::EveryRecords(1.try_into().unwrap());
     let (log, _) = LogWriter::open(cfg).unwrap();
     // The second segment's name is taken by a folder: rotation fails (even as root).
-    std::fs::create_dir_all(log_dir.join("seg-00000000000000000001.gwlog")).unwrap();
+    let obstacle = log_dir.join("seg-00000000000000000001.gwlog");
+    std::fs::create_dir_all(&obstacle).unwrap();
     let mut c = fallback_only(&fx, specs, log);
-    let stats = c.run(&mut field, 600.0, |_| {}).unwrap();
-    assert!(
-        c.close_log().unwrap().is_none(),
-        "the failed log was closed"
-    );
+    let mut failing_at = None;
+    let stats = c
+        .run_with(&mut field, 600.0, |c| {
+            let s = c.stats();
+            if s.log_errors > 0 && failing_at.is_none() {
+                failing_at = Some(s.decisions);
+            }
+            // Ten decisions of failing appends, then the obstacle goes.
+            if failing_at.is_some_and(|d| s.decisions == d + 10) {
+                std::fs::remove_dir(&obstacle).unwrap();
+            }
+        })
+        .unwrap();
+    let commit = c.close_log().unwrap().expect("the log stays open");
     assert_eq!(stats.decisions, 120, "control went on");
-    assert_eq!(stats.log_errors, 1);
+    assert!(failing_at.is_some_and(|d| d < 60), "the log never failed");
+    assert!(
+        (10..=12).contains(&stats.log_errors),
+        "one failed append per decision until the obstacle went: {stats:?}"
+    );
     let (records, _) = read_all(&log_dir).unwrap();
     assert!(
-        !records.is_empty() && records.len() < 60,
-        "{}",
-        records.len()
+        segment_count(&log_dir) > 2,
+        "appending resumed, in new segments"
     );
+    assert_eq!(records.len() as u64, 120 - stats.log_errors, "{stats:?}");
+    assert_eq!(commit.committed, records.len() as u64);
     assert_eq!(stats.transitions_committed, records.len() as u64);
     assert_eq!(stats.transitions_logged, records.len() as u64);
     assert_eq!(
@@ -303,6 +319,19 @@ fn a_log_that_fails_mid_run_is_counted_and_its_committed_records_kept() {
         stats.decisions,
         "{stats:?}"
     );
+}
+
+fn segment_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .to_string_lossy()
+                .ends_with(".gwlog")
+        })
+        .count()
 }
 
 /// A controller with no policy (every signal on fixed-time fallback) logging to `log`.

@@ -21,7 +21,7 @@ use std::time::Duration;
 use common::{log_record as record, tmp};
 use greenwave_runtime::log::{
     encode_header, foreign_entries, read_all, IssueKind, LogConfig, LogError, LogReader, LogWriter,
-    OpenReport, SyncPolicy, TailRepair, HEADER_BYTES, SEGMENT_VERSION,
+    OpenReport, SyncPolicy, TailRepair, FRAME_OVERHEAD, HEADER_BYTES, SEGMENT_VERSION,
 };
 use rand::{Rng, SeedableRng};
 
@@ -673,14 +673,21 @@ fn rotation_child() {
     let (mut w, _) = LogWriter::open(cfg).unwrap();
     let first = w.segment_path().to_owned();
     let size = || std::fs::metadata(&first).unwrap().len();
-    w.append(&record(0)).unwrap();
-    let frame = size() - HEADER_BYTES as u64;
-    let mut next = 1;
-    while size() + frame <= max {
+    // Each record's frame: its postcard bytes and the frame overhead (records grow with
+    // their sequence number, so each is measured).
+    let frame = |i: u64| (postcard::to_stdvec(&record(i)).unwrap().len() + FRAME_OVERHEAD) as u64;
+    let mut next = 0;
+    while size() + frame(next) <= max {
         w.append(&record(next)).unwrap();
+        assert_eq!(w.segment_path(), first, "rotated before the limit was set");
         next += 1;
+        assert!(next < 1000, "the segment never filled");
     }
-    // The next record rotates; the new segment's 32-byte header gets 8 bytes written.
+    assert_eq!(
+        size(),
+        HEADER_BYTES as u64 + (0..next).map(frame).sum::<u64>()
+    );
+    // The next record rotates; the new segment's 28-byte header gets 8 bytes written.
     limit_file_size(8);
     let err = w.append(&record(next)).unwrap_err();
     assert!(

@@ -232,7 +232,9 @@ pub struct ControllerStats {
     pub transitions_dropped: u64,
     /// Transitions the log reports committed (durable).
     pub transitions_committed: u64,
-    /// Log write failures (logging stops; control goes on).
+    /// Log write failures: appends that failed (each transition dropped; the next one is
+    /// tried, unless the writer is unusable and logging stopped), and a failed final commit.
+    /// Control goes on either way.
     pub log_errors: u64,
     /// Inference latency percentiles (µs), over every inference of the run.
     pub inference_p50_us: f64,
@@ -279,6 +281,9 @@ pub struct Controller {
     log: Option<LogWriter>,
     /// The log failed and was closed: later transitions are counted as dropped.
     log_lost: bool,
+    /// The last append failed, the writer still usable: the next one is tried (the error
+    /// is reported once per failing stretch, and again when appends succeed).
+    log_failing: bool,
     pending: Vec<Option<Transition>>,
     lanes: Vec<Vec<LaneReading>>,
     obs: Vec<Vec<f32>>,
@@ -363,6 +368,7 @@ impl Controller {
             fallback,
             log,
             log_lost: false,
+            log_failing: false,
         })
     }
 
@@ -594,10 +600,25 @@ impl Controller {
             return;
         };
         match log.append(&t) {
-            Ok(_) => self.stats.transitions_logged += 1,
-            Err(e) => {
+            Ok(_) => {
+                self.stats.transitions_logged += 1;
+                if std::mem::take(&mut self.log_failing) {
+                    tracing::warn!("transition log: appending again");
+                }
+            }
+            Err(e) if log.is_poisoned() => {
                 self.stats.transitions_dropped += 1;
                 self.lose_log(&e, "transition log failed");
+            }
+            Err(e) => {
+                // A failed rotation (a full disk, say) or a record that cannot be encoded:
+                // this transition is dropped, and the next one tried.
+                self.stats.transitions_dropped += 1;
+                self.stats.log_errors += 1;
+                if !std::mem::replace(&mut self.log_failing, true) {
+                    tracing::error!(error = %e, "transition log: a transition could not be \
+                        appended and is dropped; the next ones are tried");
+                }
             }
         }
     }

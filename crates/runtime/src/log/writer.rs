@@ -549,6 +549,13 @@ impl LogWriter {
         Ok(())
     }
 
+    /// Whether an earlier failure left the writer unusable (every append then fails with
+    /// [`LogError::Poisoned`]: reopen it). After any other error an append may be tried
+    /// again: a failed rotation, say, is tried again by the next append.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
     /// Counters since open.
     pub fn stats(&self) -> LogStats {
         self.stats
