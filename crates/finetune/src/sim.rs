@@ -41,6 +41,17 @@ pub enum SimRunError {
     /// The simulator reported no metrics.
     #[error("the simulator reported no metrics")]
     NoMetrics,
+    /// Appends to the transition log failed during the run: the logged day has gaps.
+    #[error(
+        "the transition log failed {errors} time(s) during the run; {dropped} transitions \
+         were not logged (see the log messages above)"
+    )]
+    LogGaps {
+        /// Failed appends and commits.
+        errors: u64,
+        /// Transitions not logged.
+        dropped: u64,
+    },
     /// The model's manifest does not read.
     #[error("the policy model: {0}")]
     Model(#[from] greenwave_policy::onnx::OnnxError),
@@ -148,8 +159,14 @@ pub fn run_on<E: Env>(
         ControllerConfig::new(interval),
         log,
     )?;
-    c.run(&mut field, f64::from(run.seconds), |_| {})?;
+    let stats = c.run(&mut field, f64::from(run.seconds), |_| {})?;
     c.close_log()?;
+    if stats.log_errors > 0 {
+        return Err(SimRunError::LogGaps {
+            errors: stats.log_errors,
+            dropped: stats.transitions_dropped,
+        });
+    }
     field.metrics().ok_or(SimRunError::NoMetrics)
 }
 

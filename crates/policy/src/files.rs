@@ -62,9 +62,10 @@ pub fn side_paths(onnx_path: &Path) -> (PathBuf, PathBuf, PathBuf) {
 /// synced, then all renamed into place (an old file's mode is not kept, and a link at a
 /// destination is replaced, not written through). A failure before the renames (a full disk,
 /// a destination that is a folder) leaves every destination as it was, never some files
-/// of the new set beside others of the old one. On Unix the folders are synced after the
-/// renames, so that the new files' names survive a crash too. Returns the destination and
-/// error of the first failure.
+/// of the new set beside others of the old one. On Unix each folder is then synced, so
+/// that the new names survive a crash too; that is best effort (the files are in place and
+/// their contents synced either way, and some file systems refuse to sync a folder).
+/// Returns the destination and error of the first failure.
 pub fn write_together(files: &[(&Path, &[u8], u32)]) -> Result<(), (PathBuf, std::io::Error)> {
     let tmp_of = |p: &Path| {
         let mut name = p.as_os_str().to_owned();
@@ -87,14 +88,17 @@ pub fn write_together(files: &[(&Path, &[u8], u32)]) -> Result<(), (PathBuf, std
         }
     }
     #[cfg(unix)]
-    for &(path, _, _) in files {
-        let folder = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        std::fs::File::open(folder)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| (path.to_path_buf(), e))?;
+    {
+        let mut folders: Vec<&Path> = files
+            .iter()
+            .map(|(p, _, _)| p.parent().filter(|f| !f.as_os_str().is_empty()))
+            .map(|f| f.unwrap_or(Path::new(".")))
+            .collect();
+        folders.sort();
+        folders.dedup();
+        for folder in folders {
+            let _ = std::fs::File::open(folder).and_then(|d| d.sync_all());
+        }
     }
     Ok(())
 }

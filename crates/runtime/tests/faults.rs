@@ -280,6 +280,8 @@ fn a_log_that_fails_mid_run_is_counted_and_resumes_when_it_can() {
     let mut cfg = LogConfig::new(&log_dir);
     cfg.max_segment_bytes = 4096;
     cfg.sync = SyncPolicy::EveryRecords(1.try_into().unwrap());
+    // Each append tries the rotation again (the default waits a second between tries).
+    cfg.rotation_retry = std::time::Duration::ZERO;
     let (log, _) = LogWriter::open(cfg).unwrap();
     // The second segment's name is taken by a folder: rotation fails (even as root).
     let obstacle = log_dir.join("seg-00000000000000000001.gwlog");

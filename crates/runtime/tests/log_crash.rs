@@ -215,6 +215,57 @@ fn rotation_and_disk_cap_drop_the_oldest_segments_first() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An oldest segment that cannot be deleted (here a folder took its name) keeps the log
+/// from writing, not from keeping its cap: appends fail, and the folder never grows past
+/// the cap. One deleted by hand counts as gone, and appending resumes.
+#[test]
+fn the_cap_holds_while_the_oldest_segment_cannot_be_deleted() {
+    let dir = tmp("cap-stuck");
+    let mut cfg = config(&dir, SyncPolicy::EveryRecord);
+    cfg.max_segment_bytes = 4096;
+    cfg.max_total_bytes = 3 * 4096;
+    let (mut w, _) = LogWriter::open(cfg).unwrap();
+    let mut seq = 0;
+    while segment_paths_on_disk(&dir).len() < 3 {
+        w.append(&record(seq)).unwrap();
+        seq += 1;
+    }
+    let oldest = segment_paths_on_disk(&dir)[0].clone();
+    std::fs::remove_file(&oldest).unwrap();
+    std::fs::create_dir_all(oldest.join("in-the-way")).unwrap();
+    let on_disk = |dir: &Path| -> u64 {
+        segment_paths_on_disk(dir)
+            .iter()
+            .filter(|p| p.is_file())
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum()
+    };
+    let mut refused = 0;
+    for _ in 0..100 {
+        match w.append(&record(seq)) {
+            Ok(_) => seq += 1,
+            Err(e) => {
+                assert!(e.to_string().contains("removing"), "{e}");
+                refused += 1;
+            }
+        }
+        assert!(on_disk(&dir) <= 3 * 4096, "{} bytes", on_disk(&dir));
+    }
+    assert!(
+        refused > 50,
+        "the stuck segment stopped only {refused} appends"
+    );
+    std::fs::remove_dir_all(&oldest).unwrap();
+    let commit = w.append(&record(seq)).unwrap();
+    assert_eq!(commit.committed, seq + 1);
+    w.close().unwrap();
+    let (records, issues) = read_all(&dir).unwrap();
+    assert!(issues.is_empty(), "{issues:?}");
+    assert_eq!(records.last().unwrap().transition, record(seq));
+    assert!(on_disk(&dir) <= 3 * 4096);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A segment's quarantine files count against the disk cap with it and are deleted with
 /// it: damage found once does not grow the folder past its cap for ever.
 #[test]
@@ -669,6 +720,7 @@ fn rotation_child() {
     let dir = Path::new(&dir);
     let mut cfg = config(dir, SyncPolicy::EveryRecord);
     cfg.max_segment_bytes = 4096;
+    cfg.rotation_retry = Duration::from_millis(300);
     let max = cfg.max_segment_bytes;
     let (mut w, _) = LogWriter::open(cfg).unwrap();
     let first = w.segment_path().to_owned();
@@ -705,7 +757,14 @@ fn rotation_child() {
         "a half-made segment was left"
     );
     limit_file_size(u64::MAX);
-    // The rotation is tried again, under the same name, and succeeds.
+    // Until `rotation_retry` has passed, the append fails at once; then the rotation is
+    // tried again, under the same name, and succeeds.
+    let err = w.append(&record(next)).unwrap_err();
+    assert!(
+        matches!(err, LogError::RotationBackoff { retry_ms: 300, .. }),
+        "{err}"
+    );
+    std::thread::sleep(Duration::from_millis(310));
     w.append(&record(next)).unwrap();
     assert_ne!(w.segment_path(), first);
     w.append(&record(next + 1)).unwrap();

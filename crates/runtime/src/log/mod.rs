@@ -123,6 +123,18 @@ pub enum LogError {
          held): one writer per log folder"
     )]
     InUse(PathBuf),
+    /// A rotation failed a moment ago; it is tried again once [`LogConfig::rotation_retry`]
+    /// has passed, and appends that need it fail at once until then.
+    #[error(
+        "transition log: a new segment could not be made {failed_ms_ago} ms ago; it is tried \
+         again {retry_ms} ms after that, and this record is not appended"
+    )]
+    RotationBackoff {
+        /// How long ago the rotation failed.
+        failed_ms_ago: u64,
+        /// [`LogConfig::rotation_retry`].
+        retry_ms: u64,
+    },
     /// A record was appended after a write failed (the segment's end is unknown).
     #[error("transition log: writer is unusable after an earlier write failure; reopen it")]
     Poisoned,

@@ -75,6 +75,11 @@ pub struct LogConfig {
     /// Wall-clock time (ms since the Unix epoch) that records' `timestamp_ms` count from;
     /// written into each segment header. Defaults to the time of [`LogConfig::new`].
     pub epoch_unix_ms: u64,
+    /// After a rotation failed (the new segment could not be made: a full disk, say),
+    /// appends that need one fail at once, without touching the disk, until this long has
+    /// passed; then the rotation is tried again. 1 s unless set: a controller appends each
+    /// decision, and each try costs several fsyncs.
+    pub rotation_retry: Duration,
 }
 
 impl LogConfig {
@@ -86,6 +91,7 @@ impl LogConfig {
             max_segment_bytes: 16 << 20,
             max_total_bytes: 1 << 30,
             epoch_unix_ms: unix_ms_now(),
+            rotation_retry: Duration::from_secs(1),
         }
     }
 
@@ -235,6 +241,11 @@ pub struct LogWriter {
     frame: Vec<u8>,
     stats: LogStats,
     poisoned: bool,
+    /// When the last rotation failed (cleared when one succeeds).
+    rotation_failed_at: Option<Instant>,
+    /// The disk cap could not be kept at the last rotation (a sealed segment could not be
+    /// deleted): nothing is written until it is.
+    over_cap: bool,
     /// The folder itself, locked ([`lock_for_writing`]) while the writer lives.
     _lock: File,
 }
@@ -368,6 +379,8 @@ impl LogWriter {
                 ..LogStats::default()
             },
             poisoned: false,
+            rotation_failed_at: None,
+            over_cap: false,
             _lock: lock,
             cfg,
         };
@@ -397,6 +410,11 @@ impl LogWriter {
 
     fn append_frame(&mut self, frame: &[u8]) -> Result<Commit, LogError> {
         let len = frame.len() as u64;
+        if self.over_cap {
+            // The log never grows past its cap: no record until the oldest segment goes.
+            self.enforce_cap()?;
+            self.over_cap = false;
+        }
         if self.seg_bytes > HEADER_BYTES as u64 && self.seg_bytes + len > self.cfg.max_segment_bytes
         {
             self.rotate()?;
@@ -473,7 +491,18 @@ impl LogWriter {
     }
 
     fn rotate(&mut self) -> Result<(), LogError> {
-        self.sync()?;
+        if let Some(at) = self.rotation_failed_at {
+            let since = at.elapsed();
+            if since < self.cfg.rotation_retry {
+                return Err(LogError::RotationBackoff {
+                    failed_ms_ago: since.as_millis() as u64,
+                    retry_ms: self.cfg.rotation_retry.as_millis() as u64,
+                });
+            }
+        }
+        if self.unsynced > 0 {
+            self.sync()?;
+        }
         let next = self.index.checked_add(1).ok_or_else(|| {
             LogError::Config(format!(
                 "segment {} is the last index there can be; no segment can follow it",
@@ -485,8 +514,10 @@ impl LogWriter {
                 // The sealed segment stays the one appended to; a later append tries the
                 // rotation again, unless the half-made next segment could not be removed.
                 self.poisoned |= f.left_behind;
+                self.rotation_failed_at = Some(Instant::now());
                 f.error
             })?;
+        self.rotation_failed_at = None;
         let old_path = std::mem::replace(&mut self.path, path);
         self.sealed.push_back(SegmentFile {
             index: self.index,
@@ -498,7 +529,10 @@ impl LogWriter {
         self.index = next;
         self.seg_bytes = HEADER_BYTES as u64;
         self.stats.segments_started += 1;
-        self.enforce_cap()
+        self.over_cap = true;
+        self.enforce_cap()?;
+        self.over_cap = false;
+        Ok(())
     }
 
     fn enforce_cap(&mut self) -> Result<(), LogError> {
@@ -531,7 +565,13 @@ impl LogWriter {
                 self.sealed_bytes = self.sealed_bytes.saturating_sub(q.length);
                 self.stats.bytes_dropped += q.length;
             }
-            fs::remove_file(&oldest.path).map_err(|e| LogError::io("removing", &oldest.path, e))?;
+            match fs::remove_file(&oldest.path) {
+                // Already gone (removed by hand): it no longer takes any room.
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(LogError::io("removing", &oldest.path, e));
+                }
+                _ => {}
+            }
             self.sealed.pop_front();
             self.sealed_bytes = self.sealed_bytes.saturating_sub(oldest.bytes);
             self.stats.segments_dropped += 1;
