@@ -43,8 +43,8 @@ pub enum SimRunError {
     NoMetrics,
     /// Appends to the transition log failed during the run: the logged day has gaps.
     #[error(
-        "the transition log failed {errors} time(s) during the run; {dropped} transitions \
-         were not logged (see the log messages above)"
+        "the transition log failed {errors} time(s) during the run, so the logged day has \
+         gaps; {dropped} transitions in all were not logged (see the log messages above)"
     )]
     LogGaps {
         /// Failed appends and commits.

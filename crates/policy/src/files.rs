@@ -63,8 +63,8 @@ pub fn side_paths(onnx_path: &Path) -> (PathBuf, PathBuf, PathBuf) {
 /// destination is replaced, not written through). A failure before the renames (a full disk,
 /// a destination that is a folder) leaves every destination as it was, never some files
 /// of the new set beside others of the old one. On Unix each folder is then synced, so
-/// that the new names survive a crash too; that is best effort (the files are in place and
-/// their contents synced either way, and some file systems refuse to sync a folder).
+/// that the new names survive a crash too (a file system that cannot sync a folder,
+/// `EINVAL` or unsupported, is let be: the files are in place and their contents synced).
 /// Returns the destination and error of the first failure.
 pub fn write_together(files: &[(&Path, &[u8], u32)]) -> Result<(), (PathBuf, std::io::Error)> {
     let tmp_of = |p: &Path| {
@@ -97,7 +97,19 @@ pub fn write_together(files: &[(&Path, &[u8], u32)]) -> Result<(), (PathBuf, std
         folders.sort();
         folders.dedup();
         for folder in folders {
-            let _ = std::fs::File::open(folder).and_then(|d| d.sync_all());
+            match std::fs::File::open(folder).and_then(|d| d.sync_all()) {
+                Err(e)
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::InvalidInput | std::io::ErrorKind::Unsupported
+                    ) =>
+                {
+                    let what =
+                        format!("the files are written, but syncing their folder failed: {e}");
+                    return Err((folder.to_path_buf(), std::io::Error::new(e.kind(), what)));
+                }
+                _ => {}
+            }
         }
     }
     Ok(())

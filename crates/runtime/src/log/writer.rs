@@ -591,7 +591,9 @@ impl LogWriter {
 
     /// Whether an earlier failure left the writer unusable (every append then fails with
     /// [`LogError::Poisoned`]: reopen it). After any other error an append may be tried
-    /// again: a failed rotation, say, is tried again by the next append.
+    /// again: a failed rotation, say, is tried again by the first append after
+    /// [`LogConfig::rotation_retry`] (those before it fail with
+    /// [`LogError::RotationBackoff`]).
     pub fn is_poisoned(&self) -> bool {
         self.poisoned
     }
