@@ -3,7 +3,11 @@
 //! are decoded, checked and appended to a transition log.
 //!
 //! A frame that fails its CRC, its COBS decoding or its record decoding is counted and
-//! skipped (the reader resynchronises at the next `0x00`); it never reaches the log.
+//! skipped (the reader resynchronises at the next `0x00`); it never reaches the log. A
+//! record the log cannot take while the writer stays usable (a new segment that could not
+//! be made: a full disk, say) is counted as not logged, and collecting goes on, since a
+//! live serial line does not wait; a write failure that leaves the segment's end unknown
+//! stops it.
 //!
 //! `greenwave-controller collect` ([`run`]) reads the frames from a file or stdin.
 
@@ -36,11 +40,25 @@ pub struct CollectReport {
     pub refusals: Vec<String>,
     /// Bytes after the last frame delimiter (a frame cut off at the end of the input).
     pub incomplete_tail_bytes: u64,
+    /// Sound records the log could not take (its writer still usable), with the first
+    /// error.
+    pub not_logged: u64,
+    /// The first such error.
+    pub log_error: Option<String>,
     /// The log's counts after the final commit.
     pub commit: Commit,
 }
 
 impl CollectReport {
+    /// Counts a sound record the log could not take, keeping the first error.
+    fn not_logged(&mut self, e: &LogError) {
+        self.not_logged += 1;
+        if self.log_error.is_none() {
+            tracing::error!(error = %e, "collect: a record could not be logged; going on");
+            self.log_error = Some(e.to_string());
+        }
+    }
+
     /// Counts a refused frame, keeping the first reasons.
     fn refuse(&mut self, why: &str) {
         self.refused += 1;
@@ -88,10 +106,11 @@ pub fn collect_frames(
                 Some(Ok(t)) => {
                     let t: Transition = t;
                     match t.problem() {
-                        None => {
-                            log.append(&t)?;
-                            report.appended += 1;
-                        }
+                        None => match log.append(&t) {
+                            Ok(_) => report.appended += 1,
+                            Err(e) if log.is_poisoned() => return Err(e.into()),
+                            Err(e) => report.not_logged(&e),
+                        },
                         Some(why) => report.refuse(why),
                     }
                 }
@@ -151,6 +170,12 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
     );
     for r in &report.refusals {
         say!("refused: {r}");
+    }
+    if let Some(e) = &report.log_error {
+        anyhow::bail!(
+            "{} sound records could not be logged (the first: {e}); the others are in the log",
+            report.not_logged
+        );
     }
     if report.bytes > 0 && report.appended + report.refused == 0 {
         anyhow::bail!(
@@ -245,6 +270,38 @@ mod tests {
         assert!(matches!(err, CollectError::Read(_)), "{err}");
         let counts = log.counts();
         assert_eq!((counts.appended, counts.committed), (3, 3), "{counts:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The log's next segment cannot be made (a folder holds its name, as a full disk would
+    /// refuse it): the records that do not fit are counted as not logged, and collecting
+    /// goes on to the end of the input, appending again once the segment can be made.
+    #[test]
+    fn a_log_that_cannot_rotate_costs_records_not_the_collection() {
+        let dir = std::env::temp_dir().join(format!("gw-collect-rotate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut bytes = Vec::new();
+        for _ in 0..200 {
+            let mut buf = [0u8; MAX_FRAME_BYTES];
+            bytes.extend_from_slice(encode_frame(&transition(0.5, -0.3, 1), &mut buf).unwrap());
+        }
+        let mut cfg = LogConfig::new(&dir);
+        cfg.max_segment_bytes = 4096;
+        cfg.rotation_retry = std::time::Duration::ZERO;
+        let (mut log, _) = LogWriter::open(cfg).unwrap();
+        let second = log
+            .segment_path()
+            .with_file_name("seg-00000000000000000002.gwlog");
+        std::fs::create_dir_all(&second).unwrap();
+        let report = collect_frames(&bytes[..], &mut log).unwrap();
+        assert!(report.appended > 0 && report.not_logged > 0, "{report:?}");
+        assert_eq!(report.appended + report.not_logged, 200);
+        assert!(report.log_error.as_ref().unwrap().contains("creating"));
+        assert_eq!(report.commit.committed, report.appended);
+        // Once the name is free, the same writer appends again.
+        std::fs::remove_dir(&second).unwrap();
+        let again = collect_frames(&bytes[..], &mut log).unwrap();
+        assert_eq!((again.appended, again.not_logged), (200, 0), "{again:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
