@@ -242,6 +242,16 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// `n` frames of one sound record.
+    fn sound_frames(n: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for _ in 0..n {
+            let mut buf = [0u8; MAX_FRAME_BYTES];
+            bytes.extend_from_slice(encode_frame(&transition(0.5, -0.3, 1), &mut buf).unwrap());
+        }
+        bytes
+    }
+
     /// A live line: frames arrive a few at a time, then the line breaks. What arrived
     /// before the pause was committed (synced) then, not left for the 64th record.
     #[test]
@@ -258,11 +268,7 @@ mod tests {
         }
         let dir = std::env::temp_dir().join(format!("gw-collect-live-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut chunk = Vec::new();
-        for _ in 0..3 {
-            let mut buf = [0u8; MAX_FRAME_BYTES];
-            chunk.extend_from_slice(encode_frame(&transition(0.5, -0.3, 1), &mut buf).unwrap());
-        }
+        let chunk = sound_frames(3);
         let mut cfg = LogConfig::new(&dir);
         cfg.sync = SyncPolicy::EveryRecords(NonZeroU32::new(64).unwrap());
         let (mut log, _) = LogWriter::open(cfg).unwrap();
@@ -280,11 +286,7 @@ mod tests {
     fn a_log_that_cannot_rotate_costs_records_not_the_collection() {
         let dir = std::env::temp_dir().join(format!("gw-collect-rotate-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut bytes = Vec::new();
-        for _ in 0..200 {
-            let mut buf = [0u8; MAX_FRAME_BYTES];
-            bytes.extend_from_slice(encode_frame(&transition(0.5, -0.3, 1), &mut buf).unwrap());
-        }
+        let bytes = sound_frames(200);
         let mut cfg = LogConfig::new(&dir);
         cfg.max_segment_bytes = 4096;
         cfg.rotation_retry = std::time::Duration::ZERO;
