@@ -154,13 +154,21 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
     };
     let mut cfg = LogConfig::new(&args.log_dir);
     cfg.sync = SyncPolicy::EveryRecords(NonZeroU32::new(64).expect("non-zero"));
+    // Each record tries a failed rotation again: a file is read far faster than the
+    // controller's one-second wait, which would drop nearly every record after a failure.
+    cfg.rotation_retry = std::time::Duration::ZERO;
     let (mut log, _) = LogWriter::open(cfg)?;
     let report = collect_frames(std::io::BufReader::new(input), &mut log)?;
     log.close()?;
     say!(
-        "{} frames appended, {} refused{}; {} bytes read",
+        "{} frames appended, {} refused{}{}; {} bytes read",
         report.appended,
         report.refused,
+        if report.not_logged > 0 {
+            format!(", {} not logged", report.not_logged)
+        } else {
+            String::new()
+        },
         if report.incomplete_tail_bytes > 0 {
             ", input ended inside a frame"
         } else {
@@ -173,7 +181,8 @@ pub fn run(args: CollectArgs) -> anyhow::Result<()> {
     }
     if let Some(e) = &report.log_error {
         anyhow::bail!(
-            "{} sound records could not be logged (the first: {e}); the others are in the log",
+            "sound records the log could not take: {} (the first error: {e}); the others are \
+             in the log",
             report.not_logged
         );
     }
@@ -291,9 +300,10 @@ mod tests {
         cfg.max_segment_bytes = 4096;
         cfg.rotation_retry = std::time::Duration::ZERO;
         let (mut log, _) = LogWriter::open(cfg).unwrap();
+        // A fresh log appends to segment 0: its first rotation is blocked.
         let second = log
             .segment_path()
-            .with_file_name("seg-00000000000000000002.gwlog");
+            .with_file_name("seg-00000000000000000001.gwlog");
         std::fs::create_dir_all(&second).unwrap();
         let report = collect_frames(&bytes[..], &mut log).unwrap();
         assert!(report.appended > 0 && report.not_logged > 0, "{report:?}");
