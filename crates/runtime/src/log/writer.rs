@@ -555,23 +555,16 @@ impl LogWriter {
                     });
             self.quarantine = staying;
             while let Some(q) = going.pop() {
-                match fs::remove_file(&q.path) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        self.quarantine.extend(going.into_iter().chain([q.clone()]));
-                        return Err(LogError::io("removing", &q.path, e));
-                    }
-                    _ => {}
+                if let Err(e) = remove_if_present(&q.path) {
+                    self.quarantine.extend(going.into_iter().chain([q.clone()]));
+                    return Err(LogError::io("removing", &q.path, e));
                 }
                 self.sealed_bytes = self.sealed_bytes.saturating_sub(q.length);
                 self.stats.bytes_dropped += q.length;
             }
-            match fs::remove_file(&oldest.path) {
-                // Already gone (removed by hand): it no longer takes any room.
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(LogError::io("removing", &oldest.path, e));
-                }
-                _ => {}
-            }
+            // Already gone (removed by hand): it no longer takes any room.
+            remove_if_present(&oldest.path)
+                .map_err(|e| LogError::io("removing", &oldest.path, e))?;
             self.sealed.pop_front();
             self.sealed_bytes = self.sealed_bytes.saturating_sub(oldest.bytes);
             self.stats.segments_dropped += 1;
@@ -670,15 +663,20 @@ fn create_segment(
         Ok(()) => Ok((file, path)),
         Err(error) => {
             drop(file);
-            let left_behind = match fs::remove_file(&path) {
-                Ok(()) => {
-                    let _ = sync_dir(dir);
-                    false
-                }
-                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
-            };
+            let left_behind = remove_if_present(&path).is_err();
+            if !left_behind {
+                let _ = sync_dir(dir);
+            }
             Err(CreateFailure { error, left_behind })
         }
+    }
+}
+
+/// Removes the file at `path`; one that is already gone counts as removed.
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
