@@ -438,6 +438,26 @@ fn a_second_writer_is_refused_while_the_first_appends() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A lock held for a moment by something that is not a writer (a child process that a
+/// thread of this process is starting holds a copy of the folder's handle, and so of its
+/// lock, between its fork and its exec; CI once refused a writer that way) is waited for,
+/// not taken for a second writer.
+#[test]
+fn a_lock_held_for_a_moment_is_waited_for() {
+    let dir = tmp("lock-for-a-moment");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..3);
+    let other = std::fs::File::open(&dir).unwrap();
+    other.try_lock().unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(other);
+    });
+    write(config(&dir, SyncPolicy::EveryRecord), 3..5);
+    release.join().unwrap();
+    assert_eq!(read_checked(&dir), (5, vec![]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A segment whose intact header names a newer format (software downgraded under a log)
 /// is refused by reader and writer alike, and left as it is: its records are not the
 /// damage they would look like to this software, so nothing is cut, removed or skipped.

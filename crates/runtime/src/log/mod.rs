@@ -44,7 +44,9 @@
 //!
 //! One writer per directory: a writer holds an advisory lock (`flock`) on the directory
 //! itself while it lives (on a `.writer.lock` file in it where the file system cannot lock
-//! a directory, as NFS), and a second one is refused ([`LogError::InUse`]), since its
+//! a directory, as NFS), and a second one is refused ([`LogError::InUse`]) once it has
+//! waited a second for the lock (a child process being started holds a copy of it for a
+//! moment, between its fork and its exec), since its
 //! recovery of "the newest segment" would cut or remove the segment the first is appending
 //! to. Only where neither can be locked does a writer go on unlocked, with a warning.
 //! Readers take no lock.

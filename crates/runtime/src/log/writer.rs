@@ -259,7 +259,7 @@ pub struct LogWriter {
 /// where that fails too does the writer go on unlocked, with a warning.
 fn lock_for_writing(dir: &Path) -> Result<File, LogError> {
     let folder = File::open(dir).map_err(|e| LogError::io("opening", dir, e))?;
-    let folder_error = match folder.try_lock() {
+    let folder_error = match try_lock_awhile(&folder) {
         Ok(()) => return Ok(folder),
         Err(fs::TryLockError::WouldBlock) => return Err(LogError::InUse(dir.to_path_buf())),
         Err(fs::TryLockError::Error(e)) => e,
@@ -271,7 +271,7 @@ fn lock_for_writing(dir: &Path) -> Result<File, LogError> {
         .write(true)
         .open(&path)
         .map_err(|e| LogError::io("opening the writer lock", &path, e))?;
-    match file.try_lock() {
+    match try_lock_awhile(&file) {
         Ok(()) => Ok(file),
         Err(fs::TryLockError::WouldBlock) => Err(LogError::InUse(dir.to_path_buf())),
         Err(fs::TryLockError::Error(e)) => {
@@ -280,6 +280,26 @@ fn lock_for_writing(dir: &Path) -> Result<File, LogError> {
                 "transition log: the folder cannot be locked here; a second writer on it would not be refused"
             );
             Ok(file)
+        }
+    }
+}
+
+/// How long [`try_lock_awhile`] waits for a lock that is held before it gives up.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// Tries to lock `file`, and keeps trying for [`LOCK_WAIT`] while the lock is held. A
+/// lock can be held for a moment by nobody that writes: a child process that this process
+/// (any thread of it) is starting holds a copy of every open handle between its fork and
+/// its exec, and the lock lives until the last copy is closed. A writer that was just
+/// dropped would otherwise refuse its successor as [`LogError::InUse`].
+fn try_lock_awhile(file: &File) -> Result<(), fs::TryLockError> {
+    let start = Instant::now();
+    loop {
+        match file.try_lock() {
+            Err(fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
         }
     }
 }
