@@ -3,7 +3,9 @@
 //!
 //! Call [`Controller::poll`] often (every 10–100 ms). Each poll:
 //!
-//! 1. reads the clock and samples every loop detector;
+//! 1. reads the clock, samples every loop detector and checks the next
+//!    [`SCRUB_BYTES_PER_POLL`] bytes of the running policy's blob against its CRC-32 (a
+//!    blob found damaged is dropped for the fallback: [`FallbackReason::DamagedWhileRunning`]);
 //! 2. in flash, drives the red flash and stops there;
 //! 3. advances the sequencer by the elapsed time, *stopping at the next interval boundary*:
 //!    a new interval therefore always starts at a poll instant, so no interval is ever shown
@@ -20,6 +22,7 @@ use embedded_io::Write;
 use greenwave_core::control::{
     max_out_cycle, phases_with_calls, MaxRed, ProgramClock, ProgramClockError,
 };
+use greenwave_core::mlp::BlobScrub;
 use greenwave_core::plan::MAX_PHASES;
 use greenwave_core::sequencer::SequencerError;
 use greenwave_core::{
@@ -47,6 +50,12 @@ pub const DEFAULT_RING_BYTES: usize = 3584;
 /// The reward logged with each transition: the queue estimate is what loop detectors
 /// measure (waiting times are not observable in the field).
 pub const FIELD_REWARD: RewardKind = RewardKind::Queue;
+
+/// Bytes of the policy blob each poll checks again (about 5,100 instructions of CRC-32 a
+/// poll in the QEMU replay of the MPS2 image, firmware/README.md "Sizes"): the 26 kB f32
+/// blob of the single-4way cabinet is read whole every 52 polls, every 0.5–5 s at a
+/// 10–100 ms poll.
+pub const SCRUB_BYTES_PER_POLL: usize = 512;
 
 /// Most lanes an observation within [`OBS_CAPACITY`] can have (`2·lanes + phases + 3`
 /// floats, at least one phase).
@@ -188,6 +197,8 @@ pub struct Controller<
     /// The blob as given, kept so that a layout change can check it again.
     blob: Option<&'b [u8]>,
     policy: Result<Policy<'b>, FallbackReason>,
+    /// The accepted blob's CRC-32 checked again while it runs, [`SCRUB_BYTES_PER_POLL`] a poll.
+    scrub: BlobScrub,
     /// The junction's program as a clock, when the observation reads one (borrowed like
     /// the blob: the configuration lives in flash or a static, not in the controller).
     program_clock: Option<&'b ProgramClock>,
@@ -281,6 +292,7 @@ where
             layout,
             blob,
             policy,
+            scrub: BlobScrub::default(),
             program_clock: None,
             fixed,
             actuated: None,
@@ -356,6 +368,7 @@ where
         }
         let hash = self.seq.plan().hash();
         self.policy = Policy::load(self.blob, hash, layout);
+        self.scrub = BlobScrub::default();
         self.layout = layout;
         self.program_clock = Some(clock);
         Ok(())
@@ -396,6 +409,7 @@ where
         for lane in &mut self.lanes {
             lane.sample(now, &self.board);
         }
+        self.scrub_policy();
         let mut decision = None;
         match self.mode {
             Mode::Flash => {
@@ -438,6 +452,19 @@ where
         }
         self.display(now, &want);
         self.report(now, decision)
+    }
+
+    /// Checks the next piece of the running policy's blob against its CRC-32 (a bit can flip
+    /// in flash after the load checked it); a blob found damaged is not run again (until a
+    /// load checks it whole again): the fallback takes over as from a blob refused at
+    /// load, its requests going through the sequencer's clearances like any other.
+    fn scrub_policy(&mut self) {
+        let (Ok(_), Some(bytes)) = (&self.policy, self.blob) else {
+            return;
+        };
+        if let Err(e) = self.scrub.step(bytes, SCRUB_BYTES_PER_POLL) {
+            self.policy = Err(FallbackReason::DamagedWhileRunning(e));
+        }
     }
 
     fn report(&self, now: u64, decision: Option<Decision>) -> PollReport {
@@ -735,6 +762,14 @@ where
     /// Current mode.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Stands for the flash under the running policy's blob changing to `bytes` (a bit
+    /// flipped): the blob check reads `bytes` from now on, the policy goes on running the
+    /// blob it parsed until the check finds the damage. Tests only (`fault-injection`).
+    #[cfg(feature = "fault-injection")]
+    pub fn damage_flash_under_policy(&mut self, bytes: &'b [u8]) {
+        self.blob = Some(bytes);
     }
 
     /// The latched monitor fault, if any.

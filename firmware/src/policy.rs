@@ -19,6 +19,10 @@ pub enum FallbackReason {
     /// The blob does not parse or validate.
     #[error("policy blob refused: {0}")]
     Corrupt(BlobError),
+    /// The blob was accepted, then found damaged while running (its CRC-32 checked again a
+    /// piece at a time: a bit flipped in flash after the load).
+    #[error("policy blob damaged since it was loaded: {0}")]
+    DamagedWhileRunning(BlobError),
     /// The blob was trained for another phase plan.
     #[error("policy blob is for plan {blob_plan_hash:#018x}, this controller runs plan {plan_hash:#018x}")]
     PlanMismatch {

@@ -9,6 +9,7 @@ use greenwave_core::mlp::{masked_argmax, BlobError, MlpBlob};
 use greenwave_core::{
     ActionSource, Millis, MovementId, ObsLayout, PhaseMask, PhasePlan, PhaseTiming,
 };
+use greenwave_firmware::controller::SCRUB_BYTES_PER_POLL;
 use greenwave_firmware::policy::MAX_LAYER_WIDTH;
 use greenwave_firmware::{FallbackReason, Lamps, Mode};
 
@@ -340,6 +341,77 @@ fn untrusted_blobs_fall_back_to_fixed_time() {
         msg,
         "policy blob is for plan 0x0000000000000001, this controller runs plan 0x0000000000000002"
     );
+}
+
+/// A bit that flips in flash while the policy runs is found by the blob check within two
+/// passes over the blob (`SCRUB_BYTES_PER_POLL` bytes a poll), and the fallback takes over
+/// through full clearances; until then, and on a sound blob for ten minutes before it
+/// (hundreds of passes), the policy runs.
+#[test]
+fn a_blob_damaged_while_running_is_dropped_for_the_fallback() {
+    let good = policy_blob(false);
+    let mut flipped = good.clone();
+    flipped[good.len() / 3] ^= 0x10;
+    let stored = u32::from_le_bytes(good[good.len() - 4..].try_into().unwrap());
+    let computed = greenwave_firmware::frames::crc32(&flipped[..flipped.len() - 4]);
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, Some(&good));
+    let mut traffic = Traffic::new(12, 0.08, 3);
+    let mut run = Run::default();
+    let poll_ms = 10;
+    run_for(
+        &mut ctl,
+        &field,
+        Some(&mut traffic),
+        600_000,
+        &mut || poll_ms,
+        &mut run,
+    );
+    assert_eq!(ctl.policy_status(), Ok(1), "a sound blob is never dropped");
+    let sound = run.transitions().len();
+    assert!(run
+        .transitions()
+        .iter()
+        .all(|t| t.source != ActionSource::Fallback));
+    ctl.damage_flash_under_policy(&flipped);
+    let passes_ms = 2 * (good.len() - 4).div_ceil(SCRUB_BYTES_PER_POLL) as u32 * poll_ms;
+    run_for(
+        &mut ctl,
+        &field,
+        Some(&mut traffic),
+        passes_ms,
+        &mut || poll_ms,
+        &mut run,
+    );
+    assert_eq!(
+        ctl.policy_status(),
+        Err(FallbackReason::DamagedWhileRunning(BlobError::Checksum {
+            stored,
+            computed
+        }))
+    );
+    let damaged = run.transitions().len();
+    run_for(
+        &mut ctl,
+        &field,
+        Some(&mut traffic),
+        300_000,
+        &mut || poll_ms,
+        &mut run,
+    );
+    let ts = run.transitions();
+    assert!(
+        ts.len() > damaged + 50,
+        "{} decisions after",
+        ts.len() - damaged
+    );
+    // The record open when the damage was found may be the policy's; none after it.
+    assert!(ts[damaged + 1..]
+        .iter()
+        .all(|t| t.source == ActionSource::Fallback));
+    assert!(ts[..sound].iter().all(|t| t.policy_version == 1));
+    assert!(check_timeline(&plan(), &run.timeline, poll_ms) >= 8);
+    assert_eq!(ctl.fault(), None);
 }
 
 /// Static RAM: the controller with zero-sized pins (as most MCU HAL pin types are) and its

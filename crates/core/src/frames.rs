@@ -78,6 +78,35 @@ pub fn crc32(data: &[u8]) -> u32 {
     !crc32_update(!0, data)
 }
 
+/// [`crc32`] computed a piece at a time: `Crc32::new()`, [`update`](Self::update) with each
+/// piece in order, then [`finish`](Self::finish) gives what `crc32` gives for the pieces
+/// joined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crc32(u32);
+
+impl Crc32 {
+    /// Nothing read yet.
+    pub const fn new() -> Self {
+        Crc32(!0)
+    }
+
+    /// Reads the next piece.
+    pub fn update(&mut self, data: &[u8]) {
+        self.0 = crc32_update(self.0, data);
+    }
+
+    /// The CRC-32 of everything read.
+    pub fn finish(self) -> u32 {
+        !self.0
+    }
+}
+
+impl Default for Crc32 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A postcard flavor that appends the CRC-32 of everything serialised, little-endian.
 struct Crc32Append<F> {
     inner: F,
@@ -229,6 +258,25 @@ mod tests {
     fn crc32_is_the_ieee_check_value() {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
         assert_eq!(crc32(b""), 0);
+    }
+
+    proptest::proptest! {
+        /// Read in any pieces, the CRC is the CRC of the whole.
+        #[test]
+        fn crc32_in_pieces_is_crc32_of_the_whole(
+            data in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            cuts in proptest::collection::vec(0usize..300, 0..6),
+        ) {
+            let mut cuts: std::vec::Vec<usize> = cuts.into_iter().map(|c| c.min(data.len())).collect();
+            cuts.sort_unstable();
+            let mut crc = Crc32::new();
+            let mut from = 0;
+            for c in cuts.into_iter().chain([data.len()]) {
+                crc.update(&data[from..c]);
+                from = c;
+            }
+            proptest::prop_assert_eq!(crc.finish(), crc32(&data));
+        }
     }
 
     /// The longest record of a capacity fits its bound, on either side of the capacity

@@ -135,6 +135,25 @@ pub fn bundle(data: &[u8]) {
             .map_or(Err(BlobError::Decode), MlpBlob::parse),
         MlpBlob::parse_any_version(rest),
     ];
+    // The check while running agrees with the load's: a whole pass is sound exactly where
+    // the CRC-32 matches.
+    for bytes in [Some(rest), resealed.as_deref()].into_iter().flatten() {
+        let sound = (bytes.len().checked_sub(4))
+            .map(|n| greenwave_core::frames::crc32(&bytes[..n]).to_le_bytes() == bytes[n..]);
+        let mut scrub = greenwave_core::mlp::BlobScrub::default();
+        let pass = loop {
+            match scrub.step(bytes, 97) {
+                Ok(false) => continue,
+                Ok(true) => break Some(true),
+                Err(BlobError::Checksum { .. }) => break Some(false),
+                Err(_) => break None,
+            }
+        };
+        assert_eq!(
+            pass, sound,
+            "the blob check while running disagrees with the CRC-32"
+        );
+    }
     for blob in parsed.into_iter().flatten() {
         // A blob that validates can be run: the forward pass must not index out of bounds.
         let obs = vec![0.5f32; blob.obs_layout.dim()];
