@@ -160,7 +160,7 @@ fn run_whole_field(dirs: &[PathBuf], trusted: &[bundle::VerifyingKey], field: &S
         specs,
         Ok(policy),
         fallback,
-        ControllerConfig::new(interval),
+        ControllerConfig::for_simulated_time(interval),
         None,
     )
     .unwrap();

@@ -837,7 +837,7 @@ fn the_controller_writes_a_sumo_fields_program_clock_itself() {
             explorer: Explorer::greedy(),
         }),
         Fallback::equal_split(&plans, interval),
-        ControllerConfig::new(interval),
+        ControllerConfig::for_simulated_time(interval),
         None,
     )
     .unwrap();

@@ -616,7 +616,7 @@ mod sim_tests {
         let (policy, from, failed) = load_first(&dirs, &mut load);
         f.started(from.as_deref(), &failed);
         let fallback = Fallback::for_scenario(&scenario, FallbackKind::FixedTime);
-        let cfg = ControllerConfig::new(field.decision_interval());
+        let cfg = ControllerConfig::for_simulated_time(field.decision_interval());
         let policy = policy.map_err(|e| e.to_string());
         let c = Controller::new(specs, policy, fallback, cfg, None).unwrap();
         Run { c, field, f, load }

@@ -22,6 +22,10 @@ use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, Fall
 use greenwave_runtime::inference::{load_backend, BackendKind, Explorer};
 use greenwave_runtime::log::{read_all, LogConfig, LogRecord, LogWriter, SyncPolicy};
 
+/// No inference budget to speak of, for runs whose actions are compared: a slow inference
+/// on a busy host must not send the policy to its fallback and change them.
+const NO_BUDGET: [&str; 2] = ["--inference-budget-ms", "60000"];
+
 fn controller_bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_greenwave-controller"))
 }
@@ -65,7 +69,7 @@ fn sign_run_an_hour_and_read_the_log_back() {
         specs,
         Ok(policy),
         Fallback::for_scenario(&scenario, FallbackKind::FixedTime),
-        ControllerConfig::new(interval),
+        ControllerConfig::for_simulated_time(interval),
         Some(log),
     )
     .unwrap();
@@ -386,6 +390,8 @@ fn a_site_configuration_runs_on_recorded_readings_like_the_simulator() {
         "--json",
         "--seconds",
         "600",
+        NO_BUDGET[0],
+        NO_BUDGET[1],
     ];
     let live = run_json(
         &[
@@ -528,6 +534,9 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     let mut specs = sim.signal_specs();
     let detected = specs[0].layout.n_lanes as usize;
     let layout = ObsLayout::for_signal(detected, specs[0].plan.n_phases(), true).unwrap();
+    // Signed first: the program is put in mid-cycle as late as it can be, so that a slow
+    // machine's key generation and signing do not move "now" out of the middle third.
+    let keys = sign_clocked_policy(&dir, layout, &specs[0].plan, sim.decision_interval());
     let on_unix = program_in_mid_cycle(unix_ms());
     specs[0].program_clock = Some(on_unix.clone());
     specs[0].layout = layout;
@@ -540,7 +549,6 @@ fn a_unix_time_program_clock_follows_the_system_clock() {
     site.program_clock_time = ClockTime::Unix;
     let site_file = dir.join("site.toml");
     std::fs::write(&site_file, site.to_toml().unwrap()).unwrap();
-    let keys = sign_clocked_policy(&dir, layout, &specs[0].plan, sim.decision_interval());
 
     // 300 s on `site`, the field and log given by `rest`.
     let bundle_dir = dir.join("bundle");
@@ -731,10 +739,11 @@ fn sigterm_stops_a_run_with_its_log_committed_and_its_recording_whole() {
         fx.keys.public.to_str().unwrap(),
     );
     let common = ["run", "--bundle", bundle, "--trust", key, "--json", "-q"];
+    let common = [&common[..], &NO_BUDGET].concat();
     // A realtime run, under way (its recording has the first decision point's line).
     let start = |record: &str, log: &str| {
         let child = controller_bin()
-            .args(common)
+            .args(&common)
             .args([
                 "--scenario",
                 "single-4way",
@@ -762,10 +771,15 @@ fn sigterm_stops_a_run_with_its_log_committed_and_its_recording_whole() {
         assert!(kill.success());
     };
     // A second signal mid-interval ends the process at once, as a death by SIGTERM reads.
-    let twice = start("r2.jsonl", "live2");
+    let mut twice = start("r2.jsonl", "live2");
     sigterm(&twice);
     std::thread::sleep(std::time::Duration::from_millis(200));
-    sigterm(&twice);
+    // Standard signals do not queue: a process that got no time since the first would
+    // take two as one. Send again until it has ended.
+    while twice.try_wait().unwrap().is_none() {
+        sigterm(&twice);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let out = twice.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(128 + 15), "{:?}", out.status);
     assert!(out.stdout.is_empty(), "no report");

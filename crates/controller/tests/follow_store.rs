@@ -57,6 +57,9 @@ fn run(s: &Site, seconds: u32, tag: &str) -> Value {
             &p(&s.keyed.dir.join(format!("log-{tag}"))),
             "--seconds",
             &seconds.to_string(),
+            // Simulated time: a slow inference on a busy host must not change the run.
+            "--inference-budget-ms",
+            "60000",
             "--json",
             "--quiet",
         ])

@@ -152,13 +152,8 @@ pub fn run_on<E: Env>(
     };
     let plans: Vec<&PhasePlan> = specs.iter().map(|s| &s.plan).collect();
     let fallback = fallback(&plans, interval);
-    let mut c = Controller::new(
-        specs.clone(),
-        Ok(policy),
-        fallback,
-        ControllerConfig::new(interval),
-        log,
-    )?;
+    let cfg = ControllerConfig::for_simulated_time(interval);
+    let mut c = Controller::new(specs.clone(), Ok(policy), fallback, cfg, log)?;
     let stats = c.run(&mut field, f64::from(run.seconds), |_| {})?;
     c.close_log()?;
     if stats.log_errors > 0 {

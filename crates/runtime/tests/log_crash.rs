@@ -447,7 +447,7 @@ fn a_lock_held_for_a_moment_is_waited_for() {
     let dir = tmp("lock-for-a-moment");
     write(config(&dir, SyncPolicy::EveryRecord), 0..3);
     let other = std::fs::File::open(&dir).unwrap();
-    other.try_lock().unwrap();
+    other.lock().unwrap(); // blocking: a child being started may still hold the last writer's
     let release = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(200));
         drop(other);

@@ -19,7 +19,7 @@ fn run(max_red: Millis) -> (u64, u64) {
     let mut field = SimField::new(EmbeddedEnv::from_scenario(&scenario, 4));
     let specs = field.signal_specs();
     let layout: ObsLayout = specs[0].layout;
-    let mut cfg = ControllerConfig::new(field.decision_interval());
+    let mut cfg = ControllerConfig::for_simulated_time(field.decision_interval());
     cfg.max_red = Some(max_red);
     let mut c = Controller::new(
         specs,

@@ -54,7 +54,7 @@ fn the_controller_writes_the_clock_lanes_from_its_own_time() {
             explorer: Explorer::greedy(),
         }),
         Fallback::for_scenario(&scenario, FallbackKind::FixedTime),
-        ControllerConfig::new(field.inner.decision_interval()),
+        ControllerConfig::for_simulated_time(field.inner.decision_interval()),
         None,
     )
     .unwrap();

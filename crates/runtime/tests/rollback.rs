@@ -39,7 +39,7 @@ fn steady(
     let field = SimField::new(EmbeddedEnv::from_scenario(&scenario, 11));
     let specs = field.signal_specs();
     let sig = specs[0].layout;
-    let cfg = ControllerConfig::new(field.decision_interval());
+    let cfg = ControllerConfig::for_simulated_time(field.decision_interval());
     assert!(cfg.rollback.enabled, "on by default");
     let window = cfg.rollback.window.0 as u64;
     let c = Controller::new(

@@ -139,6 +139,17 @@ impl ControllerConfig {
             max_red: None,
         }
     }
+
+    /// As [`new`](Self::new), for a run on simulated time (an evaluation, a test): no
+    /// inference budget. How long an inference takes on the host's wall clock says nothing
+    /// about a cabinet's deadline there, and a host busy with other work must not send the
+    /// policy to its fallback and so change the run's figures.
+    pub fn for_simulated_time(decision_interval: Millis) -> Self {
+        ControllerConfig {
+            inference_budget: Duration::MAX,
+            ..Self::new(decision_interval)
+        }
+    }
 }
 
 /// A loaded policy, ready to act.
@@ -295,6 +306,8 @@ pub struct Controller {
     /// [`Controller::request_stop`] was called: `run_with` ends after the interval.
     stop_requested: bool,
     started: Instant,
+    /// Slip not yet counted in whole milliseconds in `stats.realtime_slip_ms`.
+    slip_uncounted: Duration,
 }
 
 impl std::fmt::Debug for Controller {
@@ -359,6 +372,7 @@ impl Controller {
             ended: false,
             stop_requested: false,
             started: Instant::now(),
+            slip_uncounted: Duration::ZERO,
             watch: rollback::RegressionWatch::new(cfg.rollback.clone()),
             previous: None,
             cfg,
@@ -856,21 +870,22 @@ impl Controller {
         Ok(())
     }
 
-    /// Waits until controller time `at_ms` is due on the wall clock. Past due (the work
-    /// between two stretches ran over), the schedule moves back by the lateness instead:
-    /// a stretch shown late then still lasts its whole length (a yellow that began late
-    /// is not cut by the next stretch's earlier due time), and the slip is counted.
+    /// Waits until controller time `at_ms` is due on the wall clock. Returning past due
+    /// (the work between two stretches ran over, or the sleep overslept, as it does by up
+    /// to milliseconds on a loaded machine), the schedule moves back by the lateness: a
+    /// stretch shown late then still lasts its whole length (a yellow that began late is
+    /// not cut by the next stretch's earlier due time), and the slip is counted.
     fn wait_until(&mut self, at_ms: u64) {
         let due = self.started + Duration::from_millis(at_ms);
-        let now = Instant::now();
-        match due.checked_duration_since(now) {
-            Some(wait) => std::thread::sleep(wait),
-            None => {
-                let late = now - due;
-                self.started += late;
-                self.stats.realtime_slip_ms += late.as_millis() as u64;
-            }
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
         }
+        let late = Instant::now().saturating_duration_since(due);
+        self.started += late;
+        self.slip_uncounted += late;
+        let whole_ms = self.slip_uncounted.as_millis() as u64;
+        self.stats.realtime_slip_ms += whole_ms;
+        self.slip_uncounted -= Duration::from_millis(whole_ms);
     }
 
     fn check_readback(&self, field: &(impl Field + ?Sized)) -> Result<(), ControllerError> {

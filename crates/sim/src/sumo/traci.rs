@@ -968,8 +968,11 @@ mod tests {
         assert!(err.to_string().contains("nested deeper"), "{err}");
     }
 
-    /// A fake server that answers the first message with `answer` (or never, if `None`).
+    /// A fake server that answers the first message with `answer` (or never, if `None`:
+    /// it then waits for the client to close). The client waits 200 ms for a reply where
+    /// none comes, 5 s where one does (a loaded machine may be slow to send it).
     fn fake_sumo(answer: Option<Vec<u8>>) -> (Traci, std::thread::JoinHandle<()>) {
+        let timeout = Duration::from_millis(if answer.is_some() { 5000 } else { 200 });
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
@@ -981,14 +984,13 @@ mod tests {
             s.read_exact(&mut rest).unwrap();
             match answer {
                 Some(a) => s.write_all(&a).unwrap(),
-                None => std::thread::sleep(Duration::from_millis(600)),
+                None => {
+                    let _ = s.read(&mut [0u8; 1]);
+                }
             }
         });
         let stream = TcpStream::connect(addr).unwrap();
-        (
-            Traci::new(stream, Duration::from_millis(200)).unwrap(),
-            server,
-        )
+        (Traci::new(stream, timeout).unwrap(), server)
     }
 
     #[test]
@@ -998,6 +1000,7 @@ mod tests {
         m.simulation_step(5.0);
         let err = t.call(&m).unwrap_err();
         assert!(matches!(err, TraciError::Timeout { .. }), "{err}");
+        drop(t);
         server.join().unwrap();
     }
 
