@@ -345,8 +345,8 @@ fn untrusted_blobs_fall_back_to_fixed_time() {
 
 /// A bit that flips in flash while the policy runs is found by the blob check within two
 /// passes over the blob (`SCRUB_BYTES_PER_POLL` bytes a poll), and the fallback takes over
-/// through full clearances; until then, and on a sound blob for ten minutes before it
-/// (hundreds of passes), the policy runs.
+/// through full clearances; on a sound blob, for ten minutes before it (hundreds of
+/// passes), the policy runs throughout.
 #[test]
 fn a_blob_damaged_while_running_is_dropped_for_the_fallback() {
     let good = policy_blob(false);
