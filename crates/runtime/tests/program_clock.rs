@@ -6,26 +6,10 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
+use common::Recorder;
 use greenwave_core::{ClockStage, Millis, ProgramClock};
 use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, FallbackKind, Policy};
-use greenwave_runtime::inference::{Explorer, InferenceError, PolicyBackend};
-
-/// Asks for phase 0 and keeps every observation it is shown.
-struct Recorder {
-    seen: Arc<Mutex<Vec<Vec<f32>>>>,
-}
-
-impl PolicyBackend for Recorder {
-    fn name(&self) -> &'static str {
-        "recorder"
-    }
-
-    fn infer(&mut self, obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError> {
-        self.seen.lock().unwrap().push(obs.to_vec());
-        logits.fill(0.0);
-        Ok(0.0)
-    }
-}
+use greenwave_runtime::inference::Explorer;
 
 #[test]
 fn the_controller_writes_the_clock_lanes_from_its_own_time() {

@@ -5,11 +5,12 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{fixture, TestField};
+use common::{fixture, Recorder, TestField};
 use greenwave_core::sequencer::Segment;
-use greenwave_core::{Interval, LaneReading, Millis, RewardKind};
+use greenwave_core::{ClockStage, Interval, LaneReading, Millis, ProgramClock, RewardKind};
 use greenwave_runtime::controller::{
     Controller, ControllerConfig, DetectorError, DetectorSource, Fallback, FallbackKind, Policy,
     SignalSink, SinkError,
@@ -118,4 +119,78 @@ fn a_stretch_shown_late_still_lasts_its_whole_length() {
         );
     }
     assert!(stats.realtime_slip_ms >= 60, "{stats:?}");
+}
+
+/// Program clocks on the wall clock's time (a site on Unix time) keep it while the
+/// controller's time falls behind by the slip: the field's 60 ms step after the first
+/// interval puts the second decision, due at the controller's 5 s, at 5.06 s or later on
+/// the wall clock, where a program that changes phase at 5.03 s has changed.
+#[test]
+fn program_clocks_on_wall_time_keep_the_wall_clock() {
+    let scenario = greenwave_sim::load("single-4way").unwrap();
+    let inner = TestField::new(&scenario, 3);
+    let mut specs = inner.inner.signal_specs();
+    let interval = inner.inner.decision_interval();
+    let detected = specs[0].layout.n_lanes as usize;
+    let p = specs[0].plan.n_phases();
+    let change = u64::from(interval.0) + 30;
+    let stages: Vec<ClockStage> = (0..p)
+        .map(|k| ClockStage {
+            phase: k as u8,
+            duration: if k == 0 {
+                Millis(change as u32)
+            } else {
+                Millis::from_secs(20)
+            },
+        })
+        .collect();
+    let clock = ProgramClock::new(&stages, 0).unwrap();
+    specs[0].program_clock = Some(clock.clone());
+    specs[0].layout.n_lanes += p as u16;
+    let mut field = SlowField {
+        inner,
+        lag: Duration::from_millis(60),
+        shown: Vec::new(),
+    };
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut cfg = ControllerConfig::new(interval);
+    cfg.realtime = true;
+    cfg.program_clocks_on_wall_time = true;
+    cfg.inference_budget = Duration::from_secs(60);
+    let fallback = Fallback::for_scenario(&scenario, FallbackKind::FixedTime);
+    let policy = Policy {
+        backend: Box::new(Recorder { seen: seen.clone() }),
+        version: 1,
+        explorer: Explorer::greedy(),
+    };
+    let mut c = Controller::new(specs, Ok(policy), fallback, cfg, None).unwrap();
+    // After the controller's time 0: the wall time since it is at least the time since this.
+    let made = Instant::now();
+    let mut bounds = Vec::new();
+    for _ in 0..2 {
+        let t = c.now_ms();
+        let before = made.elapsed().as_millis() as u64;
+        assert!(c.step(&mut field).unwrap());
+        bounds.push((t, before));
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    let (t, wall_at_least) = bounds[1];
+    assert_eq!(
+        t,
+        u64::from(interval.0),
+        "the second decision, on the controller's time"
+    );
+    // The field's lag put the wall clock past the change; nothing here takes 20 s more.
+    assert!(wall_at_least >= change, "{wall_at_least} ms");
+    assert_eq!(
+        clock.phase_at(t).0,
+        0,
+        "the controller's time is before the change"
+    );
+    assert_eq!(clock.phase_at(wall_at_least).0, 1);
+    let lanes = detected + p;
+    let on: Vec<f32> = seen[1][detected..lanes].to_vec();
+    assert_eq!(on.iter().position(|&d| d == 1.0), Some(1), "{on:?}");
+    assert_eq!(seen[0][detected..lanes][0], 1.0, "phase 0 at the start");
 }

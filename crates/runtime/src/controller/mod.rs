@@ -118,6 +118,12 @@ pub struct ControllerConfig {
     /// Pace decisions and displays by the wall clock instead of running as fast as the
     /// source allows.
     pub realtime: bool,
+    /// With `realtime`: the signals' program clocks keep the wall clock's time (a site
+    /// whose programs run on Unix time, so that cabinets stay in step), not the
+    /// controller's, which falls behind it by the slip (`ControllerStats::realtime_slip_ms`)
+    /// and by the work of the step under way: they read the time since the controller
+    /// started on the wall clock.
+    pub program_clocks_on_wall_time: bool,
     /// The automatic rollback of a switched-in policy on a live KPI regression.
     pub rollback: RollbackConfig,
     /// Longest a phase with a detector call is kept from green while the policy acts
@@ -135,6 +141,7 @@ impl ControllerConfig {
             inference_budget: Duration::from_millis(20),
             healthy_period: Millis::from_secs(60),
             realtime: false,
+            program_clocks_on_wall_time: false,
             rollback: RollbackConfig::default(),
             max_red: None,
         }
@@ -306,6 +313,8 @@ pub struct Controller {
     /// [`Controller::request_stop`] was called: `run_with` ends after the interval.
     stop_requested: bool,
     started: Instant,
+    /// When the controller's time 0 was on the wall clock (`started` before any slip).
+    wall_origin: Instant,
     /// Slip not yet counted in whole milliseconds in `stats.realtime_slip_ms`.
     slip_uncounted: Duration,
 }
@@ -372,6 +381,7 @@ impl Controller {
             ended: false,
             stop_requested: false,
             started: Instant::now(),
+            wall_origin: Instant::now(),
             slip_uncounted: Duration::ZERO,
             watch: rollback::RegressionWatch::new(cfg.rollback.clone()),
             previous: None,
@@ -525,12 +535,23 @@ impl Controller {
         self.stats.rollback_events.push(event);
     }
 
+    /// The time signal `i`'s program clock reads: the wall clock's since the start where
+    /// the program clocks keep it ([`ControllerConfig::program_clocks_on_wall_time`]), else
+    /// the controller's.
+    fn program_clock_ms(&self, i: usize) -> u64 {
+        match self.cfg.realtime && self.cfg.program_clocks_on_wall_time {
+            true => self.wall_origin.elapsed().as_millis() as u64,
+            false => self.seqs[i].now_ms(),
+        }
+    }
+
     /// Reads signal `i`'s detectors and builds its observation into `self.obs[i]`.
     fn observe(&mut self, i: usize, field: &mut (impl Field + ?Sized)) -> Result<(), Fault> {
+        let program_ms = self.program_clock_ms(i);
         let spec = &self.signals[i];
         let (detected, clock) = self.lanes[i].split_at_mut(spec.field_lanes());
         if let Some(program) = &spec.program_clock {
-            program.write_readings(self.seqs[i].now_ms(), clock);
+            program.write_readings(program_ms, clock);
         }
         field.read(i, detected).map_err(|e| match e {
             DetectorError::Source(_) => fault(FaultKind::DetectorSilent, e.to_string()),
@@ -929,6 +950,7 @@ impl Controller {
         mut between: impl FnMut(&mut Self),
     ) -> Result<ControllerStats, ControllerError> {
         self.started = Instant::now();
+        self.wall_origin = self.started;
         let end_ms = (seconds * 1000.0).max(0.0) as u64;
         while !self.stop_requested
             && self.now_ms() < end_ms

@@ -430,3 +430,20 @@ impl PolicyBackend for AlwaysFirstPhase {
         Ok(0.0)
     }
 }
+
+/// Asks for phase 0 and keeps every observation it is shown.
+pub struct Recorder {
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<f32>>>>,
+}
+
+impl PolicyBackend for Recorder {
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+
+    fn infer(&mut self, obs: &[f32], logits: &mut [f32]) -> Result<f32, InferenceError> {
+        self.seen.lock().unwrap().push(obs.to_vec());
+        logits.fill(0.0);
+        Ok(0.0)
+    }
+}
