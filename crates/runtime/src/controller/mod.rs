@@ -535,19 +535,24 @@ impl Controller {
         self.stats.rollback_events.push(event);
     }
 
-    /// The time signal `i`'s program clock reads: the wall clock's since the start where
-    /// the program clocks keep it ([`ControllerConfig::program_clocks_on_wall_time`]), else
-    /// the controller's.
-    fn program_clock_ms(&self, i: usize) -> u64 {
+    /// The time the program clocks read now (once a step, the same for every signal, as in
+    /// training): the wall clock's since the start where they keep it
+    /// ([`ControllerConfig::program_clocks_on_wall_time`]), else the controller's.
+    fn program_clock_ms(&self) -> u64 {
         match self.cfg.realtime && self.cfg.program_clocks_on_wall_time {
             true => self.wall_origin.elapsed().as_millis() as u64,
-            false => self.seqs[i].now_ms(),
+            false => self.now_ms(),
         }
     }
 
-    /// Reads signal `i`'s detectors and builds its observation into `self.obs[i]`.
-    fn observe(&mut self, i: usize, field: &mut (impl Field + ?Sized)) -> Result<(), Fault> {
-        let program_ms = self.program_clock_ms(i);
+    /// Reads signal `i`'s detectors and builds its observation into `self.obs[i]`, its
+    /// program clock (if any) at `program_ms`.
+    fn observe(
+        &mut self,
+        i: usize,
+        program_ms: u64,
+        field: &mut (impl Field + ?Sized),
+    ) -> Result<(), Fault> {
         let spec = &self.signals[i];
         let (detected, clock) = self.lanes[i].split_at_mut(spec.field_lanes());
         if let Some(program) = &spec.program_clock {
@@ -691,8 +696,9 @@ impl Controller {
             return Ok(false);
         }
         let now = self.now_ms();
+        let program_ms = self.program_clock_ms();
         for i in 0..self.signals.len() {
-            self.decide_signal(i, now, field)?;
+            self.decide_signal(i, now, program_ms, field)?;
         }
         let observed: Vec<&[LaneReading]> = self
             .lanes
@@ -719,9 +725,10 @@ impl Controller {
         &mut self,
         i: usize,
         now: u64,
+        program_ms: u64,
         field: &mut (impl Field + ?Sized),
     ) -> Result<(), ControllerError> {
-        let observed = self.observe(i, field);
+        let observed = self.observe(i, program_ms, field);
         self.complete_pending(i, observed.is_ok(), false);
         let decision = match &observed {
             Ok(()) => self.infer(i),
@@ -982,11 +989,12 @@ impl Controller {
         &mut self,
         field: &mut (impl Field + ?Sized),
     ) -> Result<ControllerStats, ControllerError> {
+        let program_ms = self.program_clock_ms();
         for i in 0..self.signals.len() {
             if self.ended {
                 break;
             }
-            let ok = self.observe(i, field).is_ok();
+            let ok = self.observe(i, program_ms, field).is_ok();
             self.complete_pending(i, ok, true);
         }
         if let Some(log) = &mut self.log {
