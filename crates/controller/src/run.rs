@@ -645,9 +645,9 @@ fn drive_field<F: Field>(args: &RunArgs, field: &mut F, setup: Setup, quiet: boo
     } = start_policy(args, &specs, interval)?;
     let log = open_log(args)?;
     let mut cfg = controller_config(args, interval)?;
-    cfg.program_clocks_on_wall_time = clock_time == ClockTime::Unix;
     // Last before the controller starts, so that its time 0 is this Unix time.
     let unix_origin_ms = anchor_program_clocks(args, clock_time, &mut specs)?;
+    cfg.program_clock_unix_origin_ms = unix_origin_ms;
     let loader_specs = specs.clone();
     let mut controller = Controller::new(specs, policy, fallback, cfg, Some(log))?;
 

@@ -121,12 +121,17 @@ fn a_stretch_shown_late_still_lasts_its_whole_length() {
     assert!(stats.realtime_slip_ms >= 60, "{stats:?}");
 }
 
-/// Program clocks on the wall clock's time (a site on Unix time) keep it while the
-/// controller's time falls behind by the slip: the field's 60 ms step after the first
+fn unix_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.unwrap().as_millis() as u64
+}
+
+/// Program clocks on Unix time read the system clock, not the controller's time, which
+/// falls behind it by the slip: the field's 60 ms step after the first
 /// interval puts the second decision, due at the controller's 5 s, at 5.06 s or later on
 /// the wall clock, where a program that changes phase at 5.03 s has changed.
 #[test]
-fn program_clocks_on_wall_time_keep_the_wall_clock() {
+fn program_clocks_on_unix_time_read_the_system_clock() {
     let scenario = greenwave_sim::load("single-4way").unwrap();
     let inner = TestField::new(&scenario, 3);
     let mut specs = inner.inner.signal_specs();
@@ -155,7 +160,6 @@ fn program_clocks_on_wall_time_keep_the_wall_clock() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut cfg = ControllerConfig::new(interval);
     cfg.realtime = true;
-    cfg.program_clocks_on_wall_time = true;
     cfg.inference_budget = Duration::from_secs(60);
     let fallback = Fallback::for_scenario(&scenario, FallbackKind::FixedTime);
     let policy = Policy {
@@ -163,8 +167,11 @@ fn program_clocks_on_wall_time_keep_the_wall_clock() {
         version: 1,
         explorer: Explorer::greedy(),
     };
+    // The program on Unix time from now (the clock's offset is already on it: phase 0
+    // begins at this origin).
+    cfg.program_clock_unix_origin_ms = Some(unix_ms());
     let mut c = Controller::new(specs, Ok(policy), fallback, cfg, None).unwrap();
-    // After the controller's time 0: the wall time since it is at least the time since this.
+    // After the origin: the time since it is at least the time since this.
     let made = Instant::now();
     let mut bounds = Vec::new();
     for _ in 0..2 {

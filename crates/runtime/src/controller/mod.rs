@@ -17,7 +17,7 @@ mod sim_field;
 mod watchdog;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use greenwave_core::control::{max_out_cycle, phases_with_calls, MaxRed};
 use greenwave_core::sequencer::{Segment, SequencerError};
@@ -118,12 +118,13 @@ pub struct ControllerConfig {
     /// Pace decisions and displays by the wall clock instead of running as fast as the
     /// source allows.
     pub realtime: bool,
-    /// With `realtime`: the signals' program clocks keep the wall clock's time (a site
-    /// whose programs run on Unix time, so that cabinets stay in step), not the
-    /// controller's, which falls behind it by the slip (`ControllerStats::realtime_slip_ms`)
-    /// and by the work of the step under way: they read the time since the controller
-    /// started on the wall clock.
-    pub program_clocks_on_wall_time: bool,
+    /// With `realtime`, for a site whose programs run on Unix time (so that cabinets stay in
+    /// step): the Unix time (ms) put at the controller's time 0, its program clocks having
+    /// been put on the controller's time from it. They then read the system clock less
+    /// this origin at each decision, not the controller's time, which falls behind the wall
+    /// clock by the slip (`ControllerStats::realtime_slip_ms`) and by the step's own work,
+    /// and which a clock step (an NTP correction after start-up) does not move.
+    pub program_clock_unix_origin_ms: Option<u64>,
     /// The automatic rollback of a switched-in policy on a live KPI regression.
     pub rollback: RollbackConfig,
     /// Longest a phase with a detector call is kept from green while the policy acts
@@ -141,7 +142,7 @@ impl ControllerConfig {
             inference_budget: Duration::from_millis(20),
             healthy_period: Millis::from_secs(60),
             realtime: false,
-            program_clocks_on_wall_time: false,
+            program_clock_unix_origin_ms: None,
             rollback: RollbackConfig::default(),
             max_red: None,
         }
@@ -313,8 +314,6 @@ pub struct Controller {
     /// [`Controller::request_stop`] was called: `run_with` ends after the interval.
     stop_requested: bool,
     started: Instant,
-    /// When the controller's time 0 was on the wall clock (`started` before any slip).
-    wall_origin: Instant,
     /// Slip not yet counted in whole milliseconds in `stats.realtime_slip_ms`.
     slip_uncounted: Duration,
 }
@@ -381,7 +380,6 @@ impl Controller {
             ended: false,
             stop_requested: false,
             started: Instant::now(),
-            wall_origin: Instant::now(),
             slip_uncounted: Duration::ZERO,
             watch: rollback::RegressionWatch::new(cfg.rollback.clone()),
             previous: None,
@@ -536,12 +534,20 @@ impl Controller {
     }
 
     /// The time the program clocks read now (once a step, the same for every signal, as in
-    /// training): the wall clock's since the start where they keep it
-    /// ([`ControllerConfig::program_clocks_on_wall_time`]), else the controller's.
+    /// training): the system clock's since the origin where they are on Unix time
+    /// ([`ControllerConfig::program_clock_unix_origin_ms`]; 0 while it reads before it),
+    /// else the controller's.
     fn program_clock_ms(&self) -> u64 {
-        match self.cfg.realtime && self.cfg.program_clocks_on_wall_time {
-            true => self.wall_origin.elapsed().as_millis() as u64,
-            false => self.now_ms(),
+        let unix_ms = || {
+            let since = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+            Some(since.as_millis() as u64)
+        };
+        match self.cfg.program_clock_unix_origin_ms {
+            Some(origin) if self.cfg.realtime => match unix_ms() {
+                Some(now) => now.saturating_sub(origin),
+                None => self.now_ms(),
+            },
+            _ => self.now_ms(),
         }
     }
 
@@ -957,7 +963,6 @@ impl Controller {
         mut between: impl FnMut(&mut Self),
     ) -> Result<ControllerStats, ControllerError> {
         self.started = Instant::now();
-        self.wall_origin = self.started;
         let end_ms = (seconds * 1000.0).max(0.0) as u64;
         while !self.stop_requested
             && self.now_ms() < end_ms
