@@ -126,24 +126,29 @@ fn unix_ms() -> u64 {
     since.unwrap().as_millis() as u64
 }
 
-/// Program clocks on Unix time read the system clock, not the controller's time, which
-/// falls behind it by the slip: the field's 60 ms step after the first
-/// interval puts the second decision, due at the controller's 5 s, at 5.06 s or later on
-/// the wall clock, where a program that changes phase at 5.03 s has changed.
-#[test]
-fn program_clocks_on_unix_time_read_the_system_clock() {
+/// A realtime controller on single-4way whose signal reads a program clock (phase 0 for
+/// `first` ms, then 20 s for each other phase) on Unix time from `origin(cycle)`, on a
+/// field whose step takes `lag`; the observations its policy is shown go to the returned
+/// list. Also returns the field, the detector lanes and the clock.
+struct Clocked {
+    c: Controller,
+    field: SlowField,
+    seen: Arc<Mutex<Vec<Vec<f32>>>>,
+    detected: usize,
+    clock: ProgramClock,
+}
+
+fn clocked(first: u32, lag: Duration, origin: impl FnOnce(u64) -> u64) -> Clocked {
     let scenario = greenwave_sim::load("single-4way").unwrap();
     let inner = TestField::new(&scenario, 3);
     let mut specs = inner.inner.signal_specs();
-    let interval = inner.inner.decision_interval();
     let detected = specs[0].layout.n_lanes as usize;
     let p = specs[0].plan.n_phases();
-    let change = u64::from(interval.0) + 30;
     let stages: Vec<ClockStage> = (0..p)
         .map(|k| ClockStage {
             phase: k as u8,
             duration: if k == 0 {
-                Millis(change as u32)
+                Millis(first)
             } else {
                 Millis::from_secs(20)
             },
@@ -152,52 +157,84 @@ fn program_clocks_on_unix_time_read_the_system_clock() {
     let clock = ProgramClock::new(&stages, 0).unwrap();
     specs[0].program_clock = Some(clock.clone());
     specs[0].layout.n_lanes += p as u16;
-    let mut field = SlowField {
-        inner,
-        lag: Duration::from_millis(60),
-        shown: Vec::new(),
-    };
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut cfg = ControllerConfig::new(interval);
+    let mut cfg = ControllerConfig::new(inner.inner.decision_interval());
     cfg.realtime = true;
     cfg.inference_budget = Duration::from_secs(60);
-    let fallback = Fallback::for_scenario(&scenario, FallbackKind::FixedTime);
+    // The clock's offset is already on Unix time: its cycle begins at the origin.
+    cfg.program_clock_unix_origin_ms = Some(origin(u64::from(clock.cycle().0)));
+    let seen = Arc::new(Mutex::new(Vec::new()));
     let policy = Policy {
         backend: Box::new(Recorder { seen: seen.clone() }),
         version: 1,
         explorer: Explorer::greedy(),
     };
-    // The program on Unix time from now (the clock's offset is already on it: phase 0
-    // begins at this origin).
-    cfg.program_clock_unix_origin_ms = Some(unix_ms());
-    let mut c = Controller::new(specs, Ok(policy), fallback, cfg, None).unwrap();
+    let fallback = Fallback::for_scenario(&scenario, FallbackKind::FixedTime);
+    let c = Controller::new(specs, Ok(policy), fallback, cfg, None).unwrap();
+    let field = SlowField {
+        inner,
+        lag,
+        shown: Vec::new(),
+    };
+    Clocked {
+        c,
+        field,
+        seen,
+        detected,
+        clock,
+    }
+}
+
+impl Clocked {
+    /// The phase the program-clock lanes of the `k`th observation show.
+    fn shown_phase(&self, k: usize) -> Option<usize> {
+        let seen = self.seen.lock().unwrap();
+        let p = self.clock.stages().len();
+        let lanes = &seen[k][self.detected..self.detected + p];
+        lanes.iter().position(|&d| d == 1.0)
+    }
+}
+
+/// Program clocks on Unix time read the system clock, not the controller's time, which
+/// falls behind it by the slip: the field's 60 ms step after the first interval puts the
+/// second decision, due at the controller's 5 s, at 5.06 s or later on the wall clock,
+/// where a program that changes phase at 5.03 s has changed.
+#[test]
+fn program_clocks_on_unix_time_read_the_system_clock() {
+    let change = 5030;
+    let mut run = clocked(change, Duration::from_millis(60), |_| unix_ms());
     // After the origin: the time since it is at least the time since this.
     let made = Instant::now();
     let mut bounds = Vec::new();
     for _ in 0..2 {
-        let t = c.now_ms();
+        let t = run.c.now_ms();
         let before = made.elapsed().as_millis() as u64;
-        assert!(c.step(&mut field).unwrap());
+        assert!(run.c.step(&mut run.field).unwrap());
         bounds.push((t, before));
     }
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), 2);
+    assert_eq!(run.seen.lock().unwrap().len(), 2);
     let (t, wall_at_least) = bounds[1];
-    assert_eq!(
-        t,
-        u64::from(interval.0),
-        "the second decision, on the controller's time"
-    );
+    assert_eq!(t, 5000, "the second decision, on the controller's time");
     // The field's lag put the wall clock past the change; nothing here takes 20 s more.
-    assert!(wall_at_least >= change, "{wall_at_least} ms");
+    assert!(wall_at_least >= u64::from(change), "{wall_at_least} ms");
     assert_eq!(
-        clock.phase_at(t).0,
+        run.clock.phase_at(t).0,
         0,
         "the controller's time is before the change"
     );
-    assert_eq!(clock.phase_at(wall_at_least).0, 1);
-    let lanes = detected + p;
-    let on: Vec<f32> = seen[1][detected..lanes].to_vec();
-    assert_eq!(on.iter().position(|&d| d == 1.0), Some(1), "{on:?}");
-    assert_eq!(seen[0][detected..lanes][0], 1.0, "phase 0 at the start");
+    assert_eq!(run.clock.phase_at(wall_at_least).0, 1);
+    assert_eq!(run.shown_phase(1), Some(1));
+    assert_eq!(run.shown_phase(0), Some(0), "phase 0 at the start");
+}
+
+/// A system clock stepped back to before the controller's Unix origin (a cabinet that
+/// started with its clock ahead, then synchronised): the program clock still reads the
+/// program's phase at that Unix time, not the phase at the origin. Here the origin is set
+/// 10 s short of a cycle ahead of the clock, so that the program stands 10 s into its
+/// cycle, in its second stage, at the first decision.
+#[test]
+fn a_clock_behind_the_origin_reads_the_programs_phase_at_its_time() {
+    let mut run = clocked(5000, Duration::ZERO, |cycle| unix_ms() + cycle - 10_000);
+    assert!(run.c.step(&mut run.field).unwrap());
+    assert_eq!(run.clock.phase_at(10_000).0, 1);
+    assert_eq!(run.shown_phase(0), Some(1));
 }

@@ -535,19 +535,21 @@ impl Controller {
 
     /// The time the program clocks read now (once a step, the same for every signal, as in
     /// training): the system clock's since the origin where they are on Unix time
-    /// ([`ControllerConfig::program_clock_unix_origin_ms`]; 0 while it reads before it),
-    /// else the controller's.
-    fn program_clock_ms(&self) -> u64 {
-        let unix_ms = || {
-            let since = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
-            Some(since.as_millis() as u64)
+    /// ([`ControllerConfig::program_clock_unix_origin_ms`]; negative where a clock step
+    /// put it before the origin: a program repeats, so it still reads the program's
+    /// phase at that Unix time), else the controller's.
+    fn program_clock_ms(&self) -> i64 {
+        let controller = i64::try_from(self.now_ms()).unwrap_or(i64::MAX);
+        let Some(origin) = self
+            .cfg
+            .program_clock_unix_origin_ms
+            .filter(|_| self.cfg.realtime)
+        else {
+            return controller;
         };
-        match self.cfg.program_clock_unix_origin_ms {
-            Some(origin) if self.cfg.realtime => match unix_ms() {
-                Some(now) => now.saturating_sub(origin),
-                None => self.now_ms(),
-            },
-            _ => self.now_ms(),
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(since) => since.as_millis() as i64 - origin as i64,
+            Err(_) => controller,
         }
     }
 
@@ -556,13 +558,15 @@ impl Controller {
     fn observe(
         &mut self,
         i: usize,
-        program_ms: u64,
+        program_ms: i64,
         field: &mut (impl Field + ?Sized),
     ) -> Result<(), Fault> {
         let spec = &self.signals[i];
         let (detected, clock) = self.lanes[i].split_at_mut(spec.field_lanes());
         if let Some(program) = &spec.program_clock {
-            program.write_readings(program_ms, clock);
+            // The program repeats every cycle (at least 1 ms): the same phase, in 0..cycle.
+            let t_ms = program_ms.rem_euclid(i64::from(program.cycle().0.max(1)));
+            program.write_readings(t_ms as u64, clock);
         }
         field.read(i, detected).map_err(|e| match e {
             DetectorError::Source(_) => fault(FaultKind::DetectorSilent, e.to_string()),
@@ -731,7 +735,7 @@ impl Controller {
         &mut self,
         i: usize,
         now: u64,
-        program_ms: u64,
+        program_ms: i64,
         field: &mut (impl Field + ?Sized),
     ) -> Result<(), ControllerError> {
         let observed = self.observe(i, program_ms, field);
