@@ -2,7 +2,7 @@
 //! through TraCI (feature `sumo`).
 //!
 //! * [`traci`]: a small std-only TraCI client (binary protocol over TCP, batched messages,
-//!   a timeout on every read).
+//!   a timeout on every reply, however its bytes arrive).
 //! * [`net`]: reads a `.net.xml` (traffic lights, their controlled links, static programs,
 //!   junction foes, lanes) with quick-xml.
 //! * [`model`]: turns each traffic light into a greenwave [`PhasePlan`](greenwave_core::PhasePlan)

@@ -16,7 +16,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Command identifiers.
 pub(crate) mod cmd {
@@ -124,7 +124,7 @@ const MAX_COMPOUND_DEPTH: usize = 16;
 /// What went wrong talking to SUMO.
 #[derive(Debug, thiserror::Error)]
 pub enum TraciError {
-    /// No reply within the read timeout.
+    /// No whole reply within the timeout.
     #[error("no reply from SUMO within {timeout_s:.1} s")]
     Timeout {
         /// The timeout that expired.
@@ -664,7 +664,7 @@ pub fn decode_replies(body: &[u8], commands: &[u8]) -> Result<Vec<Reply>, TraciE
     Ok(answers)
 }
 
-/// A TraCI connection with a read timeout on every reply.
+/// A TraCI connection with a timeout on every reply (the whole of it) and every write.
 pub struct Traci {
     stream: TcpStream,
     timeout: Duration,
@@ -674,7 +674,8 @@ pub struct Traci {
 }
 
 impl Traci {
-    /// Wraps a connected stream; every read and write times out after `timeout`.
+    /// Wraps a connected stream; every reply (read whole) and every write times out after
+    /// `timeout`.
     pub fn new(stream: TcpStream, timeout: Duration) -> Result<Self, TraciError> {
         // Small request/reply messages: Nagle would add up to 40 ms per exchange.
         stream.set_nodelay(true)?;
@@ -786,21 +787,62 @@ impl Traci {
         Ok(r.pop().unwrap_or_default())
     }
 
+    /// Reads one message into `self.reply`, all of it within the timeout: a peer that
+    /// trickles its bytes cannot hold a step for longer than that.
     fn read_message(&mut self) -> Result<(), TraciError> {
+        let deadline = Instant::now() + self.timeout;
         let mut head = [0u8; 4];
-        self.stream
-            .read_exact(&mut head)
-            .map_err(|e| self.map_io(e))?;
+        read_by(&mut self.stream, &mut head, deadline, self.timeout).map_err(|e| self.map_io(e))?;
         let total = i32::from_be_bytes(head);
         if total < 4 || total as usize > MAX_REPLY_BYTES {
             return Err(TraciError::Protocol(format!("bad message length {total}")));
         }
         self.reply.resize(total as usize - 4, 0);
         let mut buf = std::mem::take(&mut self.reply);
-        let r = self.stream.read_exact(&mut buf).map_err(|e| self.map_io(e));
+        let r = read_by(&mut self.stream, &mut buf, deadline, self.timeout);
         self.reply = buf;
-        r
+        r.map_err(|e| self.map_io(e))
     }
+}
+
+/// Fills `buf` from `stream` by `deadline` (`ErrorKind::TimedOut` after it), as
+/// `read_exact` does with the stream's read timeout (`timeout`) bounding each read only.
+/// The timeout is narrowed to what is left only when a read came back short, and put
+/// back after.
+fn read_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+    timeout: Duration,
+) -> std::io::Result<()> {
+    let mut filled = 0;
+    let mut narrowed = false;
+    let result = loop {
+        if filled == buf.len() {
+            break Ok(());
+        }
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => break Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+        if filled < buf.len() {
+            match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => {
+                    if let Err(e) = stream.set_read_timeout(Some(left)) {
+                        break Err(e);
+                    }
+                    narrowed = true;
+                }
+                _ => break Err(ErrorKind::TimedOut.into()),
+            }
+        }
+    };
+    if narrowed {
+        stream.set_read_timeout(Some(timeout))?;
+    }
+    result
 }
 
 #[cfg(test)]
@@ -972,7 +1014,17 @@ mod tests {
     /// it then waits for the client to close). The client waits 200 ms for a reply where
     /// none comes, 5 s where one does (a loaded machine may be slow to send it).
     fn fake_sumo(answer: Option<Vec<u8>>) -> (Traci, std::thread::JoinHandle<()>) {
-        let timeout = Duration::from_millis(if answer.is_some() { 5000 } else { 200 });
+        fake_sumo_trickling(answer, Duration::ZERO)
+    }
+
+    /// As [`fake_sumo`], the answer sent a byte every `gap` (all at once for zero); the
+    /// client then waits 200 ms for the whole reply.
+    fn fake_sumo_trickling(
+        answer: Option<Vec<u8>>,
+        gap: Duration,
+    ) -> (Traci, std::thread::JoinHandle<()>) {
+        let long = answer.is_some() && gap.is_zero();
+        let timeout = Duration::from_millis(if long { 5000 } else { 200 });
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = std::thread::spawn(move || {
@@ -983,7 +1035,16 @@ mod tests {
             let mut rest = vec![0u8; i32::from_be_bytes(head) as usize - 4];
             s.read_exact(&mut rest).unwrap();
             match answer {
-                Some(a) => s.write_all(&a).unwrap(),
+                Some(a) if gap.is_zero() => s.write_all(&a).unwrap(),
+                Some(a) => {
+                    // The client may give up part-way and close: later writes may fail.
+                    for b in a {
+                        std::thread::sleep(gap);
+                        if s.write_all(&[b]).is_err() {
+                            break;
+                        }
+                    }
+                }
                 None => {
                     let _ = s.read(&mut [0u8; 1]);
                 }
@@ -991,6 +1052,21 @@ mod tests {
         });
         let stream = TcpStream::connect(addr).unwrap();
         (Traci::new(stream, timeout).unwrap(), server)
+    }
+
+    /// A reply trickled in, a byte every 100 ms, each well within the 200 ms timeout, times
+    /// out as a whole: read by read, its nine bytes would have been read (and refused as
+    /// a protocol error) after 900 ms.
+    #[test]
+    fn a_trickled_reply_times_out_as_a_whole() {
+        let answer = vec![0, 0, 0, 9, 1, 2, 3, 4, 5];
+        let (mut t, server) = fake_sumo_trickling(Some(answer), Duration::from_millis(100));
+        let mut m = Message::new();
+        m.get_version();
+        let err = t.call(&m).unwrap_err();
+        assert!(matches!(err, TraciError::Timeout { .. }), "{err}");
+        drop(t);
+        server.join().unwrap();
     }
 
     #[test]
