@@ -67,10 +67,11 @@ pub enum ClockTime {
     #[default]
     Controller,
     /// Milliseconds since the Unix epoch (UTC), as the system clock reads when the
-    /// controller starts, and with `--realtime` at each decision: `offset_ms` is a Unix time (any one, modulo the cycle) at which
-    /// the program begins a cycle, so a restart keeps the program where it was and
-    /// controllers on one time reference stay in step. `offset_ms = 0` with a cycle that
-    /// divides a day starts a cycle at every UTC midnight.
+    /// controller starts, and with `--realtime` at each decision: `offset_ms` is a Unix
+    /// time (any one, modulo the cycle) at which the program begins a cycle, so a restart
+    /// keeps the program where it was and controllers on one time reference stay in step.
+    /// `offset_ms = 0` with a cycle that divides a day starts a cycle at every UTC
+    /// midnight.
     Unix,
 }
 

@@ -126,10 +126,8 @@ fn unix_ms() -> u64 {
     since.unwrap().as_millis() as u64
 }
 
-/// A realtime controller on single-4way whose signal reads a program clock (phase 0 for
-/// `first` ms, then 20 s for each other phase) on Unix time from `origin(cycle)`, on a
-/// field whose step takes `lag`; the observations its policy is shown go to the returned
-/// list. Also returns the field, the detector lanes and the clock.
+/// A realtime controller with its field, the observations its policy was shown, the
+/// number of detector lanes (where the clock's lanes begin) and its program clock.
 struct Clocked {
     c: Controller,
     field: SlowField,
@@ -138,6 +136,9 @@ struct Clocked {
     clock: ProgramClock,
 }
 
+/// A realtime controller on single-4way whose signal reads a program clock (phase 0 for
+/// `first` ms, then 20 s for each other phase) on Unix time from `origin(cycle)`, on a
+/// field whose step takes `lag`, its policy asking for phase 0.
 fn clocked(first: u32, lag: Duration, origin: impl FnOnce(u64) -> u64) -> Clocked {
     let scenario = greenwave_sim::load("single-4way").unwrap();
     let inner = TestField::new(&scenario, 3);
@@ -213,7 +214,10 @@ fn program_clocks_on_unix_time_read_the_system_clock() {
     }
     assert_eq!(run.seen.lock().unwrap().len(), 2);
     let (t, wall_at_least) = bounds[1];
-    assert_eq!(t, 5000, "the second decision, on the controller's time");
+    assert_eq!(
+        t, 5000,
+        "the second decision, on the controller's time (5 s intervals)"
+    );
     // The field's lag put the wall clock past the change; nothing here takes 20 s more.
     assert!(wall_at_least >= u64::from(change), "{wall_at_least} ms");
     assert_eq!(

@@ -538,19 +538,20 @@ impl Controller {
     /// ([`ControllerConfig::program_clock_unix_origin_ms`]; negative where a clock step
     /// put it before the origin: a program repeats, so it still reads the program's
     /// phase at that Unix time), else the controller's.
-    fn program_clock_ms(&self) -> i64 {
-        let controller = i64::try_from(self.now_ms()).unwrap_or(i64::MAX);
+    fn program_clock_ms(&self) -> i128 {
         let Some(origin) = self
             .cfg
             .program_clock_unix_origin_ms
             .filter(|_| self.cfg.realtime)
         else {
-            return controller;
+            return i128::from(self.now_ms());
         };
-        match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(since) => since.as_millis() as i64 - origin as i64,
-            Err(_) => controller,
-        }
+        // Exact in i128 for any u64 origin; a clock before 1970 is before it by as much.
+        let unix_ms = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(since) => since.as_millis() as i128,
+            Err(before) => -(before.duration().as_millis() as i128),
+        };
+        unix_ms - i128::from(origin)
     }
 
     /// Reads signal `i`'s detectors and builds its observation into `self.obs[i]`, its
@@ -558,14 +559,14 @@ impl Controller {
     fn observe(
         &mut self,
         i: usize,
-        program_ms: i64,
+        program_ms: i128,
         field: &mut (impl Field + ?Sized),
     ) -> Result<(), Fault> {
         let spec = &self.signals[i];
         let (detected, clock) = self.lanes[i].split_at_mut(spec.field_lanes());
         if let Some(program) = &spec.program_clock {
             // The program repeats every cycle (at least 1 ms): the same phase, in 0..cycle.
-            let t_ms = program_ms.rem_euclid(i64::from(program.cycle().0.max(1)));
+            let t_ms = program_ms.rem_euclid(i128::from(program.cycle().0.max(1)));
             program.write_readings(t_ms as u64, clock);
         }
         field.read(i, detected).map_err(|e| match e {
@@ -735,7 +736,7 @@ impl Controller {
         &mut self,
         i: usize,
         now: u64,
-        program_ms: i64,
+        program_ms: i128,
         field: &mut (impl Field + ?Sized),
     ) -> Result<(), ControllerError> {
         let observed = self.observe(i, program_ms, field);

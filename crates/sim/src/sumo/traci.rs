@@ -790,44 +790,43 @@ impl Traci {
     /// Reads one message into `self.reply`, all of it within the timeout: a peer that
     /// trickles its bytes cannot hold a step for longer than that.
     fn read_message(&mut self) -> Result<(), TraciError> {
-        let deadline = Instant::now() + self.timeout;
+        // No deadline for a timeout past the clock's range: each read is bounded as before.
+        let deadline = Instant::now().checked_add(self.timeout);
         let mut head = [0u8; 4];
-        read_by(&mut self.stream, &mut head, deadline, self.timeout).map_err(|e| self.map_io(e))?;
+        read_by(&mut self.stream, &mut head, deadline, self.timeout, true)
+            .map_err(|e| self.map_io(e))?;
         let total = i32::from_be_bytes(head);
         if total < 4 || total as usize > MAX_REPLY_BYTES {
             return Err(TraciError::Protocol(format!("bad message length {total}")));
         }
         self.reply.resize(total as usize - 4, 0);
         let mut buf = std::mem::take(&mut self.reply);
-        let r = read_by(&mut self.stream, &mut buf, deadline, self.timeout);
+        let r = read_by(&mut self.stream, &mut buf, deadline, self.timeout, false);
         self.reply = buf;
         r.map_err(|e| self.map_io(e))
     }
 }
 
-/// Fills `buf` from `stream` by `deadline` (`ErrorKind::TimedOut` after it), as
-/// `read_exact` does with the stream's read timeout (`timeout`) bounding each read only.
-/// The timeout is narrowed to what is left only when a read came back short, and put
-/// back after.
+/// Fills `buf` from `stream` by `deadline` (`ErrorKind::TimedOut` after it; `None`: each
+/// read bounded by the stream's read timeout only, as `read_exact` does). Before each read
+/// the read timeout is narrowed to what is left of it, except a first read that the
+/// stream's timeout, `timeout`, already bounds (`first_bounded`: the deadline is that far
+/// off); it is put back after.
 fn read_by(
     stream: &mut TcpStream,
     buf: &mut [u8],
-    deadline: Instant,
+    deadline: Option<Instant>,
     timeout: Duration,
+    first_bounded: bool,
 ) -> std::io::Result<()> {
     let mut filled = 0;
     let mut narrowed = false;
+    let mut bounded = first_bounded;
     let result = loop {
         if filled == buf.len() {
             break Ok(());
         }
-        match stream.read(&mut buf[filled..]) {
-            Ok(0) => break Err(ErrorKind::UnexpectedEof.into()),
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => break Err(e),
-        }
-        if filled < buf.len() {
+        if let (false, Some(deadline)) = (bounded, deadline) {
             match deadline.checked_duration_since(Instant::now()) {
                 Some(left) if !left.is_zero() => {
                     if let Err(e) = stream.set_read_timeout(Some(left)) {
@@ -838,11 +837,20 @@ fn read_by(
                 _ => break Err(ErrorKind::TimedOut.into()),
             }
         }
+        bounded = false;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => break Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
     };
-    if narrowed {
-        stream.set_read_timeout(Some(timeout))?;
-    }
-    result
+    // The read's own error, if any, is what is reported.
+    let restored = match narrowed {
+        true => stream.set_read_timeout(Some(timeout)),
+        false => Ok(()),
+    };
+    result.and(restored)
 }
 
 #[cfg(test)]
@@ -1014,16 +1022,16 @@ mod tests {
     /// it then waits for the client to close). The client waits 200 ms for a reply where
     /// none comes, 5 s where one does (a loaded machine may be slow to send it).
     fn fake_sumo(answer: Option<Vec<u8>>) -> (Traci, std::thread::JoinHandle<()>) {
-        fake_sumo_trickling(answer, Duration::ZERO)
+        fake_sumo_in_pieces(answer.map(|a| vec![a]), Duration::ZERO)
     }
 
-    /// As [`fake_sumo`], the answer sent a byte every `gap` (all at once for zero); the
-    /// client then waits 200 ms for the whole reply.
-    fn fake_sumo_trickling(
-        answer: Option<Vec<u8>>,
+    /// As [`fake_sumo`], the answer sent in `pieces`, each after waiting `gap`; with a gap,
+    /// the client waits 200 ms for the whole reply.
+    fn fake_sumo_in_pieces(
+        pieces: Option<Vec<Vec<u8>>>,
         gap: Duration,
     ) -> (Traci, std::thread::JoinHandle<()>) {
-        let long = answer.is_some() && gap.is_zero();
+        let long = pieces.is_some() && gap.is_zero();
         let timeout = Duration::from_millis(if long { 5000 } else { 200 });
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1034,13 +1042,12 @@ mod tests {
             s.read_exact(&mut head).unwrap();
             let mut rest = vec![0u8; i32::from_be_bytes(head) as usize - 4];
             s.read_exact(&mut rest).unwrap();
-            match answer {
-                Some(a) if gap.is_zero() => s.write_all(&a).unwrap(),
-                Some(a) => {
+            match pieces {
+                Some(pieces) => {
                     // The client may give up part-way and close: later writes may fail.
-                    for b in a {
+                    for piece in pieces {
                         std::thread::sleep(gap);
-                        if s.write_all(&[b]).is_err() {
+                        if s.write_all(&piece).is_err() {
                             break;
                         }
                     }
@@ -1054,19 +1061,28 @@ mod tests {
         (Traci::new(stream, timeout).unwrap(), server)
     }
 
-    /// A reply trickled in, a byte every 100 ms, each well within the 200 ms timeout, times
-    /// out as a whole: read by read, its nine bytes would have been read (and refused as
-    /// a protocol error) after 900 ms.
+    /// A reply trickled in, each piece well within the 200 ms timeout, times out as a
+    /// whole: a byte every 100 ms, or its length after 150 ms and the rest 150 ms later.
+    /// Read by read, the nine bytes would have been read (and refused as a protocol
+    /// error) after 900 ms and 300 ms.
     #[test]
     fn a_trickled_reply_times_out_as_a_whole() {
         let answer = vec![0, 0, 0, 9, 1, 2, 3, 4, 5];
-        let (mut t, server) = fake_sumo_trickling(Some(answer), Duration::from_millis(100));
-        let mut m = Message::new();
-        m.get_version();
-        let err = t.call(&m).unwrap_err();
-        assert!(matches!(err, TraciError::Timeout { .. }), "{err}");
-        drop(t);
-        server.join().unwrap();
+        let bytes: Vec<Vec<u8>> = answer.iter().map(|&b| vec![b]).collect();
+        let head_then_body = vec![answer[..4].to_vec(), answer[4..].to_vec()];
+        for (pieces, gap_ms) in [(bytes, 100), (head_then_body, 150)] {
+            let gap = Duration::from_millis(gap_ms);
+            let (mut t, server) = fake_sumo_in_pieces(Some(pieces), gap);
+            let mut m = Message::new();
+            m.get_version();
+            let err = t.call(&m).unwrap_err();
+            assert!(
+                matches!(err, TraciError::Timeout { .. }),
+                "{gap_ms} ms: {err}"
+            );
+            drop(t);
+            server.join().unwrap();
+        }
     }
 
     #[test]
