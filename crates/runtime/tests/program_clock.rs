@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::Recorder;
-use greenwave_core::{ClockStage, Millis, ProgramClock};
+use greenwave_core::Millis;
 use greenwave_runtime::controller::{Controller, ControllerConfig, Fallback, FallbackKind, Policy};
 use greenwave_runtime::inference::Explorer;
 
@@ -16,18 +16,9 @@ fn the_controller_writes_the_clock_lanes_from_its_own_time() {
     let scenario = greenwave_sim::load("single-4way").unwrap();
     let mut field = common::TestField::new(&scenario, 3);
     let mut specs = field.inner.signal_specs();
-    let detected = specs[0].layout.n_lanes as usize;
     let p = specs[0].plan.n_phases();
     // 20 s per phase, the cycle starting 7 s into the controller's time.
-    let stages: Vec<ClockStage> = (0..p)
-        .map(|k| ClockStage {
-            phase: k as u8,
-            duration: Millis::from_secs(20),
-        })
-        .collect();
-    let clock = ProgramClock::new(&stages, 7_000).unwrap();
-    specs[0].program_clock = Some(clock.clone());
-    specs[0].layout.n_lanes += p as u16;
+    let (detected, clock) = common::add_program_clock(&mut specs, |_| Millis::from_secs(20), 7_000);
     assert_eq!(specs[0].field_lanes(), detected);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut c = Controller::new(

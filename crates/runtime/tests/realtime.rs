@@ -8,9 +8,9 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{fixture, Recorder, TestField};
+use common::{add_program_clock, fixture, Recorder, TestField};
 use greenwave_core::sequencer::Segment;
-use greenwave_core::{ClockStage, Interval, LaneReading, Millis, ProgramClock, RewardKind};
+use greenwave_core::{Interval, LaneReading, Millis, ProgramClock, RewardKind};
 use greenwave_runtime::controller::{
     Controller, ControllerConfig, DetectorError, DetectorSource, Fallback, FallbackKind, Policy,
     SignalSink, SinkError,
@@ -143,21 +143,11 @@ fn clocked(first: u32, lag: Duration, origin: impl FnOnce(u64) -> u64) -> Clocke
     let scenario = greenwave_sim::load("single-4way").unwrap();
     let inner = TestField::new(&scenario, 3);
     let mut specs = inner.inner.signal_specs();
-    let detected = specs[0].layout.n_lanes as usize;
-    let p = specs[0].plan.n_phases();
-    let stages: Vec<ClockStage> = (0..p)
-        .map(|k| ClockStage {
-            phase: k as u8,
-            duration: if k == 0 {
-                Millis(first)
-            } else {
-                Millis::from_secs(20)
-            },
-        })
-        .collect();
-    let clock = ProgramClock::new(&stages, 0).unwrap();
-    specs[0].program_clock = Some(clock.clone());
-    specs[0].layout.n_lanes += p as u16;
+    let duration = |k| match k {
+        0 => Millis(first),
+        _ => Millis::from_secs(20),
+    };
+    let (detected, clock) = add_program_clock(&mut specs, duration, 0);
     let mut cfg = ControllerConfig::new(inner.inner.decision_interval());
     cfg.realtime = true;
     cfg.inference_budget = Duration::from_secs(60);

@@ -447,3 +447,25 @@ impl PolicyBackend for Recorder {
         Ok(0.0)
     }
 }
+
+/// Gives signal 0 of `specs` a program clock of one stage per phase in order, phase `k`
+/// lasting `duration(k)`, from `offset_ms`, and the layout its lanes (after the detectors').
+/// Returns the number of detector lanes (where the clock's begin) and the clock.
+pub fn add_program_clock(
+    specs: &mut [greenwave_runtime::controller::SignalSpec],
+    duration: impl Fn(usize) -> Millis,
+    offset_ms: i64,
+) -> (usize, greenwave_core::ProgramClock) {
+    let detected = specs[0].layout.n_lanes as usize;
+    let p = specs[0].plan.n_phases();
+    let stages: Vec<greenwave_core::ClockStage> = (0..p)
+        .map(|k| greenwave_core::ClockStage {
+            phase: k as u8,
+            duration: duration(k),
+        })
+        .collect();
+    let clock = greenwave_core::ProgramClock::new(&stages, offset_ms).unwrap();
+    specs[0].program_clock = Some(clock.clone());
+    specs[0].layout.n_lanes += p as u16;
+    (detected, clock)
+}
