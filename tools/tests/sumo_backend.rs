@@ -593,6 +593,41 @@ fn a_missing_sumo_binary_is_a_clear_error() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// Settings that cannot train are refused before SUMO is looked for, let alone the demand
+/// probe run (a whole SUMO episode): with no SUMO binary on the path, the error is the
+/// setting's, not the missing binary's.
+#[test]
+fn bad_training_settings_are_refused_before_sumo_starts() {
+    let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
+    let d = tmp("early-refusal");
+    let run = d.join("run");
+    let mut cases: Vec<(&[&str], &str)> = vec![
+        (&["--hidden", "0"], "--hidden"),
+        (&["--envs", "0"], "--envs"),
+        (&["--epochs", "0"], "--epochs"),
+        (&["--ent-coef=-1"], "--ent-coef"),
+    ];
+    if cfg!(not(feature = "cuda")) {
+        cases.push((&["--device", "cuda"], "--features cuda"));
+    }
+    for (extra, says) in cases {
+        let o = Command::new(env!("CARGO_BIN_EXE_greenwave"))
+            .args(["train", "--steps", "60", "--out", run.to_str().unwrap()])
+            .args(["--backend", "sumo", "--net", net.to_str().unwrap()])
+            .args(["--routes", routes.to_str().unwrap(), "--quiet"])
+            .args(extra)
+            .env("SUMO_HOME", "/nonexistent/sumo-home")
+            .env("PATH", "/nonexistent/bin")
+            .output()
+            .unwrap();
+        let err = failed(&o);
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(!err.contains("SUMO binary not found"), "{extra:?}: {err}");
+        assert!(!run.exists(), "{extra:?}: no run folder");
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
+
 /// The plan hash binds the timing: the exported policy, signed into a bundle, passes the
 /// controller's check (`VerifiedBundle::check_signal`, what `greenwave-controller run
 /// --sumo-net` calls for every signal) against the net's own timing, and is refused by a

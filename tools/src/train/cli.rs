@@ -10,7 +10,7 @@ use super::demand_probe::DemandProbe;
 use super::device::ComputeDevice;
 use super::policy::{PolicyKind, SharedOverrides};
 use super::selection::{self, ValidationConfig};
-use super::{train, Algo, TrainConfig, TrainSummary};
+use super::{check_settings, train, Algo, TrainConfig, TrainSummary};
 use crate::backend::{episode_of_secs, Backend, BackendArgs, EnvSource, OnOff, RewardArg};
 
 /// Arguments of `greenwave train`.
@@ -262,9 +262,6 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         cfg.offpolicy.learning_rate = lr;
     }
     cfg.ppo.target_kl = args.target_kl;
-    if args.sim.backend == Backend::Sumo {
-        configure_sumo(&mut cfg, args)?;
-    }
     if let Some(epochs) = args.epochs {
         cfg.ppo.epochs = epochs;
     }
@@ -275,6 +272,13 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         cfg.ppo.ent_coef = ent_coef;
     }
     cfg.ppo.anneal_ent_coef = args.anneal_ent_coef;
+    // Also before the demand probe: a device this build lacks, or settings that cannot
+    // train, are refused before any simulator starts (`train` checks them again).
+    cfg.device.candle()?;
+    check_settings(&cfg)?;
+    if args.sim.backend == Backend::Sumo {
+        configure_sumo(&mut cfg, args)?;
+    }
     cfg.discount = greenwave_learn::Discount::from_half_life_s(args.discount_half_life_s)?;
     cfg.command = std::env::args().collect::<Vec<_>>().join(" ");
     refuse_to_replace(&args.out, args.resume)?;
@@ -290,8 +294,8 @@ pub fn run(args: &TrainArgs) -> Result<()> {
 fn configure_sumo(cfg: &mut TrainConfig, args: &TrainArgs) -> Result<()> {
     // SUMO's decisions cost ~100× the embedded simulator's: take more from each
     // (tools/README.md, "Training on real networks").
-    cfg.ppo.epochs = SUMO_EPOCHS;
-    cfg.ppo.minibatch = SUMO_MINIBATCH;
+    cfg.ppo.epochs = args.epochs.unwrap_or(SUMO_EPOCHS);
+    cfg.ppo.minibatch = args.minibatch.unwrap_or(SUMO_MINIBATCH);
     let resumed = match args.resume {
         true => Some(super::checkpoint::read_run_info(&args.out)?),
         false => None,
