@@ -71,11 +71,13 @@ pub struct BoardConfig<const L: usize> {
     /// A conflict, double indication or dark head must persist this long before the
     /// monitor latches flash (covers lamp-sense latency; zero = latch on the first reading).
     pub fault_persistence: Millis,
-    /// The longest a yellow, an all-red or the start-up all-red advances in one poll (above
-    /// zero; at least the loop's poll period). A clock that jumps forward then cuts a
-    /// clearance by at most this much, and a longer gap between polls lengthens the
-    /// clearance instead of ending it. (A clock read behind its last reading counts as no
-    /// time: [`crate::clock::Uptime::update`].)
+    /// The longest any interval (a green, a yellow, an all-red, the start-up all-red)
+    /// advances in one poll (above zero; at least the loop's poll period). A clock that
+    /// jumps forward then cuts an interval by at most this much (a clearance, a min green,
+    /// or a per-pair intergreen that runs on through a green), and a longer gap between
+    /// polls lengthens the interval instead of ending it: a green then ends up to the gap
+    /// late, as the lamps it held through the gap could not change anyway. (A clock read
+    /// behind its last reading counts as no time: [`crate::clock::Uptime::update`].)
     pub max_clearance_step: Millis,
 }
 

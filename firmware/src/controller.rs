@@ -486,14 +486,10 @@ where
         } else {
             elapsed.min(left)
         };
-        // A clearance advances by at most one clearance step a poll: a clock that jumps
-        // lengthens it, never cuts it.
-        let step = match self.seq.interval() {
-            Interval::Green { .. } => step,
-            Interval::Yellow { .. } | Interval::AllRed { .. } => {
-                step.min(self.board.max_clearance_step)
-            }
-        };
+        // Every interval advances by at most one step a poll: a clock that jumps lengthens
+        // it, never cuts it. A green counts too: the time a per-pair intergreen needs, a min
+        // green and the walk and clearance inside it run on through greens.
+        let step = step.min(self.board.max_clearance_step);
         self.clock_slip_ms += u64::from((elapsed - step).0);
         self.seq.advance(step, |_| {});
         if self.policy.is_err() && self.actuated.is_none() {
@@ -735,8 +731,9 @@ where
         self.commanded = [lamps; G];
     }
 
-    /// The technician's reset: clears a latched fault and restarts with the start-up all-red
-    /// and the plan's first phase. Does nothing unless in flash. Wire it to a cabinet input;
+    /// The technician's reset: clears a latched fault and restarts with the start-up all-red,
+    /// lengthened by the plan's longest switch (yellow, all-red and intergreens), and the
+    /// plan's first phase. Does nothing unless in flash. Wire it to a cabinet input;
     /// never call it from policy output. If the fault persists, the monitor latches again.
     pub fn reset_from_flash(&mut self) {
         if self.mode != Mode::Flash {
@@ -747,7 +744,14 @@ where
         }
         self.monitor.reset();
         self.mode = Mode::StartupAllRed;
-        self.mode_since_ms = self.uptime.uptime_ms();
+        // The fault may have latched in a green, whose yellow and all-red the flash cut:
+        // the plan's longest switch is held on top of the start-up all-red.
+        let plan = self.seq.plan();
+        let clear = (0..plan.phases().len())
+            .map(|p| plan.longest_switch_from(PhaseId(p as u8)))
+            .max()
+            .unwrap_or(Millis::ZERO);
+        self.mode_since_ms = self.uptime.uptime_ms() + u64::from(clear.0);
     }
 
     /// Writes up to `max_frames` waiting transitions to `w` as frames (see [`crate::frames`]).

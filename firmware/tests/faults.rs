@@ -86,6 +86,37 @@ fn stuck_on_green_latches_flash_until_reset() {
     assert!(check_timeline(&plan(), &after.timeline, 10) > 4);
 }
 
+/// A fault that latches in a green cuts that green's yellow and all-red (flash shows red at
+/// once): a reset right after it holds the plan's longest switch (3 s yellow + 2 s all-red)
+/// on top of the start-up all-red before any green.
+#[test]
+fn a_reset_right_after_a_fault_in_a_green_clears_the_junction_first() {
+    let field = Shared::default();
+    let mut ctl = cabinet(&field, None);
+    let mut run = Run::default();
+    // Phase 0 is green from 3 s (group 1 among its movements).
+    advance(&mut ctl, &field, 5000, &mut run);
+    assert!(field.borrow().driven_lamps(1).green);
+    // Group 1's red lamp reads lit beside its green: flash within the persistence.
+    field
+        .borrow_mut()
+        .sense_faults
+        .insert((1, 0), SenseFault::Stuck(true));
+    advance(&mut ctl, &field, 500, &mut run);
+    assert_eq!(ctl.mode(), Mode::Flash, "{:?}", ctl.fault());
+    field.borrow_mut().sense_faults.clear();
+    ctl.reset_from_flash();
+    let all_red = poll_until(&mut ctl, &field, 20_000, |f| {
+        (0..12).any(|g| f.driven_lamps(g).green)
+    });
+    let required = board().startup_all_red.0 + 5_000;
+    assert!(
+        all_red >= required,
+        "green {all_red} ms after the reset, want ≥ {required}"
+    );
+    assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+}
+
 #[test]
 fn short_yellow_latches_flash() {
     let field = Shared::default();
@@ -260,6 +291,29 @@ fn one_second_then_jump(ctl: &mut Cabinet, field: &Shared, jump: u32) {
     let now = field.borrow().now_ms;
     field.borrow_mut().now_ms = now.wrapping_add(jump);
     ctl.poll();
+}
+
+/// A clock that jumps during a green ends it no sooner than one step early either: the
+/// green's split (and so its min green, and any intergreen that runs on through it) is
+/// served in polled time, not in the jumped clock's.
+#[test]
+fn a_clock_jump_cuts_no_green() {
+    let step = board().max_clearance_step.0;
+    for jump in [60_000u32, u32::MAX] {
+        let field = Shared::default();
+        let mut ctl = cabinet(&field, None);
+        let green = |f: &Field| (0..12).find(|&g| f.driven_lamps(g).green);
+        poll_until(&mut ctl, &field, 10_000, |f| green(f).is_some());
+        let g = green(&field.borrow()).expect("a green");
+        // 1 s into the first split's green (12 s), the clock jumps.
+        one_second_then_jump(&mut ctl, &field, jump);
+        let rest = poll_until(&mut ctl, &field, 60_000, |f| !f.driven_lamps(g).green);
+        assert!(
+            rest + 1_000 + step >= SPLITS_MS[0],
+            "group {g}: green ended {rest} ms after a {jump} ms jump 1 s in"
+        );
+        assert_eq!(ctl.mode(), Mode::Running, "{:?}", ctl.fault());
+    }
 }
 
 /// A clock that jumps (forward a minute, or one millisecond back, which reads as 49.7

@@ -364,6 +364,15 @@ pub enum PlanError {
         /// The movement.
         movement: u8,
     },
+    /// A conflict entered one way only: `a` conflicts with `b`, but not `b` with `a` (the
+    /// checks that look up one side, the monitor's red clearance among them, would miss it).
+    #[error("conflict matrix: movement {a} conflicts with {b}, but {b} not with {a}")]
+    AsymmetricConflict {
+        /// The movement whose row has the conflict.
+        a: u8,
+        /// The movement whose row lacks it.
+        b: u8,
+    },
     /// A phase holding two conflicting movements.
     #[error("phase {phase}: movements {a} and {b} conflict and cannot be green together")]
     ConflictingPhase {
@@ -503,13 +512,21 @@ impl TryFrom<PlanParts> for PhasePlan {
     }
 }
 
-/// The conflict matrix of `n` movements (`all` = their bit mask): irreflexive, and only
-/// between movements that exist.
+/// The conflict matrix of `n` movements (`all` = their bit mask): irreflexive, symmetric,
+/// and only between movements that exist.
 fn check_conflicts(conflicts: &ConflictMatrix, n: usize, all: u32) -> Result<(), PlanError> {
     for i in 0..MAX_MOVEMENTS {
         let row = conflicts.rows[i];
         if row & (1 << i) != 0 {
             return Err(PlanError::SelfConflict { movement: i as u8 });
+        }
+        if let Some(j) =
+            (0..MAX_MOVEMENTS).find(|&j| row & (1 << j) != 0 && conflicts.rows[j] & (1 << i) == 0)
+        {
+            return Err(PlanError::AsymmetricConflict {
+                a: i as u8,
+                b: j as u8,
+            });
         }
         if row != 0 && (i >= n || row & !all != 0) {
             let bad = if i >= n {
@@ -937,6 +954,28 @@ mod tests {
             c.conflicts(MovementId(4), MovementId(1)),
             "through traffic leaving south"
         );
+    }
+
+    #[test]
+    fn refuses_a_conflict_entered_one_way_only() {
+        let ms = [
+            Movement::new(0, Turn::Through),
+            Movement::new(1, Turn::Through),
+        ];
+        let phases = [0, 1].map(|m| Phase {
+            movements: MovementSet::from_ids(&[m]),
+            timing: t(),
+        });
+        let mut c = ConflictMatrix::default();
+        c.rows[1] = 1;
+        let err = PhasePlan::new(&ms, c, &phases).unwrap_err();
+        assert_eq!(err, PlanError::AsymmetricConflict { a: 1, b: 0 });
+        assert_eq!(
+            format!("{err}"),
+            "conflict matrix: movement 1 conflicts with 0, but 0 not with 1"
+        );
+        c.rows[0] = 2;
+        assert!(PhasePlan::new(&ms, c, &phases).is_ok());
     }
 
     #[test]

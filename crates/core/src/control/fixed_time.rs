@@ -121,7 +121,7 @@ impl FixedCycle {
         let dt = decision_interval.0.max(1);
         Self::each_phase(plan, |t| {
             let g = green.max(t.min_green);
-            Millis(g.0.div_ceil(dt) * dt).min(t.max_green)
+            Millis(g.0.div_ceil(dt).saturating_mul(dt)).min(t.max_green)
         })
     }
 
