@@ -341,6 +341,15 @@ impl StoreFollower {
             Err(e) => return self.refuse_or_retry(&target, &e),
         };
         let (to_version, from_version) = (policy.version, c.policy().ok().map(|p| p.version));
+        if !self.store.is_judged(&target).unwrap_or(false) {
+            // A version never kept by a watch (fine-tuned, and rolled back to before any
+            // controller watched it): it runs unwatched, which is said, not done silently.
+            self.error(format!(
+                "{} has no live-watch verdict, and the store's rollback put it in charge: it \
+                 runs unwatched",
+                target.display()
+            ));
+        }
         tracing::warn!(
             from = from_version,
             to = to_version,
@@ -758,6 +767,36 @@ mod sim_tests {
         assert!(run.f.report.errors.is_empty(), "{:?}", run.f.report.errors);
         let store = PolicyStore::attach(&r.store).unwrap();
         assert!(store.current().unwrap().unwrap().ends_with("v000001"));
+    }
+
+    /// An operator's `rollback` to a version no watch ever kept (v3 fine-tuned from v2
+    /// before any controller ran v2) runs it at once, as any operator's rollback, and says
+    /// that it runs unwatched.
+    #[test]
+    fn an_operators_rollback_to_an_unjudged_version_is_a_store_error() {
+        let r = rig("follow-operator-unjudged");
+        install(&r, 2, 1, false);
+        install(&r, 3, 2, false);
+        let mut run = run(&r);
+        run.until(5 * MIN);
+        assert_eq!(
+            run.version(),
+            1,
+            "the baseline runs until v3 can be watched"
+        );
+        PolicyStore::open(&r.store)
+            .unwrap()
+            .rollback(&keys(&r), "operator")
+            .unwrap();
+        run.until(5 * MIN + 10_000);
+        assert_eq!(run.version(), 2, "the operator's choice, at the next poll");
+        let sw = run.switches();
+        assert_eq!((sw[0].1, sw[0].2, sw[0].3), (Some(1), 2, false), "{sw:?}");
+        let e = &run.f.report.errors;
+        assert!(
+            e.len() == 1 && e[0].contains("no live-watch verdict"),
+            "{e:?}"
+        );
     }
 
     /// The watch rolls back in the controller even when the store cannot follow (here the

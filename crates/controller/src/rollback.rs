@@ -37,5 +37,12 @@ pub fn run(args: RollbackArgs) -> Result<Exit> {
         s.version,
         s.dir.display()
     );
+    if !store.is_judged(&s.dir).unwrap_or(false) {
+        eprintln!(
+            "warning: v{} has no live-watch verdict (no controller's watch kept it, nor was it \
+             adopted): a controller following the store runs it at once, unwatched",
+            s.version
+        );
+    }
     Ok(Exit::Ok)
 }

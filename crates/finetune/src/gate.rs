@@ -204,10 +204,20 @@ pub fn block_resample(n: usize, block: usize, rng: &mut StdRng) -> Vec<usize> {
     idx
 }
 
-/// The `p` quantile of `v` (sorted in place; nearest rank).
+/// The `p` quantile of `v` (sorted in place; nearest rank: the ⌈p·n⌉-th smallest, so that
+/// at most a fraction `p` of the values lie below it). `p·n` within 10⁻³ of a whole number
+/// counts as that number (`1 − 0.95` is 0.050000012 in `f32`).
 fn quantile(v: &mut [f32], p: f32) -> f32 {
     v.sort_by(f32::total_cmp);
-    let k = ((p * v.len() as f32).floor() as usize).min(v.len().saturating_sub(1));
+    let r = f64::from(p) * v.len() as f64;
+    let rank = if (r - r.round()).abs() < 1e-3 {
+        r.round()
+    } else {
+        r.ceil()
+    };
+    let k = (rank as usize)
+        .saturating_sub(1)
+        .min(v.len().saturating_sub(1));
     v[k]
 }
 
@@ -815,6 +825,13 @@ mod tests {
     #[test]
     fn quantile_is_nearest_rank() {
         let mut v: Vec<f32> = (0..100).rev().map(|x| x as f32).collect();
-        assert_eq!(quantile(&mut v, 0.05), 5.0);
+        // The 5th smallest of 0..100: five values (0–4) at or below it, not six.
+        assert_eq!(quantile(&mut v, 0.05), 4.0);
+        assert_eq!(quantile(&mut v, 1.0 - 0.95), 4.0);
+        let mut reps: Vec<f32> = (0..2000).map(|x| x as f32).collect();
+        assert_eq!(quantile(&mut reps, 1.0 - 0.95), 99.0);
+        assert_eq!(quantile(&mut v, 0.0), 0.0);
+        assert_eq!(quantile(&mut v, 1.0), 99.0);
+        assert_eq!(quantile(&mut v, 0.051), 5.0);
     }
 }

@@ -147,6 +147,20 @@ pub enum FinetuneError {
         /// The signal indices in the log.
         signals: String,
     },
+    /// The running policy is shared (it runs on every signal of the controller), and
+    /// `--signal` chose one signal's records: a candidate judged on that signal alone would
+    /// replace the policy on all of them.
+    #[error(
+        "transition log {dir}: --signal {signal} keeps signal {signal}'s records only, but the          running policy is shared and runs on every signal ({skipped} records of other signals):          fine-tune it on all of them (leave --signal out)"
+    )]
+    SharedPolicyOneSignal {
+        /// The directory.
+        dir: PathBuf,
+        /// The signal asked for.
+        signal: u16,
+        /// Records of other signals left out.
+        skipped: u64,
+    },
     /// Too little usable data.
     #[error("not enough data: {found} usable records in the log ({needed} needed){detail}")]
     NotEnoughData {
@@ -482,7 +496,8 @@ fn check_reward_kind(
 }
 
 /// Refuses to fine-tune a policy exported for one signal (`exported_for`) on a log of
-/// several signals, unless one was chosen (`signal`).
+/// several signals, unless one was chosen (`signal`); and a shared policy (exported for
+/// none) on one signal's records where the log holds others': it runs on all of them.
 fn check_one_signal(
     exported_for: Option<&str>,
     summary: &LogSummary,
@@ -490,7 +505,16 @@ fn check_one_signal(
     log_dir: &Path,
 ) -> Result<(), FinetuneError> {
     let Some(id) = exported_for else {
-        return Ok(());
+        return match signal {
+            Some(signal) if summary.records_skipped_signal > 0 => {
+                Err(FinetuneError::SharedPolicyOneSignal {
+                    dir: log_dir.to_path_buf(),
+                    signal,
+                    skipped: summary.records_skipped_signal,
+                })
+            }
+            _ => Ok(()),
+        };
     };
     if signal.is_some() || summary.by_signal.len() <= 1 {
         return Ok(());
@@ -789,6 +813,29 @@ mod tests {
             ..Default::default()
         };
         assert!(check_one_signal(Some("J3"), &one, None, dir).is_ok());
+    }
+
+    /// A shared policy runs on every signal: it is not fine-tuned (and gated) on one
+    /// signal's records where the log holds others', as `--signal` would have it.
+    #[test]
+    fn a_shared_policy_is_not_fine_tuned_on_one_signal_of_several() {
+        let dir = Path::new("log");
+        let chosen = LogSummary {
+            by_signal: [(1, 12)].into(),
+            records_skipped_signal: 10,
+            ..Default::default()
+        };
+        let e = check_one_signal(None, &chosen, Some(1), dir).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("--signal 1") && text.contains("shared") && text.contains("10 records"),
+            "{text}"
+        );
+        let alone = LogSummary {
+            by_signal: [(1, 12)].into(),
+            ..Default::default()
+        };
+        assert!(check_one_signal(None, &alone, Some(1), dir).is_ok());
     }
 
     /// Sizes that would run for hours on a controller, or a critic never fitted, are

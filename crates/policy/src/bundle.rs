@@ -872,8 +872,28 @@ fn read_signature(bundle: &Path) -> Result<SignatureFile, BundleError> {
         }
         return Err(BundleError::MissingSignature(bundle.to_path_buf()));
     }
-    let text = fs::read_to_string(&sig_path).map_err(io_err("reading", &sig_path))?;
+    let text = read_at_most(&sig_path, MAX_SIGNATURE_BYTES + 1)
+        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+        .map_err(io_err("reading", &sig_path))?;
+    if text.len() as u64 > MAX_SIGNATURE_BYTES {
+        return Err(BundleError::MalformedSignature {
+            line: 0,
+            problem: format!("longer than {MAX_SIGNATURE_BYTES} bytes: not a bundle's SIGNATURE"),
+        });
+    }
     parse_signature(&text)
+}
+
+/// The longest `SIGNATURE` read (one lists four files in a few hundred bytes).
+const MAX_SIGNATURE_BYTES: u64 = 64 << 10;
+
+/// The first `limit` bytes of the file at `path` (all of it if shorter): a file larger than
+/// any it could rightly be is not read whole into memory.
+fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The trusted key that signed `sig`, once its signature over the signed text verifies.
@@ -918,9 +938,19 @@ fn read_signed_files(
         if !path.is_file() {
             return Err(BundleError::MissingFile { name: name.clone() });
         }
-        let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
+        // One byte past the signed size tells a longer file, without reading it whole.
+        let bytes =
+            read_at_most(&path, size.saturating_add(1)).map_err(io_err("reading", &path))?;
+        if bytes.len() as u64 != *size {
+            let on_disk = fs::metadata(&path).map_or(bytes.len() as u64, |m| m.len());
+            return Err(BundleError::TamperedFile {
+                name: name.clone(),
+                signed: format!("{} ({size} bytes)", hex(digest)),
+                actual: format!("{on_disk} bytes"),
+            });
+        }
         let actual = Sha256::digest(&bytes);
-        if bytes.len() as u64 != *size || actual.as_slice() != digest {
+        if actual.as_slice() != digest {
             return Err(BundleError::TamperedFile {
                 name: name.clone(),
                 signed: format!("{} ({size} bytes)", hex(digest)),

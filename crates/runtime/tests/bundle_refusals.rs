@@ -85,6 +85,36 @@ fn tampered_model_byte_is_refused_naming_the_file() {
     let _ = fs::remove_dir_all(&fx.dir);
 }
 
+/// A file grown far past its signed size (here a sparse 8 GiB), or a SIGNATURE of the same
+/// sort, is refused by its size without being read whole into memory.
+#[test]
+fn an_oversized_file_is_refused_without_reading_it_whole() {
+    let fx = fixture("oversized");
+    let path = fx.bundle.join(MODEL_FILE);
+    let signed = fs::metadata(&path).unwrap().len();
+    let f = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(8 << 30).unwrap();
+    drop(f);
+    let err = verify_and_load(&fx.bundle, &[fx.public], &fx.plan, fx.layout).unwrap_err();
+    assert!(
+        matches!(&err, BundleError::TamperedFile { name, .. } if name == MODEL_FILE),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains(&format!("({signed} bytes)")), "{text}");
+    assert!(text.contains(&format!("{} bytes", 8u64 << 30)), "{text}");
+    let sig = fx.bundle.join(SIGNATURE_FILE);
+    let f = fs::OpenOptions::new().write(true).open(&sig).unwrap();
+    f.set_len(8 << 30).unwrap();
+    drop(f);
+    let err = verify_and_load(&fx.bundle, &[fx.public], &fx.plan, fx.layout).unwrap_err();
+    assert!(
+        matches!(&err, BundleError::MalformedSignature { .. }),
+        "{err}"
+    );
+    let _ = fs::remove_dir_all(&fx.dir);
+}
+
 #[test]
 fn wrong_key_is_refused() {
     let fx = fixture("wrongkey");
