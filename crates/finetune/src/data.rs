@@ -63,8 +63,8 @@ pub struct LogSummary {
     pub first: Option<LogPosition>,
     /// Last record used.
     pub last: Option<LogPosition>,
-    /// Segment problems met (each skips the rest of its segment; the other segments are
-    /// read in full).
+    /// Segment problems met (each skips its damaged range; everything sound around it is
+    /// read), and the ranges writers cut from the log as damaged (its quarantine files).
     pub issues: Vec<String>,
 }
 
@@ -121,6 +121,22 @@ pub fn read_log(
             Ok(rec) => reading.record(&rec),
             Err(issue) => reading.issue(issue),
         }
+    }
+    // Ranges a writer cut or removed (a torn tail, or a last record a flipped bit damaged)
+    // are not in the segments any more: said here, so that their loss is not silent.
+    let quarantine = reader.quarantine().map_err(|e| FinetuneError::Log {
+        dir: dir.to_path_buf(),
+        source: e,
+    })?;
+    for q in quarantine {
+        reading.data.summary.issues.push(format!(
+            "{} bytes of segment {} at offset {} were damaged and cut from it (copy in {}): \
+             not read",
+            q.length,
+            q.segment,
+            q.offset,
+            q.path.display()
+        ));
     }
     let kinds = &reading.data.summary.by_reward_kind;
     if kinds.len() > 1 {
@@ -381,6 +397,44 @@ mod tests {
             &ObsNormalization::identity(layout.dim(), 10.0),
             only,
         )
+    }
+
+    /// A last record that a flipped bit damaged is cut by the next writer as a torn tail
+    /// (its bytes kept in a quarantine file): fine-tuning's summary says so rather than
+    /// miss it silently.
+    #[test]
+    fn a_range_a_writer_cut_from_the_log_is_reported() {
+        let dir = std::env::temp_dir().join(format!("gw-ft-cut-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut w, _) = LogWriter::open(LogConfig::new(&dir)).unwrap();
+        for i in 0..4 {
+            w.append(&record(i * 5000, Some(RewardKind::Queue)))
+                .unwrap();
+        }
+        w.close().unwrap();
+        let seg = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".gwlog"))
+            .unwrap();
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let last = bytes.len() - 3;
+        bytes[last] ^= 0x10;
+        std::fs::write(&seg, &bytes).unwrap();
+        drop(LogWriter::open(LogConfig::new(&dir)).unwrap());
+        let layout = ObsLayout {
+            n_lanes: 1,
+            n_phases: 2,
+        };
+        let norm = ObsNormalization::identity(layout.dim(), 10.0);
+        let data = read_log(&dir, layout, &norm, None).unwrap();
+        assert_eq!(data.summary.records_used, 3);
+        let issues = &data.summary.issues;
+        assert!(
+            issues.len() == 1 && issues[0].contains("cut from it"),
+            "{issues:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -430,12 +430,41 @@ fn a_second_writer_is_refused_while_the_first_appends() {
     // Once the first has closed, the folder takes a writer again.
     write(cfg, 10..12);
     assert_eq!(read_checked(&dir).0, 12);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
     assert_eq!(
-        std::fs::read_dir(&dir).unwrap().count(),
-        2,
-        "two segments, nothing else"
+        names,
+        [
+            ".writer.lock",
+            "seg-00000000000000000000.gwlog",
+            "seg-00000000000000000001.gwlog"
+        ],
+        "two segments and the lock file, nothing else"
     );
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// The lock on the folder's `.writer.lock` file refuses a second writer on its own: on NFS
+/// it is the only one of the two that another host sees (a folder's `flock` there is local
+/// to each host), as here, where only the file is locked by someone else.
+#[test]
+fn the_lock_file_alone_refuses_a_second_writer() {
+    let dir = tmp("lock-file-alone");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..3);
+    let other = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(".writer.lock"))
+        .unwrap();
+    other.lock().unwrap();
+    let e = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap_err();
+    assert!(matches!(e, LogError::InUse(_)), "{e}");
+    drop(other);
+    write(config(&dir, SyncPolicy::EveryRecord), 3..5);
+    assert_eq!(read_checked(&dir), (5, vec![]));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A lock held for a moment by something that is not a writer (a child process that a
@@ -516,6 +545,19 @@ fn a_sound_record_this_build_cannot_decode_is_never_cut() {
     let (mut w, report) = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap();
     assert_eq!(report.repair, None, "{report:?}");
     assert_eq!(std::fs::read(&newest).unwrap(), bytes, "left as it was");
+    // Kept where it is, so not copied aside either: a downgraded build would otherwise
+    // make a quarantine file of every such record at every open, and the copies count
+    // against the disk cap, which deletes the oldest segments to make room.
+    assert!(report.damage.is_empty(), "{report:?}");
+    let copies = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name());
+    assert_eq!(
+        copies
+            .filter(|n| n.to_string_lossy().contains(".quarantine-"))
+            .count(),
+        0
+    );
     for s in 5..8 {
         w.append(&record(s)).unwrap();
     }
@@ -530,6 +572,41 @@ fn a_sound_record_this_build_cannot_decode_is_never_cut() {
         !issues[0].to_string().contains("torn tail"),
         "{}",
         issues[0]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A segment file far larger than any writer makes (here a sparse 1 GiB one named as the
+/// newest segment) is not read into memory: the writer refuses to open, naming it, and the
+/// reader reports it and reads the other segments.
+#[test]
+fn a_segment_larger_than_any_writer_makes_is_not_read() {
+    let dir = tmp("oversized-segment");
+    write(config(&dir, SyncPolicy::EveryRecord), 0..5);
+    let huge = dir.join("seg-00000000000000000007.gwlog");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let e = LogWriter::open(config(&dir, SyncPolicy::EveryRecord)).unwrap_err();
+    assert!(
+        matches!(&e, LogError::SegmentTooLarge { path, bytes, .. } if path == &huge && *bytes == 1 << 30),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("seg-00000000000000000007.gwlog"),
+        "{e}"
+    );
+    let (n, issues) = read_checked(&dir);
+    assert_eq!(n, 5);
+    assert!(
+        matches!(&issues[..], [i] if i.segment == 7 && matches!(i.kind, IssueKind::TooLarge { .. })),
+        "{issues:?}"
+    );
+    assert_eq!(
+        std::fs::metadata(&huge).unwrap().len(),
+        1 << 30,
+        "left alone"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

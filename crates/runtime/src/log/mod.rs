@@ -42,9 +42,9 @@
 //! only if it holds no valid record. Damage followed by valid records stays in place. Each
 //! writer session then starts a new segment. See [`OpenReport`].
 //!
-//! One writer per directory: a writer holds an advisory lock (`flock`) on the directory
-//! itself while it lives (on a `.writer.lock` file in it where the file system cannot lock
-//! a directory, as NFS), and a second one is refused ([`LogError::InUse`]) once it has
+//! One writer per directory: a writer holds advisory locks (`flock`) on the directory
+//! itself and on a `.writer.lock` file in it while it lives (NFS locks only the file across
+//! hosts: a directory's `flock` there is local to each host), and a second one is refused ([`LogError::InUse`]) once it has
 //! waited a second for the lock (a child process being started holds a copy of it for a
 //! moment, between its fork and its exec), since its
 //! recovery of "the newest segment" would cut or remove the segment the first is appending
@@ -128,18 +128,36 @@ pub enum LogError {
     /// A rotation failed a moment ago; it is tried again once [`LogConfig::rotation_retry`]
     /// has passed, and appends that need it fail at once until then.
     #[error(
-        "transition log: a new segment could not be made {failed_ms_ago} ms ago; it is tried \
-         again {retry_ms} ms after that, and this record is not appended"
+        "transition log {dir}: a new segment could not be made {failed_ms_ago} ms ago; it is \
+         tried again {retry_ms} ms after that, and this record is not appended"
     )]
     RotationBackoff {
+        /// The log folder.
+        dir: PathBuf,
         /// How long ago the rotation failed.
         failed_ms_ago: u64,
         /// [`LogConfig::rotation_retry`].
         retry_ms: u64,
     },
     /// A record was appended after a write failed (the segment's end is unknown).
-    #[error("transition log: writer is unusable after an earlier write failure; reopen it")]
-    Poisoned,
+    #[error(
+        "transition log: the writer of {0} is unusable after an earlier write failure; reopen it"
+    )]
+    Poisoned(PathBuf),
+    /// A segment file far larger than any writer makes ([`MAX_SEGMENT_BYTES`] and a
+    /// record): not a segment of this log, or damaged; not read into memory.
+    #[error(
+        "transition log: segment {path} is {bytes} bytes, more than any writer makes ({max}): \
+         not read (move it away)"
+    )]
+    SegmentTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+        /// The most a segment can hold.
+        max: u64,
+    },
 }
 
 impl LogError {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use greenwave_core::Transition;
 
 use super::segment::{
-    list_quarantine, list_segments, refuse_newer_formats, scan_segment, Header, IssueKind,
-    QuarantineFile, SegmentFile, SegmentScan, HEADER_BYTES,
+    list_quarantine, list_segments, oversized, refuse_newer_formats, scan_segment, Header,
+    IssueKind, QuarantineFile, SegmentFile, SegmentScan, HEADER_BYTES, MAX_SEGMENT_FILE_BYTES,
 };
 use super::LogError;
 
@@ -143,8 +143,11 @@ struct Loaded {
 enum Pending {
     /// The record of the frame at this offset (decoded when yielded).
     Record(u64),
-    /// A damaged range.
+    /// A problem found before the segment's scan (it could not be read, or is a copy).
     Issue(Box<SegmentIssue>),
+    /// The current segment's damaged range of this index in its scan (its issue made when
+    /// yielded: a segment of many small damaged ranges takes no path copy for each).
+    Damage(usize),
 }
 
 impl Records<'_> {
@@ -182,6 +185,12 @@ impl Records<'_> {
     fn load(&mut self, i: usize) {
         self.current = None;
         let seg = &self.segments[i];
+        if let Some(bytes) = oversized(seg) {
+            let max = MAX_SEGMENT_FILE_BYTES;
+            let issue = self.issue(i, 0, bytes, true, IssueKind::TooLarge { bytes, max });
+            self.pending.push_back(Pending::Issue(Box::new(issue)));
+            return;
+        }
         let bytes = match std::fs::read(&seg.path) {
             Ok(b) => b,
             Err(e) => {
@@ -203,10 +212,10 @@ impl Records<'_> {
         };
         self.last_epoch = Some(epoch_unix_ms);
         let mut records = scan.records.iter().peekable();
-        let mut damage = scan.damage.iter().peekable();
+        let mut damage = scan.damage.iter().enumerate().peekable();
         loop {
             let take_record = match (records.peek(), damage.peek()) {
-                (Some(r), Some(d)) => r.0 < d.offset,
+                (Some(r), Some((_, d))) => r.0 < d.offset,
                 (Some(_), None) => true,
                 (None, Some(_)) => false,
                 (None, None) => break,
@@ -215,10 +224,8 @@ impl Records<'_> {
                 let (offset, _) = records.next().expect("peeked");
                 self.pending.push_back(Pending::Record(*offset));
             } else {
-                let d = damage.next().expect("peeked");
-                let to_end = d.offset + d.length == len;
-                let issue = self.issue(i, d.offset, d.length, to_end, d.kind.clone());
-                self.pending.push_back(Pending::Issue(Box::new(issue)));
+                let (k, _) = damage.next().expect("peeked");
+                self.pending.push_back(Pending::Damage(k));
             }
         }
         self.current = Some(Loaded {
@@ -227,6 +234,18 @@ impl Records<'_> {
             scan,
             epoch_unix_ms,
         });
+    }
+
+    /// The issue of the current segment's damaged range `k` (one of its scan's).
+    fn damage_issue(&self, k: usize) -> SegmentIssue {
+        // A range is pending only while its segment is loaded.
+        let Some(c) = &self.current else {
+            let kind = IssueKind::Io("the segment is no longer in memory".into());
+            return self.issue(self.next.saturating_sub(1), 0, 0, false, kind);
+        };
+        let d = &c.scan.damage[k];
+        let to_end = d.offset + d.length == c.bytes.len() as u64;
+        self.issue(c.at, d.offset, d.length, to_end, d.kind.clone())
     }
 
     /// The record of the current segment's frame at `offset`. The scan found it sound,
@@ -268,6 +287,7 @@ impl Iterator for Records<'_> {
             match self.pending.pop_front() {
                 Some(Pending::Record(offset)) => return Some(self.record_at(offset)),
                 Some(Pending::Issue(issue)) => return Some(Err(*issue)),
+                Some(Pending::Damage(k)) => return Some(Err(self.damage_issue(k))),
                 None => {}
             }
             if self.next >= self.segments.len() {

@@ -46,6 +46,19 @@ pub struct SegmentFile {
     pub bytes: u64,
 }
 
+/// The largest segment file a writer makes: [`super::MAX_SEGMENT_BYTES`] (a segment is
+/// rotated before a record would take it past its limit, and one record alone can exceed a
+/// small limit), with a frame's room to spare. A larger file is not read into memory.
+pub(crate) const MAX_SEGMENT_FILE_BYTES: u64 =
+    super::MAX_SEGMENT_BYTES + 2 * (MAX_RECORD_BYTES + FRAME_OVERHEAD + HEADER_BYTES) as u64;
+
+/// The size of segment file `seg` on disk now, if larger than any writer makes
+/// ([`MAX_SEGMENT_FILE_BYTES`]).
+pub(crate) fn oversized(seg: &SegmentFile) -> Option<u64> {
+    let bytes = fs::metadata(&seg.path).map_or(seg.bytes, |m| m.len());
+    (bytes > MAX_SEGMENT_FILE_BYTES).then_some(bytes)
+}
+
 /// What is wrong at some offset of a segment.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IssueKind {
@@ -87,6 +100,14 @@ pub enum IssueKind {
     /// Reading the file failed.
     #[error("read error: {0}")]
     Io(String),
+    /// The file is larger than any segment a writer makes: not read.
+    #[error("{bytes} bytes, more than any segment holds ({max}): not read")]
+    TooLarge {
+        /// Its size.
+        bytes: u64,
+        /// The most a segment file holds.
+        max: u64,
+    },
 }
 
 /// The name of segment `index`.

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use greenwave_core::Transition;
 
 use super::segment::{
-    encode_frame, highest_segment_name, list_quarantine, list_segments, parse_quarantine_name,
-    quarantine_name, refuse_newer_formats, scan_segment, segment_name, Damage, Header, IssueKind,
-    QuarantineFile, SegmentFile, HEADER_BYTES, SEGMENT_VERSION,
+    encode_frame, highest_segment_name, list_quarantine, list_segments, oversized,
+    parse_quarantine_name, quarantine_name, refuse_newer_formats, scan_segment, segment_name,
+    Damage, Header, IssueKind, QuarantineFile, SegmentFile, HEADER_BYTES, MAX_SEGMENT_FILE_BYTES,
+    SEGMENT_VERSION,
 };
 use super::LogError;
 
@@ -246,23 +247,25 @@ pub struct LogWriter {
     /// The disk cap could not be kept at the last rotation (a sealed segment could not be
     /// deleted): nothing is written until it is.
     over_cap: bool,
-    /// The folder itself, locked ([`lock_for_writing`]) while the writer lives.
-    _lock: File,
+    /// The folder and its lock file, locked ([`lock_for_writing`]) while the writer lives.
+    _lock: (Option<File>, File),
 }
 
-/// Locks the log folder `dir` for this writer (an advisory `flock` on the folder itself,
-/// so that nothing is added to it), or says that another writer holds it: a second
-/// writer's recovery would cut or remove the segment the first is appending to. The lock
-/// goes with the returned handle, or with the process. Where the file system cannot lock
-/// a folder (NFS emulates `flock` with locks that need a handle open for writing, which a
-/// folder cannot have), the lock is taken on [`FALLBACK_LOCK`] in the folder instead; only
-/// where that fails too does the writer go on unlocked, with a warning.
-fn lock_for_writing(dir: &Path) -> Result<File, LogError> {
+/// Locks the log folder `dir` for this writer, or says that another writer holds it: a
+/// second writer's recovery would cut or remove the segment the first is appending to.
+/// Two locks, each refusing a second writer: an advisory `flock` on the folder itself
+/// (what writers before the second lock took), and one on [`FALLBACK_LOCK`] in the
+/// folder, opened for writing. The second is the one that holds across hosts: NFS has
+/// no `flock` for folders (the kernel then locks the folder on this host only, and says
+/// nothing), while a file's `flock` it sends to the server as a lock. The locks go with
+/// the returned handles, or with the process. Only where neither can be taken does the
+/// writer go on unlocked, with a warning.
+fn lock_for_writing(dir: &Path) -> Result<(Option<File>, File), LogError> {
     let folder = File::open(dir).map_err(|e| LogError::io("opening", dir, e))?;
-    let folder_error = match try_lock_awhile(&folder) {
-        Ok(()) => return Ok(folder),
+    let folder = match try_lock_awhile(&folder) {
+        Ok(()) => Ok(folder),
         Err(fs::TryLockError::WouldBlock) => return Err(LogError::InUse(dir.to_path_buf())),
-        Err(fs::TryLockError::Error(e)) => e,
+        Err(fs::TryLockError::Error(e)) => Err(e),
     };
     let path = dir.join(FALLBACK_LOCK);
     let file = OpenOptions::new()
@@ -271,15 +274,16 @@ fn lock_for_writing(dir: &Path) -> Result<File, LogError> {
         .write(true)
         .open(&path)
         .map_err(|e| LogError::io("opening the writer lock", &path, e))?;
-    match try_lock_awhile(&file) {
-        Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => Err(LogError::InUse(dir.to_path_buf())),
-        Err(fs::TryLockError::Error(e)) => {
+    match (try_lock_awhile(&file), folder) {
+        (Err(fs::TryLockError::WouldBlock), _) => Err(LogError::InUse(dir.to_path_buf())),
+        (Ok(()), folder) => Ok((folder.ok(), file)),
+        (Err(fs::TryLockError::Error(_)), Ok(folder)) => Ok((Some(folder), file)),
+        (Err(fs::TryLockError::Error(e)), Err(folder_error)) => {
             tracing::warn!(
                 dir = %dir.display(), folder = %folder_error, file = %e,
                 "transition log: the folder cannot be locked here; a second writer on it would not be refused"
             );
-            Ok(file)
+            Ok((None, file))
         }
     }
 }
@@ -304,12 +308,12 @@ fn try_lock_awhile(file: &File) -> Result<(), fs::TryLockError> {
     }
 }
 
-/// The file a writer locks where its folder cannot be locked (see [`lock_for_writing`]).
+/// The file in a log folder that a writer locks besides the folder (see [`lock_for_writing`]).
 pub const FALLBACK_LOCK: &str = ".writer.lock";
 
 /// Creates `dir` and any missing folders above it, syncing the folder that holds each new
-/// one, so that a record committed into it cannot vanish with a folder entry a power cut
-/// lost.
+/// one (or, where `dir` was there already, the one that holds it), so that a record
+/// committed into it cannot vanish with a folder entry a power cut lost.
 fn create_dir_durably(dir: &Path) -> Result<(), LogError> {
     let mut missing = Vec::new();
     let mut at = Some(dir);
@@ -318,12 +322,17 @@ fn create_dir_durably(dir: &Path) -> Result<(), LogError> {
         at = d.parent();
     }
     fs::create_dir_all(dir).map_err(|e| LogError::io("creating", dir, e))?;
+    let parent_of = |d: &Path| match d.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
     for d in missing.iter().rev() {
-        let parent = match d.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        sync_dir(parent)?;
+        sync_dir(&parent_of(d))?;
+    }
+    // The folder's own entry too, where it was there already: an earlier open killed
+    // before its sync, or a folder made by hand just before, may not be durable yet.
+    if missing.is_empty() {
+        sync_dir(&parent_of(dir))?;
     }
     Ok(())
 }
@@ -379,7 +388,7 @@ impl LogWriter {
             .iter()
             .map(|s| s.bytes)
             .chain(quarantine.iter().map(|q| q.length))
-            .sum();
+            .fold(0u64, u64::saturating_add);
         let (file, path) =
             create_segment(&cfg.dir, next_index, cfg.epoch_unix_ms).map_err(|f| f.error)?;
         let mut w = LogWriter {
@@ -420,7 +429,7 @@ impl LogWriter {
     /// Appends one record (written to the file before returning; synced per policy).
     pub fn append(&mut self, t: &Transition) -> Result<Commit, LogError> {
         if self.poisoned {
-            return Err(LogError::Poisoned);
+            return Err(LogError::Poisoned(self.cfg.dir.clone()));
         }
         let mut frame = std::mem::take(&mut self.frame);
         let result = encode_frame(t, &mut frame).and_then(|()| self.append_frame(&frame));
@@ -495,7 +504,7 @@ impl LogWriter {
 
     fn sync(&mut self) -> Result<(), LogError> {
         if self.poisoned {
-            return Err(LogError::Poisoned);
+            return Err(LogError::Poisoned(self.cfg.dir.clone()));
         }
         self.file.sync_data().map_err(|e| {
             // After a failed fsync the page cache state is unknown (Linux may have dropped
@@ -515,6 +524,7 @@ impl LogWriter {
             let since = at.elapsed();
             if since < self.cfg.rotation_retry {
                 return Err(LogError::RotationBackoff {
+                    dir: self.cfg.dir.clone(),
                     failed_ms_ago: since.as_millis() as u64,
                     retry_ms: self.cfg.rotation_retry.as_millis() as u64,
                 });
@@ -544,7 +554,7 @@ impl LogWriter {
             path: old_path,
             bytes: self.seg_bytes,
         });
-        self.sealed_bytes += self.seg_bytes;
+        self.sealed_bytes = self.sealed_bytes.saturating_add(self.seg_bytes);
         self.file = file;
         self.index = next;
         self.seg_bytes = HEADER_BYTES as u64;
@@ -559,7 +569,9 @@ impl LogWriter {
         let mut dropped = false;
         // Counting the active segment at its full size keeps the total under the cap at
         // every moment, not only at rotation.
-        while self.sealed_bytes + self.cfg.max_segment_bytes > self.cfg.max_total_bytes {
+        while self.sealed_bytes.saturating_add(self.cfg.max_segment_bytes)
+            > self.cfg.max_total_bytes
+        {
             let Some(oldest) = self.sealed.front().cloned() else {
                 break;
             };
@@ -724,6 +736,14 @@ struct Recovery {
 /// or after it is cut, and a segment without a single sound frame is removed. Damage with
 /// sound frames after it is left in place: nothing sound is ever cut.
 fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
+    // Not read into memory whole if larger than any segment a writer makes.
+    if let Some(bytes) = oversized(seg) {
+        return Err(LogError::SegmentTooLarge {
+            path: seg.path.clone(),
+            bytes,
+            max: MAX_SEGMENT_FILE_BYTES,
+        });
+    }
     // A read error is not evidence of a bad tail: never cut on it.
     let bytes = fs::read(&seg.path).map_err(|e| LogError::io("reading", &seg.path, e))?;
     let scan = scan_segment(&bytes);
@@ -732,7 +752,12 @@ fn recover_tail(seg: &SegmentFile) -> Result<Recovery, LogError> {
         records: scan.records.len() as u64,
         ..Recovery::default()
     };
-    for d in &scan.damage {
+    // A frame this build cannot decode is sound and stays where it is (below): not copied.
+    for d in scan
+        .damage
+        .iter()
+        .filter(|d| !matches!(d.kind, IssueKind::Decode(_)))
+    {
         rec.damage.push(QuarantinedRange {
             segment: seg.index,
             offset: d.offset,
