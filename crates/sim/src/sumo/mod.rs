@@ -247,6 +247,10 @@ pub struct SumoConfig {
     pub own_process_group: bool,
 }
 
+/// The longest TraCI reply or start-up timeout taken: a deadline this far off is no
+/// deadline, and one far past it is beyond what the clock can add.
+const MAX_TIMEOUT_S: f64 = 1e6;
+
 impl SumoConfig {
     /// Defaults for `net` and `routes`: a 3600 s episode from time 0, 5 s decisions, 1 s
     /// SUMO steps, each light's timing from its own program (min green 5 s), seed 0, the
@@ -283,8 +287,8 @@ impl SumoConfig {
         }
     }
 
-    /// Checks the values that SUMO would otherwise reject late or that would desynchronise
-    /// greenwave's sequencer from SUMO's clock.
+    /// Checks the values that SUMO would otherwise reject late, that would desynchronise
+    /// greenwave's sequencer from SUMO's clock, or that no clock can count (a timeout).
     pub fn validate(&self) -> Result<(), SumoError> {
         let bad = |m: String| Err(SumoError::Config(m));
         for (name, v) in [
@@ -297,6 +301,16 @@ impl SumoConfig {
         ] {
             if !v.is_finite() || v < 0.0 || (v == 0.0 && name != "begin_s") {
                 return bad(format!("{name} = {v} must be a positive number of seconds"));
+            }
+        }
+        for (name, v) in [
+            ("reply_timeout_s", self.reply_timeout_s),
+            ("startup_timeout_s", self.startup_timeout_s),
+        ] {
+            if v > MAX_TIMEOUT_S {
+                return bad(format!(
+                    "{name} = {v} s is longer than {MAX_TIMEOUT_S} s (about 11 days)"
+                ));
             }
         }
         for arg in &self.extra_args {

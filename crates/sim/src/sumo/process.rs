@@ -48,11 +48,21 @@ impl Drop for WorkDir {
 
 /// The last `max_bytes` of a log file, trimmed to whole lines.
 fn log_tail(path: &Path, max_bytes: usize) -> String {
-    let Ok(bytes) = std::fs::read(path) else {
+    use std::io::{Read, Seek, SeekFrom};
+    // Only the tail is read: a long run's log can hold hundreds of MB of warnings.
+    let read_tail = || -> std::io::Result<(Vec<u8>, u64)> {
+        let mut f = std::fs::File::open(path)?;
+        let len = f.metadata()?.len();
+        let start = len.saturating_sub(max_bytes as u64);
+        f.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        f.take(max_bytes as u64).read_to_end(&mut bytes)?;
+        Ok((bytes, start))
+    };
+    let Ok((bytes, start)) = read_tail() else {
         return "(no log)".into();
     };
-    let start = bytes.len().saturating_sub(max_bytes);
-    let text = String::from_utf8_lossy(&bytes[start..]);
+    let text = String::from_utf8_lossy(&bytes);
     let text = if start > 0 {
         text.split_once('\n').map(|x| x.1).unwrap_or(&text)
     } else {
@@ -388,7 +398,10 @@ impl SumoProcess {
         m.close();
         self.call(&m, "closing the simulation")?;
         self.traci = None;
-        let deadline = Instant::now() + self.reply_timeout;
+        // A timeout past the clock's range waits as long as the longest the clock adds.
+        let deadline = Instant::now()
+            .checked_add(self.reply_timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 20));
         loop {
             match self.child.try_wait() {
                 Ok(Some(status)) if status.success() => break,

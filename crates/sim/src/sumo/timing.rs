@@ -9,6 +9,9 @@
 //!   and no yellow, or green only on links green without a break since that green phase
 //!   (and that the plan does not hold as a stage): see [`clearance_after`] (0 when the
 //!   program has none);
+//! * each raised, where longer, to the clearance the program gives a link of that phase
+//!   where the link's green ends stages later ([`link_end_clearance`]: a leading left's
+//!   through ends in its own stage, and a plan may end it straight from the first);
 //! * **max green**: the phase's `maxDur` in an actuated or delay-based program, else the
 //!   larger of [`DEFAULT_MAX_GREEN_S`] and the static green's own duration (so no
 //!   controller is held to a shorter green than the program it is compared with), at
@@ -323,14 +326,42 @@ pub fn program_intergreen_s(
     shortest
 }
 
-/// Net timing of the green phase at index `k` of `program`, rounded up to the SUMO step.
+/// The longest clearance (yellow, all-red; s) `program` gives any link green in phase `k`
+/// where that link's green ends, which can be stages later: a link that stays green into
+/// the next stage (a leading left's through) ends there with that stage's clearance, and a
+/// plan switch straight out of `k` ends it too. A link green in every phase never ends.
+pub fn link_end_clearance(
+    program: &TlLogic,
+    k: usize,
+    is_stage: impl Fn(usize) -> bool,
+) -> (f64, f64) {
+    let n = program.phases.len();
+    let green_at = |q: usize, l: usize| link_green(&program.phases[q % n].state, l);
+    let mut longest = (0.0f64, 0.0f64);
+    for l in (0..program.phases[k].state.len()).filter(|&l| green_at(k, l)) {
+        let run = (k..k + n).take_while(|&q| green_at(q, l)).count();
+        if run == n {
+            continue;
+        }
+        let (yellow_s, all_red_s) = clearance_after(program, (k + run - 1) % n, &is_stage);
+        longest = (longest.0.max(yellow_s), longest.1.max(all_red_s));
+    }
+    longest
+}
+
+/// Net timing of the green phase at index `k` of `program`, rounded up to the SUMO step:
+/// the clearance after it ([`clearance_after`]), or where it is longer the clearance the
+/// program gives a link of it that ends later ([`link_end_clearance`]).
 pub fn net_phase_timing(
     program: &TlLogic,
     k: usize,
     is_stage: impl Fn(usize) -> bool,
     step_ms: u32,
 ) -> NetPhaseTiming {
-    let (yellow_s, all_red_s) = clearance_after(program, k, is_stage);
+    let (own_yellow_s, own_all_red_s) = clearance_after(program, k, &is_stage);
+    let (link_yellow_s, link_all_red_s) = link_end_clearance(program, k, &is_stage);
+    let yellow_s = own_yellow_s.max(link_yellow_s);
+    let all_red_s = own_all_red_s.max(link_all_red_s);
     let phase = &program.phases[k];
     let max_green_s = match phase.max_dur_s.filter(|_| program.kind != "static") {
         Some(max) => max,
@@ -344,18 +375,25 @@ pub fn net_phase_timing(
 }
 
 /// A net value outside `range`, brought inside it, with a note saying so.
+/// The floor and ceiling are taken on the SUMO step's grid (the floor rounded up, the
+/// ceiling down): a display change SUMO applies at its next step would otherwise show an
+/// interval raised to the floor shorter than the floor.
 fn clamp_net(
     value: Millis,
     range: (Millis, Millis),
+    step_ms: u32,
     what: &str,
     notes: &mut Vec<String>,
 ) -> Millis {
-    if value < range.0 {
-        notes.push(format!("{what} {value} raised to the {} floor", range.0));
-        range.0
-    } else if value > range.1 {
-        notes.push(format!("{what} {value} lowered to the {} ceiling", range.1));
-        range.1
+    let step = step_ms.max(1);
+    let floor = Millis(range.0 .0.div_ceil(step).saturating_mul(step));
+    let ceiling = Millis(range.1 .0 / step * step).max(floor);
+    if value < floor {
+        notes.push(format!("{what} {value} raised to the {floor} floor"));
+        floor
+    } else if value > ceiling {
+        notes.push(format!("{what} {value} lowered to the {ceiling} ceiling"));
+        ceiling
     } else {
         value
     }
@@ -371,7 +409,7 @@ fn net_max_green(
     step_ms: u32,
     notes: &mut Vec<String>,
 ) -> Millis {
-    let max_green = clamp_net(net, (Millis::ZERO, ceiling), "max green", notes);
+    let max_green = clamp_net(net, (Millis::ZERO, ceiling), step_ms, "max green", notes);
     if max_green > min_green {
         return max_green;
     }
@@ -424,11 +462,11 @@ pub fn resolve(
     );
     let yellow = match user(over.yellow_s, "yellow", YELLOW_RANGE)? {
         Some(v) => v,
-        None => clamp_net(net.yellow, YELLOW_RANGE, "yellow", notes),
+        None => clamp_net(net.yellow, YELLOW_RANGE, step_ms, "yellow", notes),
     };
     let all_red = match user(over.all_red_s, "all-red", ALL_RED_RANGE)? {
         Some(v) => v,
-        None => clamp_net(net.all_red, ALL_RED_RANGE, "all-red", notes),
+        None => clamp_net(net.all_red, ALL_RED_RANGE, step_ms, "all-red", notes),
     };
     // Below the ceiling by a step, so that a max green above it stays within it.
     let min_green_range = (
@@ -581,6 +619,49 @@ mod tests {
         assert_eq!(clearance_after(&q, 1, |k| k == 0 || k == 4), (3.0, 0.0));
     }
 
+    /// A leading left: the through (link 1) stays green into its own stage and ends there
+    /// with 5 s of yellow and 1 s of all-red. A plan may switch straight out of the first
+    /// stage to the cross street, ending the through there too: that stage gets the
+    /// through's clearance, not only the left's 3 s.
+    #[test]
+    fn a_link_that_ends_stages_later_keeps_its_own_clearance() {
+        let p = program(
+            "static",
+            &[
+                (20.0, "GGrr"),
+                (3.0, "yGrr"),
+                (20.0, "rGrr"),
+                (5.0, "ryrr"),
+                (1.0, "rrrr"),
+                (30.0, "rrrG"),
+                (3.0, "rrry"),
+                (1.0, "rrrr"),
+                (30.0, "rrGr"),
+                (4.0, "rryr"),
+                (1.0, "rrrr"),
+            ],
+        );
+        let stages = |k: usize| k == 0 || k == 2 || k == 5 || k == 8;
+        assert_eq!(clearance_after(&p, 0, stages), (3.0, 0.0));
+        assert_eq!(link_end_clearance(&p, 0, stages), (5.0, 1.0));
+        let t = net_phase_timing(&p, 0, stages, 1000);
+        assert_eq!((t.yellow, t.all_red), (Millis(5000), Millis(1000)));
+        // The through's own stage, and the others, are as their programs end them.
+        let t = net_phase_timing(&p, 2, stages, 1000);
+        assert_eq!((t.yellow, t.all_red), (Millis(5000), Millis(1000)));
+        let t = net_phase_timing(&p, 8, stages, 1000);
+        assert_eq!((t.yellow, t.all_red), (Millis(4000), Millis(1000)));
+        // A link green in every phase never ends: it adds nothing.
+        let always = program(
+            "static",
+            &[(30.0, "GGr"), (3.0, "Gyr"), (30.0, "GrG"), (3.0, "Gry")],
+        );
+        assert_eq!(
+            link_end_clearance(&always, 0, |k| k == 0 || k == 2),
+            (3.0, 0.0)
+        );
+    }
+
     #[test]
     fn intergreens_are_read_pair_by_pair() {
         let none = |_: usize| false;
@@ -697,6 +778,16 @@ mod tests {
             ..Default::default()
         };
         assert!(resolve("J", net, &over, 1000, &mut notes).is_err());
+        // On a 0.4 s step the floor and ceilings are on the step's grid (SUMO applies a
+        // change at its next step: a yellow raised to 3 s would show 2.8 s).
+        let t = resolve("J", net, &TimingOverrides::default(), 400, &mut notes).unwrap();
+        assert_eq!(t.yellow, Millis(3200));
+        let hold = NetPhaseTiming {
+            max_green: Millis(10_000_000),
+            ..net
+        };
+        let t = resolve("J", hold, &TimingOverrides::default(), 700, &mut notes).unwrap();
+        assert_eq!((t.yellow, t.max_green), (Millis(3500), Millis(299_600)));
     }
 
     /// The error `resolve` gives for `net` with `over`.
