@@ -108,9 +108,10 @@ impl NativeEnv {
     /// `program_clock`, `pedestrian_zones`, `program_intergreens`, `pedestrian_weight`, `seed`).
     #[new]
     #[pyo3(signature = (**kwargs))]
-    fn new(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let (spec, seed) = spec_from_kwargs(kwargs)?;
-        let env = spec.build(seed).map_err(value_err)?;
+        // Built without the GIL: on SUMO it reads the net and starts a process.
+        let env = py.detach(|| spec.build(seed)).map_err(value_err)?;
         let mut masks = PolicyMasks::default();
         masks.note(env.as_ref());
         Ok(NativeEnv {

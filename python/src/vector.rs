@@ -88,29 +88,40 @@ fn step_slot(slot: &mut Slot, actions: &[u8], next_seed: u64) -> Result<(Vec<f32
     Ok((out.rewards, out.done))
 }
 
+/// Most copies a vector env holds (as `greenwave train --envs`): each holds a simulator,
+/// on SUMO a process.
+const MAX_ENVS: usize = 1024;
+
 #[pymethods]
 impl NativeVecEnv {
     /// `n_envs` copies; the other keyword arguments as `NativeEnv`'s.
     #[new]
     #[pyo3(signature = (n_envs, **kwargs))]
-    fn new(n_envs: usize, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        if n_envs == 0 {
-            return Err(value_err("n_envs must be at least 1"));
+    fn new(py: Python<'_>, n_envs: usize, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        if !(1..=MAX_ENVS).contains(&n_envs) {
+            return Err(value_err(format!(
+                "n_envs must be 1 to {MAX_ENVS} (each holds a simulator; on SUMO a process), got {n_envs}"
+            )));
         }
         let (spec, seed): (EnvSpec, u64) = spec_from_kwargs(kwargs)?;
-        let slots = (0..n_envs)
-            .map(|k| {
-                let env = spec.build(seed.wrapping_add(k as u64)).map_err(value_err)?;
-                let mut masks = PolicyMasks::default();
-                masks.note(env.as_ref());
-                Ok(Slot {
-                    env: Mutex::new(env),
-                    episodes: 0,
-                    last_metrics: None,
-                    masks,
-                })
+        // Built without the GIL: on SUMO each copy reads the net and starts a process.
+        let slots = py
+            .detach(|| {
+                (0..n_envs)
+                    .map(|k| {
+                        let env = spec.build(seed.wrapping_add(k as u64))?;
+                        let mut masks = PolicyMasks::default();
+                        masks.note(env.as_ref());
+                        Ok(Slot {
+                            env: Mutex::new(env),
+                            episodes: 0,
+                            last_metrics: None,
+                            masks,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()
             })
-            .collect::<PyResult<Vec<_>>>()?;
+            .map_err(value_err)?;
         let first = slots[0].env();
         let signals = first.signals();
         let max_dim = signals.iter().map(|s| s.layout.dim()).max().unwrap_or(0);

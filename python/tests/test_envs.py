@@ -130,6 +130,11 @@ def test_bad_input_is_a_clear_error():
         NativeEnv(scenario="single-4way", seed=-1)
     with pytest.raises(ValueError, match="whole seconds"):
         SignalEnv(scenario="single-4way", episode_s=0.5)
+    # Each copy holds a simulator: a count that could only exhaust memory is refused.
+    with pytest.raises(ValueError, match="n_envs must be 1 to 1024"):
+        VecSignalEnv(10**9, scenario="single-4way")
+    with pytest.raises(ValueError, match="n_envs must be 1 to 1024"):
+        VecSignalEnv(0, scenario="single-4way")
     env = SignalEnv(scenario="single-4way")
     env.reset(seed=0)
     with pytest.raises(ValueError, match="action 9 is not a phase"):

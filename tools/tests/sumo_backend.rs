@@ -593,9 +593,9 @@ fn a_missing_sumo_binary_is_a_clear_error() {
     let _ = std::fs::remove_dir_all(d);
 }
 
-/// Settings that cannot train are refused before SUMO is looked for, let alone the demand
-/// probe run (a whole SUMO episode): with no SUMO binary on the path, the error is the
-/// setting's, not the missing binary's.
+/// Settings that cannot train (or not as asked) are refused before SUMO is looked for, let
+/// alone the demand probe run (a whole SUMO episode): with no SUMO binary on the path, the
+/// error is the setting's, not the missing binary's.
 #[test]
 fn bad_training_settings_are_refused_before_sumo_starts() {
     let (net, routes) = (fixture("single.net.xml"), fixture("single.rou.xml"));
@@ -606,6 +606,11 @@ fn bad_training_settings_are_refused_before_sumo_starts() {
         (&["--envs", "0"], "--envs"),
         (&["--epochs", "0"], "--epochs"),
         (&["--ent-coef=-1"], "--ent-coef"),
+        // The run and the manifest keep whole seconds: 2.5 s would deploy as 3 s.
+        (
+            &["--decision-interval", "2.5", "--step-length", "0.5"],
+            "whole seconds",
+        ),
     ];
     if cfg!(not(feature = "cuda")) {
         cases.push((&["--device", "cuda"], "--features cuda"));

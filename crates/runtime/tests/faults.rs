@@ -204,9 +204,10 @@ fn unloadable_model_runs_the_fallback_for_good() {
     assert_eq!(o.stats.fallback_decisions, DECISIONS);
 }
 
-/// A field that reads quiet lanes and gives `rewards` rewards per interval.
+/// A field that reads quiet lanes and gives `rewards` rewards of `value` per interval.
 struct ShortRewards {
     rewards: usize,
+    value: f32,
 }
 
 impl greenwave_runtime::controller::DetectorSource for ShortRewards {
@@ -223,13 +224,14 @@ impl greenwave_runtime::controller::DetectorSource for ShortRewards {
         &mut self,
         _dt: Millis,
     ) -> Result<Option<Vec<f32>>, greenwave_runtime::controller::DetectorError> {
-        Ok(Some(vec![-1.0; self.rewards]))
+        Ok(Some(vec![self.value; self.rewards]))
     }
 }
 
 /// A field that gives fewer rewards than there are signals stops the controller, naming
 /// the counts, before any transition is logged with a made-up reward; with one reward per
-/// signal it runs and logs the field's rewards.
+/// signal it runs and logs the field's rewards; a non-finite reward drops that interval's
+/// transition (counted), never logged.
 #[test]
 fn a_missing_reward_is_an_error_not_a_logged_zero() {
     use greenwave_runtime::controller::{NullSink, Split};
@@ -238,7 +240,7 @@ fn a_missing_reward_is_an_error_not_a_logged_zero() {
         let field = TestField::new(&fx.scenario, 1);
         field.inner.signal_specs().remove(0)
     }];
-    let run = |rewards: usize, name: &str| {
+    let run = |rewards: usize, value: f32, name: &str| {
         let log_dir = fx.dir.join(name);
         let (log, _) = LogWriter::open(LogConfig::new(&log_dir)).unwrap();
         let mut c = Controller::new(
@@ -250,21 +252,26 @@ fn a_missing_reward_is_an_error_not_a_logged_zero() {
         )
         .unwrap();
         let mut field = Split {
-            detectors: ShortRewards { rewards },
+            detectors: ShortRewards { rewards, value },
             sink: NullSink,
         };
         let result = (0..4).try_for_each(|_| c.step(&mut field).map(|_| ()));
+        let dropped = c.stats().transitions_dropped;
         c.close_log().unwrap();
-        (result, read_all(&log_dir).unwrap().0)
+        (result, read_all(&log_dir).unwrap().0, dropped)
     };
-    let (result, records) = run(0, "none");
+    let (result, records, _) = run(0, -1.0, "none");
     let e = result.unwrap_err().to_string();
     assert!(e.contains("the field gave 0 rewards for 1 signals"), "{e}");
     assert!(records.is_empty(), "{} records logged", records.len());
-    let (result, records) = run(1, "one");
+    let (result, records, _) = run(1, -1.0, "one");
     result.unwrap();
     assert!(!records.is_empty());
     assert!(records.iter().all(|r| r.transition.reward == -1.0));
+    let (result, records, dropped) = run(1, f32::NAN, "nan");
+    result.unwrap();
+    assert!(records.is_empty(), "{} records logged", records.len());
+    assert!(dropped >= 3, "{dropped} dropped");
 }
 
 /// A log whose next segment cannot be created mid-run: control goes on, the records it

@@ -593,6 +593,16 @@ fn train_sumo(cfg: &TrainConfig, out: &Path, resume: bool, progress: bool) -> Re
     let base = cfg
         .sim
         .sumo_config(cfg.episode_s.map(f64::from), cfg.seed)?;
+    // run.json and the exported manifest keep the interval in whole seconds: a policy
+    // trained at 2.5 s would be deployed deciding every 3 s.
+    let interval_ms = base.decision_interval().0;
+    if interval_ms % 1000 != 0 {
+        bail!(
+            "decision interval {} s: training needs whole seconds (the run and the exported \
+             policy's manifest record it so); give --decision-interval a whole number",
+            f64::from(interval_ms) / 1000.0
+        );
+    }
     let source = RunSource {
         name: cfg.sim.sumo_label().unwrap_or_default(),
         episode_decisions: (base.seconds / base.decision_interval_s).ceil() as u64,

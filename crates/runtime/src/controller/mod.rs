@@ -186,6 +186,9 @@ pub enum ControllerError {
     /// No signals to run.
     #[error("no signals to control")]
     NoSignals,
+    /// More signals than a transition record can name (its `signal` is a `u16`).
+    #[error("{0} signals: one controller runs at most 65 536 (a transition names its signal in 16 bits)")]
+    TooManySignals(usize),
     /// The rollback watch's settings cannot work.
     #[error(transparent)]
     Rollback(#[from] RollbackConfigError),
@@ -349,6 +352,9 @@ impl Controller {
     ) -> Result<Self, ControllerError> {
         if signals.is_empty() {
             return Err(ControllerError::NoSignals);
+        }
+        if signals.len() > usize::from(u16::MAX) + 1 {
+            return Err(ControllerError::TooManySignals(signals.len()));
         }
         cfg.rollback.check()?;
         let seqs = signals
@@ -859,7 +865,16 @@ impl Controller {
                 self.pending.len()
             ))));
         }
-        for (p, &reward) in self.pending.iter_mut().zip(&rewards) {
+        for (i, (p, &reward)) in self.pending.iter_mut().zip(&rewards).enumerate() {
+            // A non-finite reward is no experience: the record is not logged (fine-tuning
+            // would skip it, and a log holds only records a controller can write).
+            if !reward.is_finite() {
+                if p.take().is_some() {
+                    self.stats.transitions_dropped += 1;
+                    tracing::warn!(signal = i, reward, "the field gave a non-finite reward: this interval's transition is not logged");
+                }
+                continue;
+            }
             if let Some(t) = p {
                 t.reward = reward;
                 t.reward_kind = field.reward_kind();

@@ -23,7 +23,7 @@
 //! fallback on the recorded readings.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use greenwave_core::{LaneReading, Millis, MovementDetector, RewardKind};
@@ -56,10 +56,16 @@ struct HeaderSignal {
     n_lanes: u16,
 }
 
+/// The longest line read (a record of 64 signals of 64 lanes and movements takes well
+/// under 1 MiB): a file without newlines is not read into memory whole.
+const MAX_LINE_BYTES: u64 = 16 << 20;
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Line {
     t_ms: u64,
-    rewards: Vec<f32>,
+    /// `null` where the field gave a non-finite reward (JSON has none): replayed as NaN,
+    /// which the controller handles as it did live (that signal's transition is dropped).
+    rewards: Vec<Option<f32>>,
     lanes: Vec<Vec<Option<[f32; 2]>>>,
     /// Per signal, its movements' detector readings (absent in files without any).
     #[serde(default, skip_serializing_if = "no_movements")]
@@ -92,6 +98,8 @@ pub struct ReplaySource<R = BufReader<File>> {
     reward_kind: Option<RewardKind>,
     /// Per signal, its plan's movement count: what a line's movement readings must hold.
     movements: Vec<usize>,
+    /// Per signal, the detector lanes every line must hold (set from the first record).
+    lanes: Vec<usize>,
 }
 
 impl ReplaySource {
@@ -127,6 +135,7 @@ impl<R: BufRead> ReplaySource<R> {
             },
             reward_kind: None,
             movements: signals.iter().map(|s| s.plan.movements().len()).collect(),
+            lanes: Vec::new(),
         };
         let header: Header = src
             .next_json()?
@@ -178,6 +187,7 @@ impl<R: BufRead> ReplaySource<R> {
                 )));
             }
         }
+        src.lanes = want.iter().map(|&w| usize::from(w)).collect();
         src.read_ahead();
         Ok(src)
     }
@@ -210,14 +220,20 @@ impl<R: BufRead> ReplaySource<R> {
         let mut line = String::new();
         loop {
             line.clear();
-            let read = self
-                .reader
-                .read_line(&mut line)
-                .map_err(|e| self.err_at(self.line_no + 1, &e.to_string()))?;
+            let read = (&mut self.reader)
+                .take(MAX_LINE_BYTES + 1)
+                .read_line(&mut line);
+            let read = read.map_err(|e| self.err_at(self.line_no + 1, &e.to_string()))?;
             if read == 0 {
                 return Ok(None);
             }
             self.line_no += 1;
+            if read as u64 > MAX_LINE_BYTES {
+                return Err(self.err_at(
+                    self.line_no,
+                    &format!("longer than {MAX_LINE_BYTES} bytes: not a recording's line"),
+                ));
+            }
             if line.trim().is_empty() {
                 continue;
             }
@@ -252,10 +268,24 @@ impl<R: BufRead> ReplaySource<R> {
                 "expected lanes and rewards for {n_signals} signals"
             )));
         }
-        if let Some(i) = line.rewards.iter().position(|r| !r.is_finite()) {
+        if let Some(i) = line
+            .rewards
+            .iter()
+            .position(|r| r.is_some_and(|r| !r.is_finite()))
+        {
             return Err(self.err(&format!(
-                "signal {i}: reward {} is not finite",
+                "signal {i}: reward {:?} is not finite",
                 line.rewards[i]
+            )));
+        }
+        // Every line holds the lanes the first did (checked against the controller's there).
+        if let Some((i, got)) = (line.lanes.iter().map(Vec::len).zip(&self.lanes))
+            .enumerate()
+            .find_map(|(i, (got, &want))| (got != want).then_some((i, got)))
+        {
+            return Err(self.err(&format!(
+                "signal {i}: {got} lanes recorded, the first record held {}",
+                self.lanes[i]
             )));
         }
         if !line.movements.is_empty() && line.movements.len() != n_signals {
@@ -320,7 +350,8 @@ impl<R: BufRead> DetectorSource for ReplaySource<R> {
         }
         self.check_line()?;
         self.read_ahead();
-        Ok(Some(self.current.rewards.clone()))
+        let rewards = self.current.rewards.iter();
+        Ok(Some(rewards.map(|r| r.unwrap_or(f32::NAN)).collect()))
     }
 
     /// At the last record: its readings end the last transition, and no decision follows.
@@ -395,7 +426,7 @@ impl<D: DetectorSource> ReplayRecorder<D> {
             path: path.to_path_buf(),
             line: Line {
                 t_ms: 0,
-                rewards: vec![0.0; n],
+                rewards: vec![Some(0.0); n],
                 lanes: signals
                     .iter()
                     .map(|s| vec![None; s.field_lanes()])
@@ -431,13 +462,23 @@ impl<D: DetectorSource> DetectorSource for ReplayRecorder<D> {
         if let Some(slot) = self.line.lanes.get_mut(signal) {
             slot.clear();
             match &result {
-                Ok(()) => slot.extend(lanes.iter().map(|r| Some([r.density, r.queue]))),
+                // A reading the replay would refuse (not finite) is recorded as silent:
+                // live, it sent the signal to its fallback, as a silent lane does.
+                Ok(()) => slot.extend(lanes.iter().map(|r| {
+                    let pair = [r.density, r.queue];
+                    pair.iter().all(|v| v.is_finite()).then_some(pair)
+                })),
                 // Which lanes are good is the source's business: record the signal silent.
                 Err(_) => slot.resize(lanes.len(), None),
             }
         }
         if let Some(slot) = self.line.movements.get_mut(signal) {
-            *slot = self.inner.movement_detectors(signal);
+            // Readings the controller refused live (a NaN, a negative count) are not
+            // recorded either: the replay would refuse the whole line.
+            *slot = self
+                .inner
+                .movement_detectors(signal)
+                .filter(|r| r.iter().all(|d| d.problem().is_none()));
         }
         result
     }
@@ -447,7 +488,7 @@ impl<D: DetectorSource> DetectorSource for ReplayRecorder<D> {
         self.line.t_ms += dt.0 as u64;
         let rewards = self.inner.advance(dt)?;
         if let Some(r) = &rewards {
-            self.line.rewards.clone_from(r);
+            self.line.rewards = r.iter().map(|&x| x.is_finite().then_some(x)).collect();
         }
         Ok(rewards)
     }
@@ -596,6 +637,80 @@ mod tests {
             let err = replay_all(&text).expect_err(says).to_string();
             assert!(err.contains(says), "{says}: {err}");
         }
+    }
+
+    /// Every line holds the lanes the first did; a line far longer than any record is
+    /// not read into memory whole.
+    #[test]
+    fn a_damaged_later_line_or_an_endless_one_is_refused_naming_it() {
+        let whole = file(12);
+        let short = format!(
+            "{whole}{{\"t_ms\":10000,\"rewards\":[0.0],\"lanes\":[[{}]]}}\n",
+            ["[0.25,0.5]"; 11].join(",")
+        );
+        let e = replay_all(&short).unwrap_err().to_string();
+        assert!(
+            e.contains("line 4") && e.contains("11 lanes recorded, the first record held 12"),
+            "{e}"
+        );
+        let endless = format!("{whole}{}", "x".repeat(MAX_LINE_BYTES as usize + 10));
+        let e = replay_all(&endless).unwrap_err().to_string();
+        assert!(e.contains("line 4") && e.contains("longer than"), "{e}");
+    }
+
+    /// A detector source that reads NaN on lane 3 and gives a NaN reward.
+    struct Broken;
+
+    impl DetectorSource for Broken {
+        fn read(&mut self, _: usize, lanes: &mut [LaneReading]) -> Result<(), DetectorError> {
+            lanes.fill(LaneReading {
+                density: 0.25,
+                queue: 0.5,
+            });
+            lanes[3].density = f32::NAN;
+            Ok(())
+        }
+
+        fn advance(&mut self, _: Millis) -> Result<Option<Vec<f32>>, DetectorError> {
+            Ok(Some(vec![f32::NAN]))
+        }
+
+        fn movement_detectors(&self, _: usize) -> Option<Vec<MovementDetector>> {
+            let bad = MovementDetector {
+                queue_veh: f32::NAN,
+                ..MovementDetector::default()
+            };
+            Some(vec![bad; 12])
+        }
+    }
+
+    /// What a live field gave that the replay would refuse (a NaN reading, reward or
+    /// movement reading) is recorded so that the recording replays: a NaN lane as silent,
+    /// a NaN reward as `null` (replayed as NaN, which the controller drops as it did
+    /// live), bad movement readings not at all.
+    #[test]
+    fn a_recording_of_readings_the_controller_refused_still_replays() {
+        let dir = std::env::temp_dir().join(format!("gw-rec-nan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.jsonl");
+        let mut rec = ReplayRecorder::create(Broken, &path, &[spec(false)], Millis(5000)).unwrap();
+        let mut lanes = [LaneReading::default(); 12];
+        for _ in 0..2 {
+            rec.read(0, &mut lanes).unwrap();
+            rec.advance(Millis(5000)).unwrap();
+        }
+        rec.read(0, &mut lanes).unwrap();
+        rec.finish().unwrap();
+        drop(rec);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut src =
+            ReplaySource::from_reader(text.as_bytes(), Path::new("r"), &[spec(false)]).unwrap();
+        assert!(src.read(0, &mut lanes).is_err(), "lane 3 silent");
+        assert_eq!(src.movement_detectors(0), None);
+        let rewards = src.advance(Millis(5000)).unwrap().unwrap();
+        assert!(rewards[0].is_nan(), "{rewards:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -30,6 +30,13 @@ const MAX_LINK_LENGTH_M: f64 = 50_000.0;
 /// Largest demand-profile multiplier: a peak ten times the base flow is already extreme,
 /// and it bounds the arrivals per tick.
 const MAX_PROFILE_MULTIPLIER: f64 = 10.0;
+/// Smallest positive demand-profile multiplier (0 is none). Arrivals are drawn at the peak
+/// rate and kept with probability multiplier / peak: a tiny multiplier would have the draw
+/// go through billions of candidates for one arrival (hang, in effect).
+const MIN_POSITIVE_PROFILE_MULTIPLIER: f64 = 1e-6;
+/// Latest demand-profile time: past the longest episode ([`MAX_EPISODE_S`]) by far, and
+/// before the draw's clock would stop advancing in `f64`.
+const MAX_PROFILE_TIME_S: f64 = 1e8;
 /// Name of the preset plan.
 pub(crate) const PRESET_FOUR_ARM: &str = "four-arm-protected-left";
 
@@ -888,11 +895,14 @@ fn compile_demand(
     let mut points = Vec::with_capacity(dm.profile.len());
     for (k, &[t, m]) in dm.profile.iter().enumerate() {
         let field = format!("{base}.profile[{k}]");
-        if !t.is_finite() || points.last().is_some_and(|&(prev, _)| t <= prev) {
+        let in_range = t.is_finite() && t.abs() <= MAX_PROFILE_TIME_S;
+        if !in_range || points.last().is_some_and(|&(prev, _)| t <= prev) {
             return Err(origin.err(
                 Some(&span),
                 field,
-                format!("time {t} must be finite and later than the point before"),
+                format!(
+                    "time {t} must be within ±{MAX_PROFILE_TIME_S} s and later than the point before"
+                ),
             ));
         }
         if !(m.is_finite() && (0.0..=MAX_PROFILE_MULTIPLIER).contains(&m)) {
@@ -900,6 +910,16 @@ fn compile_demand(
                 Some(&span),
                 field,
                 format!("multiplier {m} is outside 0..={MAX_PROFILE_MULTIPLIER}"),
+            ));
+        }
+        if m > 0.0 && m < MIN_POSITIVE_PROFILE_MULTIPLIER {
+            return Err(origin.err(
+                Some(&span),
+                field,
+                format!(
+                    "multiplier {m} is above 0 but below {MIN_POSITIVE_PROFILE_MULTIPLIER}: give 0 \
+                     for no demand (arrivals this rare cannot be drawn in time)"
+                ),
             ));
         }
         points.push((t, m));

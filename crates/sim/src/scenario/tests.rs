@@ -319,6 +319,23 @@ fn demand_errors_are_specific() {
         err.contains("profile[1]") && err.contains("outside 0..=10"),
         "{err}"
     );
+    // Arrivals so rare (or so far off) that drawing one would never end.
+    let err = error_of((
+        "name = \"base\"\n",
+        "name = \"base\"\nprofile = [[0.0, 0.0], [1e300, 10.0]]\n",
+    ));
+    assert!(
+        err.contains("profile[1]") && err.contains("within"),
+        "{err}"
+    );
+    let err = error_of((
+        "name = \"base\"\n",
+        "name = \"base\"\nprofile = [[0.0, 10.0], [1.0, 1e-300]]\n",
+    ));
+    assert!(
+        err.contains("profile[1]") && err.contains("give 0"),
+        "{err}"
+    );
     let err = error_of(("length_m = 100.0\nspeed", "length_m = 1e9\nspeed"));
     assert!(
         err.contains("links[0] (`in`).length_m") && err.contains("50000"),
