@@ -10,8 +10,9 @@
 //!   (and that the plan does not hold as a stage): see [`clearance_after`] (0 when the
 //!   program has none);
 //! * each raised, where longer, to the clearance the program gives a link of that phase
-//!   where the link's green ends stages later ([`link_end_clearance`]: a leading left's
-//!   through ends in its own stage, and a plan may end it straight from the first);
+//!   where the link's green ends stages later ([`link_end_clearance`]: its own yellow and
+//!   the dark phases after it; a leading left's through ends in its own stage, and a plan
+//!   may end it straight from the first);
 //! * **max green**: the phase's `maxDur` in an actuated or delay-based program, else the
 //!   larger of [`DEFAULT_MAX_GREEN_S`] and the static green's own duration (so no
 //!   controller is held to a shorter green than the program it is compared with), at
@@ -328,22 +329,34 @@ pub fn program_intergreen_s(
 
 /// The longest clearance (yellow, all-red; s) `program` gives any link green in phase `k`
 /// where that link's green ends, which can be stages later: a link that stays green into
-/// the next stage (a leading left's through) ends there with that stage's clearance, and a
-/// plan switch straight out of `k` ends it too. A link green in every phase never ends.
-pub fn link_end_clearance(
-    program: &TlLogic,
-    k: usize,
-    is_stage: impl Fn(usize) -> bool,
-) -> (f64, f64) {
+/// the next stage (a leading left's through) ends there, and a plan switch straight out of
+/// `k` ends it too. A link's clearance is its own: the phases right after its green that
+/// show it yellow, then the phases that show no green and no yellow at all (a phase where
+/// other links stay green is the program's stage order, which a plan's switch does not
+/// keep; per-pair gaps are the intergreens' business). A link green in every phase never
+/// ends.
+pub fn link_end_clearance(program: &TlLogic, k: usize) -> (f64, f64) {
     let n = program.phases.len();
-    let green_at = |q: usize, l: usize| link_green(&program.phases[q % n].state, l);
+    let phase = |q: usize| &program.phases[q % n];
+    let shows_yellow =
+        |q: usize, l: usize| matches!(phase(q).state.as_bytes().get(l), Some(b'y' | b'Y'));
+    let dark = |q: usize| !has_green(&phase(q).state) && !has_yellow(&phase(q).state);
     let mut longest = (0.0f64, 0.0f64);
-    for l in (0..program.phases[k].state.len()).filter(|&l| green_at(k, l)) {
-        let run = (k..k + n).take_while(|&q| green_at(q, l)).count();
+    for l in (0..phase(k).state.len()).filter(|&l| link_green(&phase(k).state, l)) {
+        let run = (k..k + n)
+            .take_while(|&q| link_green(&phase(q).state, l))
+            .count();
         if run == n {
             continue;
         }
-        let (yellow_s, all_red_s) = clearance_after(program, (k + run - 1) % n, &is_stage);
+        let end = k + run;
+        let yellow: Vec<usize> = (end..end + n).take_while(|&q| shows_yellow(q, l)).collect();
+        let yellow_s: f64 = yellow.iter().map(|&q| phase(q).duration_s).sum();
+        let after = end + yellow.len();
+        let all_red_s: f64 = (after..end + n)
+            .take_while(|&q| dark(q))
+            .map(|q| phase(q).duration_s)
+            .sum();
         longest = (longest.0.max(yellow_s), longest.1.max(all_red_s));
     }
     longest
@@ -359,7 +372,7 @@ pub fn net_phase_timing(
     step_ms: u32,
 ) -> NetPhaseTiming {
     let (own_yellow_s, own_all_red_s) = clearance_after(program, k, &is_stage);
-    let (link_yellow_s, link_all_red_s) = link_end_clearance(program, k, &is_stage);
+    let (link_yellow_s, link_all_red_s) = link_end_clearance(program, k);
     let yellow_s = own_yellow_s.max(link_yellow_s);
     let all_red_s = own_all_red_s.max(link_all_red_s);
     let phase = &program.phases[k];
@@ -643,7 +656,7 @@ mod tests {
         );
         let stages = |k: usize| k == 0 || k == 2 || k == 5 || k == 8;
         assert_eq!(clearance_after(&p, 0, stages), (3.0, 0.0));
-        assert_eq!(link_end_clearance(&p, 0, stages), (5.0, 1.0));
+        assert_eq!(link_end_clearance(&p, 0), (5.0, 1.0));
         let t = net_phase_timing(&p, 0, stages, 1000);
         assert_eq!((t.yellow, t.all_red), (Millis(5000), Millis(1000)));
         // The through's own stage, and the others, are as their programs end them.
@@ -656,9 +669,23 @@ mod tests {
             "static",
             &[(30.0, "GGr"), (3.0, "Gyr"), (30.0, "GrG"), (3.0, "Gry")],
         );
+        assert_eq!(link_end_clearance(&always, 0), (3.0, 0.0));
+        // A link's own yellow, not the whole run a program yellows its links in one after
+        // another, and no all-red where other links stay green after it.
+        let staggered = program(
+            "static",
+            &[
+                (30.0, "GGr"),
+                (2.0, "yGr"),
+                (2.0, "ryr"),
+                (2.0, "rrr"),
+                (30.0, "rrG"),
+            ],
+        );
+        assert_eq!(link_end_clearance(&staggered, 0), (2.0, 2.0));
         assert_eq!(
-            link_end_clearance(&always, 0, |k| k == 0 || k == 2),
-            (3.0, 0.0)
+            clearance_after(&staggered, 0, |k| k == 0 || k == 4),
+            (4.0, 2.0)
         );
     }
 
