@@ -252,6 +252,15 @@ impl<'a> Reading<'a> {
             summary.records_skipped_layout += 1;
             return false;
         }
+        // The supervisor overrode the request (the max-red rule served a starved phase, or
+        // max green ended the phase asked for): what the policy chose there did not decide
+        // what was served, so the state is no decision state, and the served phase is the
+        // only one its record can credit.
+        if t.source == ActionSource::Supervisor && t.requested != t.action {
+            for (i, m) in batch.masks[before..].iter_mut().enumerate() {
+                *m = u8::from(i == usize::from(t.action));
+            }
+        }
         if !push_mask(&mut batch.next_masks, &t.next_obs) {
             batch.masks.truncate(before);
             summary.records_skipped_layout += 1;
@@ -397,6 +406,34 @@ mod tests {
             &ObsNormalization::identity(layout.dim(), 10.0),
             only,
         )
+    }
+
+    /// Where the supervisor overrode the request (max-red, max green), the record is no
+    /// decision state: its mask allows the served phase alone.
+    #[test]
+    fn a_state_the_supervisor_decided_is_no_decision_state() {
+        let dir = std::env::temp_dir().join(format!("gw-ft-forced-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut w, _) = LogWriter::open(LogConfig::new(&dir)).unwrap();
+        let q = Some(RewardKind::Queue);
+        w.append(&record(0, q)).unwrap();
+        let mut forced = record(5000, q);
+        (forced.source, forced.requested, forced.action) = (ActionSource::Supervisor, 0, 1);
+        w.append(&forced).unwrap();
+        let mut kept = record(10_000, q);
+        (kept.source, kept.requested, kept.action) = (ActionSource::Supervisor, 1, 1);
+        w.append(&kept).unwrap();
+        w.close().unwrap();
+        let layout = ObsLayout {
+            n_lanes: 1,
+            n_phases: 2,
+        };
+        let norm = ObsNormalization::identity(layout.dim(), 10.0);
+        let data = read_log(&dir, layout, &norm, None).unwrap();
+        assert_eq!(data.summary.records_used, 3);
+        assert_eq!(data.summary.decision_states, 2, "the override is none");
+        assert_eq!(data.batch.masks, [1, 1, 0, 1, 1, 1]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A last record that a flipped bit damaged is cut by the next writer as a torn tail

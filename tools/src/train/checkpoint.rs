@@ -600,7 +600,9 @@ fn check_resumes(out: &Path, run: &RunInfo, cfg: &TrainConfig) -> Result<()> {
 /// Refuses a resume whose learner settings (PPO's, off-policy PPO's, the replay's) differ
 /// from the run's, naming each that differs with the run's value: the optimiser state and
 /// the schedules in the checkpoint were made under them. Threads, `--pipelined` and the
-/// device may change: a run's result does not depend on them.
+/// device may change, but the rollouts from then on are not the uninterrupted run's:
+/// each worker thread draws its own random stream over its share of the environments,
+/// and `--pipelined` draws another way (the device can move the last bits of a float).
 fn check_same_learner(out: &Path, was: &TrainConfig, now: &TrainConfig) -> Result<()> {
     let settings = |c: &TrainConfig| {
         serde_json::json!({
