@@ -408,6 +408,21 @@ mod tests {
         )
     }
 
+    /// Every record of the log in `dir`, read for the 1-lane, 2-phase layout of [`record`].
+    fn read_small(dir: &Path) -> LoggedData {
+        let layout = ObsLayout {
+            n_lanes: 1,
+            n_phases: 2,
+        };
+        read_log(
+            dir,
+            layout,
+            &ObsNormalization::identity(layout.dim(), 10.0),
+            None,
+        )
+        .unwrap()
+    }
+
     /// Where the supervisor overrode the request (max-red, max green), the record is no
     /// decision state: its mask allows the served phase alone.
     #[test]
@@ -424,12 +439,7 @@ mod tests {
         (kept.source, kept.requested, kept.action) = (ActionSource::Supervisor, 1, 1);
         w.append(&kept).unwrap();
         w.close().unwrap();
-        let layout = ObsLayout {
-            n_lanes: 1,
-            n_phases: 2,
-        };
-        let norm = ObsNormalization::identity(layout.dim(), 10.0);
-        let data = read_log(&dir, layout, &norm, None).unwrap();
+        let data = read_small(&dir);
         assert_eq!(data.summary.records_used, 3);
         assert_eq!(data.summary.decision_states, 2, "the override is none");
         assert_eq!(data.batch.masks, [1, 1, 0, 1, 1, 1]);
@@ -459,12 +469,7 @@ mod tests {
         bytes[last] ^= 0x10;
         std::fs::write(&seg, &bytes).unwrap();
         drop(LogWriter::open(LogConfig::new(&dir)).unwrap());
-        let layout = ObsLayout {
-            n_lanes: 1,
-            n_phases: 2,
-        };
-        let norm = ObsNormalization::identity(layout.dim(), 10.0);
-        let data = read_log(&dir, layout, &norm, None).unwrap();
+        let data = read_small(&dir);
         assert_eq!(data.summary.records_used, 3);
         let issues = &data.summary.issues;
         assert!(
