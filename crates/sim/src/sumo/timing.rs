@@ -259,15 +259,13 @@ pub fn longest_link_yellow_s(program: &TlLogic, k: usize) -> f64 {
         .map(|step| &program.phases[(k + step) % n])
         .take_while(|p| has_yellow(&p.state))
         .collect();
-    let shows_yellow =
-        |p: &TlPhase, link: usize| matches!(p.state.as_bytes().get(link), Some(b'y' | b'Y'));
     (0..program.phases[k].state.len())
         .filter(|&link| link_green(&program.phases[k].state, link))
         .map(|link| {
             let mut run = 0.0f64;
             let mut longest = 0.0f64;
             for p in &yellows {
-                run = if shows_yellow(p, link) {
+                run = if link_yellow(&p.state, link) {
                     run + p.duration_s
                 } else {
                     0.0
@@ -281,6 +279,10 @@ pub fn longest_link_yellow_s(program: &TlLogic, k: usize) -> f64 {
 
 fn link_green(state: &str, link: usize) -> bool {
     state.as_bytes().get(link).copied().is_some_and(is_green)
+}
+
+fn link_yellow(state: &str, link: usize) -> bool {
+    matches!(state.as_bytes().get(link), Some(b'y' | b'Y'))
 }
 
 /// The shortest time `program` keeps between the end of link `from`'s green and the start
@@ -338,8 +340,6 @@ pub fn program_intergreen_s(
 pub fn link_end_clearance(program: &TlLogic, k: usize) -> (f64, f64) {
     let n = program.phases.len();
     let phase = |q: usize| &program.phases[q % n];
-    let shows_yellow =
-        |q: usize, l: usize| matches!(phase(q).state.as_bytes().get(l), Some(b'y' | b'Y'));
     let dark = |q: usize| !has_green(&phase(q).state) && !has_yellow(&phase(q).state);
     let mut longest = (0.0f64, 0.0f64);
     for l in (0..phase(k).state.len()).filter(|&l| link_green(&phase(k).state, l)) {
@@ -350,7 +350,9 @@ pub fn link_end_clearance(program: &TlLogic, k: usize) -> (f64, f64) {
             continue;
         }
         let end = k + run;
-        let yellow: Vec<usize> = (end..end + n).take_while(|&q| shows_yellow(q, l)).collect();
+        let yellow: Vec<usize> = (end..end + n)
+            .take_while(|&q| link_yellow(&phase(q).state, l))
+            .collect();
         let yellow_s: f64 = yellow.iter().map(|&q| phase(q).duration_s).sum();
         let after = end + yellow.len();
         let all_red_s: f64 = (after..end + n)
