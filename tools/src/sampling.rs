@@ -1,37 +1,16 @@
 //! Drawing a phase from a policy's masked softmax: the rule training's rollouts act by
 //! (at temperature 1), and the one `greenwave eval --temperature` measures a trained
-//! policy with. The controller and the firmware act greedily (`masked_argmax`).
+//! policy with, and the controller acts by for a policy whose manifest names a decision
+//! temperature. The firmware acts greedily (`masked_argmax`).
 
-use greenwave_core::{PhaseId, PhaseMask};
+use greenwave_core::PhaseMask;
 
-/// Draws an allowed phase from `softmax(logits / temperature)` over the allowed phases
-/// (masked logits count as −∞), by inverting its cumulative distribution at `u`, uniform
-/// in [0, 1). `None` if the mask allows no phase among the logits. `temperature` must be
-/// positive and finite (the caller checks it); at 1 this is the policy's own distribution,
-/// towards 0 its argmax. NaN logits make every weight NaN and draw the last allowed phase
-/// (callers that can meet them check first, as `PolicyController` does).
+/// Draws an allowed phase from `softmax(logits / temperature)` over the allowed phases,
+/// at `u` uniform in [0, 1): greenwave-core's [`masked_sample`](greenwave_core::mlp::masked_sample)
+/// with the host's `f32::exp`, which training's rollouts have drawn with since the rule
+/// was written (so their weights stay bit for bit what they were).
 pub fn masked_sample(logits: &[f32], mask: PhaseMask, temperature: f32, u: f32) -> Option<u8> {
-    let allowed: Vec<usize> = (0..logits.len().min(greenwave_core::plan::MAX_PHASES))
-        .filter(|&i| mask.allows(PhaseId(i as u8)))
-        .collect();
-    let last = *allowed.last()?;
-    let max = allowed
-        .iter()
-        .map(|&i| logits[i])
-        .fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f32> = allowed
-        .iter()
-        .map(|&i| ((logits[i] - max) / temperature).exp())
-        .collect();
-    let total: f32 = weights.iter().sum();
-    let mut u = u * total;
-    for (k, w) in weights.iter().enumerate() {
-        if u < *w {
-            return Some(allowed[k] as u8);
-        }
-        u -= w;
-    }
-    Some(last as u8)
+    greenwave_core::mlp::masked_sample(logits, mask, temperature, u, f32::exp)
 }
 
 #[cfg(test)]

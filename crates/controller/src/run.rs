@@ -321,7 +321,7 @@ fn load_policy(
     let policy = Policy {
         backend,
         version: b.manifest.policy_version,
-        explorer: explorer(args)?,
+        explorer: explorer(args, b.manifest.decision_temperature)?,
     };
     Ok(LoadedPolicy {
         policy,
@@ -356,13 +356,16 @@ fn check_run_timing(
     Ok(())
 }
 
-/// Greedy, or ε-greedy with `--epsilon`.
-fn explorer(args: &RunArgs) -> Result<Explorer> {
-    Ok(if args.epsilon > 0.0 {
-        Explorer::epsilon_greedy(args.epsilon, args.seed ^ 0x5eed)?
+/// The policy's decision rule (greedy, or drawing at its manifest's `temperature`), with
+/// `--epsilon` of exploration on top; both draw from a stream seeded by `--seed`.
+fn explorer(args: &RunArgs, temperature: Option<f32>) -> Result<Explorer> {
+    let seed = args.seed ^ 0x5eed;
+    let e = if args.epsilon > 0.0 {
+        Explorer::epsilon_greedy(args.epsilon, seed)?
     } else {
-        Explorer::greedy()
-    })
+        Explorer::epsilon_greedy(0.0, seed)?
+    };
+    Ok(e.acting_at(temperature)?)
 }
 
 #[derive(Serialize)]

@@ -353,3 +353,66 @@ fn finetune_of_a_per_signal_export_takes_its_own_signals_records() {
         "--signal 0: the bundle was exported for signal J2, which is signal 1 of",
     );
 }
+
+/// As [`signed_for`], for a policy that acts at decision temperature 0.5: its manifest
+/// says so, and its bundle has no firmware blobs.
+fn signed_drawing(dir: &Path, name: &str, spec: &SignalSpec, key: &Path) -> PathBuf {
+    let out = dir.join(format!("{name}-export"));
+    std::fs::create_dir_all(&out).unwrap();
+    let weights = synthetic_weights(spec.layout, &[16, 16], 7);
+    write(&out, &weights, &spec.plan, Some(&spec.id), 1);
+    let onnx_path = out.join("policy.onnx");
+    let text = std::fs::read_to_string(onnx_path.with_extension("manifest.json")).unwrap();
+    let mut manifest: Manifest = serde_json::from_str(&text).unwrap();
+    manifest.decision_temperature = Some(0.5);
+    std::fs::write(&onnx_path, onnx::export(&weights, &manifest)).unwrap();
+    let json = serde_json::to_string_pretty(&manifest).unwrap();
+    std::fs::write(onnx_path.with_extension("manifest.json"), json).unwrap();
+    for blob in ["blob", "int8.blob"] {
+        std::fs::remove_file(onnx_path.with_extension(blob)).unwrap();
+    }
+    let mut files = inputs(&onnx_path);
+    files.blob_int8 = None;
+    let bundle_dir = dir.join(name);
+    let key = bundle::load_signing_key(key).unwrap();
+    bundle::pack_and_sign(&files, &key, &bundle_dir).unwrap();
+    bundle_dir
+}
+
+/// Bundles whose manifests name a decision temperature run drawing their phases: the log
+/// holds the probability each was drawn with (below 1, so a log-probability below 0, where
+/// greedy bundles log 0), and the draws still pass the sequencer. A set that mixes rules is
+/// refused: one controller acts by one rule.
+#[test]
+fn drawing_bundles_log_their_draws_and_a_mixed_set_is_refused() {
+    let f = fixture("per-signal-drawing");
+    let d1 = signed_drawing(&f.dir, "d1", &f.specs[0], &f.keys.secret);
+    let d2 = signed_drawing(&f.dir, "d2", &f.specs[1], &f.keys.secret);
+    let out = f.run("log-drawn", &[&d1, &d2]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let logged = |log: &str| -> Vec<f32> {
+        let (records, issues) = read_all(f.dir.join(log)).unwrap();
+        assert!(issues.is_empty(), "{issues:?}");
+        records
+            .iter()
+            .map(|r| &r.transition)
+            .filter(|t| t.source == ActionSource::Policy)
+            .map(|t| t.log_prob)
+            .collect()
+    };
+    let drawn = logged("log-drawn");
+    assert!(!drawn.is_empty());
+    assert!(
+        drawn.iter().all(|lp| lp.is_finite() && *lp <= 0.0),
+        "{drawn:?}"
+    );
+    assert!(
+        drawn.iter().any(|lp| *lp < -1e-3),
+        "no draw below probability 1"
+    );
+    let out = f.run("log-greedy", &[&f.j1, &f.j2]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(logged("log-greedy").iter().all(|lp| *lp == 0.0));
+    refused(&f.run("log-mixed", &[&d1, &f.j2]), "decision temperature");
+    let _ = std::fs::remove_dir_all(&f.dir);
+}

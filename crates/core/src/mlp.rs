@@ -572,6 +572,64 @@ pub fn masked_log_prob(logits: &[f32], mask: PhaseMask, action: u8) -> Option<f3
     Some(logits[action as usize] - max - libm::logf(sum))
 }
 
+/// Draws an allowed phase from `softmax(logits / temperature)` over the allowed phases
+/// (masked logits count as −∞), by inverting its cumulative distribution at `u`, uniform
+/// in [0, 1). `None` if the mask allows no phase among the logits. `temperature` must be
+/// positive and finite (the caller checks it); at 1 this is the policy's own distribution
+/// (training's rollouts act by it), towards 0 its argmax. NaN logits make every weight NaN
+/// and draw the last allowed phase (callers that can meet them check first).
+///
+/// `exp` is the platform's exponential: `f32::exp` on a host, whose draws training's
+/// rollouts and `greenwave eval` have made since the rule was written; `libm::expf`
+/// without std (the two differ in the last bit for about 1 % of inputs, which moves a
+/// draw only where `u` falls within a rounding error of a boundary).
+pub fn masked_sample(
+    logits: &[f32],
+    mask: PhaseMask,
+    temperature: f32,
+    u: f32,
+    exp: fn(f32) -> f32,
+) -> Option<u8> {
+    let n = logits.len().min(crate::plan::MAX_PHASES);
+    let allowed = |i: &usize| mask.allows(crate::plan::PhaseId(*i as u8));
+    let last = (0..n).rfind(allowed)?;
+    let max = (0..n)
+        .filter(allowed)
+        .map(|i| logits[i])
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mut weights = [0.0f32; crate::plan::MAX_PHASES];
+    let mut total = 0.0f32;
+    for i in (0..n).filter(allowed) {
+        weights[i] = exp((logits[i] - max) / temperature);
+        total += weights[i];
+    }
+    let mut u = u * total;
+    for i in (0..n).filter(allowed) {
+        if u < weights[i] {
+            return Some(i as u8);
+        }
+        u -= weights[i];
+    }
+    Some(last as u8)
+}
+
+/// `log softmax(logits / temperature)[action]` over the allowed phases only: the
+/// probability [`masked_sample`] draws `action` with, as a logarithm (at temperature 1,
+/// [`masked_log_prob`]); `None` if the action is not allowed.
+pub fn masked_log_prob_at(
+    logits: &[f32],
+    mask: PhaseMask,
+    action: u8,
+    temperature: f32,
+) -> Option<f32> {
+    let mut scaled = [0.0f32; crate::plan::MAX_PHASES];
+    let n = logits.len().min(crate::plan::MAX_PHASES);
+    for (s, z) in scaled.iter_mut().zip(&logits[..n]) {
+        *s = z / temperature;
+    }
+    masked_log_prob(&scaled[..n], mask, action)
+}
+
 #[cfg(feature = "alloc")]
 pub use owned::{DenseLayer, OwnedMlp};
 
@@ -1000,5 +1058,38 @@ mod tests {
         let expect = 3.0 - (1.0f32.exp() + 3.0f32.exp()).ln();
         assert!((lp - expect).abs() < 1e-6);
         assert_eq!(masked_log_prob(&z[..3], PhaseMask(0b011), 2), None);
+    }
+
+    /// How often `masked_sample` draws each phase over `n` evenly spaced `u`.
+    fn draw_shares(z: &[f32], mask: PhaseMask, t: f32, exp: fn(f32) -> f32) -> [f32; 4] {
+        let n = 20_000;
+        let mut count = [0.0f32; 4];
+        for k in 0..n {
+            let u = (k as f32 + 0.5) / n as f32;
+            count[masked_sample(z, mask, t, u, exp).unwrap() as usize] += 1.0 / n as f32;
+        }
+        count
+    }
+
+    #[test]
+    fn a_tempered_draw_follows_its_logged_probability_with_either_exp() {
+        let z = [0.3f32, -1.0, 1.2, 0.0];
+        let mask = PhaseMask(0b1101);
+        for t in [1.0f32, 0.5, 0.25] {
+            let host = draw_shares(&z, mask, t, f32::exp);
+            let bare = draw_shares(&z, mask, t, libm::expf);
+            for a in 0..4u8 {
+                let p = masked_log_prob_at(&z, mask, a, t).map_or(0.0, f32::exp);
+                let (h, b) = (host[a as usize], bare[a as usize]);
+                assert!(
+                    (h - p).abs() < 1e-3,
+                    "T {t} phase {a}: drawn {h}, logged {p}"
+                );
+                assert!((h - b).abs() < 1e-3, "T {t} phase {a}: std {h}, libm {b}");
+            }
+            assert_eq!(host[1], 0.0, "a masked phase is never drawn");
+        }
+        assert_eq!(masked_log_prob_at(&z, mask, 1, 0.5), None);
+        assert_eq!(masked_sample(&z, PhaseMask(0), 0.5, 0.3, libm::expf), None);
     }
 }

@@ -161,6 +161,18 @@ pub enum FinetuneError {
         /// Records of other signals left out.
         skipped: u64,
     },
+    /// The running policy acts at a decision temperature: the gate judges the greedy
+    /// policy's value (what a greedy controller runs), not that of a draw, so it cannot
+    /// vouch for a candidate acting so.
+    #[error(
+        "the running policy acts at decision temperature {temperature} (its manifest), and \
+         the fine-tune's gate judges greedy policies only: train and export it with \
+         `--decision-rule greedy` to fine-tune it in the field"
+    )]
+    SampledPolicy {
+        /// The manifest's decision temperature.
+        temperature: f32,
+    },
     /// Too little usable data.
     #[error("not enough data: {found} usable records in the log ({needed} needed){detail}")]
     NotEnoughData {
@@ -397,6 +409,9 @@ pub fn prepare(
 ) -> Result<Prepared, FinetuneError> {
     cfg.validate()?;
     let (weights, parent) = onnx::import(model)?;
+    if let Some(temperature) = parent.decision_temperature {
+        return Err(FinetuneError::SampledPolicy { temperature });
+    }
     let layout = weights.obs_layout;
     let gamma = cfg
         .discount
@@ -764,6 +779,30 @@ pub fn candidate_manifest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A policy that acts at a decision temperature is refused before its log is read:
+    /// the gate judges greedy policies only.
+    #[test]
+    fn a_policy_acting_at_a_temperature_is_not_fine_tuned() {
+        let model = include_bytes!("../../../models/single-4way.onnx");
+        let (w, mut m) = onnx::import(model).unwrap();
+        m.decision_temperature = Some(0.5);
+        let sampled = onnx::export(&w, &m);
+        let cfg = FinetuneConfig::default();
+        let missing = Path::new("no-such-log-dir");
+        let Err(err) = prepare(&sampled, missing, &cfg, &mut |_| {}) else {
+            panic!("prepared a policy that acts at a temperature");
+        };
+        assert!(
+            matches!(err, FinetuneError::SampledPolicy { temperature } if temperature == 0.5),
+            "{err}"
+        );
+        // The greedy original goes on to read the log (and finds none).
+        let Err(err) = prepare(model, missing, &cfg, &mut |_| {}) else {
+            panic!("prepared from a log folder that does not exist");
+        };
+        assert!(!matches!(err, FinetuneError::SampledPolicy { .. }), "{err}");
+    }
 
     /// A log of another reward than the policy's is refused, naming both; a log or a
     /// manifest that records none passes. The kind round-trips through the manifest.

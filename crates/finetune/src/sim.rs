@@ -29,6 +29,9 @@ pub enum SimRunError {
     /// ε out of range.
     #[error("{0}")]
     Epsilon(#[from] greenwave_runtime::inference::EpsilonOutOfRange),
+    /// The manifest's decision temperature is not a positive finite number.
+    #[error(transparent)]
+    Temperature(#[from] greenwave_runtime::inference::TemperatureOutOfRange),
     /// The controller failed.
     #[error("controller: {0}")]
     Controller(#[from] greenwave_runtime::ControllerError),
@@ -130,12 +133,10 @@ pub fn run_on<E: Env>(
     let mut field = SimField::new(env);
     let specs = field.signal_specs();
     let interval = field.decision_interval();
-    let layout = check_model_runs(run.model, &specs)?;
-    let explorer = if run.epsilon > 0.0 {
-        Explorer::epsilon_greedy(run.epsilon, run.seed ^ 0x5eed)?
-    } else {
-        Explorer::greedy()
-    };
+    let (layout, temperature) = check_model_runs(run.model, &specs)?;
+    // The model's own rule (its manifest's), with `epsilon` of exploration on top.
+    let explorer =
+        Explorer::epsilon_greedy(run.epsilon, run.seed ^ 0x5eed)?.acting_at(temperature)?;
     let policy = Policy {
         backend: load_backend(BackendKind::Tract, run.model, layout, None)?,
         version: run.version,
@@ -167,7 +168,12 @@ pub fn run_on<E: Env>(
 
 /// The layout `model` reads, once its manifest is checked to be for every signal's plan
 /// and layout (the controller runs one policy on all of them here).
-fn check_model_runs(model: &[u8], specs: &[SignalSpec]) -> Result<ObsLayout, SimRunError> {
+/// Checks `model` runs on every signal of `specs`; returns their layout and the model's
+/// decision temperature (`None`: greedy).
+fn check_model_runs(
+    model: &[u8],
+    specs: &[SignalSpec],
+) -> Result<(ObsLayout, Option<f32>), SimRunError> {
     let manifest = greenwave_policy::onnx::read_manifest(model)?;
     let first = specs.first().ok_or(SimRunError::NoSignals)?;
     for s in specs {
@@ -178,10 +184,11 @@ fn check_model_runs(model: &[u8], specs: &[SignalSpec]) -> Result<ObsLayout, Sim
             }
         })?;
     }
-    Ok(first.layout)
+    Ok((first.layout, manifest.decision_temperature))
 }
 
-/// Greedy evaluation of `model` on `scenario`, one run of `seconds` per seed.
+/// Evaluation of `model` on `scenario` by its manifest's rule (greedy, or a draw at its
+/// decision temperature), one run of `seconds` per seed.
 pub fn evaluate(
     scenario: &Scenario,
     model: &[u8],

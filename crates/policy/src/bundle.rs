@@ -136,6 +136,20 @@ pub enum BundleError {
         /// Digest (hex) and size now.
         actual: String,
     },
+    /// A firmware blob beside a policy that acts at a decision temperature: the firmware
+    /// acts greedily, so it would run another rule than the one the policy was measured
+    /// by.
+    #[error(
+        "{file}: the manifest's policy acts at decision temperature {temperature} and the \
+         firmware acts greedily, so a firmware blob of it would run another rule than the one \
+         it was selected by; its bundle has no firmware blobs (export it again)"
+    )]
+    BlobOfSampledPolicy {
+        /// The blob file.
+        file: &'static str,
+        /// The manifest's decision temperature.
+        temperature: f32,
+    },
     /// A listed or required file is missing.
     #[error("integrity check failed: {name} is missing from the bundle")]
     MissingFile {
@@ -421,7 +435,8 @@ pub struct BundleInputs {
     pub model: PathBuf,
     /// The manifest JSON.
     pub manifest: PathBuf,
-    /// The f32 firmware blob.
+    /// The f32 firmware blob; a policy that acts at a decision temperature has none (the
+    /// firmware acts greedily), and this file is then absent.
     pub blob: PathBuf,
     /// The int8 firmware blob, if any.
     pub blob_int8: Option<PathBuf>,
@@ -463,6 +478,7 @@ fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, Bu
             n_phases,
         });
     }
+    check_blobs_for_rule(&files, &beside)?;
     for file in [BLOB_FILE, BLOB_INT8_FILE] {
         let Some(bytes) = files.get(file) else {
             continue;
@@ -488,12 +504,32 @@ fn check_contents(files: BTreeMap<&'static str, Vec<u8>>) -> Result<Contents, Bu
             )));
         }
     }
-    get(BLOB_FILE)?;
     check_blobs_are_the_model(&files, model, &beside)?;
     Ok(Contents {
         manifest: beside,
         files,
     })
+}
+
+/// A greedy policy carries its f32 firmware blob; a policy acting at a decision
+/// temperature carries none ([`BundleError::BlobOfSampledPolicy`]).
+fn check_blobs_for_rule(
+    files: &BTreeMap<&'static str, Vec<u8>>,
+    manifest: &Manifest,
+) -> Result<(), BundleError> {
+    match manifest.decision_temperature {
+        None if !files.contains_key(BLOB_FILE) => Err(BundleError::MissingFile {
+            name: BLOB_FILE.into(),
+        }),
+        None => Ok(()),
+        Some(temperature) => match [BLOB_FILE, BLOB_INT8_FILE]
+            .into_iter()
+            .find(|f| files.contains_key(f))
+        {
+            Some(file) => Err(BundleError::BlobOfSampledPolicy { file, temperature }),
+            None => Ok(()),
+        },
+    }
 }
 
 /// Each blob must be the ONNX model's own network, with the fields export gives it: the
@@ -569,7 +605,11 @@ pub fn pack_and_sign(
     let mut files = BTreeMap::new();
     files.insert(MODEL_FILE, read(&inputs.model)?);
     files.insert(MANIFEST_FILE, read(&inputs.manifest)?);
-    files.insert(BLOB_FILE, read(&inputs.blob)?);
+    // Absent for a policy acting at a decision temperature; `check_contents` says whether
+    // the manifest's policy needs it.
+    if inputs.blob.exists() {
+        files.insert(BLOB_FILE, read(&inputs.blob)?);
+    }
     if let Some(p) = &inputs.blob_int8 {
         files.insert(BLOB_INT8_FILE, read(p)?);
     }

@@ -14,9 +14,9 @@ use crate::{onnx, Manifest, PolicyWeights};
 pub struct PolicyFiles {
     /// The ONNX model.
     pub onnx: PathBuf,
-    /// f32 firmware blob.
+    /// f32 firmware blob (not written for a policy acting at a decision temperature).
     pub blob: PathBuf,
-    /// int8 firmware blob.
+    /// int8 firmware blob (likewise).
     pub blob_int8: PathBuf,
     /// Manifest JSON.
     pub manifest: PathBuf,
@@ -164,13 +164,30 @@ pub fn write_policy_files(
         })?;
     }
     let (blob, blob_int8, manifest_path) = side_paths(out);
-    let set: [(&Path, &[u8], u32); 4] = [
+    let all: [(&Path, &[u8], u32); 4] = [
         (out, &model, 0o644),
+        (&manifest_path, manifest_json.as_bytes(), 0o644),
         (&blob, &f32_bytes, 0o644),
         (&blob_int8, &int8_bytes, 0o644),
-        (&manifest_path, manifest_json.as_bytes(), 0o644),
     ];
-    write_together(&set).map_err(|(path, source)| WriteError::Io { path, source })?;
+    // A policy acting at a decision temperature gets no firmware blobs (the firmware acts
+    // greedily; a bundle refuses them beside it), and an earlier export's are removed.
+    let sampled = manifest.decision_temperature.is_some();
+    let set = if sampled { &all[..2] } else { &all[..] };
+    write_together(set).map_err(|(path, source)| WriteError::Io { path, source })?;
+    if sampled {
+        for stale in [&blob, &blob_int8] {
+            match std::fs::remove_file(stale) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(WriteError::Io {
+                        path: stale.clone(),
+                        source: e,
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
     Ok(PolicyFiles {
         onnx: out.to_path_buf(),
         blob,

@@ -8,7 +8,13 @@
 //! `format_version` says how the rest of the JSON is to be read; [`Manifest`]'s
 //! `Deserialize` reads it first and then reads the document as exactly that format:
 //!
-//! * **3** (written now): format 2 and `program_clock`, whether the observation's last
+//! * **4** (written now): format 3 and, optionally, `decision_temperature`: the rule the
+//!   policy was selected to act by. Absent, it acts greedily (the allowed phase with the
+//!   largest score); present, it draws each phase from `softmax(scores / T)` over the
+//!   allowed phases (greenwave-core's `masked_sample`), a positive finite `T`. A format-3
+//!   reader would ignore the field and run such a policy greedily, which is not the
+//!   policy that was measured: so it is a new format, which such a build refuses.
+//! * **3**: format 2 and `program_clock`, whether the observation's last
 //!   `P` lanes are program-clock lanes (greenwave-core's `ProgramClock`: the phase the
 //!   junction's own timing program serves at that moment), which a controller must
 //!   supply from the junction's timing plan. A build that reads only formats 1 and 2
@@ -29,7 +35,8 @@
 //!
 //! Any other `format_version` is refused. A format-1 or format-2 manifest read in is held
 //! as the current format (its `format_version` is [`MANIFEST_FORMAT`]), so anything
-//! written from it (a re-export, a fine-tuned candidate) is format 3.
+//! written from it (a re-export, a fine-tuned candidate) is format 4; a format-1 to -3
+//! manifest acts greedily.
 
 use greenwave_core::{Intergreen, Millis, ObsLayout, PhasePlan, PhaseTiming};
 use serde::de::Error as _;
@@ -38,7 +45,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// `metadata_props` key holding the manifest JSON.
 pub const MANIFEST_KEY: &str = "greenwave.manifest";
 /// Current manifest format version (see the [module docs](self) for the formats read).
-pub const MANIFEST_FORMAT: u32 = 3;
+pub const MANIFEST_FORMAT: u32 = 4;
 
 /// Timing of one phase (for people reading the manifest; the plan hash is what is
 /// checked). JSON keys carry the unit: `min_green_ms`, `max_green_ms`, `yellow_ms`,
@@ -190,6 +197,11 @@ pub struct Manifest {
     pub activation: String,
     /// Where it came from.
     pub provenance: Provenance,
+    /// The temperature the policy acts at: `None`, greedily (the allowed phase with the
+    /// largest score); `Some(T)`, drawing from `softmax(scores / T)` over the allowed
+    /// phases (see the [module docs](self), format 4). Left out of the JSON when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision_temperature: Option<f32>,
 }
 
 impl Manifest {
@@ -220,6 +232,7 @@ impl Manifest {
             hidden,
             activation: "tanh".into(),
             provenance,
+            decision_temperature: None,
         }
     }
 
@@ -250,14 +263,26 @@ impl<'de> Deserialize<'de> for Manifest {
         let in_format =
             |e: serde_json::Error| D::Error::custom(format!("manifest format {format}: {e}"));
         match format {
-            3 => Ok(ManifestV3::deserialize(doc).map_err(in_format)?.into()),
-            2 => {
-                // Format 2 is format 3 without a program clock.
+            4 => {
+                let m: Manifest = ManifestV4::deserialize(doc).map_err(in_format)?.into();
+                match m.decision_temperature {
+                    Some(t) if !(t.is_finite() && t > 0.0) => Err(D::Error::custom(format!(
+                        "manifest format 4: decision_temperature {t} is not a positive finite number"
+                    ))),
+                    _ => Ok(m),
+                }
+            }
+            2 | 3 => {
+                // Format 3 is format 4 acting greedily; format 2 is format 3 without a
+                // program clock.
                 let mut doc = doc;
                 if let Some(fields) = doc.as_object_mut() {
-                    fields.insert("program_clock".into(), false.into());
+                    fields.remove("decision_temperature");
+                    if format == 2 {
+                        fields.insert("program_clock".into(), false.into());
+                    }
                 }
-                let mut m: Manifest = ManifestV3::deserialize(doc).map_err(in_format)?.into();
+                let mut m: Manifest = ManifestV4::deserialize(doc).map_err(in_format)?.into();
                 m.format_version = MANIFEST_FORMAT;
                 Ok(m)
             }
@@ -272,10 +297,10 @@ impl<'de> Deserialize<'de> for Manifest {
     }
 }
 
-/// Format 3 as written: [`Manifest`]'s fields (kept in step with it by the conversion's
+/// Format 4 as written: [`Manifest`]'s fields (kept in step with it by the conversion's
 /// exhaustive struct literal).
 #[derive(Deserialize)]
-struct ManifestV3 {
+struct ManifestV4 {
     format_version: u32,
     policy_version: u32,
     obs_layout: ObsLayout,
@@ -290,10 +315,12 @@ struct ManifestV3 {
     hidden: Vec<usize>,
     activation: String,
     provenance: Provenance,
+    #[serde(default)]
+    decision_temperature: Option<f32>,
 }
 
-impl From<ManifestV3> for Manifest {
-    fn from(m: ManifestV3) -> Self {
+impl From<ManifestV4> for Manifest {
+    fn from(m: ManifestV4) -> Self {
         Manifest {
             format_version: m.format_version,
             policy_version: m.policy_version,
@@ -308,6 +335,7 @@ impl From<ManifestV3> for Manifest {
             hidden: m.hidden,
             activation: m.activation,
             provenance: m.provenance,
+            decision_temperature: m.decision_temperature,
         }
     }
 }
@@ -377,6 +405,7 @@ impl ManifestV1 {
             hidden: self.hidden,
             activation: self.activation,
             provenance: self.provenance,
+            decision_temperature: None,
         })
     }
 }
@@ -485,11 +514,13 @@ mod tests {
     }
 
     #[test]
-    fn format_1_read_in_is_written_as_format_3() {
+    fn format_1_read_in_is_written_as_format_4() {
         let m: Manifest = serde_json::from_str(FORMAT_1).unwrap();
         assert!(!m.program_clock);
+        assert_eq!(m.decision_temperature, None);
         let v = serde_json::to_value(&m).unwrap();
-        assert_eq!(v["format_version"], 3);
+        assert_eq!(v["format_version"], 4);
+        assert!(v.get("decision_temperature").is_none(), "{v}");
         assert_eq!(v["program_clock"], false);
         assert_eq!(v["decision_interval_ms"], 2500);
         assert_eq!(v["phase_timing"][1]["max_green_ms"], 45_250);
@@ -516,14 +547,14 @@ mod tests {
         v.as_object_mut().unwrap().remove("program_clock");
         let back: Manifest = serde_json::from_value(v).unwrap();
         assert_eq!(back, m);
-        // A format-3 manifest must say whether it has a clock.
+        // A format-4 manifest must say whether it has a clock.
         let mut v = serde_json::to_value(&m).unwrap();
         v.as_object_mut().unwrap().remove("program_clock");
         let e = serde_json::from_value::<Manifest>(v)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("manifest format 3: missing field `program_clock`"),
+            e.contains("manifest format 4: missing field `program_clock`"),
             "{e}"
         );
     }
@@ -576,7 +607,7 @@ mod tests {
     }
 
     #[test]
-    fn format_3_round_trips() {
+    fn format_4_round_trips() {
         let mut m = Manifest::new(
             &plan(),
             layout(),
@@ -588,11 +619,13 @@ mod tests {
                 ..Provenance::default()
             },
         );
-        assert_eq!(m.format_version, 3);
+        assert_eq!(m.format_version, 4);
         m.program_clock = true;
+        m.decision_temperature = Some(0.5);
         let text = serde_json::to_string_pretty(&m).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["format_version"], 3);
+        assert_eq!(v["format_version"], 4);
+        assert_eq!(v["decision_temperature"], 0.5);
         assert_eq!(v["program_clock"], true);
         assert_eq!(v["decision_interval_ms"], 5000);
         assert_eq!(v["phase_timing"].as_array().unwrap().len(), 4);
@@ -605,7 +638,7 @@ mod tests {
                 "all_red_ms": 2000
             })
         );
-        assert!(!text.contains("_s\""), "seconds keys in format 3: {text}");
+        assert!(!text.contains("_s\""), "seconds keys in format 4: {text}");
         let back: Manifest = serde_json::from_str(&text).unwrap();
         assert_eq!(back, m);
         assert_eq!(serde_json::to_string_pretty(&back).unwrap(), text);
@@ -661,9 +694,9 @@ mod tests {
 
     #[test]
     fn unknown_or_missing_formats_are_refused() {
-        let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": 4"));
+        let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": 5"));
         assert!(
-            e.contains("manifest format 4 is not one this build reads"),
+            e.contains("manifest format 5 is not one this build reads"),
             "{e}"
         );
         let e = err(&FORMAT_1.replace("\"format_version\": 1", "\"format_version\": \"1\""));
@@ -671,5 +704,33 @@ mod tests {
         let e = err(&FORMAT_1.replace("\"format_version\": 1,", ""));
         assert!(e.contains("missing field `format_version`"), "{e}");
         assert!(serde_json::from_str::<Manifest>("[1, 2]").is_err());
+    }
+
+    #[test]
+    fn a_decision_temperature_is_read_from_format_4_only_and_must_be_positive() {
+        let mut m = small();
+        m.decision_temperature = Some(0.5);
+        let v = serde_json::to_value(&m).unwrap();
+        let back: Manifest = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back.decision_temperature, Some(0.5));
+        // Format 3 had no such field: a format-3 manifest acts greedily whatever it says.
+        let mut v3 = v.clone();
+        v3["format_version"] = 3.into();
+        let back: Manifest = serde_json::from_value(v3).unwrap();
+        assert_eq!((back.decision_temperature, back.format_version), (None, 4));
+        for bad in [0.0, -0.5] {
+            let mut bad_v = v.clone();
+            bad_v["decision_temperature"] = bad.into();
+            let e = serde_json::from_value::<Manifest>(bad_v)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("decision_temperature") && e.contains("not a positive finite"),
+                "{e}"
+            );
+        }
+        let mut text_v = v;
+        text_v["decision_temperature"] = "hot".into();
+        assert!(serde_json::from_value::<Manifest>(text_v).is_err());
     }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::fs;
 use std::path::Path;
 
-use common::{fixture, inputs, synthetic_weights, write_export};
+use common::{fixture, inputs, synthetic_weights, write_export, write_export_with};
 use ed25519_dalek::Signer;
 use greenwave_core::{Millis, ObsLayout, PhasePlan, PhaseTiming};
 use greenwave_runtime::bundle::{
@@ -390,6 +390,55 @@ fn a_manifest_that_reorders_the_phases_is_refused() {
     let err = pack_and_sign(&inputs(&staged), &key, &fx.dir.join("b")).unwrap_err();
     assert!(
         matches!(&err, BundleError::SignalIdNotText(v) if v == "3"),
+        "{err}"
+    );
+}
+
+/// A policy that acts at a decision temperature is bundled without firmware blobs (the
+/// firmware acts greedily); a greedy one needs its f32 blob.
+#[test]
+fn a_sampling_policy_is_bundled_without_firmware_blobs_and_a_greedy_one_with_them() {
+    let f = fixture("bundle-sampling");
+    let weights = synthetic_weights(f.layout, &[64, 64], 2024);
+    let key = bundle::load_signing_key(&f.keys.secret).unwrap();
+    let dir = f.dir.join("sampling");
+    fs::create_dir_all(&dir).unwrap();
+    let interval = f.scenario.decision_interval();
+    let onnx = write_export_with(&dir, &weights, &f.plan, interval, |m| {
+        m.decision_temperature = Some(0.5)
+    });
+    let err = pack_and_sign(&inputs(&onnx), &key, &dir.join("b1")).unwrap_err();
+    assert!(
+        matches!(err, BundleError::BlobOfSampledPolicy { file: "policy.blob", temperature } if temperature == 0.5),
+        "{err}"
+    );
+    fs::remove_file(onnx.with_extension("blob")).unwrap();
+    let err = pack_and_sign(&inputs(&onnx), &key, &dir.join("b2")).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BundleError::BlobOfSampledPolicy {
+                file: "policy.int8.blob",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    fs::remove_file(onnx.with_extension("int8.blob")).unwrap();
+    let mut no_int8 = inputs(&onnx);
+    no_int8.blob_int8 = None;
+    pack_and_sign(&no_int8, &key, &dir.join("b3")).unwrap();
+    let b = verify_and_load(&dir.join("b3"), &[f.public], &f.plan, f.layout).unwrap();
+    assert_eq!(b.manifest.decision_temperature, Some(0.5));
+    assert!(b.blob.is_empty() && b.blob_int8.is_none());
+    // The greedy export without its f32 blob is refused, naming the file.
+    let greedy = f.dir.join("greedy");
+    fs::create_dir_all(&greedy).unwrap();
+    let onnx = write_export(&greedy, &weights, &f.plan, interval);
+    fs::remove_file(onnx.with_extension("blob")).unwrap();
+    let err = pack_and_sign(&inputs(&onnx), &key, &greedy.join("b")).unwrap_err();
+    assert!(
+        matches!(&err, BundleError::MissingFile { name } if name == "policy.blob"),
         "{err}"
     );
 }

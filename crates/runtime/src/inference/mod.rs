@@ -214,22 +214,31 @@ pub const MAX_EPSILON: f32 = 0.2;
 #[error("exploration epsilon {0} is outside 0..={MAX_EPSILON}")]
 pub struct EpsilonOutOfRange(pub f32);
 
+/// A decision temperature that is not a positive finite number.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("decision temperature {0} is not a positive finite number")]
+pub struct TemperatureOutOfRange(pub f32);
+
 /// A phase chosen from the logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Choice {
     /// The phase to request.
     pub phase: u8,
-    /// Log-probability of `phase` under the rule that chose it: 0 for a greedy choice
-    /// (probability 1), `ln((1 − ε)·[greedy] + ε / n_allowed)` under ε-greedy.
+    /// Log-probability of `phase` under the rule that chose it:
+    /// `ln((1 − ε)·p(phase) + ε / n_allowed)`, where `p` is the policy's own rule (1 for
+    /// the greedy phase and 0 for the others, or `softmax(logits / T)` for a policy that
+    /// acts at temperature `T`); 0 for a greedy choice without exploration.
     pub log_prob: f32,
-    /// Whether the exploratory branch picked it (it may still equal the greedy phase).
+    /// Whether the exploratory branch picked it (it may still equal the policy's phase).
     pub explored: bool,
 }
 
-/// Chooses phases: greedy masked argmax, or ε-greedy among allowed phases.
+/// Chooses phases by the policy's rule (greedy masked argmax, or a draw at the manifest's
+/// decision temperature), with ε of exploration among the allowed phases on top.
 #[derive(Clone, Debug)]
 pub struct Explorer {
     epsilon: f32,
+    temperature: Option<f32>,
     rng: Pcg64Mcg,
 }
 
@@ -238,6 +247,7 @@ impl Explorer {
     pub fn greedy() -> Self {
         Explorer {
             epsilon: 0.0,
+            temperature: None,
             rng: Pcg64Mcg::seed_from_u64(0),
         }
     }
@@ -249,8 +259,20 @@ impl Explorer {
         }
         Ok(Explorer {
             epsilon,
+            temperature: None,
             rng: Pcg64Mcg::seed_from_u64(seed),
         })
+    }
+
+    /// The same explorer acting by a policy's decision rule: `None`, greedily; `Some(T)`,
+    /// drawing from `softmax(logits / T)` (a manifest's `decision_temperature`), from the
+    /// explorer's random stream.
+    pub fn acting_at(mut self, temperature: Option<f32>) -> Result<Self, TemperatureOutOfRange> {
+        if let Some(t) = temperature.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            return Err(TemperatureOutOfRange(t));
+        }
+        self.temperature = temperature;
+        Ok(self)
     }
 
     /// The exploration rate.
@@ -258,33 +280,44 @@ impl Explorer {
         self.epsilon
     }
 
+    /// The decision temperature (`None`: greedy).
+    pub fn temperature(&self) -> Option<f32> {
+        self.temperature
+    }
+
     /// The phase to request given `logits` and the sequencer's `mask`; `None` if no
-    /// allowed phase has a comparable logit (all NaN, or an empty mask).
+    /// allowed phase has a comparable logit (all NaN, or an empty mask), or, for a policy
+    /// acting at a temperature, if any logit is NaN (it has no probability).
     pub fn choose(&mut self, logits: &[f32], mask: PhaseMask) -> Option<Choice> {
         let greedy = masked_argmax(logits, mask)?;
-        if self.epsilon == 0.0 {
+        if self.epsilon == 0.0 && self.temperature.is_none() {
             return Some(Choice {
                 phase: greedy,
                 log_prob: 0.0,
                 explored: false,
             });
         }
+        if self.temperature.is_some() && logits.iter().any(|z| z.is_nan()) {
+            return None;
+        }
         let allowed: Vec<u8> = (0..logits.len() as u8)
             .filter(|&p| mask.allows(PhaseId(p)))
             .collect();
         let n = allowed.len() as f32;
-        let explored = self.rng.random::<f32>() < self.epsilon;
-        let phase = if explored {
-            allowed[self.rng.random_range(0..allowed.len())]
-        } else {
-            greedy
+        let explored = self.epsilon > 0.0 && self.rng.random::<f32>() < self.epsilon;
+        let phase = match self.temperature {
+            _ if explored => allowed[self.rng.random_range(0..allowed.len())],
+            None => greedy,
+            Some(t) => {
+                let u = self.rng.random::<f32>();
+                greenwave_core::mlp::masked_sample(logits, mask, t, u, f32::exp)?
+            }
         };
-        let uniform = self.epsilon / n;
-        let p = if phase == greedy {
-            1.0 - self.epsilon + uniform
-        } else {
-            uniform
+        let own = match self.temperature {
+            None => f32::from(u8::from(phase == greedy)),
+            Some(t) => greenwave_core::mlp::masked_log_prob_at(logits, mask, phase, t)?.exp(),
         };
+        let p = (1.0 - self.epsilon) * own + self.epsilon / n;
         Some(Choice {
             phase,
             log_prob: p.ln(),
@@ -338,5 +371,45 @@ mod tests {
             (greedy_share - (0.8 + 0.2 / 3.0)).abs() < 0.02,
             "{greedy_share}"
         );
+    }
+    #[test]
+    fn a_tempered_policy_draws_as_its_softmax_says_and_logs_that_probability() {
+        let bad = |t| Explorer::greedy().acting_at(Some(t)).unwrap_err();
+        assert_eq!(bad(0.0), TemperatureOutOfRange(0.0));
+        assert!(bad(f32::NAN).0.is_nan());
+        assert_eq!(bad(f32::INFINITY), TemperatureOutOfRange(f32::INFINITY));
+        let logits = [0.0f32, 1.0, 0.5, 9.0];
+        let mask = PhaseMask(0b0111);
+        for epsilon in [0.0, 0.1] {
+            let mut e = Explorer::epsilon_greedy(epsilon, 3)
+                .unwrap()
+                .acting_at(Some(0.5))
+                .unwrap();
+            let want: Vec<f32> = (0..3u8)
+                .map(|a| {
+                    let own = greenwave_core::mlp::masked_log_prob_at(&logits, mask, a, 0.5);
+                    (1.0 - epsilon) * own.unwrap().exp() + epsilon / 3.0
+                })
+                .collect();
+            let mut counts = [0u32; 4];
+            for _ in 0..40_000 {
+                let c = e.choose(&logits, mask).unwrap();
+                counts[c.phase as usize] += 1;
+                let logged = c.log_prob.exp();
+                assert!((logged - want[c.phase as usize]).abs() < 1e-5, "{c:?}");
+            }
+            assert_eq!(counts[3], 0, "a masked phase is never requested");
+            for a in 0..3 {
+                let share = counts[a] as f32 / 40_000.0;
+                assert!(
+                    (share - want[a]).abs() < 0.01,
+                    "ε {epsilon} phase {a}: {share}"
+                );
+            }
+            assert!(counts[0] > 0, "the lowest phase is still drawn");
+        }
+        let mut e = Explorer::greedy().acting_at(Some(0.5)).unwrap();
+        assert_eq!(e.choose(&[0.0, f32::NAN], PhaseMask(0b11)), None);
+        assert_eq!(e.choose(&[1.0; 4], PhaseMask(0)), None);
     }
 }

@@ -100,6 +100,19 @@ pub fn write_export_clocked(
     interval: Millis,
     program_clock: bool,
 ) -> PathBuf {
+    write_export_with(dir, weights, plan, interval, |m| {
+        m.program_clock = program_clock
+    })
+}
+
+/// [`write_export`] with the manifest as `edit` leaves it.
+pub fn write_export_with(
+    dir: &Path,
+    weights: &PolicyWeights,
+    plan: &PhasePlan,
+    interval: Millis,
+    edit: impl FnOnce(&mut Manifest),
+) -> PathBuf {
     let mut manifest = Manifest::new(
         plan,
         weights.obs_layout,
@@ -111,7 +124,7 @@ pub fn write_export_clocked(
             ..Provenance::default()
         },
     );
-    manifest.program_clock = program_clock;
+    edit(&mut manifest);
     let out = dir.join("policy.onnx");
     std::fs::write(&out, onnx::export(weights, &manifest)).unwrap();
     let mlp = weights.actor_mlp(plan.hash(), manifest.policy_version);
