@@ -31,10 +31,14 @@ pub struct EvalRow {
     pub seeds: usize,
     /// Seconds between the controller's decisions (a policy runs at its manifest's).
     pub decision_interval_s: f64,
-    /// The temperature a policy sampled its phases at (`--temperature`); absent when it
-    /// acted greedily, as a controller does, and for the classic controllers.
+    /// The temperature a policy drew its phases at (its manifest's `decision_temperature`,
+    /// or `--temperature`); absent when it acted greedily, and for the classic controllers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// Whether the policy acted by another rule than its manifest's (`--temperature`,
+    /// `--greedy`): then it is not what a controller runs. Written only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub overrides_manifest: bool,
 }
 
 /// Loads a policy from ONNX, checking it was trained for `scenario`'s plan and layout.
@@ -210,7 +214,7 @@ pub fn compare(
         seeds,
         episode,
         MaxRedBound::PlanCycle,
-        ActionRule::Greedy,
+        None,
     )
 }
 
@@ -221,6 +225,8 @@ pub struct LoadedPolicy {
     pub weights: Vec<PolicyWeights>,
     /// Time between the policy's decisions.
     pub decision_interval: Millis,
+    /// The temperature it acts at (its manifest's `decision_temperature`; `None`: greedy).
+    pub decision_temperature: Option<f32>,
 }
 
 /// The policy for the signals `specs` of `what`: `model` itself (one network for every
@@ -233,10 +239,12 @@ pub fn load_policies(model: &Path, specs: &[SignalSpec], what: &str) -> Result<L
         return Ok(LoadedPolicy {
             weights: vec![w],
             decision_interval: m.decision_interval,
+            decision_temperature: m.decision_temperature,
         });
     }
     let mut weights = Vec::with_capacity(specs.len());
     let mut interval: Option<Millis> = None;
+    let mut temperature: Option<Option<f32>> = None;
     for s in specs {
         let path = crate::export_cmd::signal_path(model, &s.id);
         if !path.exists() {
@@ -256,26 +264,37 @@ pub fn load_policies(model: &Path, specs: &[SignalSpec], what: &str) -> Result<L
                 i.0
             );
         }
+        if let Some(t) = temperature.filter(|&t| t != m.decision_temperature) {
+            bail!(
+                "{} acts at decision temperature {:?} but the exports before it at {t:?} \
+                 (None: greedy)",
+                path.display(),
+                m.decision_temperature
+            );
+        }
         interval = Some(m.decision_interval);
+        temperature = Some(m.decision_temperature);
         weights.push(w);
     }
     Ok(LoadedPolicy {
         weights,
         decision_interval: interval.context("no signals to load a policy for")?,
+        decision_temperature: temperature.flatten(),
     })
 }
 
 /// The policy and the three classic controllers on the same seeds, on either backend. The
 /// policy must fit the source's signals (plan hash and observation layout), else nothing
 /// runs.
-/// The policy acts by `rule` under the max-red rule with bound `max_red`.
+/// The policy acts by `rule` (`None`: its manifest's, as a controller does) under the
+/// max-red rule with bound `max_red`.
 pub fn compare_on(
     model: &Path,
     source: &EnvSource,
     seeds: &[u64],
     episode: Millis,
     max_red: MaxRedBound,
-    rule: ActionRule,
+    rule: Option<ActionRule>,
 ) -> Result<Vec<EvalRow>> {
     let what = source.describe();
     let specs = source.signals()?;
@@ -306,6 +325,20 @@ pub fn compare_on(
     }
     let policy = load_policies(model, &specs, &what)?;
     check_clock()?;
+    let own = match policy.decision_temperature {
+        None => ActionRule::Greedy,
+        Some(t) => ActionRule::sampled(t, 0).map_err(anyhow::Error::msg)?,
+    };
+    let (rule, overrides_manifest) = match rule {
+        Some(r) => (r, r.temperature() != own.temperature()),
+        None => (own, false),
+    };
+    if let (Some(t), false) = (rule.temperature(), overrides_manifest) {
+        eprintln!(
+            "note: the policy draws its phases at temperature {t}, as its manifest says (the \
+             controller does the same)"
+        );
+    }
     // The policy runs at the interval it was trained at (as the controller does); the
     // classic controllers at the source's.
     let policy_source = source.with_decision_interval(policy.decision_interval)?;
@@ -328,6 +361,7 @@ pub fn compare_on(
         seeds: seeds.len(),
         decision_interval_s: secs(policy_source.decision_interval()),
         temperature: rule.temperature(),
+        overrides_manifest,
     });
     rows.extend(classic_rows(source, &policy_source, seeds, episode)?);
     if let Some(note) = source.empty_runs_note(rows.iter().map(|r| &r.metrics)) {
@@ -385,6 +419,7 @@ fn classic_row(
         seeds: seeds.len(),
         decision_interval_s: interval,
         temperature: None,
+        overrides_manifest: false,
     })
 }
 
@@ -460,13 +495,19 @@ fn policy_row(rows: &[EvalRow]) -> Option<&EvalRow> {
 /// The line `eval` ends with: the policy against the best classic controller on the same
 /// seeds, and, where the greedy policy is no faster, not to bundle it (a learned
 /// controller that loses to a classic one has no reason to be flashed at that junction).
-/// A policy sampled at a temperature is not what a controller runs (it acts greedily), so
-/// its line says how it acted and gives the ratio alone.
+/// A policy run by another rule than its manifest's (`--temperature`, `--greedy`) is not
+/// what a controller runs, so its line says how it acted and gives the ratio alone.
 pub fn verdict(rows: &[EvalRow]) -> Option<String> {
     let (ratio, best) = against_best_classic(rows)?;
     let name = &best.controller;
-    let sampled = policy_row(rows).and_then(|r| r.temperature);
-    let how = sampled.map_or(String::new(), |t| format!(" (sampled at temperature {t})"));
+    let policy = policy_row(rows)?;
+    let overridden = policy.overrides_manifest;
+    let how = match (policy.temperature, overridden) {
+        (Some(t), true) => format!(" (sampled at temperature {t})"),
+        (None, true) => " (greedy, not its manifest's rule)".into(),
+        (Some(t), false) => format!(" (drawing at temperature {t}, as its manifest says)"),
+        (None, false) => String::new(),
+    };
     let head = format!(
         "policy{how} / best classic controller ({name}, {:.2} s): {:.3}",
         best.metrics.mean_delay_s,
@@ -474,7 +515,7 @@ pub fn verdict(rows: &[EvalRow]) -> Option<String> {
     );
     let (note, hides_jams) = teleport_note(policy_row(rows)?, best);
     let head = head + &note;
-    Some(if sampled.is_some() {
+    Some(if overridden {
         head
     } else if ratio_rounded_up(ratio) >= 1.0 {
         format!(
@@ -553,29 +594,37 @@ pub struct EvalArgs {
     #[arg(long, conflicts_with = "max_red_s")]
     pub no_max_red: bool,
     /// Sample the policy's phases from the softmax of its scores over this temperature
-    /// instead of taking the best-scored phase: 1 is the policy's own distribution, as in
-    /// training; smaller values sharpen it towards the greedy choice. For measuring what
-    /// a trained policy has learned (tools/README.md, finding 22); the roadside controller
-    /// and the firmware act greedily.
-    #[arg(long)]
+    /// instead of by its manifest's rule (greedy, or its `decision_temperature`): 1 is the
+    /// policy's own distribution, as in training; smaller values sharpen it towards the
+    /// greedy choice. For measuring what a trained policy has learned (tools/README.md,
+    /// finding 22); the controller acts by the manifest's rule.
+    #[arg(long, conflicts_with = "greedy")]
     pub temperature: Option<f32>,
+    /// Take the best-scored phase even where the policy's manifest names a decision
+    /// temperature (to see what the draw changes).
+    #[arg(long)]
+    pub greedy: bool,
     /// Seeds the draws of `--temperature` (with each evaluation seed).
     #[arg(long, default_value_t = 0, requires = "temperature")]
     pub sample_seed: u64,
 }
 
-/// The policy's action rule `args` ask for, checked before anything runs.
-fn action_rule(args: &EvalArgs) -> Result<ActionRule> {
+/// The policy's action rule `args` ask for (`None`: its manifest's), checked before
+/// anything runs.
+fn action_rule(args: &EvalArgs) -> Result<Option<ActionRule>> {
+    if args.greedy {
+        return Ok(Some(ActionRule::Greedy));
+    }
     let Some(t) = args.temperature else {
-        return Ok(ActionRule::Greedy);
+        return Ok(None);
     };
     let rule = ActionRule::sampled(t, args.sample_seed).map_err(anyhow::Error::msg)?;
     eprintln!(
         "note: the policy samples its phases at temperature {t} (sampling seed {}); \
-         the controller and the firmware act greedily",
+         the controller acts by its manifest's rule",
         args.sample_seed
     );
-    Ok(rule)
+    Ok(Some(rule))
 }
 
 /// The manifest of `model`, or where no file has that name, of the export for the first
@@ -720,6 +769,7 @@ mod tests {
             seeds: 5,
             decision_interval_s: 5.0,
             temperature: None,
+            overrides_manifest: false,
         }
     }
 
@@ -852,16 +902,34 @@ mod tests {
         assert!(v.ends_with("policy 0, max-pressure 25"), "{v}");
     }
 
-    /// A policy sampled at a temperature is not what the controller runs: its line says
-    /// how it acted and gives no advice about bundling, even where it loses.
+    /// A policy run by another rule than its manifest's is not what the controller runs:
+    /// its line says how it acted and gives no advice about bundling, even where it loses.
+    /// One that draws as its manifest says is what the controller runs, and gets the
+    /// advice.
     #[test]
-    fn a_sampled_policy_gets_its_ratio_and_no_advice() {
+    fn a_policy_off_its_manifests_rule_gets_its_ratio_and_no_advice() {
         let mut sampled = row(POLICY_ROW, 569.79);
         sampled.temperature = Some(0.5);
-        let v = verdict(&[sampled, row("fixed-time", 334.44)]).unwrap();
+        sampled.overrides_manifest = true;
+        let v = verdict(&[sampled.clone(), row("fixed-time", 334.44)]).unwrap();
         assert_eq!(
             v,
             "policy (sampled at temperature 0.5) / best classic controller (fixed-time, 334.44 s): 1.704"
+        );
+        let mut greedy = row(POLICY_ROW, 569.79);
+        greedy.overrides_manifest = true;
+        let v = verdict(&[greedy, row("fixed-time", 334.44)]).unwrap();
+        assert!(
+            v.starts_with("policy (greedy, not its manifest's rule) / "),
+            "{v}"
+        );
+        assert!(!v.contains("do not bundle"), "{v}");
+        sampled.overrides_manifest = false;
+        let v = verdict(&[sampled, row("fixed-time", 334.44)]).unwrap();
+        assert!(
+            v.starts_with("policy (drawing at temperature 0.5, as its manifest says) / ")
+                && v.contains("do not bundle it"),
+            "{v}"
         );
     }
 

@@ -109,12 +109,13 @@ fn checked_secs(decision_interval_s: u32) -> Result<u32> {
 }
 
 /// Writes `weights` for `plan` to `out` (ONNX with the manifest inside) and its side
-/// files; the manifest says whether the observation has `program_clock` lanes.
+/// files; the manifest says whether the observation has `program_clock` lanes, and the
+/// temperature the policy acts at (`None`: greedy; such a policy has no firmware blobs).
 fn write_policy(
     weights: &PolicyWeights,
     plan: &PhasePlan,
     info: &RunInfo,
-    program_clock: bool,
+    (program_clock, decision_temperature): (bool, Option<f32>),
     provenance: Provenance,
     out: &Path,
 ) -> Result<Exported> {
@@ -126,6 +127,7 @@ fn write_policy(
         provenance,
     );
     manifest.program_clock = program_clock;
+    manifest.decision_temperature = decision_temperature;
     greenwave_learn::files::write_policy_files(weights, &manifest, plan.hash(), out)
         .with_context(|| format!("exporting to {}", out.display()))
 }
@@ -183,14 +185,34 @@ fn export_at(run: &Path, out: &Path, selected: Option<&SelectedInfo>) -> Result<
         .context("the trained environment has no signals")?;
     let mut provenance = provenance(&info, &pinfo, &plans);
     note_selection(&mut provenance, selected);
-    write_policy(
-        &weights,
-        plan,
-        &info,
+    let rule = (
         trained_with_clock(&info),
-        provenance,
-        out,
-    )
+        decision_temperature(run, selected)?,
+    );
+    write_policy(&weights, plan, &info, rule, provenance, out)
+}
+
+/// The temperature the selected weights act at: the run's decision-rule trial's
+/// (`decision_rule.json`, `greenwave train --decision-rule auto`), where it tried these
+/// weights; else `None` (greedy: the last weights, a run without the trial, or one whose
+/// trial was of other weights).
+fn decision_temperature(run: &Path, selected: Option<&SelectedInfo>) -> Result<Option<f32>> {
+    let Some(selected) = selected else {
+        return Ok(None);
+    };
+    let Some(test) = crate::train::checkpoint::read_decision_rule(run)? else {
+        return Ok(None);
+    };
+    if test.greedy.iteration != selected.validation.iteration {
+        say!(
+            "{} tried iteration {}'s weights, not the exported {}: acting greedily",
+            crate::train::checkpoint::DECISION_RULE_FILE,
+            test.greedy.iteration,
+            selected.validation.iteration
+        );
+        return Ok(None);
+    }
+    Ok(test.temperature)
 }
 
 /// Whether the run's signals have more than one plan: then one file bound to one plan
@@ -218,18 +240,15 @@ fn export_mlp_per_signal(
         );
     }
     let paths = signal_paths(out, &info.signal_ids)?;
+    let rule = (
+        trained_with_clock(&info),
+        decision_temperature(run, selected)?,
+    );
     let mut written = Vec::new();
     for ((id, plan), path) in info.signal_ids.iter().zip(&plans).zip(paths) {
         let run_of = (&info, &pinfo, plans.as_slice());
         let prov = signal_provenance(run_of, selected, PolicyKind::Mlp, id);
-        let files = write_policy(
-            &weights,
-            plan,
-            &info,
-            trained_with_clock(&info),
-            prov,
-            &path,
-        )?;
+        let files = write_policy(&weights, plan, &info, rule, prov, &path)?;
         written.push(SignalExport {
             signal_id: id.clone(),
             files,
@@ -345,6 +364,11 @@ fn export_signals_at(
     let plans = trained_plans(run, &info)?;
     let targets = target_signals(&info, target.map(|t| t.0))?;
     let ids: Vec<String> = targets.iter().map(|t| t.0.clone()).collect();
+    // Zero-shot, on signals the trial never ran: greedy.
+    let temperature = match target {
+        Some(_) => None,
+        None => decision_temperature(run, selected)?,
+    };
     let mut written = Vec::new();
     for ((id, plan, rows), path) in targets.into_iter().zip(signal_paths(out, &ids)?) {
         let inc = Incidence::new(&rows).with_context(|| format!("signal '{id}'"))?;
@@ -357,7 +381,7 @@ fn export_signals_at(
             Some((_, clock)) => clock,
             None => trained_with_clock(&info),
         };
-        let files = write_policy(&weights, &plan, &info, clock, prov, &path)?;
+        let files = write_policy(&weights, &plan, &info, (clock, temperature), prov, &path)?;
         written.push(SignalExport {
             signal_id: id,
             files,
@@ -406,8 +430,15 @@ pub struct ExportArgs {
 
 fn print_files(e: &Exported) {
     say!("wrote {}", e.onnx.display());
-    say!("wrote {} (f32 firmware blob)", e.blob.display());
-    say!("wrote {} (int8 firmware blob)", e.blob_int8.display());
+    if e.blob.exists() {
+        say!("wrote {} (f32 firmware blob)", e.blob.display());
+        say!("wrote {} (int8 firmware blob)", e.blob_int8.display());
+    } else {
+        say!(
+            "no firmware blobs: the policy acts at its manifest's decision_temperature (the \
+             run's decision-rule trial kept it), and the firmware acts greedily"
+        );
+    }
     say!("wrote {}", e.manifest.display());
 }
 

@@ -11,9 +11,12 @@ use std::path::Path;
 use common::{greenwave, ok, tmp};
 use greenwave_core::Millis;
 use greenwave_sim::{run_episode, EmbeddedEnv};
+use greenwave_tools::policy_controller::ActionRule;
 use greenwave_tools::policy_controller::PolicyController;
 use greenwave_tools::train::checkpoint::{self, PolicyChoice};
-use greenwave_tools::train::selection::{EndTest, Validation, ValidationConfig};
+use greenwave_tools::train::selection::{
+    DecisionRuleTest, DecisionRuleTrial, EndTest, Validation, ValidationConfig,
+};
 use greenwave_tools::train::{train, Algo, TrainConfig};
 
 /// 10 iterations of 2 envs × 60 decisions, checkpoints every 2 iterations, validated on 2
@@ -365,4 +368,102 @@ fn a_run_out_of_time_stops_at_a_checkpoint_validated_and_resumes_exactly() {
     for d in [full, parts] {
         let _ = std::fs::remove_dir_all(d);
     }
+}
+
+/// `--decision-rule auto`: the run's end runs the selected weights on the fresh seeds
+/// greedily and drawing at 0.5, keeps the draw only where it is 10 % faster, and
+/// export writes what it kept: a drawing policy's manifest names its temperature and it
+/// gets no firmware blobs; a trial of other weights than those exported counts for nothing.
+#[test]
+fn the_decision_rule_trial_decides_what_export_writes() {
+    let run = tmp("sel-rule");
+    let mut cfg = tiny(2);
+    cfg.decision_rule = DecisionRuleTrial::Auto;
+    train(&cfg, &run, false, false).unwrap();
+    let text = std::fs::read_to_string(run.join("decision_rule.json")).unwrap();
+    let test: DecisionRuleTest = serde_json::from_str(&text).unwrap();
+    let selected = checkpoint::read_selected(&run).unwrap().unwrap();
+    assert_eq!(test.greedy.iteration, selected.validation.iteration);
+    assert_eq!(test.greedy.seeds, vec![502, 503, 504, 505]);
+    assert_eq!(test.sampled.seeds, test.greedy.seeds);
+    let faster = test.sampled.mean_delay_s() <= 0.9 * test.greedy.mean_delay_s();
+    assert_eq!(test.temperature, faster.then_some(0.5));
+    // Both are what the selected weights do on those seeds, by those rules.
+    rerun(&run, PolicyChoice::Selected, &test.greedy);
+    let (w, _, _) = checkpoint::load_policy(&run, PolicyChoice::Selected).unwrap();
+    let scenario = greenwave_sim::load("single-4way").unwrap();
+    for (&seed, &logged) in test.sampled.seeds.iter().zip(&test.sampled.delay_s) {
+        let mut env = EmbeddedEnv::from_scenario(&scenario, seed);
+        let rule = ActionRule::sampled(0.5, 0).unwrap();
+        let mut c = PolicyController::new(w.clone()).with_rule(rule, seed);
+        let m = run_episode(&mut env, &mut c, seed, Millis::from_secs(600)).unwrap();
+        assert!((m.mean_delay_s - logged).abs() < 1e-9, "seed {seed}");
+    }
+
+    let out = run.join("p.onnx");
+    let export = || {
+        ok(&greenwave(&[
+            "export",
+            run.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]))
+    };
+    let manifest = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(run.join("p.manifest.json")).unwrap())
+            .unwrap()
+    };
+    export();
+    let kept = manifest()["decision_temperature"].as_f64();
+    assert_eq!(kept, test.temperature.map(f64::from));
+    assert_eq!(run.join("p.blob").exists(), kept.is_none());
+    // A trial that kept the draw: the manifest says so, and no firmware blobs.
+    let drawn = DecisionRuleTest::decide(
+        test.greedy.clone(),
+        Validation {
+            delay_s: test.greedy.delay_s.iter().map(|d| d * 0.5).collect(),
+            ..test.sampled.clone()
+        },
+        0.5,
+    );
+    assert_eq!(drawn.temperature, Some(0.5));
+    std::fs::write(
+        run.join("decision_rule.json"),
+        serde_json::to_string(&drawn).unwrap(),
+    )
+    .unwrap();
+    let said = export();
+    assert!(said.contains("no firmware blobs"), "{said}");
+    assert_eq!(manifest()["decision_temperature"], 0.5);
+    assert_eq!(manifest()["format_version"], 4);
+    assert!(!run.join("p.blob").exists() && !run.join("p.int8.blob").exists());
+    // `eval` draws as the manifest says, and `--greedy` overrides it.
+    let eval = |extra: &[&str]| {
+        let mut args = vec!["eval", "--model", out.to_str().unwrap(), "--scenario"];
+        args.extend(["single-4way", "--seeds", "1", "--seconds", "300"]);
+        args.extend(extra);
+        let o = greenwave(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout)
+    };
+    let as_said = eval(&[]);
+    assert!(as_said.contains("as its manifest says"), "{as_said}");
+    let greedy = eval(&["--greedy"]);
+    assert!(
+        greedy.contains("greedy, not its manifest's rule"),
+        "{greedy}"
+    );
+    // A trial of other weights than those exported: greedy, with blobs again.
+    let mut other = drawn;
+    other.greedy.iteration += 1;
+    std::fs::write(
+        run.join("decision_rule.json"),
+        serde_json::to_string(&other).unwrap(),
+    )
+    .unwrap();
+    let said = export();
+    assert!(said.contains("acting greedily"), "{said}");
+    assert!(manifest().get("decision_temperature").is_none());
+    assert!(run.join("p.blob").exists());
+    let _ = std::fs::remove_dir_all(run);
 }

@@ -148,8 +148,19 @@ fn run_folder_and_manifest_name_the_net(run: &Path, model: &Path, net_s: &str) {
     let prov = &manifest["provenance"];
     assert_eq!(prov["scenario"], format!("sumo:{net_s}").as_str());
     assert_eq!(prov["details"]["backend"], "sumo");
-    assert_eq!(manifest["format_version"], 3);
+    assert_eq!(manifest["format_version"], 4);
     assert_eq!(manifest["program_clock"], true);
+    // On SUMO the run's end tried a draw against the argmax (`--decision-rule auto`), and
+    // the manifest acts by what it kept: a draw 10 % faster or more, else greedy.
+    assert_eq!(info["config"]["decision_rule"], "auto");
+    let trial: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("decision_rule.json")).unwrap())
+            .unwrap();
+    assert_eq!(trial["temperature"], manifest["decision_temperature"]);
+    assert_eq!(
+        model.with_extension("blob").exists(),
+        manifest.get("decision_temperature").is_none()
+    );
 }
 
 /// `eval` on the net: the policy next to the static program, actuated and max-pressure,

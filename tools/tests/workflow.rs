@@ -319,6 +319,9 @@ fn eval_samples_the_policy_at_a_temperature_reproducibly() {
         // The JSON row says how the policy acted.
         let t = row.as_object_mut().unwrap().remove("temperature");
         assert_eq!(t.is_some(), sampled, "{row}");
+        // The committed policy is greedy: a draw is not its manifest's rule.
+        let off = row.as_object_mut().unwrap().remove("overrides_manifest");
+        assert_eq!(off.is_some(), sampled, "{row}");
         assert!(rows.values().all(|r| r.get("temperature").is_none()));
         row
     };

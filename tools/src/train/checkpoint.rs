@@ -3,7 +3,8 @@
 //! `policy.safetensors` + `policy.json` (latest weights and normalisation),
 //! `best.safetensors` + `best.json` (the validation-selected weights, see
 //! [`super::selection`]), `validation.csv` and, where the end test looked again on fresh
-//! seeds, `end_test.json`,
+//! seeds, `end_test.json`, where `--decision-rule auto` tried a draw against the argmax,
+//! `decision_rule.json`,
 //! `checkpoint.safetensors` + `checkpoint.json` (everything `--resume` needs), and
 //! `metrics.csv`. Files are written to a temporary name and renamed, so an interrupted
 //! run never leaves a half-written checkpoint.
@@ -288,6 +289,31 @@ pub fn save_end_test(out: &Path, test: &EndTest) -> Result<()> {
         &out.join(END_TEST_FILE),
         serde_json::to_string_pretty(test)?.as_bytes(),
     )
+}
+
+/// The decision-rule trial of a run's end (`selection::DecisionRuleTest`), where it made
+/// one.
+pub const DECISION_RULE_FILE: &str = "decision_rule.json";
+
+/// Saves the decision-rule trial (`decision_rule.json`).
+pub fn save_decision_rule(out: &Path, test: &super::selection::DecisionRuleTest) -> Result<()> {
+    write_atomic(
+        &out.join(DECISION_RULE_FILE),
+        serde_json::to_string_pretty(test)?.as_bytes(),
+    )
+}
+
+/// The decision-rule trial `decision_rule.json` holds, if the run made one. A file that
+/// does not parse is an error: it decides what the exported policy runs.
+pub fn read_decision_rule(out: &Path) -> Result<Option<super::selection::DecisionRuleTest>> {
+    let path = out.join(DECISION_RULE_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .with_context(|| format!("reading {}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
 }
 
 /// The end test `end_test.json` holds, if any (`None` too for one that does not parse:

@@ -133,6 +133,15 @@ pub struct TrainArgs {
     /// it started with).
     #[arg(long)]
     pub validation_first_seed: Option<u64>,
+    /// The rule the exported policy acts by. `auto`: at the run's end the selected weights
+    /// run on the end test's fresh seeds greedily and drawing at temperature 0.5, and the
+    /// draw is kept (the manifest's `decision_temperature`) only where its mean delay is
+    /// at most 0.9 of the greedy rule's; `greedy`: greedy always,
+    /// for a policy that must run on the firmware, which acts greedily, or be fine-tuned in
+    /// the field. Needs checkpoint selection (`--validation-seeds` above 0). Default `auto`
+    /// on SUMO, `greedy` on the embedded simulator (a resumed run: what it started with).
+    #[arg(long, value_enum)]
+    pub decision_rule: Option<super::selection::DecisionRuleTrial>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -255,6 +264,20 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         .map(|m| started + std::time::Duration::from_secs_f64(m * 60.0));
     cfg.device = args.device;
     cfg.validation = validation(args)?;
+    cfg.decision_rule = match (args.decision_rule, args.resume) {
+        (Some(rule), _) => rule,
+        (None, true) => {
+            super::checkpoint::read_run_info(&args.out)?
+                .config
+                .decision_rule
+        }
+        // Real networks try the draw; greenwave's own scenarios, on which the firmware and
+        // field fine-tune flows are built and demonstrated, stay greedy.
+        (None, false) => match args.sim.backend {
+            Backend::Sumo => super::selection::DecisionRuleTrial::Auto,
+            Backend::Embedded => super::selection::DecisionRuleTrial::Greedy,
+        },
+    };
     // Before the demand probe, which can take a minute: bad settings fail at once.
     cfg.validation.check()?;
     if let Some(lr) = args.learning_rate {
@@ -376,12 +399,19 @@ fn print_summary(s: &TrainSummary, out: &Path) {
         );
     }
     say!(
-        "run folder: {} (metrics.csv, training.png, losses.png, policy.safetensors{})",
+        "run folder: {} (metrics.csv, training.png, losses.png, policy.safetensors{}{}{})",
         out.display(),
-        match (&s.selected, out.join(checkpoint::END_TEST_FILE).exists()) {
-            (Some(_), true) => ", best.safetensors, validation.csv, end_test.json",
-            (Some(_), false) => ", best.safetensors, validation.csv",
-            (None, _) => "",
+        match &s.selected {
+            Some(_) => ", best.safetensors, validation.csv",
+            None => "",
+        },
+        match out.join(checkpoint::END_TEST_FILE).exists() {
+            true => ", end_test.json",
+            false => "",
+        },
+        match out.join(checkpoint::DECISION_RULE_FILE).exists() {
+            true => ", decision_rule.json",
+            false => "",
         }
     );
 }

@@ -138,6 +138,11 @@ pub struct TrainConfig {
     /// default and in older runs, on (3 seeds) in `greenwave train`.
     #[serde(default)]
     pub validation: selection::ValidationConfig,
+    /// Whether the run's end tries a sampled decision rule against the greedy one
+    /// ([`selection::DecisionRuleTrial`]); greedy in the library's default and in older
+    /// runs, `auto` in `greenwave train`.
+    #[serde(default)]
+    pub decision_rule: selection::DecisionRuleTrial,
     /// When this invocation must be done by (`--time-limit-min`): it stops at the last
     /// resumable checkpoint that leaves time for another interval and a validation
     /// ([`time_limit`]). Not recorded: a resumed run has its own.
@@ -176,6 +181,7 @@ impl TrainConfig {
             device: ComputeDevice::Cpu,
             demand_probe: None,
             validation: selection::ValidationConfig::default(),
+            decision_rule: selection::DecisionRuleTrial::Greedy,
             deadline: None,
         }
     }
@@ -899,6 +905,10 @@ fn train_on<E: Env + Send>(
             record.plot(out, &bar)?;
         }
     }
+    if cfg.decision_rule == selection::DecisionRuleTrial::Auto && selector.best().is_some() {
+        let line = choose_decision_rule(&ctx, &cfg.validation, out, (source.episode, &make))?;
+        bar.suspend(|| eprintln!("{line}"));
+    }
     bar.finish_and_clear();
     record.plot(out, &bar)?;
     let mut summary = record.summary(&learner);
@@ -995,8 +1005,14 @@ fn out_of_time<E: Env>(
     let Some(deadline) = deadline else {
         return Ok(false);
     };
-    // The run's end may look again on fresh seeds (`selection::END_VALIDATIONS`).
-    let validations = selection::END_VALIDATIONS + u32::from(selector.pending(learner.iteration));
+    // The run's end may look again on fresh seeds (`selection::END_VALIDATIONS`), and
+    // `--decision-rule auto` runs the selected weights on them twice more.
+    let trial = match ctx.cfg.decision_rule {
+        selection::DecisionRuleTrial::Auto => selection::DECISION_RULE_VALIDATIONS,
+        selection::DecisionRuleTrial::Greedy => 0,
+    };
+    let validations =
+        selection::END_VALIDATIONS + trial + u32::from(selector.pending(learner.iteration));
     let share = validation_share(ctx.cfg, schedule, source);
     let Some(stop) = deadline.at_checkpoint(Instant::now(), share, validations) else {
         return Ok(false);
@@ -1107,6 +1123,47 @@ fn select<E: Env>(
         "validation at iteration {}: greedy delay {mean:.2} s on {n_seeds} seeds ({:.0} s){kept}",
         learner.iteration,
         start.elapsed().as_secs_f64(),
+    ))
+}
+
+/// The run's end under `--decision-rule auto`: the selected weights run on the end test's
+/// fresh seeds greedily and drawing at [`selection::SAMPLED_TEMPERATURE`], and the draw is
+/// kept only where it is [`selection::DRAW_MARGIN`] of greedy or less ([`selection::DecisionRuleTest`],
+/// saved as `decision_rule.json` for `greenwave export`). Returns the line that reports it.
+fn choose_decision_rule<E: Env>(
+    ctx: &UpdateCtx<'_>,
+    validation: &selection::ValidationConfig,
+    out: &Path,
+    (episode, make): (Millis, &(impl Fn(u64) -> Result<E> + Sync)),
+) -> Result<String> {
+    use crate::policy_controller::ActionRule;
+    let start = Instant::now();
+    let (weights, at) = selected_weights(out, ctx.shared)?;
+    let seeds = validation.fresh_seed_list();
+    let run = |rule| {
+        let ep = (episode, ctx.cfg.threads);
+        selection::validation_by(make, &weights, seeds.clone(), ep, at, rule)
+    };
+    let greedy = run(ActionRule::Greedy)?;
+    let temperature = selection::SAMPLED_TEMPERATURE;
+    let sampled = run(ActionRule::Sampled {
+        temperature,
+        seed: 0,
+    })?;
+    let test = selection::DecisionRuleTest::decide(greedy, sampled, temperature);
+    checkpoint::save_decision_rule(out, &test)?;
+    Ok(format!(
+        "decision rule for iteration {}'s weights on {} fresh seeds: greedy {:.2} s, drawn at \
+         temperature {temperature} {:.2} s: {} ({:.0} s)",
+        at.0,
+        seeds.len(),
+        test.greedy.mean_delay_s(),
+        test.sampled.mean_delay_s(),
+        match test.temperature {
+            Some(_) => "the draw, 10 % faster or more, is kept",
+            None => "greedy is kept",
+        },
+        start.elapsed().as_secs_f64()
     ))
 }
 
