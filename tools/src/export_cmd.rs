@@ -200,19 +200,34 @@ fn decision_temperature(run: &Path, selected: Option<&SelectedInfo>) -> Result<O
     let Some(selected) = selected else {
         return Ok(None);
     };
+    let file = crate::train::checkpoint::DECISION_RULE_FILE;
     let Some(test) = crate::train::checkpoint::read_decision_rule(run)? else {
+        let info = crate::train::checkpoint::read_run_info(run)?;
+        if info.config.decision_rule == crate::train::selection::DecisionRuleTrial::Auto {
+            say!(
+                "the run asked for the decision-rule trial but has no {file} (stopped before \
+                 its end?): acting greedily"
+            );
+        }
         return Ok(None);
     };
-    if test.greedy.iteration != selected.validation.iteration {
+    let (tried, exported) = (&test.greedy, &selected.validation);
+    if (tried.iteration, tried.env_steps) != (exported.iteration, exported.env_steps) {
         say!(
-            "{} tried iteration {}'s weights, not the exported {}: acting greedily",
-            crate::train::checkpoint::DECISION_RULE_FILE,
-            test.greedy.iteration,
-            selected.validation.iteration
+            "{file} tried iteration {}'s weights, not the exported {}: acting greedily",
+            tried.iteration,
+            exported.iteration
         );
         return Ok(None);
     }
-    Ok(test.temperature)
+    match test.temperature {
+        Some(t) if !greenwave_learn::manifest::decision_temperature_ok(t) => bail!(
+            "{file}: decision temperature {t} is outside {}..={}; is the run folder damaged?",
+            greenwave_learn::manifest::MIN_DECISION_TEMPERATURE,
+            greenwave_learn::manifest::MAX_DECISION_TEMPERATURE
+        ),
+        t => Ok(t),
+    }
 }
 
 /// Whether the run's signals have more than one plan: then one file bound to one plan

@@ -14,13 +14,13 @@ use crate::sampling::masked_sample;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum ActionRule {
     /// The allowed phase with the highest score (masked argmax): what the roadside
-    /// controller and the firmware run.
+    /// controller runs for a greedy policy, and the firmware for every policy.
     #[default]
     Greedy,
     /// A phase drawn from the softmax of the scores over `temperature` (1: the policy's own
     /// distribution, as in training); `seed` and the episode's seed seed the draws. For
-    /// measuring a trained policy (`greenwave eval --temperature`); not what a controller
-    /// runs.
+    /// measuring a trained policy (`greenwave eval --temperature`), for the decision-rule
+    /// trial, and how a policy whose manifest names a decision temperature acts.
     Sampled {
         /// Divides the scores before the softmax; positive and finite.
         temperature: f32,

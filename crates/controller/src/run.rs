@@ -190,7 +190,8 @@ pub struct RunArgs {
     /// Fallback controller: fixed-time or actuated.
     #[arg(long, default_value = "fixed-time")]
     fallback: FallbackKind,
-    /// ε-greedy exploration for data collection (0 = greedy; at most 0.2).
+    /// Exploration for data collection: with this probability a uniformly random allowed
+    /// phase instead of the policy's rule (0 = none; at most 0.2).
     #[arg(long, default_value_t = 0.0, value_parser = parse_epsilon)]
     epsilon: f32,
     /// Inference budget (ms, above 0, at most 60,000): slower inferences are faults.

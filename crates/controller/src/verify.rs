@@ -93,6 +93,13 @@ pub fn run(args: VerifyArgs) -> Result<()> {
 /// Writes the verified bundle's f32 (or int8) blob to `out`, if the firmware would run it
 /// (a format-1 blob, from a bundle signed before blobs carried a CRC-32, it refuses).
 fn write_firmware_blob(b: &VerifiedBundle, int8: bool, out: &Path) -> Result<()> {
+    if let Some(t) = b.manifest.decision_temperature {
+        anyhow::bail!(
+            "bundle {}: its policy acts at decision temperature {t} and has no firmware blob \
+             (the firmware acts greedily); train with --decision-rule greedy for the firmware",
+            b.dir.display()
+        );
+    }
     let (name, bytes) = if int8 {
         let bytes = b.blob_int8.as_deref().with_context(|| {
             format!(

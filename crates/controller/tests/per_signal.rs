@@ -414,5 +414,11 @@ fn drawing_bundles_log_their_draws_and_a_mixed_set_is_refused() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(logged("log-greedy").iter().all(|lp| *lp == 0.0));
     refused(&f.run("log-mixed", &[&d1, &f.j2]), "decision temperature");
+    // `verify` refuses the mixed set as `run` does, and passes the drawing one.
+    refused(
+        &verify(&f.keys.public, &[&d1, &f.j2]),
+        "one controller runs every signal by one rule",
+    );
+    assert!(verify(&f.keys.public, &[&d1, &d2]).status.success());
     let _ = std::fs::remove_dir_all(&f.dir);
 }

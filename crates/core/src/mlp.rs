@@ -622,10 +622,16 @@ pub fn masked_log_prob_at(
     action: u8,
     temperature: f32,
 ) -> Option<f32> {
-    let mut scaled = [0.0f32; crate::plan::MAX_PHASES];
     let n = logits.len().min(crate::plan::MAX_PHASES);
+    let max = (0..n)
+        .filter(|&i| mask.allows(crate::plan::PhaseId(i as u8)))
+        .map(|i| logits[i])
+        .fold(f32::NEG_INFINITY, f32::max);
+    // Shifted by the largest allowed logit before dividing, as `masked_sample` does: a
+    // cold temperature then sends the others towards −∞, never the largest to +∞.
+    let mut scaled = [0.0f32; crate::plan::MAX_PHASES];
     for (s, z) in scaled.iter_mut().zip(&logits[..n]) {
-        *s = z / temperature;
+        *s = (z - max) / temperature;
     }
     masked_log_prob(&scaled[..n], mask, action)
 }
@@ -1090,6 +1096,14 @@ mod tests {
             assert_eq!(host[1], 0.0, "a masked phase is never drawn");
         }
         assert_eq!(masked_log_prob_at(&z, mask, 1, 0.5), None);
+        // Cold: the largest logit keeps probability 1, the others 0, never NaN.
+        let big = [40.0f32, 3.5, 39.0];
+        assert_eq!(
+            masked_log_prob_at(&big, PhaseMask(0b111), 0, 1e-38),
+            Some(0.0)
+        );
+        let other = masked_log_prob_at(&big, PhaseMask(0b111), 2, 1e-38).unwrap();
+        assert!(other < -1e30, "{other}");
         assert_eq!(masked_sample(&z, PhaseMask(0), 0.5, 0.3, libm::expf), None);
     }
 }

@@ -8,8 +8,8 @@
 //! |---|---|
 //! | `policy.onnx` | the policy (manifest JSON inside, under `metadata_props`) |
 //! | `manifest.json` | the same manifest, beside it for people and tools |
-//! | `policy.blob` | the firmware's postcard MLP blob (f32) |
-//! | `policy.int8.blob` | the int8 blob (optional) |
+//! | `policy.blob` | the firmware's postcard MLP blob (f32); none, and refused, for a policy that acts at a decision temperature (the firmware acts greedily) |
+//! | `policy.int8.blob` | the int8 blob (optional; likewise) |
 //! | `SIGNATURE` | the signed digest list below |
 //!
 //! `SIGNATURE` is UTF-8 text, one item per line, `\n`-terminated:

@@ -171,10 +171,10 @@ pub fn write_policy_files(
         (&blob_int8, &int8_bytes, 0o644),
     ];
     // A policy acting at a decision temperature gets no firmware blobs (the firmware acts
-    // greedily; a bundle refuses them beside it), and an earlier export's are removed.
+    // greedily; a bundle refuses them beside it). An earlier export's are removed first:
+    // a failure or a crash then leaves the earlier model without its blobs, which no
+    // bundle takes, never the new model beside blobs of other weights.
     let sampled = manifest.decision_temperature.is_some();
-    let set = if sampled { &all[..2] } else { &all[..] };
-    write_together(set).map_err(|(path, source)| WriteError::Io { path, source })?;
     if sampled {
         for stale in [&blob, &blob_int8] {
             match std::fs::remove_file(stale) {
@@ -188,6 +188,8 @@ pub fn write_policy_files(
             }
         }
     }
+    let set = if sampled { &all[..2] } else { &all[..] };
+    write_together(set).map_err(|(path, source)| WriteError::Io { path, source })?;
     Ok(PolicyFiles {
         onnx: out.to_path_buf(),
         blob,

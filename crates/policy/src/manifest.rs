@@ -8,13 +8,15 @@
 //! `format_version` says how the rest of the JSON is to be read; [`Manifest`]'s
 //! `Deserialize` reads it first and then reads the document as exactly that format:
 //!
-//! * **4** (written now): format 3 and, optionally, `decision_temperature`: the rule the
-//!   policy was selected to act by. Absent, it acts greedily (the allowed phase with the
-//!   largest score); present, it draws each phase from `softmax(scores / T)` over the
-//!   allowed phases (greenwave-core's `masked_sample`), a positive finite `T`. A format-3
+//! * **4** (written for a policy that draws): format 3 and `decision_temperature`, the
+//!   rule the policy was selected to act by: it draws each phase from
+//!   `softmax(scores / T)` over the allowed phases (greenwave-core's `masked_sample`),
+//!   `T` in [`MIN_DECISION_TEMPERATURE`]`..=`[`MAX_DECISION_TEMPERATURE`]. A format-3
 //!   reader would ignore the field and run such a policy greedily, which is not the
-//!   policy that was measured: so it is a new format, which such a build refuses.
-//! * **3**: format 2 and `program_clock`, whether the observation's last
+//!   policy that was measured: so it is a new format, which such a build refuses. A
+//!   greedy policy (no temperature) is written as format 3, which every controller since
+//!   format 3 reads; a format-4 document without the field is refused.
+//! * **3** (written for a greedy policy): format 2 and `program_clock`, whether the observation's last
 //!   `P` lanes are program-clock lanes (greenwave-core's `ProgramClock`: the phase the
 //!   junction's own timing program serves at that moment), which a controller must
 //!   supply from the junction's timing plan. A build that reads only formats 1 and 2
@@ -35,8 +37,9 @@
 //!
 //! Any other `format_version` is refused. A format-1 or format-2 manifest read in is held
 //! as the current format (its `format_version` is [`MANIFEST_FORMAT`]), so anything
-//! written from it (a re-export, a fine-tuned candidate) is format 4; a format-1 to -3
-//! manifest acts greedily.
+//! written from it (a re-export, a fine-tuned candidate) is written as format 3; a
+//! format-1 to -3 manifest acts greedily, and one that names a decision temperature is
+//! refused.
 
 use greenwave_core::{Intergreen, Millis, ObsLayout, PhasePlan, PhaseTiming};
 use serde::de::Error as _;
@@ -44,8 +47,21 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 /// `metadata_props` key holding the manifest JSON.
 pub const MANIFEST_KEY: &str = "greenwave.manifest";
-/// Current manifest format version (see the [module docs](self) for the formats read).
+/// Current manifest format version (see the [module docs](self) for the formats read);
+/// a greedy policy is written as format 3.
 pub const MANIFEST_FORMAT: u32 = 4;
+
+/// The smallest decision temperature a manifest holds: colder is the argmax in all but
+/// name, and a draw's logged probability must stay a number.
+pub const MIN_DECISION_TEMPERATURE: f32 = 0.01;
+/// The largest: hotter is a uniform draw in all but name.
+pub const MAX_DECISION_TEMPERATURE: f32 = 100.0;
+
+/// Whether `t` is a decision temperature a manifest may hold
+/// ([`MIN_DECISION_TEMPERATURE`]`..=`[`MAX_DECISION_TEMPERATURE`]).
+pub fn decision_temperature_ok(t: f32) -> bool {
+    (MIN_DECISION_TEMPERATURE..=MAX_DECISION_TEMPERATURE).contains(&t)
+}
 
 /// Timing of one phase (for people reading the manifest; the plan hash is what is
 /// checked). JSON keys carry the unit: `min_green_ms`, `max_green_ms`, `yellow_ms`,
@@ -166,6 +182,7 @@ impl Provenance {
 /// The manifest, as of format [`MANIFEST_FORMAT`]. Serializes as that format; deserializes
 /// from any format listed in the [module docs](self) (JSON only: the format is read first).
 #[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(into = "ManifestV4")]
 pub struct Manifest {
     /// [`MANIFEST_FORMAT`] (also after reading an older format, which is converted).
     pub format_version: u32,
@@ -266,18 +283,28 @@ impl<'de> Deserialize<'de> for Manifest {
             4 => {
                 let m: Manifest = ManifestV4::deserialize(doc).map_err(in_format)?.into();
                 match m.decision_temperature {
-                    Some(t) if !(t.is_finite() && t > 0.0) => Err(D::Error::custom(format!(
-                        "manifest format 4: decision_temperature {t} is not a positive finite number"
+                    Some(t) if !decision_temperature_ok(t) => Err(D::Error::custom(format!(
+                        "manifest format 4: decision_temperature {t} is outside \
+                         {MIN_DECISION_TEMPERATURE}..={MAX_DECISION_TEMPERATURE}"
                     ))),
-                    _ => Ok(m),
+                    None => Err(D::Error::custom(
+                        "manifest format 4 without decision_temperature: a greedy policy is \
+                         written as format 3",
+                    )),
+                    Some(_) => Ok(m),
                 }
             }
             2 | 3 => {
                 // Format 3 is format 4 acting greedily; format 2 is format 3 without a
-                // program clock.
+                // program clock. Neither has a decision temperature: one in such a
+                // document is refused, not dropped (the policy would run greedily).
+                if doc.get("decision_temperature").is_some() {
+                    return Err(D::Error::custom(format!(
+                        "manifest format {format} has no decision_temperature (format 4 does)"
+                    )));
+                }
                 let mut doc = doc;
                 if let Some(fields) = doc.as_object_mut() {
-                    fields.remove("decision_temperature");
                     if format == 2 {
                         fields.insert("program_clock".into(), false.into());
                     }
@@ -297,9 +324,11 @@ impl<'de> Deserialize<'de> for Manifest {
     }
 }
 
-/// Format 4 as written: [`Manifest`]'s fields (kept in step with it by the conversion's
-/// exhaustive struct literal).
-#[derive(Deserialize)]
+/// Formats 3 and 4 as written: [`Manifest`]'s fields (kept in step with it by the
+/// conversions' exhaustive struct literals). Written as format 3 where the policy acts
+/// greedily (so a controller that reads formats 1 to 3 still takes it) and as format 4
+/// where it names a decision temperature (which such a controller must refuse).
+#[derive(Serialize, Deserialize)]
 struct ManifestV4 {
     format_version: u32,
     policy_version: u32,
@@ -310,13 +339,37 @@ struct ManifestV4 {
     plan_hash: String,
     decision_interval_ms: Millis,
     phase_timing: Vec<PhaseTimingMs>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     intergreens: Vec<IntergreenMs>,
     hidden: Vec<usize>,
     activation: String,
     provenance: Provenance,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     decision_temperature: Option<f32>,
+}
+
+impl From<Manifest> for ManifestV4 {
+    fn from(m: Manifest) -> Self {
+        ManifestV4 {
+            format_version: match m.decision_temperature {
+                Some(_) => MANIFEST_FORMAT,
+                None => 3,
+            },
+            policy_version: m.policy_version,
+            obs_layout: m.obs_layout,
+            obs_layout_version: m.obs_layout_version,
+            program_clock: m.program_clock,
+            action_phases: m.action_phases,
+            plan_hash: m.plan_hash,
+            decision_interval_ms: m.decision_interval,
+            phase_timing: m.phase_timing,
+            intergreens: m.intergreens,
+            hidden: m.hidden,
+            activation: m.activation,
+            provenance: m.provenance,
+            decision_temperature: m.decision_temperature,
+        }
+    }
 }
 
 impl From<ManifestV4> for Manifest {
@@ -514,12 +567,16 @@ mod tests {
     }
 
     #[test]
-    fn format_1_read_in_is_written_as_format_4() {
+    fn format_1_read_in_is_written_as_format_3() {
         let m: Manifest = serde_json::from_str(FORMAT_1).unwrap();
         assert!(!m.program_clock);
         assert_eq!(m.decision_temperature, None);
+        assert_eq!(m.format_version, MANIFEST_FORMAT);
         let v = serde_json::to_value(&m).unwrap();
-        assert_eq!(v["format_version"], 4);
+        assert_eq!(
+            v["format_version"], 3,
+            "a greedy policy is written as format 3"
+        );
         assert!(v.get("decision_temperature").is_none(), "{v}");
         assert_eq!(v["program_clock"], false);
         assert_eq!(v["decision_interval_ms"], 2500);
@@ -547,14 +604,14 @@ mod tests {
         v.as_object_mut().unwrap().remove("program_clock");
         let back: Manifest = serde_json::from_value(v).unwrap();
         assert_eq!(back, m);
-        // A format-4 manifest must say whether it has a clock.
+        // A format-3 manifest must say whether it has a clock.
         let mut v = serde_json::to_value(&m).unwrap();
         v.as_object_mut().unwrap().remove("program_clock");
         let e = serde_json::from_value::<Manifest>(v)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("manifest format 4: missing field `program_clock`"),
+            e.contains("manifest format 3: missing field `program_clock`"),
             "{e}"
         );
     }
@@ -713,19 +770,29 @@ mod tests {
         let v = serde_json::to_value(&m).unwrap();
         let back: Manifest = serde_json::from_value(v.clone()).unwrap();
         assert_eq!(back.decision_temperature, Some(0.5));
-        // Format 3 had no such field: a format-3 manifest acts greedily whatever it says.
+        assert_eq!(v["format_version"], 4);
+        // Format 3 has no such field: one there is refused, not dropped (the policy would
+        // run greedily), and format 4 without one is refused too.
         let mut v3 = v.clone();
         v3["format_version"] = 3.into();
-        let back: Manifest = serde_json::from_value(v3).unwrap();
-        assert_eq!((back.decision_temperature, back.format_version), (None, 4));
-        for bad in [0.0, -0.5] {
+        let e = serde_json::from_value::<Manifest>(v3)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("format 3 has no decision_temperature"), "{e}");
+        let mut v4 = v.clone();
+        v4.as_object_mut().unwrap().remove("decision_temperature");
+        let e = serde_json::from_value::<Manifest>(v4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a greedy policy is written as format 3"), "{e}");
+        for bad in [0.0, -0.5, 0.001, 1e3] {
             let mut bad_v = v.clone();
             bad_v["decision_temperature"] = bad.into();
             let e = serde_json::from_value::<Manifest>(bad_v)
                 .unwrap_err()
                 .to_string();
             assert!(
-                e.contains("decision_temperature") && e.contains("not a positive finite"),
+                e.contains("decision_temperature") && e.contains("is outside 0.01..=100"),
                 "{e}"
             );
         }

@@ -28,6 +28,24 @@ pub enum BundleSetError {
     /// No bundle was given.
     #[error("no bundle given")]
     Empty,
+    /// Two bundles whose policies act by different rules (a manifest's
+    /// `decision_temperature`; `None`: greedy): one controller acts by one rule.
+    #[error(
+        "bundle {} acts at decision temperature {second:?} and bundle {} at {first:?} (None: \
+         greedy): one controller runs every signal by one rule",
+        second_dir.display(),
+        first_dir.display()
+    )]
+    MixedRules {
+        /// The first bundle.
+        first_dir: PathBuf,
+        /// Its rule.
+        first: Option<f32>,
+        /// The first bundle of another rule.
+        second_dir: PathBuf,
+        /// Its rule.
+        second: Option<f32>,
+    },
     /// The same bundle directory given twice.
     #[error("bundle {} is given twice", dir.display())]
     Twice {
@@ -126,6 +144,7 @@ impl BundleSet {
         signals: &[SignalSpec],
     ) -> Result<Self, BundleSetError> {
         check_distinct(&bundles)?;
+        check_one_rule(&bundles)?;
         let of_signal = signals
             .iter()
             .enumerate()
@@ -170,9 +189,34 @@ impl BundleSet {
             .collect()
     }
 
+    /// The decision temperature every bundle of the set acts at (`None`: greedy), which
+    /// [`assign`](Self::assign) checked is one.
+    pub fn decision_temperature(&self) -> Option<f32> {
+        self.bundles
+            .first()
+            .and_then(|b| b.manifest.decision_temperature)
+    }
+
     /// The bundles and, for each signal, the index of its bundle.
     pub fn into_parts(self) -> (Vec<VerifiedBundle>, Vec<usize>) {
         (self.bundles, self.of_signal)
+    }
+}
+
+/// Every bundle's policy acts by the first one's rule ([`BundleSetError::MixedRules`]).
+fn check_one_rule(bundles: &[VerifiedBundle]) -> Result<(), BundleSetError> {
+    let rule = |b: &VerifiedBundle| b.manifest.decision_temperature;
+    let Some(first) = bundles.first() else {
+        return Ok(());
+    };
+    match bundles.iter().find(|b| rule(b) != rule(first)) {
+        Some(b) => Err(BundleSetError::MixedRules {
+            first_dir: first.dir.clone(),
+            first: rule(first),
+            second_dir: b.dir.clone(),
+            second: rule(b),
+        }),
+        None => Ok(()),
     }
 }
 

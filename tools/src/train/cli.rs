@@ -264,7 +264,16 @@ pub fn run(args: &TrainArgs) -> Result<()> {
         .map(|m| started + std::time::Duration::from_secs_f64(m * 60.0));
     cfg.device = args.device;
     cfg.validation = validation(args)?;
+    use super::selection::DecisionRuleTrial;
+    if args.decision_rule == Some(DecisionRuleTrial::Auto) && cfg.validation.seeds == 0 {
+        bail!(
+            "--decision-rule auto tries the draw on the weights checkpoint selection kept: it \
+             needs --validation-seeds above 0"
+        );
+    }
     cfg.decision_rule = match (args.decision_rule, args.resume) {
+        // Without selection there are no selected weights to try a draw on.
+        _ if cfg.validation.seeds == 0 => DecisionRuleTrial::Greedy,
         (Some(rule), _) => rule,
         (None, true) => {
             super::checkpoint::read_run_info(&args.out)?

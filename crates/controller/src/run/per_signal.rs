@@ -53,8 +53,8 @@ pub(super) fn load(
             }
         })
         .collect();
+    let temperature = set.decision_temperature();
     let (bundles, of_signal) = set.into_parts();
-    let temperature = one_decision_rule(&bundles)?;
     let policy = Policy {
         backend: Box::new(PerSignalBackend::new(backends, of_signal)?),
         version: bundles[0].manifest.policy_version,
@@ -65,25 +65,6 @@ pub(super) fn load(
         signer: bundles[0].signer,
         signals,
     })
-}
-
-/// The decision temperature every bundle of the set acts at (`None`: greedy). One
-/// controller acts by one rule, so a set whose bundles were selected to act by different
-/// rules is refused, rather than run some of them by a rule they were not measured with.
-fn one_decision_rule(bundles: &[bundle::VerifiedBundle]) -> Result<Option<f32>> {
-    let rule = |b: &bundle::VerifiedBundle| b.manifest.decision_temperature;
-    let first = bundles.first().and_then(rule);
-    if let Some(b) = bundles.iter().find(|b| rule(b) != first) {
-        anyhow::bail!(
-            "bundle {} acts at decision temperature {:?} and bundle {} at {:?}: one \
-             controller runs every signal by one rule (None: greedy)",
-            b.dir.display(),
-            rule(b),
-            bundles[0].dir.display(),
-            first
-        );
-    }
-    Ok(first)
 }
 
 /// Verifies every bundle in `dirs` against the keys in `trust` and gives each of `specs`

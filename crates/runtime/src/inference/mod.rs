@@ -13,10 +13,11 @@
 //!   different plans or layouts (each signal's own bundle); the controller asks each
 //!   backend for a named signal ([`PolicyBackend::infer_signal`]).
 //!
-//! [`Explorer`] turns logits into a phase request: greedy masked argmax by default; with
-//! `epsilon > 0` (data collection only, capped at [`MAX_EPSILON`]), ε-greedy among the
-//! phases the sequencer allows. The log-probability logged with each decision is the
-//! probability under the rule that actually chose it.
+//! [`Explorer`] turns logits into a phase request by the policy's rule: greedy masked
+//! argmax, or a draw from the tempered softmax where its manifest names a decision
+//! temperature; with `epsilon > 0` (data collection only, capped at [`MAX_EPSILON`]),
+//! uniform exploration among the phases the sequencer allows on top. The log-probability
+//! logged with each decision is the probability under the rule that actually chose it.
 
 mod matvec;
 #[cfg(feature = "ort")]
@@ -205,8 +206,8 @@ pub(crate) fn check_len(
     }
 }
 
-/// Largest exploration rate accepted: a controller in the field serves the greedy choice
-/// at least 80 % of the time, and every exploratory choice still passes the sequencer.
+/// Largest exploration rate accepted: a controller in the field serves the policy's own
+/// rule at least 80 % of the time, and every exploratory choice still passes the sequencer.
 pub const MAX_EPSILON: f32 = 0.2;
 
 /// An exploration rate outside `0..=MAX_EPSILON`.
@@ -214,9 +215,14 @@ pub const MAX_EPSILON: f32 = 0.2;
 #[error("exploration epsilon {0} is outside 0..={MAX_EPSILON}")]
 pub struct EpsilonOutOfRange(pub f32);
 
-/// A decision temperature that is not a positive finite number.
+/// A decision temperature outside the range a manifest holds
+/// (`greenwave_policy::manifest::decision_temperature_ok`).
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
-#[error("decision temperature {0} is not a positive finite number")]
+#[error(
+    "decision temperature {0} is outside {min}..={max}",
+    min = greenwave_policy::manifest::MIN_DECISION_TEMPERATURE,
+    max = greenwave_policy::manifest::MAX_DECISION_TEMPERATURE
+)]
 pub struct TemperatureOutOfRange(pub f32);
 
 /// A phase chosen from the logits.
@@ -268,7 +274,9 @@ impl Explorer {
     /// drawing from `softmax(logits / T)` (a manifest's `decision_temperature`), from the
     /// explorer's random stream.
     pub fn acting_at(mut self, temperature: Option<f32>) -> Result<Self, TemperatureOutOfRange> {
-        if let Some(t) = temperature.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        if let Some(t) =
+            temperature.filter(|&t| !greenwave_policy::manifest::decision_temperature_ok(t))
+        {
             return Err(TemperatureOutOfRange(t));
         }
         self.temperature = temperature;
@@ -300,7 +308,7 @@ impl Explorer {
         if self.temperature.is_some() && logits.iter().any(|z| z.is_nan()) {
             return None;
         }
-        let allowed: Vec<u8> = (0..logits.len() as u8)
+        let allowed: Vec<u8> = (0..logits.len().min(greenwave_core::plan::MAX_PHASES) as u8)
             .filter(|&p| mask.allows(PhaseId(p)))
             .collect();
         let n = allowed.len() as f32;
@@ -376,6 +384,8 @@ mod tests {
     fn a_tempered_policy_draws_as_its_softmax_says_and_logs_that_probability() {
         let bad = |t| Explorer::greedy().acting_at(Some(t)).unwrap_err();
         assert_eq!(bad(0.0), TemperatureOutOfRange(0.0));
+        assert_eq!(bad(1e-3), TemperatureOutOfRange(1e-3));
+        assert_eq!(bad(1e3), TemperatureOutOfRange(1e3));
         assert!(bad(f32::NAN).0.is_nan());
         assert_eq!(bad(f32::INFINITY), TemperatureOutOfRange(f32::INFINITY));
         let logits = [0.0f32, 1.0, 0.5, 9.0];
