@@ -573,10 +573,13 @@ fn differing_fields(a: &Manifest, b: &Manifest) -> String {
     else {
         return "unknown".into();
     };
-    let fields: Vec<&str> = a
-        .iter()
-        .filter(|(k, v)| b.get(k.as_str()) != Some(v))
-        .map(|(k, _)| k.as_str())
+    // The keys of both: a field written in one only (an optional one, such as
+    // `decision_temperature`) differs too.
+    let keys: std::collections::BTreeSet<&str> =
+        a.keys().chain(b.keys()).map(String::as_str).collect();
+    let fields: Vec<&str> = keys
+        .into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
         .collect();
     fields.join(", ")
 }

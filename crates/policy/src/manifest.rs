@@ -35,7 +35,7 @@
 //!   seconds were written from milliseconds, so nothing is lost), and a negative or
 //!   too-large value is refused with the field named.
 //!
-//! Any other `format_version` is refused. A format-1 or format-2 manifest read in is held
+//! Any other `format_version` is refused. A format-1, -2 or -3 manifest read in is held
 //! as the current format (its `format_version` is [`MANIFEST_FORMAT`]), so anything
 //! written from it (a re-export, a fine-tuned candidate) is written as format 3; a
 //! format-1 to -3 manifest acts greedily, and one that names a decision temperature is
@@ -179,7 +179,8 @@ impl Provenance {
     }
 }
 
-/// The manifest, as of format [`MANIFEST_FORMAT`]. Serializes as that format; deserializes
+/// The manifest, as of format [`MANIFEST_FORMAT`]. Serializes as format 4 where it names a
+/// decision temperature and as format 3 otherwise (`ManifestV4`); deserializes
 /// from any format listed in the [module docs](self) (JSON only: the format is read first).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(into = "ManifestV4")]

@@ -425,7 +425,22 @@ fn a_sampling_policy_is_bundled_without_firmware_blobs_and_a_greedy_one_with_the
         "{err}"
     );
     fs::remove_file(onnx.with_extension("int8.blob")).unwrap();
+    // A greedy manifest beside the drawing model: the mismatch names the field that only
+    // one of them has.
+    let json = onnx.with_extension("manifest.json");
+    let drawing = fs::read_to_string(&json).unwrap();
+    let mut greedy: greenwave_policy::Manifest = serde_json::from_str(&drawing).unwrap();
+    greedy.decision_temperature = None;
+    fs::write(&json, serde_json::to_string_pretty(&greedy).unwrap()).unwrap();
     let mut no_int8 = inputs(&onnx);
+    no_int8.blob_int8 = None;
+    let err = pack_and_sign(&no_int8, &key, &dir.join("b-mixed")).unwrap_err();
+    assert!(
+        matches!(&err, BundleError::ManifestMismatch { fields }
+            if fields == "decision_temperature, format_version"),
+        "{err}"
+    );
+    fs::write(&json, drawing).unwrap();
     no_int8.blob_int8 = None;
     pack_and_sign(&no_int8, &key, &dir.join("b3")).unwrap();
     let b = verify_and_load(&dir.join("b3"), &[f.public], &f.plan, f.layout).unwrap();
