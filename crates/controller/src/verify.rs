@@ -147,6 +147,13 @@ fn describe(b: &VerifiedBundle) {
         m.provenance.command,
         m.provenance.git_rev
     );
+    match m.decision_temperature {
+        Some(t) => say!(
+            "it draws its phases at decision temperature {t} (no firmware blob: the firmware \
+             acts greedily)"
+        ),
+        None => say!("it takes its best-scored phase (greedy)"),
+    }
 }
 
 /// Checks `bundles` against the signals `specs` (`what` naming them): one bundle against

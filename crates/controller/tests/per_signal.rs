@@ -419,6 +419,12 @@ fn drawing_bundles_log_their_draws_and_a_mixed_set_is_refused() {
         &verify(&f.keys.public, &[&d1, &f.j2]),
         "one controller runs every signal by one rule",
     );
-    assert!(verify(&f.keys.public, &[&d1, &d2]).status.success());
+    let out = verify(&f.keys.public, &[&d1, &d2]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("draws its phases at decision temperature 0.5"),
+        "{said}"
+    );
     let _ = std::fs::remove_dir_all(&f.dir);
 }
