@@ -360,12 +360,7 @@ fn check_run_timing(
 /// The policy's decision rule (greedy, or drawing at its manifest's `temperature`), with
 /// `--epsilon` of exploration on top; both draw from a stream seeded by `--seed`.
 fn explorer(args: &RunArgs, temperature: Option<f32>) -> Result<Explorer> {
-    let seed = args.seed ^ 0x5eed;
-    let e = if args.epsilon > 0.0 {
-        Explorer::epsilon_greedy(args.epsilon, seed)?
-    } else {
-        Explorer::epsilon_greedy(0.0, seed)?
-    };
+    let e = Explorer::epsilon_greedy(args.epsilon, args.seed ^ 0x5eed)?;
     Ok(e.acting_at(temperature)?)
 }
 

@@ -29,7 +29,7 @@ pub enum SimRunError {
     /// ε out of range.
     #[error("{0}")]
     Epsilon(#[from] greenwave_runtime::inference::EpsilonOutOfRange),
-    /// The manifest's decision temperature is not a positive finite number.
+    /// The manifest's decision temperature is outside the range a manifest holds.
     #[error(transparent)]
     Temperature(#[from] greenwave_runtime::inference::TemperatureOutOfRange),
     /// The controller failed.
@@ -166,10 +166,9 @@ pub fn run_on<E: Env>(
     field.metrics().ok_or(SimRunError::NoMetrics)
 }
 
-/// The layout `model` reads, once its manifest is checked to be for every signal's plan
-/// and layout (the controller runs one policy on all of them here).
-/// Checks `model` runs on every signal of `specs`; returns their layout and the model's
-/// decision temperature (`None`: greedy).
+/// The layout `model` reads and its decision temperature (`None`: greedy), once its
+/// manifest is checked to be for every signal's plan and layout (the controller runs one
+/// policy on all of them here).
 fn check_model_runs(
     model: &[u8],
     specs: &[SignalSpec],

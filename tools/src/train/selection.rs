@@ -302,21 +302,11 @@ pub fn settle(kept: Kept, earlier: &Validation, last: &Validation) -> Kept {
     }
 }
 
-/// Runs the greedy policy `weights` (one per signal, or one for all) for one `episode` on
-/// each of `seeds`, in environments from `make`, up to `EPISODES_PER_THREAD × threads`
-/// episodes at once: an episode's thread waits on its simulator (SUMO is a process of its
-/// own) about as long as it computes, so a core serves more than one.
-pub fn validate<E: Env>(
-    make: &(impl Fn(u64) -> Result<E> + Sync),
-    weights: &[PolicyWeights],
-    seeds: &[u64],
-    episode: Millis,
-    threads: usize,
-) -> Result<Vec<EpisodeMetrics>> {
-    validate_by(make, weights, seeds, (episode, threads), ActionRule::Greedy)
-}
-
-/// [`validate`], the policy acting by `rule` (its draws seeded per episode seed).
+/// Runs the policy `weights` (one per signal, or one for all), acting by `rule` (its draws
+/// seeded per episode seed), for one `episode` on each of `seeds`, in environments from
+/// `make`, up to `EPISODES_PER_THREAD × threads` episodes at once: an episode's thread
+/// waits on its simulator (SUMO is a process of its own) about as long as it computes, so
+/// a core serves more than one.
 pub fn validate_by<E: Env>(
     make: &(impl Fn(u64) -> Result<E> + Sync),
     weights: &[PolicyWeights],
@@ -353,7 +343,7 @@ pub fn validate_by<E: Env>(
     Ok(out)
 }
 
-/// [`validate`] as the [`Validation`] of weights trained for `iteration` iterations and
+/// [`validate_by`], greedy, as the [`Validation`] of weights trained for `iteration` iterations and
 /// `env_steps` decisions.
 pub fn validation_of<E: Env>(
     make: &(impl Fn(u64) -> Result<E> + Sync),
@@ -429,8 +419,7 @@ impl DecisionRuleTest {
     /// greedy's on the same seeds (every figure finite); where the two are closer, the
     /// argmax, which the firmware runs and the fine-tune judges, is kept.
     pub fn decide(greedy: Validation, sampled: Validation, tried: f32) -> Self {
-        let all_finite =
-            |v: &Validation| !v.delay_s.is_empty() && v.delay_s.iter().all(|d| d.is_finite());
+        let all_finite = |v: &Validation| !v.delay_s.is_empty() && v.all_finite();
         let temperature = (greedy.seeds == sampled.seeds
             && all_finite(&greedy)
             && all_finite(&sampled)

@@ -288,11 +288,6 @@ impl Explorer {
         self.epsilon
     }
 
-    /// The decision temperature (`None`: greedy).
-    pub fn temperature(&self) -> Option<f32> {
-        self.temperature
-    }
-
     /// The phase to request given `logits` and the sequencer's `mask`; `None` if no
     /// allowed phase has a comparable logit (all NaN, or an empty mask), or, for a policy
     /// acting at a temperature, if any logit is NaN (it has no probability).
@@ -380,6 +375,7 @@ mod tests {
             "{greedy_share}"
         );
     }
+
     #[test]
     fn a_tempered_policy_draws_as_its_softmax_says_and_logs_that_probability() {
         let bad = |t| Explorer::greedy().acting_at(Some(t)).unwrap_err();
